@@ -1,0 +1,217 @@
+/* stitchrt.h — the C ABI of the stitchcuda runtime (libstitchrt).
+ *
+ * Generated programs and the Python binding call the runtime only through this header.
+ * It knows nothing of Python or PyTorch. Every entry point returns an st_status; on failure
+ * st_last_error() gives a message naming the call site, valid until the next failing call on
+ * the same thread. Nothing here aborts the process.
+ *
+ * Conventions
+ *   - Matrices are row-major as a framework sees them: element (i, j) of a matrix with
+ *     leading dimension ld lives at ptr[i * ld + j].
+ *   - Streams are passed as void* (a cudaStream_t); NULL is the legacy default stream.
+ *   - Every resource the runtime keeps (cuBLASLt handle, workspace, plan cache, arena) belongs
+ *     to a context per (device, stream), created on first use.
+ */
+#ifndef STITCHRT_H
+#define STITCHRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define ST_API __declspec(dllexport)
+#else
+#define ST_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STITCHRT_VERSION_MAJOR 0
+#define STITCHRT_VERSION_MINOR 1
+#define STITCHRT_VERSION_PATCH 0
+
+typedef enum st_status {
+  ST_OK = 0,
+  ST_ERR_INVALID_ARGUMENT = 1, /* bad shape, dtype, layout, alignment, pointer */
+  ST_ERR_CUDA = 2,             /* a CUDA runtime call failed */
+  ST_ERR_CUBLAS = 3,           /* a cuBLAS / cuBLASLt call failed */
+  ST_ERR_NO_DEVICE = 4,        /* no usable CUDA device */
+  ST_ERR_OUT_OF_MEMORY = 5,
+  ST_ERR_NOT_SUPPORTED = 6,    /* valid request the runtime cannot serve (e.g. no cuBLASLt algorithm) */
+  ST_ERR_INTERNAL = 7
+} st_status;
+
+typedef enum st_dtype {
+  ST_FLOAT32 = 0,
+  ST_FLOAT16 = 1,
+  ST_BFLOAT16 = 2,
+  ST_FLOAT64 = 3,
+  ST_INT32 = 4,
+  ST_INT64 = 5,
+  ST_UINT8 = 6,
+  ST_BOOL = 7,
+  ST_INT8 = 8
+} st_dtype;
+
+/* Precision policies. fp32: exact fp32 math (no TF32). tf32: fp32 storage, TF32 tensor cores.
+ * bf16 / fp16: 16-bit storage, fp32 accumulation and epilogue math. */
+typedef enum st_policy {
+  ST_POLICY_FP32 = 0,
+  ST_POLICY_TF32 = 1,
+  ST_POLICY_BF16 = 2,
+  ST_POLICY_FP16 = 3
+} st_policy;
+
+/* cuBLASLt's own epilogues. GELU is cuBLASLt's tanh approximation, not the erf form. */
+typedef enum st_epilogue {
+  ST_EPI_NONE = 0,
+  ST_EPI_BIAS = 1,
+  ST_EPI_RELU = 2,
+  ST_EPI_GELU = 3,
+  ST_EPI_BIAS_RELU = 4,
+  ST_EPI_BIAS_GELU = 5
+} st_epilogue;
+
+ST_API int st_version(void);                 /* major*10000 + minor*100 + patch */
+ST_API const char* st_last_error(void);      /* message of the last failure on this thread */
+ST_API const char* st_status_name(st_status s);
+ST_API const char* st_dtype_name(st_dtype t);
+ST_API size_t st_dtype_size(st_dtype t);
+ST_API const char* st_policy_name(st_policy p);
+
+/* Device discovery: ST_ERR_NO_DEVICE when there is no driver or no GPU. */
+ST_API st_status st_device_count(int* count);
+ST_API st_status st_device_info(int device, int* cc_major, int* cc_minor, int* sm_count,
+                                size_t* l2_bytes, size_t* global_mem_bytes);
+
+ST_API st_status st_get_device(int* device);
+ST_API st_status st_set_device(int device);
+/* Which device a pointer's memory lives on; *is_device = 0 for host memory. */
+ST_API st_status st_pointer_info(const void* ptr, int* is_device, int* device);
+
+/* Stream-ordered device memory (cudaMallocAsync on the current device). */
+ST_API st_status st_device_alloc(size_t bytes, void* stream, void** ptr);
+ST_API st_status st_device_free(void* ptr, void* stream);
+ST_API st_status st_memcpy_d2d(void* dst, const void* src, size_t bytes, void* stream);
+ST_API st_status st_memset(void* dst, int value, size_t bytes, void* stream);
+
+/* ---------------------------------------------------------------- contexts and memory */
+
+/* Size of the persistent cuBLASLt workspace of the context for (current device, stream).
+ * Default: 32 MiB on sm_90 and newer, 4 MiB before; STITCHCUDA_WORKSPACE_BYTES overrides. */
+ST_API st_status st_workspace_info(void* stream, void** ptr, size_t* bytes);
+ST_API st_status st_set_default_workspace_bytes(size_t bytes);
+
+/* Arena: one growing device block per (device, stream) for a program's intermediates. A
+ * program asks for the total its liveness plan needs; the block persists until st_release. */
+ST_API st_status st_arena_reserve(void* stream, size_t bytes, void** base);
+
+/* GEMM plan-cache counters of the context for (current device, stream). */
+ST_API st_status st_plan_cache_stats(void* stream, uint64_t* hits, uint64_t* misses, uint64_t* size);
+ST_API st_status st_plan_cache_clear(void* stream);
+
+/* Pinned host pool. Blocks are page-locked when possible; when pinning fails (or
+ * STITCHCUDA_NO_PINNED=1) the pool hands out pageable memory and logs one warning.
+ * *pinned says which one the caller got. */
+ST_API st_status st_host_alloc(size_t bytes, void** ptr, int* pinned);
+ST_API st_status st_host_free(void* ptr);
+ST_API st_status st_host_pool_stats(size_t* cached_bytes, size_t* live_bytes, int* pinning_enabled);
+
+/* Asynchronous copies on a stream. From pinned pool memory the copy is a direct DMA; from any
+ * other host memory the runtime stages through pinned pool blocks in chunks. */
+ST_API st_status st_copy_h2d(void* dst_device, const void* src_host, size_t bytes, void* stream);
+ST_API st_status st_copy_d2h(void* dst_host, const void* src_device, size_t bytes, void* stream);
+ST_API st_status st_stream_synchronize(void* stream);
+
+/* Release every context, plan, workspace and arena of this process (all devices). */
+ST_API st_status st_release(void);
+
+/* ---------------------------------------------------------------- GEMM */
+
+/* out[b] = alpha * op(A[b]) @ op(B[b]) (+ bias) (activation) + beta * C[b],  b < batch.
+ *
+ *  op(A) is m x k: A is stored m x k (trans_a = 0) or k x m (trans_a = 1), row-major with
+ *  leading dimension lda; likewise op(B) is k x n. out and C are m x n with ldo / ldc.
+ *  stride_* is the element distance between batch items (0 broadcasts one matrix).
+ *  bias has n elements (one per output column), the dtype of out.
+ *  beta * C is cuBLASLt's residual add; C may alias out. beta == 0 ignores C.
+ *  Dtypes by policy: fp32/tf32 -> A, B, C, out float32; bf16 -> bfloat16; fp16 -> float16.
+ *  All math and accumulation are fp32. Alpha and beta are host floats. */
+typedef struct st_gemm_args {
+  st_policy policy;
+  st_epilogue epilogue;
+  int64_t m, n, k, batch;
+  const void* a; int64_t lda; int64_t stride_a; int32_t trans_a; st_dtype a_dtype;
+  const void* b; int64_t ldb; int64_t stride_b; int32_t trans_b; st_dtype b_dtype;
+  const void* c; int64_t ldc; int64_t stride_c;
+  void* out;     int64_t ldo; int64_t stride_out; st_dtype out_dtype;
+  const void* bias;
+  float alpha, beta;
+} st_gemm_args;
+
+ST_API st_status st_gemm(const st_gemm_args* args, void* stream);
+
+/* ---------------------------------------------------------------- fused epilogue ops */
+
+/* The operations of the mixed-precision epilogue kernel (templates/stitch/epilogue.cuh), for
+ * what cuBLASLt lacks. A chain of up to ST_MAX_EPILOGUE_OPS is applied in order to each element
+ * in fp32, reading the policy's storage type and writing it back. */
+typedef enum st_ep_kind {
+  ST_EP_SCALE = 0,        /* x * a */
+  ST_EP_ADD_SCALAR = 1,   /* x + a */
+  ST_EP_LEAKY_RELU = 2,   /* x >= 0 ? x : a * x */
+  ST_EP_SILU = 3,         /* x * sigmoid(x) */
+  ST_EP_SIGMOID = 4,
+  ST_EP_TANH = 5,
+  ST_EP_MISH = 6,         /* x * tanh(softplus(x)) */
+  ST_EP_HARDTANH = 7,     /* clamp(x, a, b) with PyTorch's hardtanh defaults a = -1, b = 1 */
+  ST_EP_CLAMP = 8,        /* clamp(x, a, b) */
+  ST_EP_GELU_TANH = 9,    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  ST_EP_GELU_ERF = 10,    /* 0.5 x (1 + erf(x / sqrt(2))) */
+  ST_EP_RELU = 11,
+  ST_EP_RESIDUAL_ADD = 12,/* x + a * residual[i, j] */
+  ST_EP_BIAS_ADD = 13,    /* x + bias[j] (one value per column) */
+  ST_EP_MUL_SCALAR = ST_EP_SCALE,
+  ST_EP_DIV_SCALAR = 14,  /* x / a */
+  ST_EP_HARDSWISH = 15,   /* x * relu6(x + 3) / 6 */
+  ST_EP_SOFTPLUS = 16,    /* log(1 + exp(x)) with PyTorch's threshold 20 */
+  ST_EP_ELU = 17,         /* x > 0 ? x : a * (exp(x) - 1) */
+  ST_EP_ABS = 18,
+  ST_EP_EXP = 19,
+  ST_EP_SQUARE = 20
+} st_ep_kind;
+
+#define ST_MAX_EPILOGUE_OPS 8
+
+typedef struct st_ep_op {
+  st_ep_kind kind;
+  float a, b;
+} st_ep_op;
+
+/* out[i, j] = ops(x[i, j]) for an rows x cols matrix (row-major, leading dims ldx / ldo;
+ * out may alias x). residual (ldr) and bias are used by RESIDUAL_ADD / BIAS_ADD and have the
+ * storage dtype. Vectorised (16-byte accesses) when pointers, leading dims and cols allow. */
+typedef struct st_epilogue_args {
+  st_dtype dtype;
+  int64_t rows, cols;
+  const void* x; int64_t ldx;
+  void* out; int64_t ldo;
+  const void* residual; int64_t ldr;
+  const void* bias;
+  const st_ep_op* ops; int32_t n_ops;
+} st_epilogue_args;
+
+ST_API st_status st_epilogue_apply(const st_epilogue_args* args, void* stream);
+
+/* GEMM followed by a fused epilogue chain: cuBLASLt absorbs what it can (bias, relu, gelu-tanh
+ * at the head of the chain), the epilogue kernel applies the rest in place on out. */
+ST_API st_status st_gemm_epilogue(const st_gemm_args* args, const st_ep_op* ops, int32_t n_ops,
+                                  const void* residual, int64_t ldr, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STITCHRT_H */

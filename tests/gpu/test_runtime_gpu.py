@@ -1,0 +1,363 @@
+"""The runtime on a GPU: every GEMM epilogue x precision policy against PyTorch in float64,
+plan cache, per-stream workspace, pinned transfers, every fused epilogue op, the program ABI,
+and the errors bad input gets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import stitchcuda  # noqa: E402
+from tests.dlpack_fake import fake_dlpack  # noqa: E402
+from stitchcuda import rt  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+POLICIES = {"fp32": (torch.float32, 1e-4), "tf32": (torch.float32, 1e-2), "bf16": (torch.bfloat16, 1e-2),
+            "fp16": (torch.float16, 1e-2)}
+EPILOGUES = ["none", "bias", "relu", "gelu", "bias_relu", "bias_gelu"]
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    # The float64 reference must not depend on PyTorch's TF32 flags.
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def stream_int() -> int:
+    return torch.cuda.current_stream().cuda_stream
+
+
+def reference_epilogue(y: torch.Tensor, epilogue: str, bias: torch.Tensor | None) -> torch.Tensor:
+    if "bias" in epilogue:
+        y = y + bias
+    if epilogue.endswith("relu"):
+        y = F.relu(y)
+    if epilogue.endswith("gelu"):
+        y = F.gelu(y, approximate="tanh")  # cuBLASLt's GELU is the tanh form
+    return y
+
+
+def check_close(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str) -> None:
+    out64 = out.double()
+    assert not torch.isnan(out64).any(), f"{what}: NaN in output"
+    err = (out64 - ref).abs()
+    bound = tol + tol * ref.abs()
+    worst = (err - bound).max().item()
+    assert worst <= 0, f"{what}: max abs err {err.max().item():.3e} exceeds tol {tol} (mean {err.mean().item():.2e})"
+
+
+SHAPES = [  # (batch, m, n, k): odd sizes, batch > 1, thin and wide
+    (1, 1, 1, 1), (1, 7, 13, 5), (1, 33, 65, 17), (3, 31, 47, 129), (2, 128, 256, 64), (1, 257, 1, 300),
+    (4, 1, 96, 33), (1, 512, 384, 768),
+]
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_gemm_epilogue_policy(policy, epilogue):
+    dt, tol = POLICIES[policy]
+    gen = torch.Generator(device="cuda").manual_seed(hash((policy, epilogue)) % 2**31)
+    for (batch, m, n, k) in SHAPES:
+        for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+            a_shape = (batch, k, m) if trans_a else (batch, m, k)
+            b_shape = (batch, n, k) if trans_b else (batch, k, n)
+            a = (torch.randn(a_shape, device="cuda", generator=gen) / k**0.5).to(dt)
+            b = torch.randn(b_shape, device="cuda", generator=gen).to(dt)
+            bias = torch.randn(n, device="cuda", generator=gen).to(dt) if "bias" in epilogue else None
+            if batch == 1 and m % 2:  # also exercise 2-D operands
+                a, b = a[0], b[0]
+            out = rt.gemm(a, b, policy=policy, trans_a=trans_a, trans_b=trans_b, epilogue=epilogue, bias=bias,
+                          stream=stream_int())
+            out = torch.from_dlpack(out)
+            a64, b64 = a.double(), b.double()
+            if trans_a:
+                a64 = a64.transpose(-1, -2)
+            if trans_b:
+                b64 = b64.transpose(-1, -2)
+            ref = reference_epilogue(a64 @ b64, epilogue, bias.double() if bias is not None else None)
+            check_close(out, ref.reshape(out.shape), tol, f"{policy}/{epilogue} b{batch} {m}x{n}x{k} ta{trans_a} tb{trans_b}")
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_gemm_residual_beta_c(policy):
+    dt, tol = POLICIES[policy]
+    for (batch, m, n, k) in [(1, 65, 33, 17), (3, 64, 128, 96)]:
+        a = (torch.randn(batch, m, k, device="cuda") / k**0.5).to(dt)
+        b = torch.randn(batch, k, n, device="cuda").to(dt)
+        c = torch.randn(batch, m, n, device="cuda").to(dt)
+        out = torch.empty(batch, m, n, device="cuda", dtype=dt)
+        rt.gemm(a, b, out, policy=policy, c=c, alpha=0.5, beta=2.0, stream=stream_int())
+        ref = 0.5 * (a.double() @ b.double()) + 2.0 * c.double()
+        check_close(out, ref, tol, f"{policy} beta*C")
+        # C aliasing out: in-place residual accumulate.
+        out.copy_(c)
+        rt.gemm(a, b, out, policy=policy, c=out, beta=1.0, epilogue="none", stream=stream_int())
+        check_close(out, a.double() @ b.double() + c.double(), tol, f"{policy} C aliasing out")
+
+
+def test_gemm_views_and_broadcast_batch():
+    a = torch.randn(4, 64, 32, device="cuda")
+    w = torch.randn(48, 32, device="cuda")
+    out = torch.from_dlpack(rt.gemm(a, w.t(), stream=stream_int()))  # a transposed view as b, broadcast over batch
+    check_close(out, a.double() @ w.double().t(), 1e-4, "broadcast b")
+    big = torch.randn(64, 100, device="cuda")
+    view = big[:, 10:42]  # leading dimension 100, not contiguous
+    out = torch.from_dlpack(rt.gemm(view, torch.randn(32, 16, device="cuda") * 1.0, stream=stream_int()))
+    assert out.shape == (64, 16)
+
+
+def test_plan_cache_hits_and_cached_call_matches():
+    s = torch.cuda.Stream()
+    sid = s.cuda_stream
+    with torch.cuda.stream(s):
+        rt.plan_cache_clear(stream=sid)
+        a = torch.randn(96, 80, device="cuda")
+        b = torch.randn(80, 112, device="cuda")
+        bias = torch.randn(112, device="cuda")
+        first = torch.from_dlpack(rt.gemm(a, b, epilogue="bias_relu", bias=bias, stream=sid)).clone()
+        st = rt.plan_cache_stats(stream=sid)
+        assert (st["hits"], st["misses"], st["size"]) == (0, 1, 1)
+        second = torch.from_dlpack(rt.gemm(a, b, epilogue="bias_relu", bias=bias, stream=sid))
+        st = rt.plan_cache_stats(stream=sid)
+        assert (st["hits"], st["misses"], st["size"]) == (1, 1, 1)
+        torch.cuda.current_stream().synchronize()
+        assert torch.equal(first, second), "cached call differs from the first"
+        # A new bias pointer reuses the plan and must be honoured.
+        bias2 = bias + 1.0
+        third = torch.from_dlpack(rt.gemm(a, b, epilogue="bias_relu", bias=bias2, stream=sid))
+        assert rt.plan_cache_stats(stream=sid)["hits"] == 2
+        check_close(third, F.relu(a.double() @ b.double() + bias2.double()), 1e-4, "new bias pointer")
+        # A different shape is a different plan.
+        rt.gemm(a[:50], b, epilogue="bias_relu", bias=bias, stream=sid)
+        assert rt.plan_cache_stats(stream=sid)["misses"] == 2
+    s.synchronize()
+
+
+def test_workspace_persists_per_stream():
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    a = torch.randn(256, 256, device="cuda")
+    rt.gemm(a, a, stream=s1.cuda_stream)
+    rt.gemm(a, a, stream=s2.cuda_stream)
+    p1, n1 = rt.workspace_info(stream=s1.cuda_stream)
+    p2, n2 = rt.workspace_info(stream=s2.cuda_stream)
+    assert p1 != 0 and p2 != 0 and p1 != p2, "each stream owns its workspace"
+    cc = rt.device_info(torch.cuda.current_device())["compute_capability"]
+    assert n1 == n2 == ((32 << 20) if cc[0] >= 9 else (4 << 20))
+    for _ in range(3):
+        rt.gemm(a, a, stream=s1.cuda_stream)
+    assert rt.workspace_info(stream=s1.cuda_stream) == (p1, n1), "workspace reallocated between calls"
+    torch.cuda.synchronize()
+
+
+def test_pinned_round_trip_bit_exact():
+    for nbytes in [1, 4095, 1 << 20, (64 << 20) + 3]:
+        src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+        hb = rt.HostBuffer(nbytes)
+        assert hb.pinned, "pinning should work on this machine"
+        view = memoryview(hb)
+        view[:] = src.numpy().tobytes()
+        dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        rt.h2d(dev, hb, stream=stream_int())
+        back = rt.HostBuffer(nbytes)
+        rt.d2h(back, dev, stream=stream_int())
+        rt.synchronize(stream_int())
+        assert bytes(memoryview(back)) == src.numpy().tobytes()
+        assert torch.equal(dev.cpu(), src)
+        hb.close()
+        back.close()
+    stats = rt.host_pool_stats()
+    assert stats["pinning_enabled"] and stats["cached_bytes"] > 0
+
+
+def test_pageable_staged_round_trip_bit_exact():
+    import numpy as np
+
+    arr = np.random.default_rng(1).integers(0, 256, size=(20 << 20) + 5, dtype=np.uint8)
+    dev = torch.empty(arr.size, dtype=torch.uint8, device="cuda")
+    rt.h2d(dev, arr, stream=stream_int())
+    out = np.zeros_like(arr)
+    rt.d2h(out, dev, stream=stream_int())
+    rt.synchronize(stream_int())
+    assert np.array_equal(arr, out)
+
+
+def test_pinning_disabled_falls_back_with_warning(tmp_path):
+    code = (
+        "import stitchcuda; from stitchcuda import rt; h = rt.HostBuffer(1 << 20); "
+        "print('PINNED', h.pinned)"
+    )
+    import os
+    import sys
+
+    env = dict(os.environ, STITCHCUDA_NO_PINNED="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "PINNED False" in r.stdout
+    assert "pinned host memory unavailable" in r.stderr
+
+
+EP_OPS = [
+    (("scale", 0.75), lambda x, r, b: x * 0.75),
+    (("add", -0.5), lambda x, r, b: x - 0.5),
+    (("div", 3.0), lambda x, r, b: x / 3.0),
+    (("leaky_relu", 0.2), lambda x, r, b: F.leaky_relu(x, 0.2)),
+    ("silu", lambda x, r, b: F.silu(x)),
+    ("sigmoid", lambda x, r, b: torch.sigmoid(x)),
+    ("tanh", lambda x, r, b: torch.tanh(x)),
+    ("mish", lambda x, r, b: F.mish(x)),
+    ("hardtanh", lambda x, r, b: F.hardtanh(x)),
+    (("clamp", -0.3, 0.4), lambda x, r, b: x.clamp(-0.3, 0.4)),
+    ("gelu_tanh", lambda x, r, b: F.gelu(x, approximate="tanh")),
+    ("gelu", lambda x, r, b: F.gelu(x)),
+    ("relu", lambda x, r, b: F.relu(x)),
+    (("residual_add", 0.5), lambda x, r, b: x + 0.5 * r),
+    ("bias_add", lambda x, r, b: x + b),
+    ("hardswish", lambda x, r, b: F.hardswish(x)),
+    ("softplus", lambda x, r, b: F.softplus(x)),
+    (("elu", 0.7), lambda x, r, b: F.elu(x, 0.7)),
+    ("abs", lambda x, r, b: x.abs()),
+    ("exp", lambda x, r, b: x.exp()),
+    ("square", lambda x, r, b: x * x),
+]
+
+
+def _name(op):
+    return op if isinstance(op, str) else op[0]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 1e-2), (torch.float16, 1e-2)])
+@pytest.mark.parametrize("op,fn", EP_OPS, ids=[_name(o) for o, _ in EP_OPS])
+def test_epilogue_template_op(op, fn, dtype, tol):
+    for shape in [(1, 1), (3, 7), (64, 128), (129, 1000), (2, 70000)]:
+        x = (torch.randn(shape, device="cuda") * 2).to(dtype)
+        res = torch.randn(shape, device="cuda").to(dtype)
+        bias = torch.randn(shape[-1], device="cuda").to(dtype)
+        out = torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+        rt.epilogue(x, [op], out, residual=res, bias=bias, stream=stream_int())
+        ref = fn(x.double(), res.double(), bias.double())
+        # Storage rounding: compare against the reference rounded to the storage type too.
+        check_close(out, ref.to(dtype).double() if dtype != torch.float32 else ref, tol, f"{_name(op)} {shape}")
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_gemm_with_fused_chain(policy):
+    """GEMM + bias (absorbed by cuBLASLt) + a chain the template applies: scale, leaky_relu, mish."""
+    dt, tol = POLICIES[policy]
+    m, n, k = 77, 136, 64
+    a = (torch.randn(m, k, device="cuda") / k**0.5).to(dt)
+    w = torch.randn(n, k, device="cuda").to(dt)
+    bias = torch.randn(n, device="cuda").to(dt)
+    res = torch.randn(m, n, device="cuda").to(dt)
+    ops = ["bias_add", ("scale", 1.5), ("leaky_relu", 0.1), "mish", ("residual_add", 1.0)]
+    out = torch.from_dlpack(rt.gemm(a, w, policy=policy, trans_b=True, bias=bias, ops=ops, residual=res,
+                                    stream=stream_int()))
+    y = a.double() @ w.double().t() + bias.double()
+    if dt != torch.float32:
+        y = y.to(dt).double()  # the GEMM's output is rounded to storage before the chain
+    ref = F.mish(F.leaky_relu(y * 1.5, 0.1)) + res.double()
+    check_close(out, ref, tol, f"{policy} chain")
+
+
+def test_vectorised_and_scalar_paths_agree():
+    x = torch.randn(1000, 1024, device="cuda")
+    full = torch.from_dlpack(rt.epilogue(x, ["gelu"], stream=stream_int()))
+    odd = torch.randn(1000, 1023, device="cuda")  # cols not a multiple of 4: scalar path
+    odd_out = torch.from_dlpack(rt.epilogue(odd, ["gelu"], stream=stream_int()))
+    check_close(full, F.gelu(x.double()), 1e-4, "vector path")
+    check_close(odd_out, F.gelu(odd.double()), 1e-4, "scalar path")
+
+
+# ----------------------------------------------------------------------- the program ABI
+
+
+def _build_example(nvcc: str, tmp: Path) -> Path:
+    so = tmp / "example_mlp.so"
+    src = stitchcuda.PACKAGE_DIR / "examples" / "example_mlp.cu"
+    cc = rt.device_info(0)["compute_capability"]
+    arch = f"sm_{cc[0]}{cc[1]}"
+    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", f"-arch={arch}", "-std=c++17", "-O2",
+                    f"-I{stitchcuda.INCLUDE_DIR}", str(src), f"-L{stitchcuda.LIB_DIR}", "-lstitchrt",
+                    f"-Xlinker=-rpath,{stitchcuda.LIB_DIR}", "-o", str(so)], check=True)
+    return so
+
+
+def test_example_program_through_c_abi(nvcc, tmp_path):
+    so = _build_example(nvcc, tmp_path)
+    lib = rt.ProgramLibrary(str(so))
+    man = json.loads(lib.manifest)
+    assert lib.abi_version == rt.PROGRAM_ABI_VERSION and man["precision"] == "fp32"
+    w1, b1 = torch.randn(512, 256) / 16, torch.randn(512)
+    w2, b2 = torch.randn(128, 512) / 22, torch.randn(128)
+    inst = lib.create([w1, b1, w2.cuda(), b2.cuda()])  # host and device weights both accepted
+    for trial in range(3):
+        x = torch.randn(64, 256, device="cuda")
+        x_before = x.clone()
+        y = torch.full((64, 128), float("nan"), device="cuda")
+        inst.run([x], [y], stream=stream_int())
+        torch.cuda.synchronize()
+        ref = F.relu(x.double() @ w1.double().cuda().t() + b1.double().cuda()) @ w2.double().cuda().t() + b2.double().cuda()
+        check_close(y, ref, 1e-4, f"example program trial {trial}")
+        assert torch.equal(x, x_before), "program changed its input"
+    with pytest.raises(stitchcuda.ArgumentError, match="input x: expected float32\\[64, 256\\]"):
+        inst.run([torch.randn(32, 256, device="cuda")], [torch.empty(64, 128, device="cuda")])
+    with pytest.raises(stitchcuda.ArgumentError, match="expected a CUDA tensor"):
+        inst.run([torch.randn(64, 256)], [torch.empty(64, 128, device="cuda")])
+    with pytest.raises(stitchcuda.ArgumentError, match="w1"):
+        lib.create([torch.randn(3, 3), b1, w2, b2])
+    inst.close()
+
+
+# ----------------------------------------------------------------------- bad input
+
+
+def test_bad_input_errors_name_the_argument():
+    s = stream_int()
+    a = torch.randn(8, 16, device="cuda")
+    with pytest.raises(stitchcuda.ArgumentError, match="inner dimensions differ"):
+        rt.gemm(a, torch.randn(15, 4, device="cuda"), stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="b: expected dtype float32 \\(policy fp32\\), got float64"):
+        rt.gemm(a, torch.randn(16, 4, device="cuda", dtype=torch.float64), stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="a: expected dtype bfloat16 \\(policy bf16\\)"):
+        rt.gemm(a, a.t(), policy="bf16", stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="layout not handled"):
+        rt.gemm(torch.randn(8, 16, 2, device="cuda")[:, :, 0], torch.randn(16, 4, device="cuda"), stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="a: expected a CUDA tensor on cuda:0, got a tensor on cpu"):
+        rt.gemm(torch.randn(8, 16), torch.randn(16, 4, device="cuda"), stream=s)
+    # An fp16 view 2 bytes into its storage: element-aligned, not 16-byte aligned; it must work.
+    raw = torch.randn(8 * 16 + 1, device="cuda", dtype=torch.float16)
+    out = rt.gemm(raw[1:].view(8, 16), torch.randn(16, 4, device="cuda", dtype=torch.float16), policy="fp16", stream=s)
+    assert tuple(out.shape) == (8, 4)
+    # A float32 pointer one byte off: refused, naming the argument.
+    base = torch.randn(8 * 16 + 4, device="cuda")
+    with pytest.raises(stitchcuda.ArgumentError, match="a is not aligned to its element size"):
+        rt.gemm(fake_dlpack(base.data_ptr() + 1, (8, 16), "float32", device=("cuda", 0)),
+                torch.randn(16, 4, device="cuda"), stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="out: expected shape \\(8, 4\\)"):
+        rt.gemm(a, torch.randn(16, 4, device="cuda"), torch.empty(8, 5, device="cuda"), stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="bias: expected shape \\(4,\\)"):
+        rt.gemm(a, torch.randn(16, 4, device="cuda"), epilogue="bias", bias=torch.randn(5, device="cuda"), stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="needs a bias"):
+        rt.gemm(a, torch.randn(16, 4, device="cuda"), epilogue="bias_gelu", stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="beta != 0 needs c"):
+        rt.gemm(a, torch.randn(16, 4, device="cuda"), beta=1.0, stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="batch sizes differ"):
+        rt.gemm(torch.randn(2, 8, 16, device="cuda"), torch.randn(3, 16, 4, device="cuda"), stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="expected a 2-D"):
+        rt.gemm(torch.randn(16, device="cuda"), torch.randn(16, 4, device="cuda"), stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="x: must be contiguous"):
+        rt.epilogue(torch.randn(8, 16, device="cuda").t(), ["relu"], stream=s)
+    with pytest.raises(stitchcuda.ArgumentError, match="residual_add op needs a residual"):
+        rt.epilogue(torch.randn(8, 16, device="cuda"), [("residual_add", 1.0)], stream=s)
+    if torch.cuda.device_count() > 1:
+        with pytest.raises(stitchcuda.ArgumentError, match="cuda:1"):
+            rt.gemm(torch.randn(8, 16, device="cuda:1"), torch.randn(16, 4, device="cuda"), stream=s)

@@ -88,9 +88,11 @@ def bench_host(stream: int) -> list[dict]:
         o = torch.empty(m, n, device="cuda", dtype=dt)
         ours = host_time_us(lambda: rt.gemm(a, b, o, policy=policy, stream=stream))
         ours_new_out = host_time_us(lambda: rt.gemm(a, b, policy=policy, stream=stream))
+        bound = rt.bind_gemm(a, b, o, policy=policy, stream=stream)
+        ours_bound = host_time_us(lambda: bound(stream))
         theirs = host_time_us(lambda: torch.matmul(a, b, out=o))
         theirs_new_out = host_time_us(lambda: torch.matmul(a, b))
-        out.append({"policy": policy, "shape": [m, n, k], "rt_gemm_out_us": ours, "rt_gemm_alloc_us": ours_new_out,
+        out.append({"policy": policy, "shape": [m, n, k], "rt_gemm_out_us": ours, "rt_gemm_alloc_us": ours_new_out, "rt_bound_gemm_us": ours_bound,
                     "torch_matmul_out_us": theirs, "torch_matmul_alloc_us": theirs_new_out})
     return out
 
@@ -206,7 +208,7 @@ def main(argv=None) -> int:
     print("\nhost time per call (us, median)")
     for r in result["host"]:
         print(f"  {r['policy']} {r['shape']}: rt.gemm(out=) {r['rt_gemm_out_us']:.1f}  rt.gemm() {r['rt_gemm_alloc_us']:.1f}"
-              f"  torch.matmul(out=) {r['torch_matmul_out_us']:.1f}  torch.matmul() {r['torch_matmul_alloc_us']:.1f}")
+              f"  bound {r['rt_bound_gemm_us']:.1f}  torch.matmul(out=) {r['torch_matmul_out_us']:.1f}  torch.matmul() {r['torch_matmul_alloc_us']:.1f}")
     print("\nthroughput (ratio = torch ms / ours ms; >= 0.95 is the target)")
     for r in result["throughput"]:
         print(f"  {r['policy']:5s} {r['case']:18s} ours {r['ours_ms']:8.3f} ms  torch {r['torch_ms']:8.3f} ms  "

@@ -249,13 +249,15 @@ View view_of(py::handle obj, const char* name, uintptr_t stream) {
   if (PyCapsule_CheckExact(obj.ptr())) {
     capsule = py::reinterpret_borrow<py::object>(obj);
   } else if (py::hasattr(obj, "__dlpack__")) {
-    py::object dev = py::hasattr(obj, "__dlpack_device__") ? obj.attr("__dlpack_device__")() : py::none();
-    bool cuda = !dev.is_none() && dev.cast<py::tuple>()[0].cast<int>() == kDLCUDA;
+    // One call: CUDA producers order their pending work before our stream; host producers
+    // (NumPy) refuse a stream argument, so ask those again without one.
     try {
-      capsule = cuda ? obj.attr("__dlpack__")(py::arg("stream") = dlpack_stream_arg(stream))
-                     : obj.attr("__dlpack__")();
+      capsule = obj.attr("__dlpack__")(py::arg("stream") = dlpack_stream_arg(stream));
     } catch (py::error_already_set& e) {
-      if (!e.matches(PyExc_TypeError)) throw;
+      // Only a host producer may be asked again without a stream: a CUDA one that failed
+      // must not be consumed unordered.
+      py::object dev = py::hasattr(obj, "__dlpack_device__") ? obj.attr("__dlpack_device__")() : py::none();
+      if (!dev.is_none() && dev.cast<py::tuple>()[0].cast<int>() == kDLCUDA) throw;
       capsule = obj.attr("__dlpack__")();
     }
   } else {
@@ -426,9 +428,28 @@ Mat as_matrix(const View& v, const char* name, bool transpose) {
   return m;
 }
 
-py::object gemm(py::object a_obj, py::object b_obj, py::object out_obj, const std::string& policy_s, bool trans_a,
-                bool trans_b, const std::string& epilogue_s, py::object bias_obj, py::object c_obj, float alpha,
-                float beta, py::object ops_obj, py::object residual_obj, uintptr_t stream) {
+// A GEMM call with every argument checked and every pointer resolved: what rt.gemm launches
+// once and what rt.bind_gemm keeps for repeated launches without DLPack or checks.
+struct GemmCall {
+  st_gemm_args g{};
+  std::vector<st_ep_op> ops;
+  const void* residual = nullptr;
+  int64_t ldr = 0;
+  std::vector<View> keep;  // the operands' capsules: their memory stays alive with the call
+  py::object result;
+
+  st_status launch(uintptr_t stream) const {
+    void* s = reinterpret_cast<void*>(stream);
+    py::gil_scoped_release nogil;
+    return ops.empty() ? st_gemm(&g, s)
+                       : st_gemm_epilogue(&g, ops.data(), static_cast<int32_t>(ops.size()), residual, ldr, s);
+  }
+};
+
+std::shared_ptr<GemmCall> prepare_gemm(py::object a_obj, py::object b_obj, py::object out_obj, const std::string& policy_s,
+                                       bool trans_a, bool trans_b, const std::string& epilogue_s, py::object bias_obj,
+                                       py::object c_obj, float alpha, float beta, py::object ops_obj,
+                                       py::object residual_obj, uintptr_t stream) {
   const st_policy policy = parse_policy(policy_s);
   st_epilogue epi = parse_epilogue(epilogue_s);
   const st_dtype storage = policy_storage(policy);
@@ -531,15 +552,23 @@ py::object gemm(py::object a_obj, py::object b_obj, py::object out_obj, const st
     if (!residual.contiguous() || !o.contiguous()) arg_error("residual and out: must be contiguous for residual_add");
     ldr = n;
   }
-  void* s = reinterpret_cast<void*>(stream);
-  st_status st;
-  {
-    py::gil_scoped_release nogil;
-    st = ops.empty() ? st_gemm(&g, s)
-                     : st_gemm_epilogue(&g, ops.data(), static_cast<int32_t>(ops.size()), residual.data, ldr, s);
-  }
-  check(st);
-  return result;
+  auto call = std::make_shared<GemmCall>();
+  call->g = g;
+  call->ops = std::move(ops);
+  call->residual = residual.data;
+  call->ldr = ldr;
+  call->result = result;
+  for (View* v : {&a, &b, &o, &bias, &c, &residual})
+    if (v->keep) call->keep.push_back(std::move(*v));
+  return call;
+}
+
+py::object gemm(py::object a, py::object b, py::object out, const std::string& policy, bool trans_a, bool trans_b,
+                const std::string& epilogue, py::object bias, py::object c, float alpha, float beta, py::object ops,
+                py::object residual, uintptr_t stream) {
+  auto call = prepare_gemm(a, b, out, policy, trans_a, trans_b, epilogue, bias, c, alpha, beta, ops, residual, stream);
+  check(call->launch(stream));
+  return call->result;
 }
 
 py::object epilogue(py::object x_obj, py::object ops_obj, py::object out_obj, py::object residual_obj,
@@ -888,6 +917,22 @@ policy: fp32 / tf32 -> float32, bf16 -> bfloat16, fp16 -> float16; math in fp32.
 epilogue: cuBLASLt's own ('none', 'bias', 'relu', 'gelu' (tanh form), 'bias_relu', 'bias_gelu').
 ops: a chain for the fused epilogue kernel, e.g. [('scale', 2.0), 'mish'].
 Returns out (a new DeviceTensor when out is None). Asynchronous on `stream`.)doc");
+
+  py::class_<GemmCall, std::shared_ptr<GemmCall>>(m, "BoundGemm",
+      "A GEMM with its operands bound: calling it launches with no DLPack exchange and no argument checks.")
+      .def("__call__", [](const GemmCall& c, uintptr_t stream) {
+             check(c.launch(stream));
+             return c.result;
+           }, py::arg("stream") = 0,
+           "Launch on `stream`. The caller orders the operands' producers before it, as with cuBLAS.")
+      .def_property_readonly("out", [](const GemmCall& c) { return c.result; });
+
+  m.def("bind_gemm", &prepare_gemm, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::kw_only(),
+        py::arg("policy") = "fp32", py::arg("trans_a") = false, py::arg("trans_b") = false,
+        py::arg("epilogue") = "none", py::arg("bias") = py::none(), py::arg("c") = py::none(),
+        py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f, py::arg("ops") = py::none(),
+        py::arg("residual") = py::none(), py::arg("stream") = 0,
+        "Check and bind a GEMM once (same arguments as gemm); returns a BoundGemm to launch many times.");
 
   m.def("epilogue", &epilogue, py::arg("x"), py::arg("ops"), py::arg("out") = py::none(), py::kw_only(),
         py::arg("residual") = py::none(), py::arg("bias") = py::none(), py::arg("stream") = 0,

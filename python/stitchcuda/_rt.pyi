@@ -45,6 +45,28 @@ def gemm(
     residual: Tensor | None = None,
     stream: int = 0,
 ) -> Any: ...
+class BoundGemm:
+    def __call__(self, stream: int = 0) -> Any: ...
+    @property
+    def out(self) -> Any: ...
+
+def bind_gemm(
+    a: Tensor,
+    b: Tensor,
+    out: Tensor | None = None,
+    *,
+    policy: str = "fp32",
+    trans_a: bool = False,
+    trans_b: bool = False,
+    epilogue: str = "none",
+    bias: Tensor | None = None,
+    c: Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    ops: Sequence[EpOp] | None = None,
+    residual: Tensor | None = None,
+    stream: int = 0,
+) -> BoundGemm: ...
 def epilogue(
     x: Tensor,
     ops: Sequence[EpOp],

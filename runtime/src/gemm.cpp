@@ -6,6 +6,11 @@
 // per-row bias of cuBLASLt's D, which is what its BIAS epilogues add.
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
 #include "context.hpp"
 #include "error.hpp"
 #include "gemm.hpp"
@@ -130,7 +135,74 @@ PlanKey make_key(const st_gemm_args& g) {
   return k;
 }
 
-std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const PlanKey& key) {
+constexpr int kMaxCandidates = 8;
+
+bool autotune_env_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("STITCHCUDA_GEMM_AUTOTUNE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return enabled;
+}
+
+// Autotuning runs the GEMM several times into out. It must not when out is also the residual C
+// (each run would add C again) or while the stream is being captured into a CUDA graph.
+bool autotune_allowed(const st_gemm_args& g, const PlanKey& key, cudaStream_t stream) {
+  if (!autotune_env_enabled()) return false;
+  if (key.has_c && key.c_is_out) return false;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return cap == cudaStreamCaptureStatusNone;
+}
+
+// Time each heuristic candidate on the real operands (one warm-up, then the median of three)
+// and keep the fastest. cuBLASLt's first heuristic pick is often a few percent off the best,
+// and a plan is made once per shape, so the cost is paid once.
+cublasLtMatmulAlgo_t fastest(Context& ctx, const st_gemm_args& g, const PlanKey& key, const GemmPlan& plan,
+                             const std::vector<cublasLtMatmulAlgo_t>& candidates, cudaStream_t stream) {
+  size_t ws_bytes = 0;
+  void* ws = ctx.workspace(&ws_bytes);
+  const float alpha = g.alpha, beta = g.beta;
+  const void* c = key.has_c ? g.c : g.out;
+  cudaEvent_t e0, e1;
+  ST_CUDA_CHECK(cudaEventCreate(&e0));
+  ST_CUDA_CHECK(cudaEventCreate(&e1));
+  struct EventGuard { cudaEvent_t a, b; ~EventGuard() { cudaEventDestroy(a); cudaEventDestroy(b); } } guard{e0, e1};
+  float best_ms = 0.f;
+  size_t best = 0;
+  bool any = false;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(ctx.lt(), plan.desc, &alpha, g.b, plan.la, g.a, plan.lb, &beta, c, plan.lc, g.out,
+                            plan.ld, &candidates[i], ws, ws_bytes, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate may refuse; skip it
+    float t[3];
+    bool ok = true;
+    for (float& ti : t) {
+      ST_CUDA_CHECK(cudaEventRecord(e0, stream));
+      ok = ok && run() == CUBLAS_STATUS_SUCCESS;
+      ST_CUDA_CHECK(cudaEventRecord(e1, stream));
+      ST_CUDA_CHECK(cudaEventSynchronize(e1));
+      ST_CUDA_CHECK(cudaEventElapsedTime(&ti, e0, e1));
+    }
+    if (!ok) continue;
+    std::sort(t, t + 3);
+    if (!any || t[1] < best_ms) {
+      best_ms = t[1];
+      best = i;
+      any = true;
+    }
+    // A very long GEMM gains little from trying the rest relative to its own cost.
+    if (t[1] > 50.f && any) break;
+  }
+  return candidates[best];
+}
+
+std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const PlanKey& key, cudaStream_t stream) {
   auto plan = std::make_unique<GemmPlan>();
   const cudaDataType_t t = cuda_type(g.out_dtype);
   ST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute_type(g.policy), CUDA_R_32F));
@@ -168,18 +240,19 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   ST_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
 
-  cublasLtMatmulHeuristicResult_t results[8];
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates];
   int found = 0;
   ST_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), plan->desc, plan->la, plan->lb, plan->lc, plan->ld,
-                                                 pref, 8, results, &found));
-  int chosen = -1;
+                                                 pref, kMaxCandidates, results, &found));
+  std::vector<cublasLtMatmulAlgo_t> candidates;
   for (int i = 0; i < found; ++i)
-    if (results[i].state == CUBLAS_STATUS_SUCCESS) { chosen = i; break; }
-  if (chosen < 0)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates.push_back(results[i].algo);
+  if (candidates.empty())
     throw Error(ST_ERR_NOT_SUPPORTED,
                 cat("gemm: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch,
                     " policy=", st_policy_name(g.policy), " epilogue=", int(g.epilogue)));
-  plan->algo = results[chosen].algo;
+  plan->algo = candidates[0];
+  if (candidates.size() > 1 && autotune_allowed(g, key, stream)) plan->algo = fastest(ctx, g, key, *plan, candidates, stream);
   return plan;
 }
 
@@ -200,7 +273,7 @@ void gemm(const st_gemm_args& g, cudaStream_t stream) {
       plan->bias = g.bias;
     }
   } else {
-    auto fresh = make_plan(ctx, g, key);
+    auto fresh = make_plan(ctx, g, key, stream);
     plan = fresh.get();
     ctx.plans.emplace(key, std::move(fresh));
     ++ctx.plan_misses;

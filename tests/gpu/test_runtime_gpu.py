@@ -361,3 +361,17 @@ def test_bad_input_errors_name_the_argument():
     if torch.cuda.device_count() > 1:
         with pytest.raises(stitchcuda.ArgumentError, match="cuda:1"):
             rt.gemm(torch.randn(8, 16, device="cuda:1"), torch.randn(16, 4, device="cuda"), stream=s)
+
+
+def test_bound_gemm_matches_and_relaunches():
+    a = torch.randn(70, 50, device="cuda")
+    w = torch.randn(30, 50, device="cuda")
+    bias = torch.randn(30, device="cuda")
+    out = torch.empty(70, 30, device="cuda")
+    call = rt.bind_gemm(a, w, out, trans_b=True, epilogue="bias_relu", bias=bias, ops=[("scale", 2.0)],
+                        stream=stream_int())
+    for _ in range(2):
+        a.normal_()  # new values in the same buffer: the bound call must see them
+        out.fill_(float("nan"))
+        assert call(stream_int()) is out
+        check_close(out, 2.0 * F.relu(a.double() @ w.double().t() + bias.double()), 1e-4, "bound gemm")

@@ -138,7 +138,11 @@ ST_API st_status st_release(void);
  *  bias has n elements (one per output column), the dtype of out.
  *  beta * C is cuBLASLt's residual add; C may alias out. beta == 0 ignores C.
  *  Dtypes by policy: fp32/tf32 -> A, B, C, out float32; bf16 -> bfloat16; fp16 -> float16.
- *  All math and accumulation are fp32. Alpha and beta are host floats. */
+ *  All math and accumulation are fp32. Alpha and beta are host floats.
+ *  Plans: the first call of a shape builds a plan (descriptors, layouts, algorithm) and times
+ *  cuBLASLt's top heuristic candidates on the real operands to pick the fastest (not when C
+ *  aliases out, not while the stream is captured; STITCHCUDA_GEMM_AUTOTUNE=0 turns it off).
+ *  Later calls of the same key reuse the plan with no descriptor or heuristic work. */
 typedef struct st_gemm_args {
   st_policy policy;
   st_epilogue epilogue;

@@ -46,6 +46,7 @@ struct GemmPlan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr, ld = nullptr;
   cublasLtMatmulAlgo_t algo{};
   const void* bias = nullptr;  // the bias pointer last written into desc
+  bool split_gelu = false;     // GELU left out of desc and applied by the epilogue kernel
   GemmPlan() = default;
   GemmPlan(const GemmPlan&) = delete;
   GemmPlan& operator=(const GemmPlan&) = delete;

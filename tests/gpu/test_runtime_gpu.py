@@ -375,3 +375,32 @@ def test_bound_gemm_matches_and_relaunches():
         out.fill_(float("nan"))
         assert call(stream_int()) is out
         check_close(out, 2.0 * F.relu(a.double() @ w.double().t() + bias.double()), 1e-4, "bound gemm")
+
+
+@pytest.mark.parametrize("strategy", ["fused", "split"])
+def test_gelu_epilogue_both_strategies(strategy):
+    """cuBLASLt's own GELU epilogue and the split one (GEMM, then the epilogue kernel) agree."""
+    import os
+    import sys
+
+    code = r"""
+import torch, torch.nn.functional as F
+from stitchcuda import rt
+for dt, pol, tol in [(torch.float32, 'fp32', 1e-4), (torch.bfloat16, 'bf16', 1e-2)]:
+    for (b, m, n, k) in [(1, 33, 65, 17), (3, 64, 96, 40)]:
+        a = (torch.randn(b, m, k, device='cuda') / k ** 0.5).to(dt)
+        w = torch.randn(b, k, n, device='cuda').to(dt)
+        bias = torch.randn(n, device='cuda').to(dt)
+        for epi in ['gelu', 'bias_gelu']:
+            out = torch.from_dlpack(rt.gemm(a, w, policy=pol, epilogue=epi, bias=bias if 'bias' in epi else None))
+            y = a.double() @ w.double() + (bias.double() if 'bias' in epi else 0)
+            if dt != torch.float32:
+                y = y.to(dt).double()
+            ref = F.gelu(y, approximate='tanh')
+            err = ((out.double() - ref).abs() - tol - tol * ref.abs()).max().item()
+            assert err <= 0, (pol, epi, b, m, n, k, err)
+print('OK')
+"""
+    env = dict(os.environ, STITCHCUDA_GEMM_GELU=strategy)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]

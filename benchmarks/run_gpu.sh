@@ -32,7 +32,11 @@ PKG=$(python3 -c "import stitchcuda, os; print(os.path.dirname(stitchcuda.__file
 LT=$(python3 -c "import nvidia, os; print([os.path.join(p,'cu13') for p in nvidia.__path__ if os.path.exists(os.path.join(p,'cu13','lib','libcublasLt.so.13'))][0])")
 nvcc -O2 -std=c++17 -arch=sm_90 benchmarks/runtime_host.cu -I"$PKG/include" -I"$LT/include" \
   -L"$PKG/lib" -lstitchrt -L"$LT/lib" -l:libcublasLt.so.13 -Xlinker -rpath,"$PKG/lib:$LT/lib" \
-  -o /tmp/runtime_host && /tmp/runtime_host | tee "$OUT/runtime_host.json"
+  -o /tmp/runtime_host || exit 1
+# Overhead against bare cuBLASLt: the same algorithm and one launch on both sides.
+STITCHCUDA_GEMM_AUTOTUNE=0 STITCHCUDA_GEMM_GELU=fused /tmp/runtime_host | tee "$OUT/runtime_host.json"
+# As users get it (autotuned plans; the first call pays the tuning).
+/tmp/runtime_host | tee "$OUT/runtime_host_tuned.json"
 
 log "runtime benchmark (Python)"
 python3 benchmarks/bench_runtime.py --out "$OUT/bench_runtime.json" 2>&1 | tee "$OUT/bench_runtime.log"

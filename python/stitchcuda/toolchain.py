@@ -81,7 +81,9 @@ def compile_program(src: Path, out: Path, arch: str | None = None, extra: tuple[
         raise ToolchainError("nvcc not found: install a CUDA 13 toolkit or `pip install nvidia-cuda-nvcc`, "
                              "or set CUDACXX")
     arch = arch or default_arch()
-    cmd = (str(nvcc), "-shared", "-Xcompiler", "-fPIC", f"-arch={arch}", "-std=c++17", "-O3",
+    # Hidden visibility: a program exports its five ABI entry points (marked ST_API) and nothing
+    # that could interpose on the symbols of the process that loads it.
+    cmd = (str(nvcc), "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden", f"-arch={arch}", "-std=c++17", "-O3",
            "--expt-relaxed-constexpr", f"-I{INCLUDE_DIR}", *extra, str(src),
            f"-L{LIB_DIR}", "-lstitchrt", f"-Xlinker=-rpath,{LIB_DIR}", "-o", str(out))
     t0 = time.monotonic()

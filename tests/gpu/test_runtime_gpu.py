@@ -280,19 +280,17 @@ def test_vectorised_and_scalar_paths_agree():
 # ----------------------------------------------------------------------- the program ABI
 
 
-def _build_example(nvcc: str, tmp: Path) -> Path:
+def _build_example(tmp: Path) -> Path:
+    from stitchcuda import toolchain
+
     so = tmp / "example_mlp.so"
-    src = stitchcuda.PACKAGE_DIR / "examples" / "example_mlp.cu"
-    cc = rt.device_info(0)["compute_capability"]
-    arch = f"sm_{cc[0]}{cc[1]}"
-    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", f"-arch={arch}", "-std=c++17", "-O2",
-                    f"-I{stitchcuda.INCLUDE_DIR}", str(src), f"-L{stitchcuda.LIB_DIR}", "-lstitchrt",
-                    f"-Xlinker=-rpath,{stitchcuda.LIB_DIR}", "-o", str(so)], check=True)
+    res = toolchain.compile_program(stitchcuda.PACKAGE_DIR / "examples" / "example_mlp.cu", so)
+    assert res.ok, res.output
     return so
 
 
-def test_example_program_through_c_abi(nvcc, tmp_path):
-    so = _build_example(nvcc, tmp_path)
+def test_example_program_through_c_abi(tmp_path):
+    so = _build_example(tmp_path)
     lib = rt.ProgramLibrary(str(so))
     man = json.loads(lib.manifest)
     assert lib.abi_version == rt.PROGRAM_ABI_VERSION and man["precision"] == "fp32"

@@ -1,0 +1,1057 @@
+"""Capture: a PyTorch reference program in, a :class:`~stitchcuda.ir.Graph` and its weights out.
+
+The stage in four steps:
+
+1. :func:`load_reference` reads a KernelBench-format program (``class Model``,
+   ``get_inputs()``, ``get_init_inputs()``) from a file or a source string.
+2. :func:`capture` refuses what cannot be captured before spending time on it (recurrent
+   layers), runs ``torch.export.export`` (non-strict) on the module as given — training
+   mode included, since KernelBench never calls ``.eval()`` — and decomposes the result
+   to core ATen with :func:`decomposition_table`.
+3. The exported graph becomes a Graph: shapes and dtypes from each node's ``meta["val"]``,
+   a ``source`` per node from ``nn_module_stack`` and ``stack_trace``, random draws
+   lifted to program inputs, buffer mutations (BatchNorm running statistics) dropped and
+   dead nodes removed.
+4. :func:`check_supported` lists the operators the code generator cannot handle;
+   ``capture`` raises :class:`UnsupportedOpError` naming each one and where it appears in
+   the reference. Nothing ever falls back to PyTorch.
+
+Decomposition choice
+--------------------
+The graph is core ATen, except for the operators in :data:`PRESERVED_OPS`, which stay
+whole because the planner maps each to one strong kernel and their decompositions would
+only have to be pattern-matched back together: ``linear`` (a GEMM with a bias epilogue
+instead of ``permute`` + ``addmm`` + ``view``), ``matmul`` (a batched GEMM with
+broadcasting instead of ``expand`` + ``clone`` + ``view`` + ``bmm`` + ``view``),
+``scaled_dot_product_attention`` (fused attention; its decomposition also depends on the
+device the capture ran on) and ``logsumexp`` (a row reduction instead of seven
+elementwise ops). ``gelu``, ``_softmax``, ``_log_softmax``, ``native_layer_norm`` and
+``_native_batch_norm_legit_functional`` are core ATen already and stay as they are. On
+torch older than 2.6, export itself may already have decomposed the preserved operators;
+the graph is then plain core ATen, which is still valid input for the planner.
+
+Random draws
+------------
+Every operator tagged ``nondeterministic_seeded`` (``rand``, ``randn``, ``*_like``,
+``uniform``, ``normal``, ``bernoulli``, ``randint``, ``randperm``, ``exponential``, live
+``native_dropout``) becomes an explicit program input, recorded in
+``Graph.lifted_random`` with its distribution, so a program never draws numbers itself
+and can be checked against the reference given the same draws. Live dropout lifts its
+keep-mask (``bernoulli(1 - p)``, bool) and keeps the scaling as graph nodes; dropout with
+``p = 0`` or outside training is the identity. A draw whose value ends up unused stays
+an input, so the record of draws (and their order) is complete.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import os
+import re
+import sys
+import types
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+import torch.fx
+from torch import nn
+
+from .ir import DTYPE_SIZES, Graph, LiftedRandom, Node, TensorSpec
+
+# --------------------------------------------------------------------------------------
+# Operators
+# --------------------------------------------------------------------------------------
+
+#: High-level operators kept whole instead of decomposed (see the module docstring).
+PRESERVED_OPS: tuple[str, ...] = (
+    "aten.linear.default",
+    "aten.matmul.default",
+    "aten.scaled_dot_product_attention.default",
+    "aten.logsumexp.default",
+)
+
+#: Operators the later stages handle: exactly those seen in captures (torch 2.13) of
+#: models/ and of the KernelBench development problems stitchcuda supports, plus the three
+#: that capture itself emits when it lifts random draws (``lt.Tensor`` and ``_to_copy``
+#: for a tensor-probability ``bernoulli``; ``full`` for the mask of an inactive dropout).
+#: The planner imports this set; an operator joins it when a template or generation path
+#: for it exists and a capture shows it. On torch < 2.6 the preserved operators may arrive
+#: decomposed (``addmm``, ``bmm``, ``expand``, ``_unsafe_view``), which are not listed yet.
+SUPPORTED_OPS: frozenset[str] = frozenset(
+    {
+        # GEMM family (preserved whole, see PRESERVED_OPS)
+        "aten.linear.default",
+        "aten.matmul.default",
+        "aten.scaled_dot_product_attention.default",
+        # elementwise arithmetic and math
+        "aten.add.Tensor",
+        "aten.sub.Tensor",
+        "aten.mul.Tensor",
+        "aten.div.Tensor",
+        "aten.neg.default",
+        "aten.pow.Tensor_Scalar",
+        "aten.rsqrt.default",
+        "aten.exp.default",
+        "aten.log.default",
+        "aten.tanh.default",
+        # activations
+        "aten.relu.default",
+        "aten.leaky_relu.default",
+        "aten.gelu.default",
+        # normalisation and row reductions
+        "aten._softmax.default",
+        "aten._log_softmax.default",
+        "aten.logsumexp.default",
+        "aten.native_layer_norm.default",
+        "aten._native_batch_norm_legit_functional.default",
+        "aten.mean.dim",
+        "aten.sum.dim_IntList",
+        "aten.amax.default",
+        "aten.var.correction",
+        # masks and selection (masked_fill arrives as eq/bitwise_not + scalar_tensor + where)
+        "aten.eq.Scalar",
+        "aten.bitwise_not.default",
+        "aten.scalar_tensor.default",
+        "aten.where.self",
+        # layout
+        "aten.view.default",
+        "aten.permute.default",
+        "aten.clone.default",
+        "aten.slice.Tensor",
+        "aten.split_with_sizes.default",
+        "aten.cat.default",
+        "aten.unsqueeze.default",
+        "aten.squeeze.dims",
+        # emitted by capture when lifting random draws
+        "aten.lt.Tensor",
+        "aten._to_copy.default",
+        "aten.full.default",
+    }
+)
+
+# Arguments that say where a tensor lives, not what it holds: a program runs on one device.
+_DROPPED_ARGS = frozenset({"device", "layout", "pin_memory", "generator"})
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def op_name(target: Any) -> str:
+    """The IR name of an FX call target: ``"aten.add.Tensor"`` for an ATen overload."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    module = getattr(target, "__module__", None) or ""
+    return f"{module}.{getattr(target, '__name__', repr(target))}".lstrip(".")
+
+
+def resolve_op(name: str) -> torch._ops.OpOverload | None:
+    """The ATen overload an IR op name denotes, or None where this torch lacks it."""
+    parts = name.split(".")
+    if len(parts) != 3:
+        return None
+    namespace, packet, overload = parts
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def decomposition_table() -> dict:
+    """Core-ATen decompositions minus :data:`PRESERVED_OPS`."""
+    try:
+        table = torch.export.default_decompositions()  # torch >= 2.6
+    except AttributeError:  # torch 2.4/2.5
+        from torch._decomp import core_aten_decompositions
+
+        table = dict(core_aten_decompositions())
+    for name in PRESERVED_OPS:
+        op = resolve_op(name)
+        if op is not None and op in table:
+            table.pop(op)
+    return table
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnsupportedOp:
+    """One thing in a reference that stitchcuda cannot handle, and where it is.
+
+    ``op`` is the ATen operator (``"aten.convolution.default"``) or, for what is refused
+    before export, the construct (``"nn.LSTM"``); ``node`` the graph node or module
+    attribute; ``where`` the location (module path, file, line, code); ``reason`` says
+    why when "not supported yet" is not the whole story.
+    """
+
+    op: str
+    node: str
+    where: str
+    reason: str = ""
+
+    def describe(self) -> str:
+        text = f"{self.op} at {self.where}" if self.where else self.op
+        return f"{text} ({self.reason})" if self.reason else text
+
+
+class CaptureError(RuntimeError):
+    """The reference could not be captured; the message says why and where."""
+
+
+class UnsupportedOpError(CaptureError):
+    """The reference uses operators (or constructs) stitchcuda does not support.
+
+    ``ops`` lists each one with its location; ``graph`` is the captured graph where the
+    failure came after export (so a later stage may still inspect it), else None.
+    """
+
+    def __init__(self, name: str, ops: Sequence[UnsupportedOp], graph: Graph | None = None):
+        self.name = name
+        self.ops = list(ops)
+        self.graph = graph
+        lines = [f"reference {name!r} uses what stitchcuda does not support yet (there is no PyTorch fallback):"]
+        seen: set[tuple[str, str]] = set()
+        for u in self.ops:
+            if (u.op, u.where) not in seen:  # one line per operator and place
+                seen.add((u.op, u.where))
+                lines.append("  " + u.describe())
+        super().__init__("\n".join(lines))
+
+
+def check_supported(graph: Graph, supported_ops: Iterable[str] = SUPPORTED_OPS) -> list[UnsupportedOp]:
+    """Every node of ``graph`` whose op is not in ``supported_ops``, in graph order."""
+    supported = set(supported_ops)
+    return [UnsupportedOp(n.op, n.name, n.source) for n in graph.nodes if n.op not in supported]
+
+
+# --------------------------------------------------------------------------------------
+# Loading a reference
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Reference:
+    """A loaded KernelBench-format program.
+
+    ``filename`` is what tracebacks and :class:`UnsupportedOp` locations show: the file's
+    path, or ``<name>`` for a program given as source (registered with ``linecache`` so
+    its lines still appear).
+    """
+
+    name: str
+    source: str
+    filename: str
+    module: types.ModuleType
+
+    @property
+    def Model(self) -> type[nn.Module]:
+        return self.module.Model
+
+    def get_inputs(self) -> list[Any]:
+        return list(self.module.get_inputs())
+
+    def get_init_inputs(self) -> list[Any]:
+        return list(self.module.get_init_inputs())
+
+    def instantiate(self, device: str | torch.device | None = None, seed: int | None = None) -> tuple[nn.Module, list[Any]]:
+        """Build ``Model(*get_init_inputs())`` and ``get_inputs()``.
+
+        ``device`` becomes the default device while both run, so the reference's own
+        ``torch.rand(...)`` calls land there; ``"meta"`` gives shapes without memory or
+        time, enough for capture (not for :func:`save_weights`). ``seed`` seeds torch's
+        RNG first, as KernelBench's harness does.
+        """
+        if seed is not None:
+            torch.manual_seed(seed)
+        if device is None:
+            return self.Model(*self.get_init_inputs()), self.get_inputs()
+        with torch.device(device):
+            return self.Model(*self.get_init_inputs()), self.get_inputs()
+
+
+def load_reference(path_or_source: str | os.PathLike, *, name: str | None = None) -> Reference:
+    """Load a KernelBench-format program from a file path or from its source text.
+
+    A ``PathLike``, or a one-line string naming an existing file, is read as a file;
+    anything else is taken as source. ``name`` defaults to the file's stem, or
+    ``"reference"`` for source. Raises :class:`CaptureError` if the program lacks
+    ``Model``, ``get_inputs`` or ``get_init_inputs``.
+    """
+    if isinstance(path_or_source, os.PathLike) or _names_a_file(path_or_source):
+        path = Path(path_or_source).resolve()
+        source = path.read_text()
+        name = name or path.stem
+        filename = str(path)
+    else:
+        source = str(path_or_source)
+        name = name or "reference"
+        filename = f"<{name}>"
+        # Let tracebacks, export stack traces and inspect see the lines of a source string.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+    module_name = "stitchcuda_reference_" + re.sub(r"\W", "_", name)
+    module = types.ModuleType(module_name)
+    module.__file__ = filename
+    # Registered so that dataclasses, pickling and inspect can find the module by name.
+    sys.modules[module_name] = module
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)
+    except Exception as err:  # noqa: BLE001 - a broken reference is a typed error
+        sys.modules.pop(module_name, None)
+        raise CaptureError(f"{filename} failed to load: {type(err).__name__}: {err}") from err
+    missing = [a for a in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, a)]
+    if missing:
+        raise CaptureError(f"{filename} is not a KernelBench-format program: it lacks {', '.join(missing)}")
+    return Reference(name=name, source=source, filename=filename, module=module)
+
+
+def _names_a_file(text: str) -> bool:
+    if "\n" in text:
+        return False
+    try:
+        return Path(text).is_file()
+    except OSError:  # e.g. a one-line source longer than a file name may be
+        return False
+
+
+# --------------------------------------------------------------------------------------
+# Capture
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Captured:
+    """What capture hands on: the graph, its weights by name, and the exported program.
+
+    ``weights`` maps every name in ``graph.weights`` to its tensor (on the device, and of
+    the kind, the model was captured with: meta tensors after a meta capture).
+    ``exported`` is the decomposed ``ExportedProgram``, for debugging.
+    """
+
+    graph: Graph
+    weights: dict[str, torch.Tensor]
+    exported: Any = field(repr=False)
+
+
+def capture(
+    model: nn.Module,
+    example_inputs: Sequence[Any],
+    name: str = "model",
+    *,
+    supported_ops: Iterable[str] | None = SUPPORTED_OPS,
+) -> Captured:
+    """Capture ``model(*example_inputs)`` as a Graph, specialised to these inputs' shapes.
+
+    Non-tensor inputs are baked into the graph as constants. Raises
+    :class:`UnsupportedOpError` when the model holds recurrent layers (checked before
+    export, which would unroll them), keeps state in a plain tensor attribute that forward
+    changes, or — unless ``supported_ops`` is None — uses operators outside
+    ``supported_ops``; raises :class:`CaptureError` when ``torch.export`` fails otherwise.
+    The model's attributes are as they were before the call, whatever forward assigns.
+    """
+    _refuse_recurrent(model, name)
+    exported = _export(model, tuple(example_inputs), name)
+    graph, weights = _Converter(exported, name).convert()
+    if supported_ops is not None:
+        unsupported = check_supported(graph, supported_ops)
+        if unsupported:
+            raise UnsupportedOpError(name, unsupported, graph)
+    return Captured(graph=graph, weights=weights, exported=exported)
+
+
+def capture_reference(
+    reference: Reference,
+    *,
+    device: str | torch.device | None = None,
+    seed: int | None = None,
+    supported_ops: Iterable[str] | None = SUPPORTED_OPS,
+) -> Captured:
+    """:meth:`Reference.instantiate` then :func:`capture`, named after the reference."""
+    model, inputs = reference.instantiate(device=device, seed=seed)
+    return capture(model, inputs, reference.name, supported_ops=supported_ops)
+
+
+def save_weights(captured: Captured, path: str | os.PathLike) -> None:
+    """Write the graph's weights to a safetensors file, keyed by their graph names.
+
+    Each tensor is copied to the CPU as a contiguous clone, so tied or strided weights
+    save as independent arrays. Refuses weights from a meta capture.
+    """
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for spec in captured.graph.weights:
+        tensor = captured.weights[spec.name]
+        if tensor.is_meta or _is_fake(tensor):
+            raise CaptureError(
+                f"weight {spec.name!r} of {captured.graph.name!r} has no data (captured on the meta device); "
+                "capture with real tensors to save weights"
+            )
+        tensors[spec.name] = tensor.detach().to("cpu").contiguous().clone()
+    save_file(tensors, os.fspath(path), metadata={"graph": captured.graph.name, "generator": "stitchcuda.frontend"})
+
+
+# --------------------------------------------------------------------------------------
+# Refusals made before or around export
+# --------------------------------------------------------------------------------------
+
+
+def _export(model: nn.Module, inputs: tuple[Any, ...], name: str) -> Any:
+    """``torch.export`` (non-strict) then :func:`decomposition_table`; failures typed."""
+    attributes = _plain_tensor_attributes(model)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            exported = torch.export.export(model, inputs, strict=False)
+        # Forward that assigns a tensor attribute keeps state between calls. Recent torch
+        # puts the attribute back itself and only warns; older torch leaves it changed.
+        assigned = [m.group(1) for w in caught if (m := _ASSIGNED.search(str(w.message)))]
+        changed = _restore_attributes(attributes)
+        if assigned or changed:
+            raise _state_error(model, name, (assigned or changed)[0], "assigns")
+        _replay_warnings(caught)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            exported = exported.run_decompositions(decomposition_table())
+        _replay_warnings(caught)
+        return exported
+    except CaptureError:
+        raise
+    except Exception as err:  # noqa: BLE001 - every export failure becomes a typed error
+        _restore_attributes(attributes)
+        # Export refuses a plain tensor attribute that forward mutates in place (depending
+        # on the torch version, while tracing or while decomposing).
+        mutated = re.search(r"Constant (\S+) is mutated", str(err))
+        if mutated:
+            raise _state_error(model, name, mutated.group(1), "mutates") from err
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CaptureError(f"torch.export could not capture {name!r}: {type(err).__name__}: {first}") from err
+
+
+def _refuse_recurrent(model: nn.Module, name: str) -> None:
+    """Raise for nn.RNN/LSTM/GRU: export unrolls them into one node set per time step."""
+    found = []
+    for path, module in model.named_modules():
+        if isinstance(module, nn.RNNBase):
+            kind = type(module).__name__
+            torch_kind = next((c.__name__ for c in type(module).__mro__ if c.__module__.startswith("torch.nn")), kind)
+            found.append(
+                UnsupportedOp(
+                    op=f"nn.{torch_kind}",
+                    node=path,
+                    where=_attribute_location(model, path, kind),
+                    reason="recurrent layers are not supported yet; torch.export would unroll every time step",
+                )
+            )
+    if found:
+        raise UnsupportedOpError(name, found)
+
+
+_ASSIGNED = re.compile(r"tensor attribute self\.(\S+) was assigned during export")
+
+
+def _replay_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
+    """Re-issue warnings recorded around export, minus torch's internal deprecation noise."""
+    for w in caught:
+        if issubclass(w.category, FutureWarning) and w.filename.startswith((_TORCH_DIR, os.path.dirname(os.__file__))):
+            continue
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _state_error(model: nn.Module, name: str, attribute: str, verb: str) -> UnsupportedOpError:
+    where = _attribute_location(model, attribute, "tensor attribute", mutation=True)
+    return UnsupportedOpError(
+        name,
+        [
+            UnsupportedOp(
+                op="tensor attribute state",
+                node=attribute,
+                where=where,
+                reason=f"forward {verb} the plain tensor attribute {attribute!r}, state kept between calls, "
+                "which is not supported yet",
+            )
+        ],
+    )
+
+
+def _plain_tensor_attributes(model: nn.Module) -> dict[tuple[nn.Module, str, str], Any]:
+    """Tensors held as plain attributes (not parameters or buffers), by (module, path, key)."""
+    found = {}
+    for path, module in model.named_modules():
+        for key, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                found[(module, path, key)] = value
+    return found
+
+
+def _restore_attributes(before: Mapping[tuple[nn.Module, str, str], Any]) -> list[str]:
+    """Put back every plain tensor attribute forward replaced; return their paths."""
+    changed = []
+    for (module, path, key), value in before.items():
+        if vars(module).get(key) is not value:
+            vars(module)[key] = value
+            changed.append(f"{path}.{key}" if path else key)
+    return changed
+
+
+def _attribute_location(model: nn.Module, path: str, kind: str, mutation: bool = False) -> str:
+    """Where the reference uses ``model.<path>``: the first line of the owner's source that
+    calls (or, for ``mutation``, assigns or mutates in place) ``self.<attr>``, preferring
+    ``forward``; falls back to the bare module path when no source is available."""
+    parts = path.split(".")
+    owners = [model]
+    for part in parts[:-1]:
+        owners.append(getattr(owners[-1], part))
+    label = f"model.{path} ({kind})"
+    for depth in reversed(range(len(parts))):
+        owner, attr = owners[depth], re.escape(parts[depth])
+        if type(owner).__module__.startswith("torch."):
+            continue  # containers such as nn.Sequential: look in the user's class above
+        if mutation:
+            patterns = [rf"self\.{attr}\s*=[^=]", rf"self\.{attr}\.\w+_\("]
+        else:
+            patterns = [rf"self\.{attr}\s*\(", rf"self\.{attr}\s*=[^=]"]
+        for scope in (getattr(type(owner), "forward", None), type(owner)):
+            try:
+                lines, start = inspect.getsourcelines(scope)
+                filename = inspect.getsourcefile(scope) or "?"
+            except (OSError, TypeError):
+                continue
+            for i, text in enumerate(lines):
+                if any(re.search(pattern, text) for pattern in patterns):
+                    return f"{label}, {_short_file(filename)} line {start + i}: {text.strip()}"
+    return label
+
+
+# --------------------------------------------------------------------------------------
+# ExportedProgram -> Graph
+# --------------------------------------------------------------------------------------
+
+# Random operators lifted to inputs: packet -> (distribution, {param: (argument, default)}).
+# The first tensor argument of each is only a template for shape and dtype.
+_RANDOM_OPS: dict[str, tuple[str, dict[str, tuple[str | None, Any]]]] = {
+    "aten::rand": ("uniform", {"low": (None, 0.0), "high": (None, 1.0)}),
+    "aten::rand_like": ("uniform", {"low": (None, 0.0), "high": (None, 1.0)}),
+    "aten::uniform": ("uniform", {"low": ("from", 0.0), "high": ("to", 1.0)}),
+    "aten::randn": ("normal", {"mean": (None, 0.0), "std": (None, 1.0)}),
+    "aten::randn_like": ("normal", {"mean": (None, 0.0), "std": (None, 1.0)}),
+    "aten::normal": ("normal", {"mean": ("mean", 0.0), "std": ("std", 1.0)}),
+    "aten::normal_functional": ("normal", {"mean": ("mean", 0.0), "std": ("std", 1.0)}),
+    "aten::bernoulli": ("bernoulli", {"p": ("p", None)}),
+    "aten::randint": ("randint", {"low": ("low", 0), "high": ("high", None)}),
+    "aten::randint_like": ("randint", {"low": ("low", 0), "high": ("high", None)}),
+    "aten::randperm": ("permutation", {"n": ("n", None)}),
+    "aten::exponential": ("exponential", {"lambd": ("lambd", 1.0)}),
+}
+
+
+def _draws(op: torch._ops.OpOverload, fx: torch.fx.Node) -> bool:
+    """Whether a node of an operator tagged ``nondeterministic_seeded`` really draws.
+
+    Fused attention carries the tag for its dropout; with ``dropout_p == 0`` it is
+    deterministic and stays an ordinary node.
+    """
+    if "dropout_p" in (a.name for a in op._schema.arguments):
+        bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
+        return bound["dropout_p"] != 0.0
+    return True
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``; raises CaptureError for dtypes the IR lacks."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPE_SIZES:
+        raise CaptureError(f"dtype {dtype} is not supported by the IR")
+    return name
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
+
+
+def _short_file(filename: str) -> str:
+    return filename if filename.startswith("<") else Path(filename).name
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
+
+
+def node_source(meta: Mapping[str, Any]) -> str:
+    """``model.attn.c_attn (Linear), <file> line 35: q, k, v = ...`` for an FX node's meta.
+
+    The module is the innermost entry of ``nn_module_stack``; the line is the last frame
+    of ``stack_trace`` outside torch itself, i.e. the reference's own code.
+    """
+    module = "model"
+    stack = meta.get("nn_module_stack") or {}
+    if stack:
+        path, kind = list(stack.values())[-1]
+        path = re.sub(r"^L\['self'\]\.?", "", str(path))
+        kind = getattr(kind, "__name__", None) or str(kind).strip("<>'").removeprefix("class '").split(".")[-1]
+        module = f"model.{path} ({kind})" if path else f"model ({kind})"
+    frames = [m for m in _FRAME.finditer(meta.get("stack_trace") or "")]
+    user = [m for m in frames if not m.group("file").startswith(_TORCH_DIR)]
+    if not user:
+        return module
+    frame = user[-1]
+    return f"{module}, {_short_file(frame.group('file'))} line {frame.group('line')}: {frame.group('code').strip()}"
+
+
+def _arg_kind(arg: Any) -> str:
+    """``tensor``, ``tensor_list`` or ``other`` for a schema argument."""
+    t = arg.type
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    if isinstance(t, torch.TensorType):
+        return "tensor"
+    if isinstance(t, torch.ListType):
+        e = t.getElementType()
+        if isinstance(e, torch.OptionalType):
+            e = e.getElementType()
+        if isinstance(e, torch.TensorType):
+            return "tensor_list"
+    return "other"
+
+
+def _bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """(schema argument, value) for every argument, defaults filled in."""
+    bound = []
+    for i, arg in enumerate(op._schema.arguments):
+        if not arg.kwarg_only and i < len(args):
+            value = args[i]
+        elif arg.name in kwargs:
+            value = kwargs[arg.name]
+        elif arg.has_default_value():
+            value = arg.default_value
+        elif _arg_kind(arg) == "tensor" and str(arg.type).startswith("Optional"):
+            value = None
+        else:
+            raise CaptureError(f"{op}: argument {arg.name!r} is missing")
+        bound.append((arg, value))
+    return bound
+
+
+def _plain(value: Any, where: str) -> Any:
+    """An attr value from an FX argument: dtypes by name, lists as tuples."""
+    if isinstance(value, torch.dtype):
+        return dtype_name(value)
+    if isinstance(value, torch.memory_format):
+        return str(value).removeprefix("torch.")
+    if isinstance(value, (list, tuple, torch.Size)):
+        return tuple(_plain(v, where) for v in value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.fx.Node):
+        raise CaptureError(f"{where}: a symbolic value ({value.name}) where a constant was expected; dynamic shapes are not supported")
+    raise CaptureError(f"{where}: argument {value!r} of type {type(value).__name__} cannot be stored in the IR")
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """A graph tensor, by IR name, in the argument list of a node capture emits itself."""
+
+    name: str
+
+
+class _Converter:
+    """Walks a decomposed ExportedProgram once and builds the Graph (see ``capture``)."""
+
+    def __init__(self, exported: Any, name: str):
+        self.ep = exported
+        self.name = name
+        self.used: set[str] = set()
+        self.env: dict[str, Any] = {}  # FX node name -> IR tensor name, or list of them
+        self.specs: dict[str, TensorSpec] = {}
+        self.nodes: list[Node] = []
+        self.lifted: list[LiftedRandom] = []
+        self.lifted_specs: list[TensorSpec] = []
+        self.unsupported: list[UnsupportedOp] = []
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}_{k}", k + 1
+        self.used.add(name)
+        return name
+
+    # -- entry ------------------------------------------------------------------------
+
+    def convert(self) -> tuple[Graph, dict[str, torch.Tensor]]:
+        from torch.export.graph_signature import InputKind, OutputKind
+
+        sig = self.ep.graph_signature
+        fx_nodes = {n.name: n for n in self.ep.graph.nodes}
+        state = dict(self.ep.state_dict)
+        constants = dict(getattr(self.ep, "constants", {}) or {})
+
+        # Weights first: their names are state_dict keys and must stay as they are.
+        weights: list[TensorSpec] = []
+        weight_values: dict[str, torch.Tensor] = {}
+        user_inputs: list[tuple[str, Any]] = []
+        for spec in sig.input_specs:
+            arg_name = getattr(spec.arg, "name", None)
+            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                target = spec.target
+                value = state[target] if target in state else constants[target]
+                self.used.add(target)
+                self.env[arg_name] = target
+                ts = self._spec(target, value)
+                weights.append(ts)
+                weight_values[target] = value
+            elif spec.kind == InputKind.USER_INPUT:
+                user_inputs.append((arg_name, fx_nodes.get(arg_name)))
+            elif spec.kind == getattr(InputKind, "TOKEN", None):
+                continue
+            else:
+                raise CaptureError(f"{self.name}: export input {arg_name} of kind {spec.kind} is not supported")
+
+        inputs: list[TensorSpec] = []
+        for arg_name, fx in user_inputs:
+            val = fx.meta.get("val") if fx is not None else None
+            if not isinstance(val, torch.Tensor):
+                continue  # a Python scalar argument: export has baked its value into the graph
+            ir_name = self.fresh(arg_name)
+            self.env[arg_name] = ir_name
+            inputs.append(self._spec(ir_name, val))
+
+        for fx in self.ep.graph.nodes:
+            if fx.op == "call_function":
+                self._call(fx)
+            elif fx.op == "get_attr":
+                self._unsupported(fx, op_name(fx.target) if callable(fx.target) else "get_attr")
+
+        outputs = []
+        for spec in sig.output_specs:
+            if spec.kind != OutputKind.USER_OUTPUT:
+                continue  # buffer/input mutations (BatchNorm running stats): not program results
+            arg_name = getattr(spec.arg, "name", None)
+            if arg_name not in self.env or not isinstance(self.env[arg_name], str):
+                raise CaptureError(f"{self.name}: output {spec.arg} is not a tensor; only tensor outputs are supported")
+            outputs.append(self.env[arg_name])
+
+        if self.unsupported:
+            raise UnsupportedOpError(self.name, self.unsupported)
+
+        nodes = self._live_nodes(outputs)
+        read = {i for n in nodes for i in n.inputs} | set(outputs)
+        weights = [w for w in weights if w.name in read]
+        graph = Graph(
+            name=self.name,
+            inputs=tuple(inputs + self.lifted_specs),
+            weights=tuple(weights),
+            outputs=tuple(outputs),
+            nodes=tuple(nodes),
+            lifted_random=tuple(self.lifted),
+        )
+        return graph, {w.name: weight_values[w.name] for w in weights}
+
+    # -- nodes ------------------------------------------------------------------------
+
+    def _call(self, fx: torch.fx.Node) -> None:
+        import operator
+
+        if fx.target is operator.getitem:
+            parent, index = fx.args
+            outputs = self.env[parent.name]
+            # An unsupported parent is already reported; its items stand in by name.
+            self.env[fx.name] = outputs[index] if isinstance(outputs, list) else fx.name
+            return
+        val = fx.meta.get("val")
+        if val is None and not fx.users:
+            return  # runtime assertions (_assert_tensor_metadata, ...): nothing to compute
+        op = fx.target
+        if not isinstance(op, torch._ops.OpOverload):
+            self._unsupported(fx, op_name(op))
+            return
+        if torch.Tag.nondeterministic_seeded in op.tags and _draws(op, fx):
+            self._random(fx, op)
+            return
+        if not self._is_tensors(val):
+            self._unsupported(fx, str(op), "produces a non-tensor value (data-dependent control flow or .item())")
+            return
+        args = [self._ref_args(a) for a in fx.args]
+        kwargs = {k: self._ref_args(v) for k, v in fx.kwargs.items()}
+        self.env[fx.name] = self._emit(fx.name, op, args, kwargs, val, node_source(fx.meta))
+
+    def _ref_args(self, value: Any) -> Any:
+        """FX argument with graph tensors replaced by _Ref (symbolic scalars left as nodes)."""
+        if isinstance(value, torch.fx.Node):
+            target = self.env.get(value.name)
+            return _Ref(target) if isinstance(target, str) else value
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._ref_args(v) for v in value)
+        return value
+
+    def _emit(self, base: str, op: torch._ops.OpOverload, args: Sequence[Any], kwargs: Mapping[str, Any], val: Any, source: str) -> str | list[str]:
+        """Append a node for ``op(*args, **kwargs)``; return its output name(s)."""
+        name = self.fresh(base)
+        where = f"{self.name}:{name}"
+        inputs: list[str] = []
+        attrs: list[tuple[str, Any]] = []
+        for arg, value in _bind(op, args, kwargs):
+            kind = _arg_kind(arg)
+            if arg.name in _DROPPED_ARGS:
+                continue
+            if kind == "tensor" and isinstance(value, _Ref):
+                inputs.append(value.name)
+            elif kind == "tensor_list" and isinstance(value, (list, tuple)):
+                inputs.extend(v.name for v in value if isinstance(v, _Ref))
+                if any(v is None for v in value):  # Tensor?[] with holes: say where they are
+                    attrs.append((arg.name, tuple(v.name if isinstance(v, _Ref) else None for v in value)))
+            else:
+                attrs.append((arg.name, _plain(value, where)))
+        if isinstance(val, (list, tuple)):
+            outputs = tuple(self._spec(f"{name}.{i}", v) for i, v in enumerate(val))
+            result: str | list[str] = [o.name for o in outputs]
+        else:
+            outputs = (self._spec(name, val),)
+            result = name
+        self.nodes.append(Node(name, str(op), tuple(inputs), outputs, tuple(attrs), source))
+        return result
+
+    # -- random draws -----------------------------------------------------------------
+
+    def _random(self, fx: torch.fx.Node, op: torch._ops.OpOverload) -> None:
+        source = node_source(fx.meta)
+        packet = op._schema.name
+        bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
+        val = fx.meta["val"]
+
+        if packet == "aten::native_dropout":
+            self._dropout(fx, op, bound, val, source)
+            return
+        # bernoulli(probabilities) reads them from self; bernoulli.Tensor from a tensor p.
+        probabilities = bound["self"] if packet == "aten::bernoulli" and "p" not in bound else bound.get("p")
+        if packet == "aten::bernoulli" and isinstance(probabilities, torch.fx.Node):
+            # Lift a uniform draw u instead, and bernoulli = (u < p), as PyTorch decomposes it.
+            p = probabilities
+            u = self._lift(fx.name + "_uniform", str(op), tuple(val.shape), dtype_name(val.dtype), "uniform", {"low": 0.0, "high": 1.0}, source)
+            lt = self._emit(fx.name + "_lt", torch.ops.aten.lt.Tensor, [_Ref(u), self._ref_args(p)], {}, _meta_like(val, torch.bool), source)
+            self.env[fx.name] = self._emit(fx.name, torch.ops.aten._to_copy.default, [_Ref(lt)], {"dtype": val.dtype}, val, source)
+            return
+        if packet not in _RANDOM_OPS:
+            self._unsupported(fx, str(op), "a random operator that cannot be lifted to an input")
+            return
+        distribution, spec = _RANDOM_OPS[packet]
+        params = {}
+        for key, (arg_name, default) in spec.items():
+            value = bound.get(arg_name, default) if arg_name else default
+            if isinstance(value, torch.fx.Node):
+                self._unsupported(fx, str(op), f"a random draw whose {arg_name} is a tensor cannot be lifted yet")
+                return
+            params[key] = value
+        self.env[fx.name] = self._lift(fx.name, str(op), tuple(val.shape), dtype_name(val.dtype), distribution, params, source)
+
+    def _dropout(self, fx: torch.fx.Node, op: Any, bound: Mapping[str, Any], val: Any, source: str) -> None:
+        """native_dropout(x, p, train) -> (x * mask * 1/(1-p), mask) with the mask lifted.
+
+        The node order matches PyTorch's own decomposition (mask * x, then * scale), so
+        results agree with the reference bit for bit given the same mask.
+        """
+        x, p, train = bound["input"], float(bound["p"]), bound["train"]
+        out_val, mask_val = val
+        x_ref = self._ref_args(x)
+        if not train or p == 0.0:
+            ones = self._emit(fx.name + "_mask", torch.ops.aten.full.default, [tuple(mask_val.shape), True], {"dtype": torch.bool}, mask_val, source)
+            self.env[fx.name] = [x_ref.name, ones]
+            return
+        mask = self._lift(fx.name + "_mask", str(op), tuple(mask_val.shape), "bool", "bernoulli", {"p": 1.0 - p}, source)
+        if p >= 1.0:
+            out = self._emit(fx.name, torch.ops.aten.mul.Tensor, [x_ref, 0.0], {}, out_val, source)
+        else:
+            masked = self._emit(fx.name + "_masked", torch.ops.aten.mul.Tensor, [_Ref(mask), x_ref], {}, out_val, source)
+            out = self._emit(fx.name, torch.ops.aten.mul.Tensor, [_Ref(masked), 1.0 / (1.0 - p)], {}, out_val, source)
+        self.env[fx.name] = [out, mask]
+
+    def _lift(self, base: str, op: str, shape: tuple[int, ...], dtype: str, distribution: str, params: Mapping[str, Any], source: str) -> str:
+        name = self.fresh(base)
+        self.lifted_specs.append(TensorSpec(name, shape, dtype))
+        self.lifted.append(LiftedRandom(name, op, shape, dtype, distribution, tuple(params.items()), source))
+        return name
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _unsupported(self, fx: torch.fx.Node, op: str, reason: str = "") -> None:
+        self.unsupported.append(UnsupportedOp(op, fx.name, node_source(fx.meta), reason))
+        self.env[fx.name] = fx.name
+
+    @staticmethod
+    def _is_tensors(val: Any) -> bool:
+        if isinstance(val, torch.Tensor):
+            return True
+        return isinstance(val, (list, tuple)) and len(val) > 0 and all(isinstance(v, torch.Tensor) for v in val)
+
+    def _spec(self, name: str, val: Any) -> TensorSpec:
+        if not isinstance(val, torch.Tensor):
+            raise CaptureError(f"{self.name}: {name} is not a tensor ({type(val).__name__})")
+        try:
+            shape = tuple(int(d) for d in val.shape)
+        except (TypeError, RuntimeError) as err:
+            raise CaptureError(f"{self.name}: {name} has a symbolic shape {tuple(val.shape)}; dynamic shapes are not supported") from err
+        return TensorSpec(name, shape, dtype_name(val.dtype))
+
+    def _live_nodes(self, outputs: Sequence[str]) -> list[Node]:
+        live = set(outputs)
+        kept = []
+        for node in reversed(self.nodes):
+            if any(o.name in live for o in node.outputs):
+                kept.append(node)
+                live.update(node.inputs)
+        return kept[::-1]
+
+
+def _meta_like(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(tuple(val.shape), dtype=dtype, device="meta")
+
+
+# --------------------------------------------------------------------------------------
+# Running a Graph with PyTorch: an oracle for tests, never a fallback
+# --------------------------------------------------------------------------------------
+
+
+def sample_random_inputs(graph: Graph, seed: int | None = None, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Fresh values for the graph's lifted random inputs, in the reference's draw order.
+
+    With ``seed``, draws come from a generator seeded with it; for plain ``rand``/``randn``
+    draws on the CPU they then equal what the reference drew after
+    ``torch.manual_seed(seed)``.
+    """
+    generator = torch.Generator(device=device)
+    if seed is not None:
+        generator.manual_seed(seed)
+    else:
+        generator.seed()
+    out = {}
+    for r in graph.lifted_random:
+        dtype = getattr(torch, r.dtype)
+        kw = dict(generator=generator, device=device)
+        if r.distribution == "uniform":
+            t = torch.rand(r.shape, dtype=dtype, **kw)
+            low, high = r.param("low"), r.param("high")
+            if (low, high) != (0.0, 1.0):
+                t = torch.empty(r.shape, dtype=dtype, device=device).uniform_(low, high, generator=generator)
+        elif r.distribution == "normal":
+            t = torch.randn(r.shape, dtype=dtype, **kw)
+            if (r.param("mean"), r.param("std")) != (0.0, 1.0):
+                t = t * r.param("std") + r.param("mean")
+        elif r.distribution == "bernoulli":
+            t = (torch.rand(r.shape, **kw) < r.param("p")).to(dtype)
+        elif r.distribution == "randint":
+            t = torch.randint(r.param("low"), r.param("high"), r.shape, dtype=dtype, **kw)
+        elif r.distribution == "permutation":
+            t = torch.randperm(r.param("n"), dtype=dtype, **kw)
+        elif r.distribution == "exponential":
+            t = torch.empty(r.shape, dtype=dtype, device=device).exponential_(r.param("lambd"), generator=generator)
+        else:
+            raise ValueError(f"unknown distribution {r.distribution!r}")
+        out[r.input] = t
+    return out
+
+
+def evaluate_graph(graph: Graph, inputs: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Run ``graph`` node by node with the ATen operators its ops name.
+
+    This checks that a Graph alone — ops, operands and attrs — says everything needed to
+    compute the reference (tests compare it with the eager model, on meta tensors for
+    shapes). ``inputs`` must hold every graph input, lifted random ones included.
+    """
+    env: dict[str, torch.Tensor] = {}
+    for spec in graph.inputs:
+        env[spec.name] = inputs[spec.name]
+    for spec in graph.weights:
+        env[spec.name] = weights[spec.name]
+    device = next(iter(env.values())).device if env else torch.device("cpu")
+    for node in graph.nodes:
+        op = resolve_op(node.op)
+        if op is None:
+            raise CaptureError(f"node {node.name}: unknown op {node.op}")
+        args, kwargs = _unbind(op, node, env, device)
+        result = op(*args, **kwargs)
+        if len(node.outputs) == 1 and node.outputs[0].name == node.name:
+            env[node.name] = result
+        else:
+            for spec, value in zip(node.outputs, result):
+                env[spec.name] = value
+    return [env[name] for name in graph.outputs]
+
+
+def _unbind(op: torch._ops.OpOverload, node: Node, env: Mapping[str, torch.Tensor], device: torch.device) -> tuple[list, dict]:
+    """Rebuild an operator call from a node (inverse of ``_Converter._emit``)."""
+    arguments = op._schema.arguments
+    attrs = node.attrs_dict
+    pending = list(node.inputs)
+    # Tensor[] takes what the single tensors after it leave over.
+    fixed_after = {
+        i: sum(1 for a in arguments[i + 1 :] if _arg_kind(a) == "tensor" and a.name not in attrs)
+        for i in range(len(arguments))
+    }
+    args, kwargs = [], {}
+    by_name = False  # after a skipped argument, positions no longer line up: pass by name
+    for i, arg in enumerate(arguments):
+        kind = _arg_kind(arg)
+        if arg.name in _DROPPED_ARGS:
+            if arg.name == "device" and _creates_tensor(op):
+                kwargs["device"] = device
+            by_name = True
+            continue
+        if kind == "tensor_list":
+            if arg.name in attrs:
+                value = [env[v] if v is not None else None for v in attrs[arg.name]]
+                pending = pending[sum(v is not None for v in attrs[arg.name]) :]
+            else:
+                n = len(pending) - fixed_after[i]
+                value, pending = [env[v] for v in pending[:n]], pending[n:]
+        elif arg.name in attrs:
+            value = attrs[arg.name]
+            real = str(getattr(arg, "real_type", arg.type))
+            if isinstance(value, str) and "ScalarType" in real:
+                value = getattr(torch, value)
+            elif isinstance(value, str) and "MemoryFormat" in real:
+                value = getattr(torch, value)
+            elif isinstance(value, tuple):
+                value = list(value)
+        elif kind == "tensor":
+            value, pending = env[pending[0]], pending[1:]
+        else:
+            by_name = True  # not recorded: leave the schema default
+            continue
+        if arg.kwarg_only or by_name:
+            kwargs[arg.name] = value
+        else:
+            args.append(value)
+    if pending:
+        raise CaptureError(f"node {node.name}: {len(pending)} inputs left over for {op}")
+    return args, kwargs
+
+
+def _creates_tensor(op: torch._ops.OpOverload) -> bool:
+    return not any(_arg_kind(a) in ("tensor", "tensor_list") for a in op._schema.arguments if a.name not in _DROPPED_ARGS)
+
+
+__all__ = [
+    "PRESERVED_OPS",
+    "SUPPORTED_OPS",
+    "UnsupportedOp",
+    "CaptureError",
+    "UnsupportedOpError",
+    "Reference",
+    "Captured",
+    "load_reference",
+    "capture",
+    "capture_reference",
+    "check_supported",
+    "save_weights",
+    "sample_random_inputs",
+    "evaluate_graph",
+    "decomposition_table",
+    "node_source",
+    "op_name",
+    "resolve_op",
+    "dtype_name",
+]

@@ -1,0 +1,386 @@
+"""Capture: references in, Graphs out (CPU only).
+
+* every program in models/ captures, uses only SUPPORTED_OPS, and its Graph — run op by
+  op with ATen, also after a JSON round trip — reproduces the eager model exactly;
+* the KernelBench development problems, read at run time from ../shared/kernelbench
+  (skipped when absent), capture on the meta device (their real tensors run to gigabytes)
+  with output shapes equal to the eager model's; the ones with convolutions, recurrent
+  layers or mutated state are refused quickly, naming the operator and the line;
+* random draws in forward become program inputs; unsupported operators name their line.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file
+
+from stitchcuda import frontend
+from stitchcuda.frontend import (
+    SUPPORTED_OPS,
+    CaptureError,
+    UnsupportedOpError,
+    capture,
+    capture_reference,
+    check_supported,
+    evaluate_graph,
+    load_reference,
+    sample_random_inputs,
+    save_weights,
+)
+from stitchcuda.ir import Graph
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = sorted((REPO / "models").glob("*.py"))
+DEV_SET = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "dev.jsonl"
+
+SUPPORTED_DEV = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (2, 76), (2, 86), (2, 99), (3, 1), (3, 3), (3, 43), (3, 44)]
+# problem -> (what the error must name, module path, a snippet of the line it must point at)
+UNSUPPORTED_DEV = {
+    (3, 4): ("aten.convolution.default", "model.conv1 (Conv2d)", "x = F.relu(self.conv1(x))"),
+    (3, 8): ("aten.convolution.default", "model.conv1 (Conv2d)", "out = self.conv1(x)"),
+    (3, 33): ("tensor attribute state", "model.hidden", "self.hidden.copy_(initial_hidden)"),
+    (3, 35): ("nn.LSTM", "model.lstm (LSTM)", "out, _ = self.lstm(x, (h0, c0))"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _dev_problems() -> dict[tuple[int, int], dict]:
+    return {(row["level"], row["problem_id"]): row for row in map(json.loads, DEV_SET.read_text().splitlines())}
+
+
+def _dev(key: tuple[int, int]) -> frontend.Reference:
+    if not DEV_SET.is_file():
+        pytest.skip(f"KernelBench development set not found at {DEV_SET}")
+    row = _dev_problems()[key]
+    return load_reference(row["source"], name=row["name"])
+
+
+def _line_of(source: str, snippet: str, start: int = 1) -> int:
+    for i, line in enumerate(source.splitlines()):
+        if snippet in line:
+            return start + i
+    raise AssertionError(f"{snippet!r} not in source")
+
+
+def _as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _user_inputs(graph: Graph, inputs) -> dict[str, torch.Tensor]:
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    return {spec.name: t for spec, t in zip(graph.user_inputs, tensors)}
+
+
+# --------------------------------------------------------------------------------------
+# models/
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.stem)
+def test_models_capture_and_reproduce_the_reference(path, tmp_path):
+    ref = load_reference(path)
+    model, inputs = ref.instantiate(seed=0)
+    captured = capture(model, inputs, ref.name)
+    graph = captured.graph
+    assert graph.ops() <= SUPPORTED_OPS
+    assert all(n.source.startswith("model") and f"{path.name} line " in n.source for n in graph.nodes)
+
+    expected = _as_tuple(model(*inputs))
+    assert [s.shape for s in graph.output_specs] == [tuple(t.shape) for t in expected]
+    # The Graph alone (ops, operands, attrs) must say everything, JSON included.
+    for g in (graph, Graph.from_json(graph.to_json())):
+        got = evaluate_graph(g, _user_inputs(g, inputs), captured.weights)
+        for want, have in zip(expected, got):
+            torch.testing.assert_close(have, want, rtol=0, atol=0)
+
+    weights_file = tmp_path / "weights.safetensors"
+    save_weights(captured, weights_file)
+    saved = load_file(weights_file)
+    assert set(saved) == {w.name for w in graph.weights}
+    for spec in graph.weights:
+        assert tuple(saved[spec.name].shape) == spec.shape
+        torch.testing.assert_close(saved[spec.name], captured.weights[spec.name], rtol=0, atol=0)
+
+
+def test_gpt_block_graph_shape():
+    """The written-out attention stays recognisable: GEMMs whole, mask and softmax visible."""
+    ref = load_reference(REPO / "models" / "gpt_block.py")
+    graph = capture_reference(ref, device="meta").graph
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("aten.linear.default") == 4
+    assert ops.count("aten.matmul.default") == 2
+    assert ops.count("aten.native_layer_norm.default") == 2
+    assert "aten._softmax.default" in ops and "aten.where.self" in ops
+    # The non-persistent causal mask buffer is a weight the program reads.
+    assert "attn.causal_mask" in {w.name for w in graph.weights}
+    assert graph.spec("attn.causal_mask").dtype == "bool"
+
+
+# --------------------------------------------------------------------------------------
+# KernelBench development problems
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", SUPPORTED_DEV, ids=lambda k: f"L{k[0]}-{k[1]}")
+def test_dev_problem_captures(key):
+    ref = _dev(key)
+    # Meta tensors: the problems' real inputs and weights run to several GB.
+    model, inputs = ref.instantiate(device="meta", seed=0)
+    captured = capture(model, inputs, ref.name)
+    graph = captured.graph
+    unsupported = check_supported(graph)
+    assert not unsupported, unsupported
+    assert graph.ops() <= SUPPORTED_OPS
+
+    eager = _as_tuple(model(*inputs))
+    assert [s.shape for s in graph.output_specs] == [tuple(t.shape) for t in eager]
+    assert [s.dtype for s in graph.output_specs] == [str(t.dtype).removeprefix("torch.") for t in eager]
+    # Running the Graph on meta tensors checks every node's operands and attrs agree.
+    ran = evaluate_graph(graph, _user_inputs(graph, inputs), captured.weights)
+    assert [tuple(t.shape) for t in ran] == [s.shape for s in graph.output_specs]
+    assert not graph.lifted_random  # these problems draw nothing in forward (dropout p = 0)
+
+
+@pytest.mark.parametrize("key", sorted(UNSUPPORTED_DEV), ids=lambda k: f"L{k[0]}-{k[1]}")
+def test_dev_problem_refused_with_location(key):
+    ref = _dev(key)
+    what, module, snippet = UNSUPPORTED_DEV[key]
+    model, inputs = ref.instantiate(device="meta", seed=0)
+    plain = {k: v for k, v in vars(model).items() if isinstance(v, torch.Tensor)}
+    start = time.perf_counter()
+    with pytest.raises(UnsupportedOpError) as info:
+        capture(model, inputs, ref.name)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 5.0, f"refusal took {elapsed:.1f} s"
+    message = str(info.value)
+    line = _line_of(ref.source, snippet)
+    assert what in message and module in message
+    assert f"<{ref.name}> line {line}: {snippet}" in message, message
+    assert any(u.op == what for u in info.value.ops)
+    # Whatever forward assigned while export traced it, the model is as it was.
+    assert all(vars(model)[k] is v for k, v in plain.items())
+
+
+def test_dev_lenet_lists_every_unsupported_op():
+    ref = _dev((3, 4))
+    with pytest.raises(UnsupportedOpError) as info:
+        capture_reference(ref, device="meta")
+    assert {u.op for u in info.value.ops} == {"aten.convolution.default", "aten.max_pool2d_with_indices.default"}
+    assert info.value.graph is not None  # the graph is still there for a later stage to inspect
+    assert "model.conv2 (Conv2d)" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------
+# Random draws in forward
+# --------------------------------------------------------------------------------------
+
+
+class _Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x) + torch.randn(x.shape[0], 8)
+        return h * torch.rand_like(h)
+
+
+def test_random_draws_become_inputs_and_replay_the_reference():
+    model, x = _Noisy(), torch.randn(4, 8)
+    graph = capture(model, [x], "noisy").graph
+    assert [s.name for s in graph.inputs] == ["x", "randn", "rand_like"]
+    assert [s.name for s in graph.user_inputs] == ["x"]
+    randn, rand_like = graph.lifted_random
+    assert (randn.op, randn.distribution, randn.shape, randn.dtype) == ("aten.randn.default", "normal", (4, 8), "float32")
+    assert randn.params == (("mean", 0.0), ("std", 1.0))
+    assert (rand_like.distribution, rand_like.params) == ("uniform", (("low", 0.0), ("high", 1.0)))
+    line = _line_of(inspect.getsource(_Noisy), "torch.randn(", inspect.getsourcelines(_Noisy)[1])
+    assert f"test_frontend.py line {line}" in randn.source
+    assert not any("rand" in n.op for n in graph.nodes)
+    assert "random %randn: float32[4,8] ~ normal(mean=0.0, std=1.0)" in str(graph)
+    assert Graph.from_json(graph.to_json()) == graph
+
+    # Same seed, same draws: the graph with lifted inputs equals the reference itself.
+    torch.manual_seed(7)
+    expected = model(x)
+    random = sample_random_inputs(graph, seed=7)
+    got = evaluate_graph(graph, {"x": x, **random}, dict(model.named_parameters()))[0]
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+class _Dropouts(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.drop(x) + 1.0
+
+
+def test_live_dropout_lifts_its_mask():
+    x = torch.randn(3, 5)
+    graph = capture(_Dropouts(0.25), [x], "drop").graph
+    (mask,) = graph.lifted_random
+    assert (mask.op, mask.distribution, mask.dtype, mask.shape) == ("aten.native_dropout.default", "bernoulli", "bool", (3, 5))
+    assert mask.param("p") == pytest.approx(0.75)  # probability of keeping an element
+    assert "model.drop (Dropout)" in mask.source
+    keep = torch.rand(3, 5) < 0.75
+    got = evaluate_graph(graph, {"x": x, mask.input: keep}, {})[0]
+    torch.testing.assert_close(got, torch.where(keep, x / 0.75, 0.0) + 1.0)
+
+
+@pytest.mark.parametrize("p, train", [(0.0, True), (0.5, False)])
+def test_inactive_dropout_is_identity(p, train):
+    x = torch.randn(3, 5)
+    model = _Dropouts(p).train(train)
+    graph = capture(model, [x], "drop").graph
+    assert not graph.lifted_random and len(graph.inputs) == 1
+    torch.testing.assert_close(evaluate_graph(graph, {"x": x}, {})[0], x + 1.0)
+
+
+class _Coins(nn.Module):
+    def forward(self, p, x):
+        return torch.bernoulli(p) * x
+
+
+def test_bernoulli_with_tensor_probabilities():
+    p, x = torch.full((6,), 0.5), torch.randn(6)
+    graph = capture(_Coins(), [p, x], "coins").graph
+    (u,) = graph.lifted_random
+    assert u.distribution == "uniform" and u.shape == (6,)
+    assert "aten.lt.Tensor" in graph.ops()
+    u_values = torch.tensor([0.0, 0.9, 0.2, 0.7, 0.49, 0.51])
+    got = evaluate_graph(graph, {"p": p, "x": x, u.input: u_values}, {})[0]  # one where u < p
+    torch.testing.assert_close(got, x * (u_values < 0.5))
+
+
+# --------------------------------------------------------------------------------------
+# Refusals with locations
+# --------------------------------------------------------------------------------------
+
+
+class _Cumsum(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        return torch.cumsum(y, dim=1)
+
+
+def test_unsupported_op_names_its_source_line():
+    line = _line_of(inspect.getsource(_Cumsum), "torch.cumsum", inspect.getsourcelines(_Cumsum)[1])
+    with pytest.raises(UnsupportedOpError) as info:
+        capture(_Cumsum(), [torch.randn(2, 3)], "cumsum")
+    message = str(info.value)
+    assert "aten.cumsum.default at model (_Cumsum)" in message
+    assert f"test_frontend.py line {line}: return torch.cumsum(y, dim=1)" in message
+    assert [u.op for u in info.value.ops] == ["aten.cumsum.default"]
+    assert "aten.relu" not in message
+    # Without the check the graph is captured, and check_supported finds the same op.
+    graph = capture(_Cumsum(), [torch.randn(2, 3)], "cumsum", supported_ops=None).graph
+    assert [u.op for u in check_supported(graph)] == ["aten.cumsum.default"]
+    assert check_supported(graph, SUPPORTED_OPS | {"aten.cumsum.default"}) == []
+
+
+class _Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(4, 8, num_layers=2, batch_first=True)
+
+    def forward(self, x):
+        out, _ = self.gru(x)
+        return out[:, -1]
+
+
+def test_recurrent_layer_refused_before_export():
+    line = _line_of(inspect.getsource(_Recurrent), "self.gru(x)", inspect.getsourcelines(_Recurrent)[1])
+    start = time.perf_counter()
+    with pytest.raises(UnsupportedOpError) as info:
+        capture(_Recurrent(), [torch.randn(2, 1000, 4)], "gru")
+    assert time.perf_counter() - start < 1.0
+    assert f"nn.GRU at model.gru (GRU), test_frontend.py line {line}: out, _ = self.gru(x)" in str(info.value)
+
+
+class _Accumulates(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.total = torch.zeros(4)
+
+    def forward(self, x):
+        self.total.add_(x.sum(0))
+        return x + self.total
+
+
+class _Reassigns(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.state = torch.zeros(4)
+
+    def forward(self, x):
+        self.state = self.state + x.sum(0)
+        return x * self.state
+
+
+@pytest.mark.parametrize("cls, attr, snippet", [(_Accumulates, "total", "self.total.add_("), (_Reassigns, "state", "self.state = self.state")])
+def test_state_in_plain_tensor_attribute_refused(cls, attr, snippet):
+    model = cls()
+    before = getattr(model, attr)
+    line = _line_of(inspect.getsource(cls), snippet, inspect.getsourcelines(cls)[1])
+    with pytest.raises(UnsupportedOpError) as info:
+        capture(model, [torch.randn(3, 4)], "stateful")
+    assert f"'{attr}'" in str(info.value)
+    assert f"test_frontend.py line {line}" in str(info.value)
+    assert getattr(model, attr) is before
+
+
+def test_export_failure_is_a_capture_error():
+    class DataDependent(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x
+            return -x
+
+    with pytest.raises(CaptureError, match="torch.export could not capture 'branchy'"):
+        capture(DataDependent(), [torch.randn(3)], "branchy")
+
+
+# --------------------------------------------------------------------------------------
+# Loading, scalars, weights
+# --------------------------------------------------------------------------------------
+
+
+def test_load_reference_from_path_and_source():
+    path = REPO / "models" / "mlp.py"
+    for given in (path, str(path)):
+        ref = load_reference(given)
+        assert ref.name == "mlp" and ref.filename.endswith("mlp.py")
+    from_source = load_reference(path.read_text(), name="mlp_text")
+    assert from_source.filename == "<mlp_text>"
+    assert from_source.get_init_inputs() == ref.get_init_inputs()
+    assert inspect.getsource(from_source.Model).startswith("class Model")
+    with pytest.raises(CaptureError, match="lacks get_inputs, get_init_inputs"):
+        load_reference("import torch\nclass Model(torch.nn.Module):\n    pass\n", name="broken")
+
+
+class _Scaled(nn.Module):
+    def forward(self, x, k: int):
+        return x * k
+
+
+def test_scalar_inputs_are_baked_in():
+    graph = capture(_Scaled(), [torch.randn(2), 3], "scaled").graph
+    assert [s.name for s in graph.inputs] == ["x"]
+    (node,) = graph.nodes
+    assert node.op == "aten.mul.Tensor" and node.attr("other") == 3
+
+
+def test_save_weights_refuses_meta_capture(tmp_path):
+    captured = capture_reference(load_reference(REPO / "models" / "mlp.py"), device="meta")
+    with pytest.raises(CaptureError, match="meta"):
+        save_weights(captured, tmp_path / "w.safetensors")

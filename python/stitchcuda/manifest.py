@@ -1,0 +1,649 @@
+"""The program directory and its manifest.
+
+A program lives in one folder::
+
+    run/<name>/program.cu            the CUDA C++ source (generated or hand-written)
+    run/<name>/manifest.json         what this module describes
+    run/<name>/weights.safetensors   the weights, in manifest order (optional: a program may have none)
+    run/<name>/program.so            the built library (absent until built)
+
+``manifest.json`` (format ``stitchcuda-program``, version 1)::
+
+    {"format": "stitchcuda-program", "version": 1, "name": "mlp", "abi_version": 1,
+     "precision": "fp32" | "tf32" | "bf16" | "fp16", "arch": "sm_90",
+     "source_hash": "<sha256 hex of program.cu>",
+     "reference": {"path": "model.py"}  or  {"kernelbench": {"level": 1, "problem_id": 23, "name": "23_Softmax"}},
+     "inputs":  [{"name": "x", "dtype": "float32", "shape": [64, 256]}],
+     "outputs": [...], "weights": [...],
+     "lifted_random": [{"input": "noise", "node": "randn_like", "op": "aten.randn_like.default"}],
+     "tasks": [{"name": "linear_relu", "strategy": "cublaslt_gemm", "covers": ["addmm", "relu"],
+                "flops": 8388608, "bytes": 688128}],
+     "reference_ops": [{"node": "addmm", "op": "aten.addmm.default", "flops": 8388608, "bytes": 688128}]}
+
+Provenance: every node of ``reference_ops`` must be covered by some task; that is a rule of the
+Verifier (``stitchcuda.verifier.static``), not a format error, so a manifest that breaks it
+still loads and the Verifier can say what is missing.
+
+Every loading problem raises :class:`ManifestError`, whose message names the file and the
+problem (``run/mlp/manifest.json: inputs[0].shape: expected a list of non-negative integers``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .fsutil import atomic_write_text
+
+FORMAT = "stitchcuda-program"
+FORMAT_VERSION = 1
+ABI_VERSION = 1
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+#: Element sizes of the dtypes a manifest may name (the runtime's st_dtype_name spellings).
+DTYPE_SIZES = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
+    "int32": 4, "int64": 8, "uint8": 1, "bool": 1, "int8": 1,
+}
+
+#: safetensors dtype codes for the same dtypes.
+SAFETENSORS_DTYPES = {
+    "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
+    "I32": "int32", "I64": "int64", "U8": "uint8", "BOOL": "bool", "I8": "int8",
+}
+
+#: Strategies the planner and coder use today. Others are allowed (an LLM-written kernel names
+#: its own); these are the ones other stages know by name.
+KNOWN_STRATEGIES = (
+    "cublaslt_gemm", "epilogue_template", "reduction_template", "elementwise_kernel",
+    "attention_template", "copy", "custom_kernel",
+)
+
+PROGRAM_SOURCE = "program.cu"
+MANIFEST_FILE = "manifest.json"
+WEIGHTS_FILE = "weights.safetensors"
+LIBRARY_FILE = "program.so"
+
+_ARCH_RE = re.compile(r"^sm_\d{2,3}[a-z]?$")
+_HASH_RE = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+class ManifestError(ValueError):
+    """A program directory or manifest that cannot be used; the message names file and problem."""
+
+    def __init__(self, file: str | Path, problem: str):
+        self.file = str(file)
+        self.problem = problem
+        super().__init__(f"{self.file}: {problem}")
+
+
+# ------------------------------------------------------------------ dataclasses
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A dense, row-major tensor crossing the program ABI."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_SIZES[self.dtype]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class KernelBenchRef:
+    level: int
+    problem_id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class ReferenceSource:
+    """Where the reference program came from: a file (relative to the program folder) or a
+    KernelBench problem."""
+
+    path: str | None = None
+    kernelbench: KernelBenchRef | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.kernelbench is not None:
+            return {"kernelbench": dataclasses.asdict(self.kernelbench)}
+        return {"path": self.path}
+
+    def describe(self) -> str:
+        if self.kernelbench is not None:
+            k = self.kernelbench
+            return f"KernelBench level {k.level} problem {k.problem_id} ({k.name})"
+        return str(self.path)
+
+
+@dataclass(frozen=True)
+class LiftedRandom:
+    """A random draw in the reference's forward, lifted to an explicit program input.
+
+    The fields follow ``stitchcuda.ir.LiftedRandom.to_dict()`` (input, op, shape, dtype,
+    distribution, params as ``[[key, value], ...]``, source), plus the graph ``node``; only
+    ``input`` is required. ``shape``/``dtype``, when given, must match that input's spec.
+    """
+
+    input: str
+    node: str = ""
+    op: str = ""
+    distribution: str = ""
+    params: tuple[tuple[str, Any], ...] = ()
+    shape: tuple[int, ...] | None = None
+    dtype: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"input": self.input}
+        for k in ("node", "op", "distribution", "dtype", "source"):
+            if getattr(self, k):
+                d[k] = getattr(self, k)
+        if self.shape is not None:
+            d["shape"] = list(self.shape)
+        if self.params:
+            d["params"] = [[k, v] for k, v in self.params]
+        return d
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of generated work and the reference nodes it accounts for."""
+
+    name: str
+    strategy: str
+    covers: tuple[str, ...]
+    flops: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "strategy": self.strategy, "covers": list(self.covers),
+                "flops": self.flops, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class ReferenceOp:
+    """One node of the captured reference graph with its cost-model FLOPs and bytes."""
+
+    node: str
+    op: str
+    flops: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    name: str
+    precision: str
+    arch: str
+    source_hash: str
+    reference: ReferenceSource
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    weights: tuple[TensorSpec, ...] = ()
+    lifted_random: tuple[LiftedRandom, ...] = ()
+    tasks: tuple[Task, ...] = ()
+    reference_ops: tuple[ReferenceOp, ...] = ()
+    abi_version: int = ABI_VERSION
+    format: str = FORMAT
+    version: int = FORMAT_VERSION
+
+    # -------------------------------------------------------------- provenance
+
+    def covered_nodes(self) -> frozenset[str]:
+        return frozenset(n for t in self.tasks for n in t.covers)
+
+    def uncovered_ops(self) -> tuple[ReferenceOp, ...]:
+        """Reference ops no task covers (each must be covered: a Verifier rule)."""
+        covered = self.covered_nodes()
+        return tuple(op for op in self.reference_ops if op.node not in covered)
+
+    def unknown_covers(self) -> tuple[tuple[str, str], ...]:
+        """(task, node) pairs naming a node that is not among ``reference_ops``."""
+        known = {op.node for op in self.reference_ops}
+        return tuple((t.name, n) for t in self.tasks for n in t.covers if n not in known)
+
+    # -------------------------------------------------------------- serialisation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "version": self.version,
+            "name": self.name,
+            "abi_version": self.abi_version,
+            "precision": self.precision,
+            "arch": self.arch,
+            "source_hash": self.source_hash,
+            "reference": self.reference.to_dict(),
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "weights": [t.to_dict() for t in self.weights],
+            "lifted_random": [r.to_dict() for r in self.lifted_random],
+            "tasks": [t.to_dict() for t in self.tasks],
+            "reference_ops": [o.to_dict() for o in self.reference_ops],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        """Write atomically; ``path`` is the manifest file or its program folder."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / MANIFEST_FILE
+        return atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def from_dict(cls, data: Any, file: str | Path = "<manifest>") -> "Manifest":
+        return _Parser(str(file)).manifest(data)
+
+    @classmethod
+    def from_json(cls, text: str, file: str | Path = "<manifest>") -> "Manifest":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ManifestError(file, f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        return cls.from_dict(data, file)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Manifest":
+        """Read and validate a manifest file (or the manifest of a program folder)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / MANIFEST_FILE
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ManifestError(path, "file not found") from None
+        except UnicodeDecodeError as e:
+            raise ManifestError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except OSError as e:
+            raise ManifestError(path, f"cannot read: {e.strerror or e}") from None
+        return cls.from_json(text, path)
+
+
+def hash_source(source: str | bytes) -> str:
+    """The manifest's ``source_hash`` of a program source: SHA-256 of its UTF-8 bytes, hex."""
+    if isinstance(source, str):
+        source = source.encode("utf-8")
+    return hashlib.sha256(source).hexdigest()
+
+
+def same_hash(a: str, b: str) -> bool:
+    strip = lambda h: h[len("sha256:"):] if h.startswith("sha256:") else h  # noqa: E731
+    return strip(a.lower()) == strip(b.lower())
+
+
+# ------------------------------------------------------------------ parsing
+
+
+class _Parser:
+    def __init__(self, file: str):
+        self.file = file
+
+    def fail(self, where: str, problem: str) -> ManifestError:
+        return ManifestError(self.file, f"{where}: {problem}" if where else problem)
+
+    def obj(self, v: Any, where: str) -> Mapping[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(where, f"expected an object, got {_kind(v)}")
+        return v
+
+    def req(self, d: Mapping[str, Any], key: str, where: str) -> Any:
+        if key not in d:
+            raise self.fail(where, f"missing required field \"{key}\"")
+        return d[key]
+
+    def string(self, v: Any, where: str, *, nonempty: bool = True) -> str:
+        if not isinstance(v, str):
+            raise self.fail(where, f"expected a string, got {_kind(v)}")
+        if nonempty and not v.strip():
+            raise self.fail(where, "must not be empty")
+        return v
+
+    def count(self, v: Any, where: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise self.fail(where, f"expected a non-negative integer, got {_show(v)}")
+        return v
+
+    def array(self, v: Any, where: str) -> list[Any]:
+        if not isinstance(v, list):
+            raise self.fail(where, f"expected a list, got {_kind(v)}")
+        return v
+
+    def tensor(self, v: Any, where: str) -> TensorSpec:
+        d = self.obj(v, where)
+        name = self.string(self.req(d, "name", where), f"{where}.name")
+        if not _IDENT_RE.match(name):
+            raise self.fail(f"{where}.name", f"{name!r} is not a usable name (letters, digits, _ . -)")
+        dtype = self.string(self.req(d, "dtype", where), f"{where}.dtype")
+        if dtype not in DTYPE_SIZES:
+            raise self.fail(f"{where}.dtype", f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_SIZES)}")
+        shape = self.req(d, "shape", where)
+        if not isinstance(shape, list) or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):
+            raise self.fail(f"{where}.shape", f"expected a list of non-negative integers, got {_show(shape)}")
+        if len(shape) > 8:
+            raise self.fail(f"{where}.shape", f"{len(shape)} dimensions; the program ABI allows at most 8")
+        return TensorSpec(name, dtype, tuple(shape))
+
+    def tensors(self, d: Mapping[str, Any], key: str, *, required: bool) -> tuple[TensorSpec, ...]:
+        if key not in d:
+            if required:
+                raise self.fail("", f"missing required field \"{key}\"")
+            return ()
+        items = self.array(d[key], key)
+        return tuple(self.tensor(t, f"{key}[{i}]") for i, t in enumerate(items))
+
+    def reference(self, v: Any) -> ReferenceSource:
+        d = self.obj(v, "reference")
+        has_path, has_kb = "path" in d, "kernelbench" in d
+        if has_path == has_kb:
+            raise self.fail("reference", "expected exactly one of \"path\" or \"kernelbench\"")
+        if has_path:
+            return ReferenceSource(path=self.string(d["path"], "reference.path"))
+        kb = self.obj(d["kernelbench"], "reference.kernelbench")
+        w = "reference.kernelbench"
+        return ReferenceSource(kernelbench=KernelBenchRef(
+            level=self.count(self.req(kb, "level", w), f"{w}.level"),
+            problem_id=self.count(self.req(kb, "problem_id", w), f"{w}.problem_id"),
+            name=self.string(self.req(kb, "name", w), f"{w}.name"),
+        ))
+
+    def lifted(self, v: Any, where: str) -> LiftedRandom:
+        if isinstance(v, str):
+            return LiftedRandom(input=self.string(v, where))
+        d = self.obj(v, where)
+        raw = d.get("params", [])
+        if isinstance(raw, dict):
+            raw = [[k, val] for k, val in raw.items()]
+        if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+                                                for p in raw):
+            raise self.fail(f"{where}.params", "expected [[name, value], ...] or an object")
+        shape = d.get("shape")
+        if shape is not None and (not isinstance(shape, list) or
+                                  any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in shape)):
+            raise self.fail(f"{where}.shape", f"expected a list of non-negative integers, got {_show(shape)}")
+        return LiftedRandom(
+            input=self.string(self.req(d, "input", where), f"{where}.input"),
+            node=self.string(d.get("node", ""), f"{where}.node", nonempty=False),
+            op=self.string(d.get("op", ""), f"{where}.op", nonempty=False),
+            distribution=self.string(d.get("distribution", ""), f"{where}.distribution", nonempty=False),
+            params=tuple((k, _freeze(val)) for k, val in raw),
+            shape=tuple(shape) if shape is not None else None,
+            dtype=self.string(d.get("dtype", ""), f"{where}.dtype", nonempty=False),
+            source=self.string(d.get("source", ""), f"{where}.source", nonempty=False),
+        )
+
+    def task(self, v: Any, where: str) -> Task:
+        d = self.obj(v, where)
+        covers = self.array(self.req(d, "covers", where), f"{where}.covers")
+        return Task(
+            name=self.string(self.req(d, "name", where), f"{where}.name"),
+            strategy=self.string(self.req(d, "strategy", where), f"{where}.strategy"),
+            covers=tuple(self.string(c, f"{where}.covers[{i}]") for i, c in enumerate(covers)),
+            flops=self.count(d.get("flops", 0), f"{where}.flops"),
+            bytes=self.count(d.get("bytes", 0), f"{where}.bytes"),
+        )
+
+    def ref_op(self, v: Any, where: str) -> ReferenceOp:
+        d = self.obj(v, where)
+        return ReferenceOp(
+            node=self.string(self.req(d, "node", where), f"{where}.node"),
+            op=self.string(self.req(d, "op", where), f"{where}.op"),
+            flops=self.count(d.get("flops", 0), f"{where}.flops"),
+            bytes=self.count(d.get("bytes", 0), f"{where}.bytes"),
+        )
+
+    def manifest(self, data: Any) -> Manifest:
+        d = self.obj(data, "")
+        fmt = self.req(d, "format", "")
+        if fmt != FORMAT:
+            raise self.fail("format", f"expected \"{FORMAT}\", got {_show(fmt)}")
+        version = self.req(d, "version", "")
+        if version != FORMAT_VERSION:
+            raise self.fail("version", f"this stitchcuda reads version {FORMAT_VERSION}, got {_show(version)}")
+        abi = self.req(d, "abi_version", "")
+        if abi != ABI_VERSION:
+            raise self.fail("abi_version", f"this stitchcuda speaks program ABI {ABI_VERSION}, got {_show(abi)}")
+        name = self.string(self.req(d, "name", ""), "name")
+        precision = self.string(self.req(d, "precision", ""), "precision")
+        if precision not in PRECISIONS:
+            raise self.fail("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+        arch = self.string(self.req(d, "arch", ""), "arch")
+        if not _ARCH_RE.match(arch):
+            raise self.fail("arch", f"expected a target like \"sm_90\", got {arch!r}")
+        source_hash = self.string(self.req(d, "source_hash", ""), "source_hash")
+        if not _HASH_RE.match(source_hash.lower()):
+            raise self.fail("source_hash", "expected the SHA-256 hex digest of program.cu")
+        reference = self.reference(self.req(d, "reference", ""))
+
+        inputs = self.tensors(d, "inputs", required=True)
+        outputs = self.tensors(d, "outputs", required=True)
+        weights = self.tensors(d, "weights", required=False)
+        if not outputs:
+            raise self.fail("outputs", "a program must have at least one output")
+        seen: dict[str, str] = {}
+        for group, specs in (("inputs", inputs), ("outputs", outputs), ("weights", weights)):
+            for i, t in enumerate(specs):
+                if t.name in seen:
+                    raise self.fail(f"{group}[{i}].name", f"{t.name!r} is already used by {seen[t.name]}")
+                seen[t.name] = f"{group}[{i}]"
+
+        lifted = tuple(self.lifted(v, f"lifted_random[{i}]")
+                       for i, v in enumerate(self.array(d.get("lifted_random", []), "lifted_random")))
+        by_name = {t.name: t for t in inputs}
+        for i, r in enumerate(lifted):
+            spec = by_name.get(r.input)
+            if spec is None:
+                raise self.fail(f"lifted_random[{i}].input", f"{r.input!r} is not one of the inputs")
+            if (r.shape is not None and r.shape != spec.shape) or (r.dtype and r.dtype != spec.dtype):
+                raise self.fail(f"lifted_random[{i}]", f"{r.dtype or spec.dtype}{list(r.shape or spec.shape)} does "
+                                                       f"not match input {r.input} ({spec.dtype}{list(spec.shape)})")
+
+        tasks = tuple(self.task(v, f"tasks[{i}]") for i, v in enumerate(self.array(d.get("tasks", []), "tasks")))
+        _unique((t.name for t in tasks), "tasks", "task name", self)
+        ops = tuple(self.ref_op(v, f"reference_ops[{i}]")
+                    for i, v in enumerate(self.array(d.get("reference_ops", []), "reference_ops")))
+        _unique((o.node for o in ops), "reference_ops", "node", self)
+
+        return Manifest(name=name, precision=precision, arch=arch, source_hash=source_hash,
+                        reference=reference, inputs=inputs, outputs=outputs, weights=weights,
+                        lifted_random=lifted, tasks=tasks, reference_ops=ops)
+
+
+def _unique(names, where: str, what: str, p: _Parser) -> None:
+    seen: set[str] = set()
+    for i, n in enumerate(names):
+        if n in seen:
+            raise p.fail(f"{where}[{i}]", f"duplicate {what} {n!r}")
+        seen.add(n)
+
+
+def _freeze(v: Any) -> Any:
+    """JSON lists as tuples, so a LiftedRandom's params compare and hash like the IR's."""
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def _kind(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _show(v: Any) -> str:
+    s = json.dumps(v) if not isinstance(v, (set, tuple)) else repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+# ------------------------------------------------------------------ safetensors
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offsets: tuple[int, int]
+
+
+def read_safetensors_header(path: str | Path) -> dict[str, StoredTensor]:
+    """Parse a safetensors header (no data is read) and check its offsets against the file.
+
+    Layout: 8-byte little-endian header length N, N bytes of JSON
+    ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``, data.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise ManifestError(path, "not a safetensors file (shorter than its 8-byte header length)")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8 or n > 100 * 1024 * 1024:
+                raise ManifestError(path, f"not a safetensors file (header length {n} exceeds the file)")
+            raw = f.read(n)
+    except FileNotFoundError:
+        raise ManifestError(path, "file not found") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ManifestError(path, f"corrupt safetensors header ({e})") from None
+    if not isinstance(header, dict):
+        raise ManifestError(path, "corrupt safetensors header (not a JSON object)")
+    data_size = size - 8 - n
+    out: dict[str, StoredTensor] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            code, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ManifestError(path, f"tensor {name!r}: header entry lacks dtype, shape or data_offsets") from None
+        if code not in SAFETENSORS_DTYPES:
+            raise ManifestError(path, f"tensor {name!r}: dtype {code!r} is not one stitchcuda supports")
+        dtype = SAFETENSORS_DTYPES[code]
+        if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+            raise ManifestError(path, f"tensor {name!r}: bad shape {_show(shape)}")
+        want = math.prod(shape) * DTYPE_SIZES[dtype]
+        if not (0 <= begin <= end <= data_size) or end - begin != want:
+            raise ManifestError(path, f"tensor {name!r}: data_offsets [{begin}, {end}] do not hold "
+                                      f"{want} bytes inside the {data_size}-byte data section")
+        out[name] = StoredTensor(name, dtype, tuple(shape), (begin, end))
+    return out
+
+
+def check_weights_file(manifest: Manifest, path: str | Path) -> None:
+    """Raise ManifestError unless the file holds exactly the manifest's weights (name, dtype, shape)."""
+    stored = read_safetensors_header(path)
+    want = {w.name: w for w in manifest.weights}
+    missing = [n for n in want if n not in stored]
+    extra = [n for n in stored if n not in want]
+    if missing:
+        raise ManifestError(path, f"lacks weight(s) the manifest lists: {', '.join(missing)}")
+    if extra:
+        raise ManifestError(path, f"holds tensor(s) the manifest does not list: {', '.join(extra)}")
+    for name, w in want.items():
+        s = stored[name]
+        if s.dtype != w.dtype or s.shape != w.shape:
+            raise ManifestError(path, f"weight {name!r} is {s.dtype}{list(s.shape)}, "
+                                      f"the manifest says {w.dtype}{list(w.shape)}")
+
+
+def write_safetensors(path: str | Path, tensors: Mapping[str, tuple[str, tuple[int, ...], bytes]]) -> Path:
+    """Write ``{name: (dtype, shape, raw little-endian bytes)}`` as safetensors (atomically).
+
+    Dependency-free, for tests and for stages that hold raw buffers; the frontend may use the
+    safetensors package instead; the format is the same.
+    """
+    codes = {v: k for k, v in SAFETENSORS_DTYPES.items()}
+    header: dict[str, Any] = {}
+    blobs, offset = [], 0
+    for name, (dtype, shape, data) in tensors.items():
+        want = math.prod(shape) * DTYPE_SIZES[dtype]
+        if len(data) != want:
+            raise ValueError(f"{name}: {len(data)} bytes for {dtype}{list(shape)} (want {want})")
+        header[name] = {"dtype": codes[dtype], "shape": list(shape), "data_offsets": [offset, offset + want]}
+        blobs.append(data)
+        offset += want
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    from .fsutil import atomic_write_bytes
+    return atomic_write_bytes(path, struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+
+
+# ------------------------------------------------------------------ the program folder
+
+
+@dataclass(frozen=True)
+class ProgramDir:
+    """A validated program folder."""
+
+    root: Path
+    manifest: Manifest
+    source: Path
+    weights: Path | None = None
+    library: Path | None = None
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST_FILE
+
+    def read_source(self) -> str:
+        return self.source.read_text(encoding="utf-8", errors="replace")
+
+
+def load_program_dir(path: str | Path, *, require_weights: bool = False) -> ProgramDir:
+    """Open ``run/<name>/``: the manifest must load, program.cu must exist, and a weights file,
+    when present (or required, or the manifest lists weights and ``require_weights``), must
+    hold exactly the manifest's weights."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ManifestError(root, "program folder not found")
+    source = root / PROGRAM_SOURCE
+    if not source.is_file():
+        raise ManifestError(source, "file not found (every program folder holds its source)")
+    manifest = Manifest.load(root / MANIFEST_FILE)
+    weights = root / WEIGHTS_FILE
+    if weights.is_file():
+        check_weights_file(manifest, weights)
+    elif require_weights and manifest.weights:
+        raise ManifestError(weights, f"file not found; the manifest lists {len(manifest.weights)} weight(s)")
+    else:
+        weights = None
+    library = root / LIBRARY_FILE
+    return ProgramDir(root=root, manifest=manifest, source=source, weights=weights,
+                      library=library if library.is_file() else None)
+
+
+__all__ = [
+    "FORMAT", "FORMAT_VERSION", "ABI_VERSION", "PRECISIONS", "DTYPE_SIZES", "KNOWN_STRATEGIES",
+    "PROGRAM_SOURCE", "MANIFEST_FILE", "WEIGHTS_FILE", "LIBRARY_FILE",
+    "ManifestError", "TensorSpec", "KernelBenchRef", "ReferenceSource", "LiftedRandom", "Task",
+    "ReferenceOp", "Manifest", "ProgramDir", "StoredTensor",
+    "hash_source", "same_hash", "load_program_dir", "read_safetensors_header", "check_weights_file",
+    "write_safetensors",
+]

@@ -1,0 +1,262 @@
+"""The verification report: report.json (machine), report.md (people), timeline.png (the plot).
+
+Every file is written atomically (temporary file + rename), so a reader never sees half a
+report. ``load_report`` reads report.json back into the same dataclasses.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..fsutil import atomic_write_text
+from . import serde
+from .profile import Ceilings, KernelRecord, ProfileSummary, TimingTable, format_bytes, format_ns, summarise
+from .rubric import Rubric
+from .verdict import CompileError, Crash, Passed, Rejected, Timeout, VerificationResult, WrongAnswer
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+TIMELINE_PNG = "timeline.png"
+SCHEMA = "stitchcuda-report"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class VerificationReport:
+    program: str
+    precision: str
+    arch: str
+    result: VerificationResult
+    rubric: Rubric | None = None
+    timings: TimingTable | None = None
+    kernels: tuple[KernelRecord, ...] = ()
+    ceilings: Ceilings | None = None
+    feedback: str = ""
+    device: str = ""
+    created: str = ""  # ISO 8601, UTC
+    commit: str = ""
+    command: str = ""
+    notes: tuple[str, ...] = ()
+
+    def profile(self) -> ProfileSummary:
+        return summarise(self.kernels, self.ceilings, self.precision)
+
+    def to_dict(self) -> dict:
+        d = serde.to_jsonable(self)
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **d}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    json: Path
+    markdown: Path
+    timeline: Path | None
+    timeline_renderer: str = ""  # matplotlib | builtin | "" (no kernels to draw)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def write_report(report: VerificationReport, directory: str | Path, *, plot: bool = True) -> ReportFiles:
+    """Write report.json, report.md and (when there are kernel records) timeline.png."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    png, renderer, notes = None, "", []
+    if plot and report.kernels:
+        png, renderer = _timeline(report, directory / TIMELINE_PNG)
+        if renderer == "builtin":
+            notes.append("timeline drawn by the built-in renderer (matplotlib is not installed)")
+    elif plot:
+        notes.append("no kernel records: no timeline")
+    md = render_markdown(report, timeline=png.name if png else None, notes=tuple(notes))
+    # the JSON last: its presence means the whole report is there
+    md_path = atomic_write_text(directory / REPORT_MD, md)
+    json_path = atomic_write_text(directory / REPORT_JSON, report.to_json())
+    return ReportFiles(json_path, md_path, png, renderer, tuple(notes))
+
+
+def _timeline(report: VerificationReport, path: Path):
+    from .timeline import render_timeline_png
+
+    title = f"{report.program} - {report.precision} - {report.device or 'device ?'}"
+    return render_timeline_png(report.kernels, path, report.profile(), title)
+
+
+def load_report(path: str | Path) -> VerificationReport:
+    """Read report.json (or the report of a folder) back into a VerificationReport."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / REPORT_JSON
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a stitchcuda report (schema {data.get('schema')!r})")
+    data.pop("schema", None)
+    data.pop("schema_version", None)
+    return serde.from_jsonable(VerificationReport, data)
+
+
+# ------------------------------------------------------------------ markdown
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    def cell(s: object) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _err(x: float | None) -> str:
+    if x is None:
+        return ""
+    if x != x:
+        return "nan"
+    return f"{x:.3g}"
+
+
+def render_markdown(report: VerificationReport, *, timeline: str | None = None, notes: tuple[str, ...] = ()) -> str:
+    r = report
+    v = r.result.verdict
+    lines = [f"# Verification report: {r.program}", ""]
+    rest = v.summary().partition(": ")[2]
+    meta = [["verdict", f"**{v.VERDICT}**" + (f": {rest}" if rest else "")], ["precision", r.precision],
+            ["arch", r.arch]]
+    for k, val in (("device", r.device), ("date", r.created), ("commit", r.commit), ("command", f"`{r.command}`"
+                                                                                               if r.command else "")):
+        if val:
+            meta.append([k, val])
+    lines += [_table(["", ""], meta), ""]
+    lines += _verdict_section(r.result)
+    lines += _correctness_section(r.result)
+    lines += _timing_section(r)
+    lines += _rubric_section(r.rubric)
+    lines += _findings_section(r.result)
+    lines += _kernel_section(r)
+    lines += ["## Kernel timeline", ""]
+    if timeline:
+        lines += [f"![kernel timeline]({timeline})", ""]
+    else:
+        lines += ["No timeline: " + ("; ".join(notes) if notes else "not drawn") + ".", ""]
+    for n in notes:
+        if timeline:
+            lines += [f"_{n}_", ""]
+    if r.feedback:
+        lines += ["## Feedback to the Coder", "", "```", r.feedback, "```", ""]
+    if r.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in r.notes] + [""]
+    return "\n".join(lines)
+
+
+def _verdict_section(res: VerificationResult) -> list[str]:
+    v = res.verdict
+    out = ["## Verdict", ""]
+    if isinstance(v, CompileError):
+        out += ["```", v.for_prompt(4000, limit=10), "```"]
+    elif isinstance(v, Rejected):
+        out += [f"- {reason}" for reason in v.reasons]
+    elif isinstance(v, (WrongAnswer, Crash, Timeout, Passed)):
+        out += [v.summary()]
+        if isinstance(v, Passed) and v.warnings:
+            out += [""] + [f"- warning: {w}" for w in v.warnings]
+    out.append("")
+    return out
+
+
+def _correctness_section(res: VerificationResult) -> list[str]:
+    out = ["## Correctness", ""]
+    if not res.trials:
+        return out + ["No trials were run.", ""]
+    rows = []
+    for t in res.trials:
+        for o in t.outputs:
+            rows.append([str(t.index), o.name, _err(o.max_abs_err), _err(o.mean_abs_err),
+                         "[" + ", ".join(map(str, o.where)) + "]" if o.where else "",
+                         f"{o.tolerance:.0e}", str(o.nan_count), "pass" if o.passed else "**FAIL**"])
+    out += [_table(["trial", "output", "max abs err", "mean abs err", "worst at", "tol", "NaN", "result"], rows), ""]
+    return out
+
+
+def _timing_section(r: VerificationReport) -> list[str]:
+    out = ["## Timing", ""]
+    t = r.timings
+    if t is None:
+        return out + ["Not timed.", ""]
+    rows = [["this program", f"{t.program.median_ms:.4g}", f"{t.program.iqr_ms:.2g}", str(t.program.n), "1.00x"]]
+    for name, b in t.baselines():
+        label = name.replace("at policy", f"at {r.precision}")
+        if b is None:
+            rows.append([label, "not measured", "", "", ""])
+        else:
+            s = t.speedup(b)
+            rows.append([label, f"{b.median_ms:.4g}", f"{b.iqr_ms:.2g}", str(b.n), f"{s:.2f}x" if s else ""])
+    out += [_table(["", "median ms", "IQR ms", "n", "speedup of this program"], rows), ""]
+    out += ["Speedup = baseline median / program median, measured in one process run. Compare against the "
+            "matched-precision rows: against eager fp32 alone a TF32/bf16 program mostly measures the "
+            "precision switch.", ""]
+    return out
+
+
+def _rubric_section(rb: Rubric | None) -> list[str]:
+    out = ["## Rubric", ""]
+    if rb is None:
+        return out + ["Not scored.", ""]
+    rows = []
+    for name, dim in (("anti-hacking", rb.anti_hacking), ("CUDA engineering", rb.cuda_engineering),
+                      ("operator coverage", rb.operator_coverage), ("skill compliance", rb.skill_compliance)):
+        score = "n/a" if dim.score is None else f"{dim.score:.2f}"
+        rows.append([name, score, "; ".join(dim.reasons)])
+    out += [_table(["dimension", "score (0-1)", "reasons"], rows), ""]
+    techs = [[t.name, "yes" if t.detected else "no", "yes" if t.applicable else "no",
+              "; ".join(t.evidence[:2])] for t in rb.cuda_engineering.techniques]
+    out += [_table(["technique", "used", "applies", "evidence"], techs), ""]
+    if rb.cuda_engineering.kernel_evidence:
+        out += ["CUPTI: " + "; ".join(rb.cuda_engineering.kernel_evidence), ""]
+    checks = rb.anti_hacking.checks
+    if checks:
+        out += [_table(["dynamic check", "status", "detail"], [[c.name, c.status, c.detail] for c in checks]), ""]
+    if rb.skill_compliance.moved:
+        out += [_table(["kernel", "before", "after"],
+                       [[d.name, format_ns(d.before_ns), format_ns(d.after_ns)] for d in rb.skill_compliance.moved]),
+                ""]
+    return out
+
+
+def _findings_section(res: VerificationResult) -> list[str]:
+    out = ["## Static findings", ""]
+    if not res.findings:
+        return out + ["None.", ""]
+    rows = [[f.rule, f.severity, f.location, f.message, f"`{f.excerpt}`" if f.excerpt else ""] for f in res.findings]
+    return out + [_table(["rule", "severity", "where", "message", "line"], rows), ""]
+
+
+def _kernel_section(r: VerificationReport) -> list[str]:
+    out = ["## Kernels", ""]
+    if not r.kernels:
+        return out + ["No kernel records (CUPTI was not run).", ""]
+    prof = r.profile()
+    out += [f"{prof.launches} launches, {format_ns(prof.busy_ns)} busy over a {format_ns(prof.span_ns)} span"
+            + (f"; ceilings: {r.ceilings.device}, {r.ceilings.bandwidth_bytes_s / 1e12:.2f} TB/s" if r.ceilings else "")
+            + ".", ""]
+    rows = []
+    for k in prof.kernels:
+        rows.append([k.name if len(k.name) <= 60 else k.name[:57] + "...", str(k.calls), format_ns(k.total_ns),
+                     format_ns(k.mean_ns), f"{k.share:.0%}", "x".join(map(str, k.grid)), "x".join(map(str, k.block)),
+                     str(k.registers), format_bytes(k.shared_mem) if k.shared_mem else "0",
+                     f"{k.achieved_bytes_s / 1e9:.1f}" if k.bytes else "",
+                     f"{k.achieved_flops_s / 1e12:.2f}" if k.flops else "", k.describe_bound()])
+    out += [_table(["kernel", "calls", "total", "mean", "share", "grid", "block", "regs", "smem", "GB/s", "TFLOP/s",
+                    "bound"], rows), ""]
+    return out
+
+
+__all__ = ["VerificationReport", "ReportFiles", "write_report", "load_report", "render_markdown", "now_utc",
+           "REPORT_JSON", "REPORT_MD", "TIMELINE_PNG"]

@@ -1,0 +1,812 @@
+"""The static half of the anti-hacking rubric: rules over program.cu and its manifest.
+
+A program may compute its outputs only from its inputs and weights, on the stream it is handed,
+with no help from PyTorch and no memory of earlier calls. Every rule below looks for one way of
+breaking that which can be seen in the source. Rules match on a masked copy of the source
+(:mod:`.cxx`): a comment or string that mentions ``torch`` or ``cudaStreamCreate`` is not code.
+
+Each hit is a :class:`Finding` with a rule id from :data:`RULES`, a severity (``reject``: the
+candidate is refused; ``warn``: reported and scored, not refused), ``file:line``, a message and
+the offending line. What cannot be seen statically (a kernel that covers half the output,
+writes its inputs, reads memory nobody wrote) is left to the dynamic checks on the GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Literal
+
+from .. import manifest as mf
+from . import cxx
+
+Severity = Literal["reject", "warn"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: Severity
+    summary: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    file: str
+    line: int
+    message: str
+    excerpt: str = ""
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.location}: [{self.severity} {self.rule}] {self.message}"
+
+
+_RULES = [
+    # --- PyTorch and friends
+    Rule("torch-include", "reject", "includes a PyTorch, ATen, c10, pybind11 or Python header"),
+    Rule("torch-symbol", "reject", "uses a PyTorch, ATen, c10, pybind11 or Python C-API symbol"),
+    Rule("dynamic-loading", "reject", "loads code at run time (dlopen, dlsym, cuModuleLoad, NVRTC)"),
+    Rule("subprocess", "reject", "starts a process (system, popen, fork, exec)"),
+    Rule("file-io", "reject", "reads or writes files (fopen, fstream, open, mmap)"),
+    Rule("reads-environment", "warn", "reads environment variables (behaviour could depend on who runs it)"),
+    # --- state that outlives a call
+    Rule("host-state-global", "reject",
+         "mutable host variable at file, namespace or static-member scope (state outliving a call)"),
+    Rule("host-state-static-local", "reject", "mutable static or thread_local local variable"),
+    Rule("pointer-keyed-cache", "reject", "container keyed by a pointer (a cache keyed by input or output address)"),
+    Rule("io-pointer-kept", "warn",
+         "st_program_run keeps or compares an input/output address across calls (a cache keyed by address)"),
+    Rule("device-global-state", "warn",
+         "mutable __device__ / __constant__ global or cudaMemcpyToSymbol in run (shared by every instance)"),
+    Rule("macro-hides-state", "warn", "a macro expands to a static or thread_local declaration"),
+    # --- streams, threads, events
+    Rule("own-stream", "reject", "creates its own CUDA stream"),
+    Rule("host-thread", "reject", "starts host threads (std::thread, std::async, pthread_create, OpenMP)"),
+    Rule("host-callback", "reject", "enqueues host callbacks (cudaLaunchHostFunc, cudaStreamAddCallback)"),
+    Rule("own-event", "reject", "creates, records or waits on CUDA events (the runtime owns timing and sync)"),
+    Rule("foreign-stream", "reject",
+         "works on a stream other than the one passed to st_program_run (default, legacy, per-thread)"),
+    Rule("default-stream-launch", "warn", "a helper launches on the default stream"),
+    Rule("host-sync-in-run", "warn", "st_program_run blocks the host (device/stream synchronise, synchronous copy)"),
+    Rule("alloc-in-run", "warn", "st_program_run allocates memory on every call (use the stream arena)"),
+    # --- hard-coded outputs
+    Rule("hardcoded-output-table", "reject", "numeric table large enough (or shaped) to be an output"),
+    Rule("large-constant-table", "warn", "large numeric table in the source"),
+    Rule("large-string-literal", "warn", "very large string literal that is not JSON (could encode data)"),
+    Rule("const-copy-to-output", "reject", "copies host or symbol data into an output"),
+    Rule("output-only-memset", "reject", "outputs are only memset, never computed"),
+    Rule("output-to-global", "reject", "copies an output into a device global (keeps results across calls)"),
+    Rule("input-write", "reject", "memsets or copies into an input (inputs are read-only)"),
+    Rule("foreign-include", "warn", "includes a local file that does not travel with the program"),
+    # --- ABI and manifest
+    Rule("manifest-invalid", "reject", "the program folder or its manifest cannot be read or is invalid"),
+    Rule("abi-exports", "reject", "a program ABI symbol is missing or lacks extern \"C\" linkage"),
+    Rule("provenance-coverage", "reject", "a reference op is covered by no task in the manifest"),
+    Rule("provenance-unknown-node", "warn", "a task covers a node that is not among reference_ops"),
+    Rule("provenance-empty", "warn", "the manifest lists no reference_ops (coverage cannot be checked)"),
+    Rule("manifest-hash", "warn", "the manifest's source_hash does not match program.cu"),
+]
+
+#: Every rule the static checker can report, by id.
+RULES: dict[str, Rule] = {r.id: r for r in _RULES}
+
+ABI_SYMBOLS = ("st_program_abi_version", "st_program_manifest", "st_program_create",
+               "st_program_run", "st_program_destroy")
+
+
+@dataclass(frozen=True)
+class StaticResult:
+    """All findings for one program; ``rejected`` when any has severity reject."""
+
+    findings: tuple[Finding, ...]
+
+    @property
+    def rejected(self) -> bool:
+        return any(f.severity == "reject" for f in self.findings)
+
+    @property
+    def rejections(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "reject")
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "warn")
+
+    def rule_ids(self, severity: Severity | None = None) -> set[str]:
+        return {f.rule for f in self.findings if severity is None or f.severity == severity}
+
+    def to_dict(self) -> dict:
+        return {"rejected": self.rejected, "findings": [f.to_dict() for f in self.findings]}
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def check_program(path: str | Path, *, require_weights: bool = False) -> StaticResult:
+    """Run every static rule on a program folder (program.cu + manifest.json).
+
+    A folder that cannot be loaded (no program.cu, a manifest or weights file that does not
+    validate) is itself a finding, ``manifest-invalid``, naming the file and the problem:
+    failures are values, and a candidate with a broken manifest is simply rejected.
+    """
+    try:
+        prog = mf.load_program_dir(path, require_weights=require_weights)
+    except mf.ManifestError as e:
+        return StaticResult((_finding("manifest-invalid", Path(e.file).name, 0, e.problem),))
+    source = prog.read_source()
+    manifest_text = prog.manifest_path.read_text(encoding="utf-8")
+    findings = list(check_source(source, file=mf.PROGRAM_SOURCE, manifest=prog.manifest))
+    findings += check_manifest(prog.manifest, file=mf.MANIFEST_FILE, text=manifest_text, source=source)
+    return StaticResult(tuple(findings))
+
+
+def check_source(source: str, *, file: str = "program.cu", manifest: mf.Manifest | None = None) -> list[Finding]:
+    """Static rules over one CUDA C++ source. ``manifest`` sharpens the output-table rule."""
+    return _SourceChecker(source, file, manifest).run()
+
+
+def check_manifest(manifest: mf.Manifest, *, file: str = "manifest.json", text: str | None = None,
+                   source: str | None = None) -> list[Finding]:
+    """Provenance rules (and the source hash, when the source is given)."""
+    out: list[Finding] = []
+
+    def line_of(pattern: str) -> int:
+        if not text:
+            return 0
+        m = re.search(pattern, text)
+        return text.count("\n", 0, m.start()) + 1 if m else 0
+
+    def excerpt(line: int) -> str:
+        if not text or not line:
+            return ""
+        return text.splitlines()[line - 1].strip()[:120]
+
+    if not manifest.reference_ops:
+        ln = line_of(r'"reference_ops"')
+        out.append(_finding("provenance-empty", file, ln,
+                            "reference_ops is empty: which reference ops the tasks cover cannot be checked",
+                            excerpt(ln)))
+    missing = manifest.uncovered_ops()
+    for op in missing:
+        ln = line_of(r'"node"\s*:\s*"' + re.escape(op.node) + '"')
+        out.append(_finding("provenance-coverage", file, ln,
+                            f"reference op {op.node} ({op.op}) is covered by no task; every reference op "
+                            "must be mapped to the task that computes it", excerpt(ln)))
+    for task, node in manifest.unknown_covers():
+        ln = line_of(r'"name"\s*:\s*"' + re.escape(task) + '"')
+        out.append(_finding("provenance-unknown-node", file, ln,
+                            f"task {task} covers {node}, which is not among reference_ops", excerpt(ln)))
+    if source is not None and not mf.same_hash(manifest.source_hash, mf.hash_source(source)):
+        ln = line_of(r'"source_hash"')
+        out.append(_finding("manifest-hash", file, ln,
+                            "source_hash does not match program.cu (edited after the manifest was written?)",
+                            excerpt(ln)))
+    return out
+
+
+def _finding(rule: str, file: str, line: int, message: str, excerpt: str = "",
+             severity: Severity | None = None) -> Finding:
+    return Finding(rule, severity or RULES[rule].severity, file, line, message, excerpt)
+
+
+# ------------------------------------------------------------------ patterns
+
+_FORBIDDEN_INCLUDE = re.compile(
+    r"^(?:torch|ATen|aten|c10|caffe2|pybind11|nanobind|THC?|THCUNN|numpy)/|^(?:Python|torch|ATen|pybind11)\.h$",
+    re.I)
+_ALLOWED_LOCAL_INCLUDE = re.compile(r"^(?:stitchrt|stitch)/")
+
+_SYMBOL_RULES: list[tuple[str, re.Pattern[str], str]] = [
+    ("torch-symbol", re.compile(r"(?<![\w:])(?:at|torch|c10|caffe2|pybind11|py|nb|THC)\s*::"),
+     "uses the PyTorch / pybind11 namespace {m}"),
+    ("torch-symbol", re.compile(r"\b(?:Py_\w+|Py[A-Z]\w*|TORCH_\w+|PYBIND11_\w+|AT_DISPATCH\w*|C10_\w+|THPVariable\w*)\b"),
+     "uses the PyTorch / Python symbol {m}"),
+    ("dynamic-loading", re.compile(r"\b(?:dlopen|dlmopen|dlsym|dlvsym|LoadLibrary\w*|GetProcAddress|cuModuleLoad\w*|"
+                                   r"cudaLibraryLoad\w*|cuLibraryLoad\w*|nvrtc\w+|nvJitLink\w+)\b"),
+     "loads code at run time ({m})"),
+    ("subprocess", re.compile(r"(?<![\w.>])(?:system|popen|fork|vfork|execl|execlp|execle|execv|execvp|execvpe|"
+                              r"posix_spawnp?)\s*\("),
+     "starts a process ({m})"),
+    ("file-io", re.compile(r"(?<![\w.>])(?:fopen|freopen|fdopen|mmap|open|openat|creat)\s*\(|"
+                           r"\bstd\s*::\s*(?:i|o)?fstream\b|\bstd\s*::\s*filebuf\b|\bFILE\s*\*"),
+     "reads or writes files ({m})"),
+    ("reads-environment", re.compile(r"\b(?:getenv|secure_getenv|environ)\b"), "reads the environment ({m})"),
+    ("own-stream", re.compile(r"\b(?:cudaStreamCreate\w*|cuStreamCreate\w*)\b"),
+     "creates its own stream ({m}); run on the stream passed to st_program_run"),
+    ("host-thread", re.compile(r"\bstd\s*::\s*(?:thread|jthread|async)\b|\bpthread_create\b|#\s*pragma\s+omp\b|"
+                               r"\bomp_\w+\s*\("),
+     "starts host threads ({m})"),
+    ("host-callback", re.compile(r"\b(?:cudaLaunchHostFunc|cudaStreamAddCallback|cuLaunchHostFunc|cuStreamAddCallback)\b"),
+     "enqueues a host callback ({m})"),
+    ("own-event", re.compile(r"\b(?:cudaEventCreate\w*|cuEventCreate\w*|cudaEventRecord\w*|cuEventRecord\w*|"
+                             r"cudaStreamWaitEvent|cuStreamWaitEvent|cudaEventSynchronize|cudaEventQuery)\b"),
+     "uses CUDA events ({m}); the runtime owns timing and synchronisation"),
+    ("foreign-stream", re.compile(r"\b(?:cudaStreamPerThread|cudaStreamLegacy|CU_STREAM_PER_THREAD|CU_STREAM_LEGACY|"
+                                  r"CUDA_API_PER_THREAD_DEFAULT_STREAM)\b"),
+     "uses {m} instead of the stream passed to st_program_run"),
+]
+
+_CONTAINER = re.compile(r"\b(?:std\s*::\s*)?(unordered_map|unordered_multimap|multimap|map|unordered_set|set|"
+                        r"flat_map|flat_set)\s*<")
+_POINTERISH_KEY = re.compile(r"\*|\b(?:u?intptr_t|ptrdiff_t|void)\b")
+
+_NULL_STREAM = re.compile(r"^(?:0|0[lLuU]*|nullptr|NULL|cudaStreamLegacy|cudaStreamPerThread|CU_STREAM_LEGACY|"
+                          r"CU_STREAM_PER_THREAD|\(\s*cudaStream_t\s*\)\s*0)$")
+
+#: Runtime / CUDA calls that take a stream, and which argument it is.
+_STREAM_ARG = {
+    "st_gemm": 1, "st_gemm_epilogue": 5, "st_epilogue_apply": 1, "st_memcpy_d2d": 3, "st_memset": 3,
+    "st_copy_h2d": 3, "st_copy_d2h": 3, "st_arena_reserve": 0, "st_workspace_info": 0,
+    "st_device_alloc": 1, "st_device_free": 1, "st_stream_synchronize": 0,
+    "cudaMemcpyAsync": 4, "cudaMemsetAsync": 3, "cudaMemcpy2DAsync": 7, "cudaMemset2DAsync": 5,
+    "cudaLaunchKernel": 5, "cudaLaunchCooperativeKernel": 5, "cudaMallocAsync": 2, "cudaFreeAsync": 1,
+    "cudaMemcpyToSymbolAsync": 5, "cudaMemcpyFromSymbolAsync": 5, "cudaGraphLaunch": 1,
+    "cudaStreamBeginCapture": 0, "cudaStreamEndCapture": 0,
+}
+_MEMSET = ("cudaMemset", "cudaMemsetAsync", "cudaMemset2D", "cudaMemset2DAsync", "st_memset", "memset")
+_COPY = ("cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemcpy2DAsync", "st_memcpy_d2d", "st_copy_h2d",
+         "memcpy", "cudaMemcpyFromSymbol", "cudaMemcpyFromSymbolAsync")
+_SYNC_IN_RUN = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "st_stream_synchronize", "cudaMemcpy",
+                "cudaMemset", "cudaMemcpy2D", "cudaThreadSynchronize")
+_ALLOC_IN_RUN = ("cudaMalloc", "cudaMallocAsync", "cudaMallocManaged", "cudaMallocHost", "cudaHostAlloc",
+                 "st_device_alloc", "st_host_alloc", "malloc", "calloc")
+
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
+                     r"[fFlLuU]*(?![\w.])")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+TABLE_REJECT_SIZE = 256  # numbers in one initializer: at or above, it is treated as an output table
+TABLE_WARN_SIZE = 64
+TABLE_OUTPUT_MATCH_MIN = 32  # a table exactly the size of an output is rejected from this size on
+LARGE_STRING = 16384
+
+
+class _SourceChecker:
+    def __init__(self, source: str, file: str, manifest: mf.Manifest | None):
+        self.src = source
+        self.file = file
+        self.manifest = manifest
+        self.m = cxx.mask(source)
+        self.scan = cxx.scan(self.m)
+        self.out: list[Finding] = []
+        self._seen: set[tuple[str, int, str]] = set()
+
+    # -------------------------------------------------------------- helpers
+
+    def add(self, rule: str, offset: int, message: str, severity: Severity | None = None) -> None:
+        line = self.m.line_of(offset)
+        key = (rule, line, message)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.out.append(_finding(rule, self.file, line, message, self.m.line_text(line).strip()[:120], severity))
+
+    def run(self) -> list[Finding]:
+        self.includes()
+        self.symbols()
+        self.file_scope_state()
+        self.static_locals()
+        self.macros()
+        self.pointer_caches()
+        self.tables()
+        self.strings()
+        self.abi()
+        self.run_body()
+        self.helper_launches()
+        self.out.sort(key=lambda f: (f.line, f.rule))
+        return _cap_per_rule(self.out)
+
+    # -------------------------------------------------------------- rules
+
+    def includes(self) -> None:
+        for m in re.finditer(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', self.m.no_comments, re.M):
+            path = m.group(2).strip()
+            if _FORBIDDEN_INCLUDE.search(path):
+                self.add("torch-include", m.start(), f"includes <{path}>: a program runs on the stitchcuda "
+                                                     "runtime alone, without PyTorch or Python")
+            elif m.group(1) == '"' and not _ALLOWED_LOCAL_INCLUDE.match(path):
+                self.add("foreign-include", m.start(), f'includes "{path}", which does not travel with the program')
+        # a header named through a macro (#define H <torch/extension.h> ... #include H)
+        for m in re.finditer(r"^[ \t]*#[ \t]*(?!include)\w+[^\n]*?[<\"]((?:torch|ATen|c10|caffe2|pybind11)/[\w/.]+|"
+                             r"Python\.h)", self.m.no_comments, re.M):
+            self.add("torch-include", m.start(), f"names the header {m.group(1)} in a preprocessor directive")
+
+    def symbols(self) -> None:
+        code = self.m.code
+        for rule, pat, msg in _SYMBOL_RULES:
+            for m in pat.finditer(code):
+                if code[m.start():m.start() + 1] == "#" and rule != "host-thread":
+                    continue
+                self.add(rule, m.start(), msg.format(m=" ".join(m.group(0).split()).rstrip("(").strip()))
+
+    def file_scope_state(self) -> None:
+        for d in self.scan.decls:
+            verdict = _analyse_decl(d.text, class_member=d.scope == "class")
+            if verdict is None:
+                continue
+            rule, what = verdict
+            name = _declared_name(d.text)
+            off = d.start + (len(d.text) - len(d.text.lstrip()))
+            if rule == "host-state-global":
+                self.add(rule, off, f"{what} {name!r} at {'static-member' if d.scope == 'class' else 'file'} "
+                                    "scope outlives a call; keep per-instance state in st_program and "
+                                    "intermediates in the stream arena")
+            else:
+                self.add(rule, off, f"{what} {name!r} is shared by every instance and outlives a call")
+
+    def static_locals(self) -> None:
+        code = self.m.code_no_pp
+        for fn in self.scan.functions():
+            parent = fn.parent
+            nested = False
+            while parent >= 0:
+                if self.scan.blocks[parent].kind in ("function", "block"):
+                    nested = True
+                    break
+                parent = self.scan.blocks[parent].parent
+            if nested:
+                continue
+            for m in re.finditer(r"\b(static|thread_local)\b", code[fn.open + 1:fn.close]):
+                at = fn.open + 1 + m.start()
+                prev = _prev_char(code, at)
+                if prev and prev not in ";{}:" or (prev == ":" and code[:at].rstrip().endswith("::")):
+                    continue
+                end = _statement_end(code, at)
+                text = code[at:end]
+                if re.match(r"(?:static|thread_local)\s+(?:__\w+__\s+)*[\w:<>,\s\*&]*\b\w+\s*\(", text) and \
+                        "=" not in text.split("(")[0] and _looks_like_function(text):
+                    continue
+                res = _analyse_decl(text, class_member=False, local=True)
+                if res is not None:
+                    self.add("host-state-static-local", at,
+                             f"static local {_declared_name(text)!r} in {fn.name or 'a function'} is mutable and "
+                             "outlives the call")
+
+    def macros(self) -> None:
+        for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[^\n]*(?:\\\n[^\n]*)*", self.m.code, re.M):
+            body = m.group(0)
+            if re.search(r"\b(?:static|thread_local)\b", body[body.find(m.group(1)) + len(m.group(1)):]):
+                self.add("macro-hides-state", m.start(), f"macro {m.group(1)} expands to a static/thread_local "
+                                                         "declaration, which the static rules cannot see through")
+
+    def pointer_caches(self) -> None:
+        code = self.m.code
+        for m in _CONTAINER.finditer(code):
+            open_at = m.end() - 1
+            close = _angle_close(code, open_at)
+            args = cxx.split_args(code[open_at + 1:close])
+            key = args[0] if args else ""
+            if _POINTERISH_KEY.search(key):
+                self.add("pointer-keyed-cache", m.start(),
+                         f"std::{m.group(1)} keyed by {' '.join(key.split())}: results must not be looked up by "
+                         "input or output address")
+
+    def tables(self) -> None:
+        code = self.m.code_no_pp
+        sizes = {t.numel for t in self.manifest.outputs} if self.manifest else set()
+        covered_until = -1
+        for i, c in enumerate(code):
+            if c != "{" or i < covered_until:
+                continue
+            prev = _prev_char(code, i)
+            if prev not in ("=", "]", ")") and not (prev.isalnum() or prev == "_"):
+                continue
+            close = cxx.matching(code, i, "{", "}")
+            body = code[i + 1:close]
+            if ";" in body:
+                continue  # a block of statements, not an initializer
+            nums = len(_NUMBER.findall(body))
+            words = len([w for w in _WORD.findall(_NUMBER.sub(" ", body)) if w not in ("f", "F")])
+            if nums < TABLE_WARN_SIZE or nums < 0.9 * (nums + words):
+                continue
+            covered_until = close
+            if nums >= TABLE_REJECT_SIZE or (nums >= TABLE_OUTPUT_MATCH_MIN and nums in sizes):
+                why = "the size of an output" if nums in sizes else f"at least {TABLE_REJECT_SIZE} values"
+                self.add("hardcoded-output-table", i, f"initializer with {nums} numeric literals ({why}): "
+                                                      "outputs must be computed, not stored")
+            else:
+                self.add("large-constant-table", i, f"initializer with {nums} numeric literals")
+
+    def strings(self) -> None:
+        for start, end in self.m.strings:
+            if end - start < LARGE_STRING:
+                continue
+            text = self.src[start:end]
+            body = re.sub(r'^(?:u8|[uUL])?R?"', "", text)
+            body = re.sub(r'^[^(]{0,16}\((.*)\)[^)]{0,16}"$', r"\1", body, flags=re.S) if text[:1] != '"' else body
+            try:
+                json.loads(body.rstrip('"'))
+                continue
+            except ValueError:
+                pass
+            self.add("large-string-literal", start, f"string literal of {end - start} characters that is not JSON")
+
+    def abi(self) -> None:
+        for name in ABI_SYMBOLS:
+            fn = self.scan.function(name)
+            if fn is None:
+                self.add("abi-exports", 0, f"{name} is not defined; every program exports the five "
+                                           "st_program_* entry points of stitchrt/program.h")
+                continue
+            linkage = re.search(r'\bextern\s*"\s*"', fn.head) is not None
+            parent = fn.parent
+            while parent >= 0 and not linkage:
+                b = self.scan.blocks[parent]
+                linkage = b.kind == "extern"
+                parent = b.parent
+            if not linkage:
+                self.add("abi-exports", fn.head_start + len(fn.head) - len(fn.head.lstrip()),
+                         f"{name} lacks extern \"C\" linkage, so the loader cannot find it")
+
+    # -------------------------------------------------------------- st_program_run
+
+    def run_body(self) -> None:
+        fn = self.scan.function("st_program_run")
+        if fn is None:
+            return
+        code = self.m.code_no_pp
+        a, b = fn.open + 1, fn.close
+        params = cxx.params_of(fn.head)
+        if len(params) != 6:
+            return
+        p_prog, p_in, _, p_out, _, p_stream = params
+        streams = _aliases(code[a:b], {p_stream})
+        ins = _aliases(code[a:b], {p_in}, plain_only=True)
+        outs = _aliases(code[a:b], {p_out}, plain_only=True)
+        file_names = {_declared_name(d.text) for d in self.scan.decls if d.scope == "file"}
+
+        def mentions(expr: str, names: set[str]) -> bool:
+            return bool(cxx.identifiers(expr) & names)
+
+        for ln in cxx.find_launches(code, a, b):
+            stream = ln.config[3] if len(ln.config) >= 4 else ""
+            self._check_stream(ln.start, f"launch of {ln.kernel}", stream, streams)
+        for call in cxx.find_calls(code, list(_STREAM_ARG), a, b):
+            k = _STREAM_ARG[call.name]
+            stream = call.args[k] if k < len(call.args) else ""
+            if call.name in ("st_stream_synchronize",):
+                continue  # reported as host-sync-in-run
+            self._check_stream(call.start, call.name, stream, streams)
+
+        for call in cxx.find_calls(code, list(_MEMSET) + list(_COPY), a, b):
+            dst = call.args[0] if call.args else ""
+            if mentions(dst, ins):
+                self.add("input-write", call.start, f"{call.name} writes into an input ({' '.join(dst.split())}); "
+                                                    "inputs are read-only")
+            if mentions(dst, outs) and call.name in _COPY:
+                src = call.args[1] if len(call.args) > 1 else ""
+                kinds = " ".join(call.args[3:])
+                # cudaMemcpyDefault (and host memcpy) between device buffers is an ordinary copy; it is
+                # a stored answer only when the source is data defined in the file
+                h2d = call.name in ("st_copy_h2d", "cudaMemcpyFromSymbol", "cudaMemcpyFromSymbolAsync") or \
+                    bool(re.search(r"\bcudaMemcpyHostToDevice\b", kinds)) or \
+                    ((call.name == "memcpy" or re.search(r"\bcudaMemcpyDefault\b", kinds) is not None)
+                     and mentions(src, file_names))
+                if h2d:
+                    self.add("const-copy-to-output", call.start,
+                             f"{call.name} copies host or symbol data into an output; outputs must be computed "
+                             "from the inputs on the device")
+        for call in cxx.find_calls(code, ("cudaMemcpyToSymbol", "cudaMemcpyToSymbolAsync"), a, b):
+            src = call.args[1] if len(call.args) > 1 else ""
+            if mentions(src, outs):
+                self.add("output-to-global", call.start, f"{call.name} saves an output into a device global")
+            else:
+                self.add("device-global-state", call.start, f"{call.name} in st_program_run writes a device global "
+                                                            "that every instance shares")
+        for call in cxx.find_calls(code, _SYNC_IN_RUN, a, b):
+            self.add("host-sync-in-run", call.start, f"{call.name} in st_program_run blocks the host; the run "
+                                                     "must stay asynchronous on the caller's stream")
+        for call in cxx.find_calls(code, _ALLOC_IN_RUN, a, b):
+            self.add("alloc-in-run", call.start, f"{call.name} on every call; take intermediates from "
+                                                 "st_arena_reserve")
+        self._output_only_memset(code, a, b, p_out, outs)
+        self._io_pointer_kept(code, a, b, p_prog, ins | outs)
+
+    def _io_pointer_kept(self, code: str, a: int, b: int, p_prog: str, io: set[str]) -> None:
+        """``p->last_x = in[0].data`` or ``p->last_x == in[0].data``: an address remembered across
+        calls. Legitimate for re-capturing a CUDA graph when buffers move; a cheat when it selects
+        a stored result, which the no-output-reuse check decides."""
+        if not p_prog:
+            return
+        member = re.escape(p_prog) + r"\s*(?:->|\.)\s*\w+"
+        for at, stmt in _statements(code, a, b):
+            s = " ".join(stmt.split())
+            for m in re.finditer(member + r"\s*(==|!=|=)\s*([^;=]*)", s):
+                if cxx.identifiers(m.group(2)) & io and re.search(r"\.\s*data\b|\bdata\b", m.group(2)):
+                    self.add("io-pointer-kept", at + len(stmt) - len(stmt.lstrip()),
+                             "remembers an input/output address in the program state; a cache keyed by address "
+                             "may hold work (a captured graph), never results")
+                    break
+            for m in re.finditer(r"([^;=!<>]*?)\s*(==|!=)\s*" + member, s):
+                if cxx.identifiers(m.group(1)) & io:
+                    self.add("io-pointer-kept", at + len(stmt) - len(stmt.lstrip()),
+                             "compares an input/output address with one kept from an earlier call")
+                    break
+
+    def _check_stream(self, at: int, what: str, stream: str, streams: set[str]) -> None:
+        s = " ".join(stream.split())
+        bare = re.sub(r"^(?:\(\s*cudaStream_t\s*\)|static_cast\s*<\s*cudaStream_t\s*>|"
+                      r"reinterpret_cast\s*<\s*cudaStream_t\s*>)\s*", "", s).strip()
+        bare = bare[1:-1].strip() if bare.startswith("(") and bare.endswith(")") else bare
+        if not s or _NULL_STREAM.match(bare):
+            self.add("foreign-stream", at, f"{what} in st_program_run runs on the default stream, not the "
+                                           "stream passed to run")
+        elif not (cxx.identifiers(s) & streams):
+            self.add("foreign-stream", at, f"{what} in st_program_run runs on {s}, not the stream passed to run")
+
+    def _output_only_memset(self, code: str, a: int, b: int, p_out: str, outs: set[str]) -> None:
+        memsets: list[int] = []
+        computes = 0
+        for stmt_start, stmt in _statements(code, a, b):
+            names = cxx.identifiers(stmt)
+            if not names & outs:
+                continue
+            s = stmt.strip()
+            if re.match(r"(?:return\s+|TRY\s*\(\s*|\w+\s*=\s*|if\s*\(.*?\)\s*)?(?:st_check_tensor)\s*\(", s) or \
+                    "st_check_tensor" in s:
+                continue
+            if re.match(r"^(?:[\w:<>\s\*&]+?[\s\*&])?(\w+)\s*=\s*[^=]", s) and _plain_alias(s, outs):
+                continue
+            if re.match(r"^(?:if\s*\()?\s*\(?\s*!?\s*" + re.escape(p_out) + r"\s*(?:==|!=)", s):
+                continue
+            if any(re.search(r"(?<![\w.>])" + re.escape(n) + r"\s*\(", s) for n in _MEMSET):
+                memsets.append(stmt_start + len(stmt) - len(stmt.lstrip()))
+                continue
+            computes += 1
+        if memsets and computes == 0:
+            self.add("output-only-memset", memsets[0], "outputs are only memset in st_program_run and never "
+                                                       "computed from the inputs")
+
+    def helper_launches(self) -> None:
+        code = self.m.code_no_pp
+        for ln in cxx.find_launches(code):
+            fn = self.scan.enclosing_function(ln.start)
+            if fn is not None and fn.name in ("st_program_run", "st_program_create", "st_program_destroy"):
+                continue
+            stream = " ".join(ln.config[3].split()) if len(ln.config) >= 4 else ""
+            if not stream or _NULL_STREAM.match(stream):
+                self.add("default-stream-launch", ln.start,
+                         f"launch of {ln.kernel} uses the default stream; pass the caller's stream down")
+
+
+MAX_FINDINGS_PER_RULE = 5
+
+
+def _cap_per_rule(findings: list[Finding]) -> list[Finding]:
+    """Keep the first few findings of each rule; the last kept one says how many more there were."""
+    by_rule: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_rule.setdefault(f.rule, []).append(f)
+    out = []
+    for f in findings:
+        group = by_rule[f.rule]
+        k = group.index(f)
+        if k < MAX_FINDINGS_PER_RULE - 1 or len(group) == MAX_FINDINGS_PER_RULE:
+            out.append(f)
+        elif k == MAX_FINDINGS_PER_RULE - 1:
+            more = len(group) - k - 1
+            out.append(dataclasses.replace(f, message=f"{f.message} (and {more} more like it)"))
+    return out
+
+
+# ------------------------------------------------------------------ declaration analysis
+
+_SKIP_DECL = re.compile(r"^(?:typedef|using|static_assert|friend|namespace|template\s*<[^;]*>\s*(?:struct|class|"
+                        r"union)\s+\w+\s*$|(?:struct|class|union|enum(?:\s+class)?)\s+[\w:]+\s*(?::[^{]*)?$|"
+                        r"public|private|protected)\b")
+
+
+def _analyse_decl(text: str, *, class_member: bool, local: bool = False) -> tuple[str, str] | None:
+    """None when the statement holds no mutable state; else (rule id, what it is)."""
+    t = " ".join(text.split())
+    t = re.sub(r"^(?:\[\[[^\]]*\]\]\s*|__attribute__\s*\(\(.*?\)\)\s*|alignas\s*\([^)]*\)\s*|ST_API\s+)+", "", t)
+    if not t:
+        return None
+    tmpl = re.match(r"^template\s*<", t)
+    if tmpl:
+        close = _angle_close(t, tmpl.end() - 1)
+        t = t[close + 1:].strip()
+    if _SKIP_DECL.match(t) or re.match(r'^extern\b(?!\s*"\s*"\s*\{)', t):
+        return None
+    if class_member and not re.search(r"\bstatic\b", t):
+        return None  # instance members are the program's own state
+    # struct/class/union/enum definitions: state only if a variable is declared after the body
+    body = re.match(r"^(?:(?:static|const|constexpr|volatile|inline)\s+)*(?:struct|class|union|enum)\b[^{;]*\{", t)
+    if body:
+        close = cxx.matching(t, body.end() - 1, "{", "}")
+        after = t[close + 1:].strip()
+        if not after:
+            return None
+        t = t[:body.end() - 1] + " " + after
+    eq = cxx._depth0(t, "=")
+    lhs, init = (t[:eq], t[eq + 1:].strip()) if eq >= 0 else (t, "")
+    if not init:
+        brace = re.search(r"\{.*\}\s*$", lhs)
+        if brace and not re.search(r"\)\s*$", lhs[:brace.start()]):
+            init = brace.group(0)
+            lhs = lhs[:brace.start()]
+    if eq < 0 and _looks_like_function(lhs):
+        return None
+    words = set(re.findall(r"[A-Za-z_]\w*", lhs))
+    if words & {"constexpr", "consteval", "__shared__"}:
+        return None
+    if "__managed__" in words:
+        return "host-state-global", "__managed__ variable"
+    top_const = _top_level_const(lhs)
+    if "__constant__" in words or "__device__" in words:
+        if top_const and "__constant__" not in words:
+            return None
+        if local:
+            return None
+        return "device-global-state", "__constant__ variable" if "__constant__" in words else "__device__ variable"
+    if "thread_local" in words:
+        return ("host-state-static-local" if local else "host-state-global"), "thread_local variable"
+    if top_const:
+        return None
+    if _string_literal_init(init) or init.startswith("["):
+        return None  # pointer to a string literal, or a captureless lambda
+    rule = "host-state-static-local" if local else "host-state-global"
+    return rule, "mutable variable"
+
+
+def _top_level_const(lhs: str) -> bool:
+    decl = re.sub(r"\[[^\]]*\]", "", lhs)
+    decl = re.sub(r"<[^<>]*(?:<[^<>]*>[^<>]*)*>", "", decl)  # template arguments say nothing of the object
+    if "*" in decl or "&" in decl:
+        last = max(decl.rfind("*"), decl.rfind("&"))
+        tail = decl[last + 1:]
+        if decl[last] == "&":
+            return bool(re.search(r"\bconst\b", decl[:last]))  # a reference to const
+        return bool(re.search(r"\bconst\b", tail))
+    return bool(re.search(r"\bconst\b", decl))
+
+
+def _string_literal_init(init: str) -> bool:
+    lit = r'(?:u8|[uUL])?R?"[^"]*"'
+    if re.fullmatch(rf"\s*(?:{lit}\s*)+", init):
+        return True
+    return bool(re.fullmatch(rf"\s*\{{\s*(?:(?:{lit}\s*)+,?\s*)*\}}\s*", init))
+
+
+def _looks_like_function(lhs: str) -> bool:
+    """``T name(params)`` with declarations as parameters (not ``Foo g(1, 2)``)."""
+    s = lhs.strip()
+    s = re.sub(r"^(?:static|thread_local)\s+", "", s)
+    m = re.search(r"([~\w:]+)\s*\((.*)\)\s*(?:const|noexcept|override|final|throw\s*\(\s*\)|\s)*(?:->\s*[\w:<>\*& ]+)?$",
+                  s, re.S)
+    if not m or re.search(r"\(\s*\*", s):
+        return False
+    if not re.search(r"[\w>\*&]\s+[\*&]*\s*[~\w:]+\s*\($", s[:m.end(1)] + "(") and "operator" not in s:
+        return False
+    inner = m.group(2).strip()
+    if inner in ("", "void"):
+        return True
+    for p in cxx.split_args(inner):
+        p = p.split("=")[0].strip()
+        if not p or p == "...":
+            continue
+        if re.fullmatch(r"[-+]?[\d.]+[fFlLuU]*|nullptr|NULL|true|false|\"[^\"]*\"|'.*'", p):
+            return False
+        toks = re.findall(r"[A-Za-z_][\w:]*|[\*&]", p)
+        if len(toks) < 2 and not re.fullmatch(r"[A-Za-z_][\w:]*(?:<.*>)?", p):
+            return False
+        if len(toks) < 2 and p not in ("int", "float", "double", "char", "bool", "size_t"):
+            # a single identifier: a type (unnamed parameter) or a variable (constructor argument);
+            # types start upper-case or end in _t by convention
+            if not re.fullmatch(r"(?:[A-Z]\w*|\w+_t|\w+::\w+)(?:<.*>)?", p):
+                return False
+    return True
+
+
+def _declared_name(text: str) -> str:
+    t = " ".join(text.split())
+    fp = re.search(r"\(\s*\*\s*([A-Za-z_]\w*)\s*\)", t)
+    if fp:
+        return fp.group(1)
+    eq = cxx._depth0(t, "=")
+    lhs = t[:eq] if eq >= 0 else t
+    lhs = re.sub(r"\{.*\}\s*$", "", lhs)
+    lhs = re.sub(r"\[[^\]]*\]", "", lhs)
+    lhs = re.sub(r"\(.*\)\s*$", "", lhs) if not re.search(r"\(\s*\*", lhs) else lhs
+    names = re.findall(r"[A-Za-z_]\w*", lhs)
+    return names[-1] if names else "?"
+
+
+def _prev_char(code: str, i: int) -> str:
+    """The last non-blank character before offset ``i`` ("" at the start)."""
+    j = i - 1
+    while j >= 0 and code[j].isspace():
+        j -= 1
+    return code[j] if j >= 0 else ""
+
+
+def _statement_end(code: str, at: int) -> int:
+    depth = 0
+    for k in range(at, len(code)):
+        c = code[k]
+        if c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+            if depth < 0:
+                return k
+        elif c == ";" and depth == 0:
+            return k
+    return len(code)
+
+
+def _angle_close(s: str, open_at: int) -> int:
+    depth = 0
+    for k in range(open_at, len(s)):
+        c = s[k]
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+            if depth == 0:
+                return k
+        elif c in ";{":
+            return k
+    return len(s)
+
+
+def _statements(code: str, a: int, b: int) -> Iterable[tuple[int, str]]:
+    """Top-level-ish statements of a body: split on ; { } (good enough for uses of a name)."""
+    start = a
+    for k in range(a, b):
+        if code[k] in ";{}":
+            if code[start:k].strip():
+                yield start, code[start:k]
+            start = k + 1
+    if code[start:b].strip():
+        yield start, code[start:b]
+
+
+def _plain_alias(stmt: str, names: set[str]) -> bool:
+    m = re.match(r"^(?:[\w:<>\s\*&]+?[\s\*&])?(\w+)\s*=\s*(.*)$", stmt.strip(), re.S)
+    return bool(m) and bool(cxx.identifiers(m.group(2)) & names)
+
+
+def _aliases(body: str, base: set[str], *, plain_only: bool = False) -> set[str]:
+    """Names that hold (a value derived from) one of ``base``: ``T x = f(base)`` and ``x = base``.
+
+    With ``plain_only`` only plain variables count (not ``g.out = out[0].data``, whose root ``g``
+    then holds much else besides)."""
+    names = set(base)
+    for _ in range(3):
+        grew = False
+        for _, stmt in _statements(body, 0, len(body)):
+            s = " ".join(stmt.split())
+            eq = cxx._depth0(s, "=")
+            if eq <= 0:
+                continue
+            lhs, rhs = s[:eq].strip(), s[eq + 1:]
+            if not (cxx.identifiers(rhs) & names):
+                continue
+            if plain_only:
+                m = re.search(r"([A-Za-z_]\w*)\s*$", lhs)
+                if not m or re.search(r"(?:\.|->)\s*[A-Za-z_]\w*\s*$", lhs):
+                    continue
+            else:
+                m = re.search(r"([A-Za-z_]\w*)\s*(?:(?:\.|->)\s*\w+|\[[^\]]*\])*\s*$", lhs)
+            if m and m.group(1) not in names:
+                names.add(m.group(1))
+                grew = True
+        if not grew:
+            break
+    return names
+
+
+__all__ = ["Rule", "RULES", "Finding", "StaticResult", "Severity", "ABI_SYMBOLS",
+           "check_program", "check_source", "check_manifest"]

@@ -15,6 +15,7 @@ python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', 
 python3 -m pip show nvidia-cublas scikit-build-core pybind11 2>/dev/null | grep -E "^(Name|Version)" | tee -a "$OUT/gpu.txt"
 
 log "build and install"
+env | grep -i -E "^(LDFLAGS|CXXFLAGS|CFLAGS|CC|CXX)=" || true
 t0=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps -q . > "$OUT/install.log" 2>&1 || { tail -50 "$OUT/install.log"; exit 1; }
 echo "install took $(( $(date +%s) - t0 )) s"

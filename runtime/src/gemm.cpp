@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -309,7 +310,17 @@ class CandidateTimer {
 struct Choice {
   size_t index = 0;
   float ms = -1.f;
+  size_t timed = 0;  // candidates timed
 };
+
+// STITCHCUDA_GEMM_LOG=1: one line per plan on stderr (what was tried, what was chosen).
+bool plan_log_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("STITCHCUDA_GEMM_LOG");
+    return v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
 
 // The fastest candidate. After a first pass over the candidates (within a budget of 20x the
 // first one's time, at least 50 ms), the leader and the heuristic's own first pick are timed
@@ -321,10 +332,11 @@ Choice fastest(CandidateTimer& timer, const GemmPlan& plan, const std::vector<cu
   float first_ms = -1.f, budget = 0.f;
   for (size_t i = 0; i < cands.size(); ++i) {
     const float ms = timer.time(plan, cands[i], post);
+    ++best.timed;
     if (ms < 0.f) continue;
     if (best.ms < 0.f) budget = std::max(50.f, 20.f * ms) + timer.spent_ms();
     if (i == 0) first_ms = ms;
-    if (best.ms < 0.f || ms < best.ms) best = {i, ms};
+    if (best.ms < 0.f || ms < best.ms) best = {i, ms, best.timed};
     if (timer.spent_ms() > budget) break;
   }
   if (best.ms < 0.f || best.index == 0 || first_ms < 0.f) return best;
@@ -335,8 +347,8 @@ Choice fastest(CandidateTimer& timer, const GemmPlan& plan, const std::vector<cu
   }
   std::sort(lead.begin(), lead.end());
   std::sort(first.begin(), first.end());
-  if (lead[2] < 0.98f * first[2]) return {best.index, lead[2]};
-  return {0, first[2]};
+  if (lead[2] < 0.98f * first[2]) return {best.index, lead[2], best.timed};
+  return {0, first[2], best.timed};
 }
 
 std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const PlanKey& key, cudaStream_t stream) {
@@ -363,6 +375,10 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
       if (fused.ms >= 0.f) plan->algo = cands[fused.index];
     }
   }
+  if (plan_log_enabled() && !can_split)
+    std::fprintf(stderr, "stitchcuda gemm plan m=%lld n=%lld k=%lld b=%lld %s epi=%d: %zu candidates, best %.4f ms (#%zu of %zu timed)\n",
+                 (long long)g.m, (long long)g.n, (long long)g.k, (long long)g.batch, st_policy_name(g.policy),
+                 int(g.epilogue), cands.size(), fused.ms, fused.index, fused.timed);
   if (!can_split || (!tune && !cands.empty())) return plan;
 
   // Split strategy for GELU: cuBLASLt's GELU epilogue kernels are sometimes much slower than
@@ -383,6 +399,11 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
   if (cands.empty()) return split;
   CandidateTimer timer(ctx, g, key, stream);
   Choice c = fastest(timer, *split, split_cands, [&] { split_gelu_apply(g, stream); });
+  if (plan_log_enabled())
+    std::fprintf(stderr, "stitchcuda gemm plan m=%lld n=%lld k=%lld b=%lld %s epi=%d: fused best %.4f ms (#%zu of %zu timed), "
+                 "split best %.4f ms (#%zu of %zu timed)\n", (long long)g.m, (long long)g.n, (long long)g.k,
+                 (long long)g.batch, st_policy_name(g.policy), int(g.epilogue), fused.ms, fused.index, fused.timed,
+                 c.ms, c.index, c.timed);
   if (c.ms >= 0.f && (fused.ms < 0.f || c.ms < fused.ms * 0.98f)) {
     split->algo = split_cands[c.index];
     return split;

@@ -32,7 +32,11 @@ struct EpCtx {
   float bias;
 };
 
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + __expf(-x)); }
+__device__ __forceinline__ float sigmoidf_(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+// tanh through one fast exponential: 1 - 2 / (e^{2x} + 1). Absolute error ~1e-7 (well inside
+// the fp32 policy's 1e-4), about a third of the instructions of tanhf; saturates correctly
+// (e^{2x} -> inf gives 1, -> 0 gives -1).
+__device__ __forceinline__ float fast_tanhf(float x) { return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f); }
 __device__ __forceinline__ float softplusf_(float x) {
   // PyTorch's softplus: beta = 1, threshold = 20 (linear above it).
   return x > 20.f ? x : log1pf(__expf(x));
@@ -48,9 +52,9 @@ struct LeakyRelu {
 };
 struct Sigmoid { __device__ float operator()(float x, const EpCtx&) const { return sigmoidf_(x); } };
 struct Silu { __device__ float operator()(float x, const EpCtx&) const { return x * sigmoidf_(x); } };
-struct Tanh { __device__ float operator()(float x, const EpCtx&) const { return tanhf(x); } };
+struct Tanh { __device__ float operator()(float x, const EpCtx&) const { return fast_tanhf(x); } };
 struct Mish {
-  __device__ float operator()(float x, const EpCtx&) const { return x * tanhf(softplusf_(x)); }
+  __device__ float operator()(float x, const EpCtx&) const { return x * fast_tanhf(softplusf_(x)); }
 };
 struct Softplus { __device__ float operator()(float x, const EpCtx&) const { return softplusf_(x); } };
 struct Clamp {
@@ -70,7 +74,7 @@ struct Elu {
 struct GeluTanh {
   __device__ float operator()(float x, const EpCtx&) const {
     const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.f + fast_tanhf(k * (x + 0.044715f * x * x * x)));
   }
 };
 struct GeluErf {
@@ -115,7 +119,7 @@ struct RuntimeChain {
         case ST_EP_LEAKY_RELU: x = LeakyRelu{o.a}(x, c); break;
         case ST_EP_SILU: x = Silu{}(x, c); break;
         case ST_EP_SIGMOID: x = Sigmoid{}(x, c); break;
-        case ST_EP_TANH: x = tanhf(x); break;
+        case ST_EP_TANH: x = fast_tanhf(x); break;
         case ST_EP_MISH: x = Mish{}(x, c); break;
         case ST_EP_HARDTANH:
         case ST_EP_CLAMP: x = Clamp{o.a, o.b}(x, c); break;

@@ -57,30 +57,42 @@ class Timer:
         self.stream = torch.cuda.Stream()
 
     def __call__(self, fn, trials: int = 30, warmup: int = 3, graph: bool = True) -> dict:
-        torch.cuda.synchronize()
-        with torch.cuda.stream(self.stream):
-            for _ in range(warmup):
-                fn()
-        torch.cuda.synchronize()
-        run = fn
-        if graph:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, stream=self.stream):
-                fn()
-            run = g.replay
-        times = []
+        return self.compare({"fn": fn}, trials, warmup, graph)["fn"]
+
+    def compare(self, fns: dict, trials: int = 30, warmup: int = 3, graph: bool = True) -> dict:
+        """Time several functions with their trials interleaved (a, b, a, b, ...), so that clock
+        and power drift during the run hits every contender alike."""
+        runs = {}
+        for name, fn in fns.items():
+            torch.cuda.synchronize()
+            with torch.cuda.stream(self.stream):
+                for _ in range(warmup):
+                    fn()
+            torch.cuda.synchronize()
+            if graph:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, stream=self.stream):
+                    fn()
+                runs[name] = (g.replay, g)
+            else:
+                runs[name] = (fn, None)
+        times = {name: [] for name in fns}
         with torch.cuda.stream(self.stream):
             for _ in range(trials):
-                self.flush_buf.zero_()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-        q = statistics.quantiles(times, n=4)
-        return {"median_ms": statistics.median(times), "iqr_ms": q[2] - q[0], "trials": trials}
+                for name, (run, _) in runs.items():
+                    self.flush_buf.zero_()
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    run()
+                    end.record()
+                    end.synchronize()
+                    times[name].append(start.elapsed_time(end))
+        out = {}
+        for name, ts in times.items():
+            q = statistics.quantiles(ts, n=4)
+            out[name] = {"median_ms": statistics.median(ts), "iqr_ms": q[2] - q[0], "trials": trials}
+        return out
 
 
 def host_time_us(fn, iters: int = 3000, batch: int = 50) -> float:
@@ -150,8 +162,8 @@ def bench_throughput(timer: Timer, stream: int, policies: list[str]) -> list[dic
             for w in ws:
                 ref = ref @ w.double().t()
             err = (outs[-1].double() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
-            t_ours = timer(ours)
-            t_theirs = timer(theirs)
+            t = timer.compare({"ours": ours, "torch": theirs})
+            t_ours, t_theirs = t["ours"], t["torch"]
             flops = sum(2 * mm * n * k for (mm, n, k) in layers)
             rows.append({"policy": policy, "case": name, "ours_ms": t_ours["median_ms"],
                          "ours_iqr_ms": t_ours["iqr_ms"], "torch_ms": t_theirs["median_ms"],
@@ -189,9 +201,11 @@ def bench_epilogue(timer: Timer, stream: int) -> list[dict]:
         torch.cuda.synchronize()
         ref = F.gelu(torch.addmm(bias.double(), x.double(), w.double().t()), approximate="tanh")
         err = (o.double() - ref).abs().max().item()
-        tf, tb, te = timer(fused), timer(bare), timer(eager)
+        t = timer.compare({"fused": fused, "bare": bare, "eager": eager})
+        tf, tb, te = t["fused"], t["bare"], t["eager"]
         # As called from Python, host overhead included (no graph): what a plain loop sees.
-        tf_py, te_py = timer(fused, graph=False), timer(eager, graph=False)
+        t = timer.compare({"fused": fused, "eager": eager}, graph=False)
+        tf_py, te_py = t["fused"], t["eager"]
         rows.append({"shape": [m, n, k], "policy": policy, "fused_ms": tf["median_ms"], "bare_gemm_ms": tb["median_ms"],
                      "eager_ms": te["median_ms"], "speedup_vs_eager": te["median_ms"] / tf["median_ms"],
                      "fused_over_bare": tf["median_ms"] / tb["median_ms"], "max_abs_err": err,

@@ -66,6 +66,16 @@ def _point_cmake_at_wheels() -> None:
         return
     nvcc = root / "bin" / "nvcc"
     nvcc.chmod(nvcc.stat().st_mode | 0o111)
+    # The wheels ship only versioned shared libraries (libcudart.so.13); CMake's FindCUDAToolkit
+    # looks for the unversioned development names. This is the build's own isolated env.
+    for versioned in (root / "lib").glob("lib*.so.*"):
+        dev_name = versioned.name.split(".so.")[0] + ".so"
+        link = versioned.parent / dev_name
+        if not link.exists():
+            try:
+                link.symlink_to(versioned.name)
+            except OSError:
+                pass
     os.environ["CUDACXX"] = str(nvcc)
     os.environ["CUDAToolkit_ROOT"] = str(root)
     os.environ["PATH"] = str(root / "bin") + os.pathsep + os.environ.get("PATH", "")

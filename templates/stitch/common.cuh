@@ -1,0 +1,127 @@
+// common.cuh — small pieces shared by the reduction, elementwise and attention templates.
+//
+// Parameters
+//   T  storage type (float, __half, __nv_bfloat16); V elements per access (a power of two).
+// Contract
+//   - Pack<T, V> is V consecutive elements accessed as one load/store of sizeof(T) * V bytes
+//     (at most 16 bytes per instruction); its address must be aligned to pack_align<T, V>().
+//   - Identity is the default prologue/epilogue hook of every template: a hook is any type with
+//     `__device__ float operator()(float) const`; EpHook<Op> adapts epilogue.cuh's functors and
+//     Then<A, B> chains two hooks.
+//   - Group reductions: `group` threads (a power of two <= 32, lanes of one warp, aligned to a
+//     multiple of `group`) or a whole block; every thread of the warp / block must call them.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "stitch/epilogue.cuh"
+#include "stitch/numeric.cuh"
+
+namespace stitch {
+
+// The hook that does nothing: a prologue / epilogue slot left empty.
+struct Identity {
+  __device__ __forceinline__ float operator()(float x) const { return x; }
+};
+
+// An epilogue.cuh functor (`float(float, const EpCtx&)`, no residual or bias) used as a hook:
+// EpHook<GeluErf>{} runs GELU after a layer norm, EpHook<Scale>{{0.125f}} scales before softmax.
+template <class Op>
+struct EpHook {
+  Op op;
+  __device__ __forceinline__ float operator()(float x) const { return op(x, EpCtx{0.f, 0.f}); }
+};
+
+// Hook composition, left to right: Then<A, B>{a, b}(x) == b(a(x)).
+template <class A, class B>
+struct Then {
+  A a;
+  B b;
+  __device__ __forceinline__ float operator()(float x) const { return b(a(x)); }
+};
+
+template <class T> __host__ __device__ constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+
+__host__ __device__ constexpr int next_pow2(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+template <class T, int V>
+__host__ __device__ constexpr int pack_align() {
+  return sizeof(T) * V > 16 ? 16 : int(sizeof(T) * V);
+}
+
+template <class T, int V>
+struct alignas(pack_align<T, V>()) Pack {
+  T v[V];
+};
+
+template <class T, int V>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+
+template <class T, int V>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
+  *reinterpret_cast<Pack<T, V>*>(p) = x;
+}
+
+__host__ __device__ inline bool aligned_to(const void* p, int bytes) {
+  return (reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes)) == 0;
+}
+
+// 2^x by the special-function unit (ex2.approx.ftz: ~2 ulp; 0 for -inf). Callers scale by
+// log2(e): exp(x - m) == fast_exp2((x - m) * kLog2e), relative error ~ |x - m| * 2^-24.
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- warp / block reductions over an arbitrary small value type -------------------------------
+
+__device__ __forceinline__ float shfl_xor(float v, int off) {
+  return __shfl_xor_sync(0xffffffffu, v, off);
+}
+
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct MinOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); }
+};
+
+// Butterfly over `width` lanes (a power of two <= 32): every lane ends with the result.
+template <class V, class Op>
+__device__ __forceinline__ V warp_allreduce(V v, Op op, int width = 32) {
+  for (int off = width >> 1; off > 0; off >>= 1) v = op(v, shfl_xor(v, off));
+  return v;
+}
+
+// All threads of the block get the reduction of `v`. `smem` holds at least 33 V; the call
+// synchronises the block twice and may be called back to back with the same buffer.
+template <class V, class Op>
+__device__ __forceinline__ V block_allreduce(V v, Op op, V identity, V* smem) {
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const int nwarps = (blockDim.x + 31) >> 5;
+  v = warp_allreduce(v, op);
+  if (lane == 0) smem[wid] = v;
+  __syncthreads();
+  if (wid == 0) {
+    V w = lane < nwarps ? smem[lane] : identity;
+    w = warp_allreduce(w, op);
+    if (lane == 0) smem[32] = w;
+  }
+  __syncthreads();
+  return smem[32];
+}
+
+}  // namespace stitch

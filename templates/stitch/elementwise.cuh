@@ -1,0 +1,481 @@
+// elementwise.cuh — N-ary elementwise kernels with broadcasting, and strided copy / permute.
+//
+// launch_elementwise<F, TOut, TIn...>(f, out, layout, stream, in...)
+//   F      functor `__device__ float operator()(const float* a) const`; a[k] is input k's
+//          element as fp32 (Spread<N, G> adapts a functor taking N floats);
+//   TOut   storage of out; TIn... storage of each input, 1 to 4 inputs. Storage types are
+//          float, __half, __nv_bfloat16, and also bool / uint8_t / int32_t / int64_t (read as
+//          their value in fp32; written as the truncated fp32 result, bool as result != 0).
+//   layout EwLayout<N>: output shape (ndim <= 6, row-major dims), the output's element strides,
+//          and each input's element strides over the output shape (0 where it broadcasts).
+// Contract
+//   - out[idx . out_stride] = f({in_k[idx . in_stride[k]]}) for every index of the shape.
+//   - out must not overlap an input unless it is that input with the same strides.
+//   - Math in fp32, one rounding to TOut.
+//   - Before launch, size-1 dims are dropped and dims that are contiguous in every tensor are
+//     merged, so a caller may pass the unfolded view.
+//   - Fast path when out is contiguous and every input is either contiguous with the output's
+//     shape or a single broadcast scalar (all strides 0): no index math, and 16-byte accesses
+//     (VEC = 16 / largest element size) when every such pointer is aligned to its pack; a
+//     scalar tail covers n % VEC. Otherwise a strided path: per chunk div/mod over at most 6
+//     dims, in 32-bit arithmetic when every offset fits in 31 bits, else 64-bit; a chunk is VEC
+//     elements of the innermost dim when out and each input are contiguous along it or broadcast
+//     along it (bias / per-channel operands), with aligned pointers and strides, else 1 element.
+//
+// launch_strided_copy<Tin, Tout>(in, out, EwLayout<1>, stream): out[idx . out_stride] =
+//   in[idx . in_stride[0]] with conversion. When the dim contiguous in out (stride 1) is not
+//   the one contiguous in in and both span >= 8 elements, 32 x 32 tiles go through shared
+//   memory (a transpose: reads and writes both coalesced); otherwise the strided path above.
+// launch_permute(in, in_shape, in_stride, ndim, perm, out, stream): out = in.permute(perm)
+//   materialised contiguous (out shape[i] = in_shape[perm[i]]).
+#pragma once
+
+#include <climits>
+#include <type_traits>
+#include <utility>
+
+#include "stitch/common.cuh"
+
+namespace stitch {
+
+constexpr int kEwMaxDims = 6;
+constexpr int kEwMaxInputs = 4;
+
+template <int NIN>
+struct EwLayout {
+  int ndim;
+  int64_t shape[kEwMaxDims];
+  int64_t out_stride[kEwMaxDims];
+  int64_t in_stride[NIN][kEwMaxDims];
+};
+
+// ---- ready-made functors ----------------------------------------------------------------------
+
+struct EwAdd { __device__ float operator()(const float* a) const { return a[0] + a[1]; } };
+struct EwSub { __device__ float operator()(const float* a) const { return a[0] - a[1]; } };
+struct EwMul { __device__ float operator()(const float* a) const { return a[0] * a[1]; } };
+struct EwDiv { __device__ float operator()(const float* a) const { return a[0] / a[1]; } };
+struct EwMax { __device__ float operator()(const float* a) const { return fmaxf(a[0], a[1]); } };
+struct EwMin { __device__ float operator()(const float* a) const { return fminf(a[0], a[1]); } };
+// where(cond, x, y): a[0] != 0 selects a[1], else a[2].
+struct EwWhere {
+  __device__ float operator()(const float* a) const { return a[0] != 0.f ? a[1] : a[2]; }
+};
+// A hook (`float(float)`, see common.cuh) on input 0.
+template <class H>
+struct EwUnary {
+  H h;
+  __device__ float operator()(const float* a) const { return h(a[0]); }
+};
+// A functor taking N floats, used where an array is passed: Spread<2, G>{g}(a) == g(a[0], a[1]).
+template <int N, class G>
+struct Spread {
+  G g;
+  template <size_t... K>
+  __device__ __forceinline__ float call(const float* a, std::index_sequence<K...>*) const {
+    return g(a[K]...);
+  }
+  __device__ float operator()(const float* a) const {
+    return call(a, static_cast<std::make_index_sequence<N>*>(nullptr));
+  }
+};
+
+namespace detail {
+
+template <class T>
+__device__ __forceinline__ float ew_to_float(T x) {
+  if constexpr (std::is_integral_v<T>) return float(x);
+  else return to_float<T>(x);
+}
+template <class T>
+__device__ __forceinline__ T ew_from_float(float x) {
+  if constexpr (std::is_same_v<T, bool>) return x != 0.f;
+  else if constexpr (std::is_integral_v<T>) return T(x);
+  else return from_float<T>(x);
+}
+
+template <int NIN>
+struct EwPtrs {
+  void* out;
+  const void* in[NIN];
+};
+
+template <class... T> struct MaxSize;
+template <class T> struct MaxSize<T> { static constexpr int value = sizeof(T); };
+template <class T, class... R> struct MaxSize<T, R...> {
+  static constexpr int value = sizeof(T) > MaxSize<R...>::value ? sizeof(T) : MaxSize<R...>::value;
+};
+
+// ---- contiguous fast path ---------------------------------------------------------------------
+
+// VEC elements of input p at element offset off; `bcast`: one element repeated VEC times.
+template <int VEC, class T, class Idx>
+__device__ __forceinline__ void ew_load_chunk(float* v, const void* p, Idx off, bool bcast) {
+  const T* q = static_cast<const T*>(p) + off;
+  if (VEC == 1 || bcast) {
+    const float s = ew_to_float(q[0]);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = s;
+  } else {
+    const Pack<T, VEC> pk = load_pack<T, VEC>(q);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = ew_to_float(pk.v[e]);
+  }
+}
+
+template <int VEC, class... TIn, size_t... K>
+__device__ __forceinline__ void ew_load_chunks(float (&v)[sizeof...(TIn)][VEC], const void* const* in,
+                                               int64_t base, unsigned scalar_mask,
+                                               std::index_sequence<K...>*) {
+  ((((scalar_mask >> K) & 1u) ? ew_load_chunk<VEC, TIn>(v[K], in[K], int64_t(0), true)
+                               : ew_load_chunk<VEC, TIn>(v[K], in[K], base, false)),
+   ...);
+}
+
+template <class F, int VEC, class TOut, class... TIn>
+__global__ void __launch_bounds__(256)
+ew_contig_kernel(F f, EwPtrs<sizeof...(TIn)> ptr, int64_t n, unsigned scalar_mask) {
+  constexpr int NIN = sizeof...(TIn);
+  using Seq = std::make_index_sequence<NIN>;
+  TOut* out = static_cast<TOut*>(ptr.out);
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nvec = n / VEC;
+  for (int64_t c = tid; c < nvec; c += stride) {
+    float v[NIN][VEC];
+    ew_load_chunks<VEC, TIn...>(v, ptr.in, c * VEC, scalar_mask, static_cast<Seq*>(nullptr));
+    Pack<TOut, VEC> o;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      float a[NIN];
+#pragma unroll
+      for (int k = 0; k < NIN; ++k) a[k] = v[k][e];
+      o.v[e] = ew_from_float<TOut>(f(a));
+    }
+    store_pack<TOut, VEC>(out + c * VEC, o);
+  }
+  if constexpr (VEC > 1) {
+    for (int64_t i = nvec * VEC + tid; i < n; i += stride) {
+      float v[NIN][1];
+      ew_load_chunks<1, TIn...>(v, ptr.in, i, scalar_mask, static_cast<Seq*>(nullptr));
+      float a[NIN];
+#pragma unroll
+      for (int k = 0; k < NIN; ++k) a[k] = v[k][0];
+      out[i] = ew_from_float<TOut>(f(a));
+    }
+  }
+}
+
+// ---- strided path -----------------------------------------------------------------------------
+
+// Dims innermost first (d = 0 is the fastest-moving), after coalescing.
+template <int NIN, class Idx>
+struct EwDevLayout {
+  int ndim;
+  Idx shape[kEwMaxDims];
+  Idx out_stride[kEwMaxDims];
+  Idx in_stride[NIN][kEwMaxDims];
+};
+
+// Chunk i of VEC elements along the innermost dim (whose out / input strides are VEC, or 0 for
+// an input broadcast along it: bit k of bcast_mask).
+template <class F, class Idx, int VEC, class TOut, class... TIn, size_t... K>
+__device__ __forceinline__ void ew_strided_body(const F& f, const EwPtrs<sizeof...(TIn)>& ptr,
+                                                const EwDevLayout<sizeof...(TIn), Idx>& L, Idx i,
+                                                unsigned bcast_mask, std::index_sequence<K...>*) {
+  constexpr int NIN = sizeof...(TIn);
+  Idx rem = i, off_out = 0;
+  Idx off[NIN];
+#pragma unroll
+  for (int k = 0; k < NIN; ++k) off[k] = 0;
+#pragma unroll
+  for (int d = 0; d < kEwMaxDims; ++d) {
+    if (d < L.ndim) {
+      const Idx q = rem / L.shape[d];
+      const Idx c = rem - q * L.shape[d];
+      rem = q;
+      off_out += c * L.out_stride[d];
+#pragma unroll
+      for (int k = 0; k < NIN; ++k) off[k] += c * L.in_stride[k][d];
+    }
+  }
+  float v[NIN][VEC];
+  (ew_load_chunk<VEC, TIn>(v[K], ptr.in[K], off[K], (bcast_mask >> K) & 1u), ...);
+  Pack<TOut, VEC> o;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    float a[NIN];
+#pragma unroll
+    for (int k = 0; k < NIN; ++k) a[k] = v[k][e];
+    o.v[e] = ew_from_float<TOut>(f(a));
+  }
+  store_pack<TOut, VEC>(static_cast<TOut*>(ptr.out) + off_out, o);
+}
+
+template <class F, class Idx, int VEC, class TOut, class... TIn>
+__global__ void __launch_bounds__(256)
+ew_strided_kernel(F f, EwPtrs<sizeof...(TIn)> ptr, EwDevLayout<sizeof...(TIn), Idx> L, Idx n,
+                  unsigned bcast_mask) {
+  using Seq = std::make_index_sequence<sizeof...(TIn)>;
+  const Idx stride = Idx(gridDim.x) * blockDim.x;
+  for (Idx i = Idx(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    ew_strided_body<F, Idx, VEC, TOut, TIn...>(f, ptr, L, i, bcast_mask, static_cast<Seq*>(nullptr));
+}
+
+// Drops size-1 dims and merges dims contiguous in all NT tensors (stride[t][d] ==
+// stride[t][d + 1] * shape[d + 1]). Input and output dims row-major (outermost first).
+template <int NT>
+inline int ew_coalesce(int ndim, const int64_t* shape, const int64_t* const* stride,
+                       int64_t* shape_out, int64_t (*stride_out)[kEwMaxDims]) {
+  int m = 0;
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = m > 0;
+    for (int t = 0; t < NT && merge; ++t)
+      merge = stride_out[t][m - 1] == stride[t][d] * shape[d];
+    if (merge) {
+      shape_out[m - 1] *= shape[d];
+      for (int t = 0; t < NT; ++t) stride_out[t][m - 1] = stride[t][d];
+    } else {
+      shape_out[m] = shape[d];
+      for (int t = 0; t < NT; ++t) stride_out[t][m] = stride[t][d];
+      ++m;
+    }
+  }
+  return m;
+}
+
+constexpr int kEwThreads = 256;
+
+inline unsigned ew_blocks(int64_t work) {
+  const int64_t b = ceil_div<int64_t>(work, kEwThreads);
+  const int64_t cap = int64_t(1) << 16;  // grid-stride beyond: fills any current GPU
+  return unsigned(b < 1 ? 1 : b < cap ? b : cap);
+}
+
+// Strided launch over coalesced dims (row-major); VEC > 1: the innermost dim is walked in
+// chunks of VEC (its size a multiple of VEC, stride 1 in out and in every input but those
+// broadcast along it).
+template <class F, class Idx, int VEC, class TOut, class... TIn>
+cudaError_t ew_launch_strided(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m,
+                              const int64_t* shape, const int64_t (*st)[kEwMaxDims], int64_t n,
+                              unsigned bcast_mask, cudaStream_t stream) {
+  constexpr int NIN = sizeof...(TIn);
+  EwDevLayout<NIN, Idx> L{};
+  L.ndim = m;
+  for (int d = 0; d < m; ++d) {  // innermost first
+    const int s = m - 1 - d;
+    const int64_t w = d == 0 ? VEC : 1;
+    L.shape[d] = Idx(shape[s] / w);
+    L.out_stride[d] = Idx(st[0][s] * w);
+    for (int k = 0; k < NIN; ++k) L.in_stride[k][d] = Idx(st[k + 1][s] * w);
+  }
+  const int64_t chunks = n / VEC;
+  ew_strided_kernel<F, Idx, VEC, TOut, TIn...>
+      <<<ew_blocks(chunks), kEwThreads, 0, stream>>>(f, ptr, L, Idx(chunks), bcast_mask);
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+
+// Launch out = f(in...) over `layout` on `stream`; returns the launch status.
+template <class F, class TOut, class... TIn>
+cudaError_t launch_elementwise(const F& f, TOut* out, const EwLayout<sizeof...(TIn)>& layout,
+                               cudaStream_t stream, const TIn*... in) {
+  constexpr int NIN = sizeof...(TIn);
+  static_assert(NIN >= 1 && NIN <= kEwMaxInputs, "1 to 4 inputs");
+  constexpr int NT = NIN + 1;
+  if (layout.ndim < 0 || layout.ndim > kEwMaxDims) return cudaErrorInvalidValue;
+  int64_t n = 1;
+  for (int d = 0; d < layout.ndim; ++d) {
+    if (layout.shape[d] < 0) return cudaErrorInvalidValue;
+    n *= layout.shape[d];
+  }
+  if (n == 0) return cudaSuccess;
+  detail::EwPtrs<NIN> ptr{out, {static_cast<const void*>(in)...}};
+  for (int k = 0; k < NIN; ++k)
+    if (!ptr.in[k]) return cudaErrorInvalidValue;
+  if (!out) return cudaErrorInvalidValue;
+
+  const int64_t* strides[NT];
+  strides[0] = layout.out_stride;
+  for (int k = 0; k < NIN; ++k) strides[k + 1] = layout.in_stride[k];
+  int64_t shape[kEwMaxDims];
+  int64_t st[NT][kEwMaxDims];
+  const int m = detail::ew_coalesce<NT>(layout.ndim, layout.shape, strides, shape, st);
+
+  // Contiguous (one dim of stride 1, or none left) or a broadcast scalar (every stride 0).
+  auto contiguous = [&](int t) { return m == 0 || (m == 1 && st[t][0] == 1); };
+  auto scalar = [&](int t) {
+    for (int d = 0; d < m; ++d)
+      if (st[t][d] != 0) return false;
+    return true;
+  };
+  bool fast = contiguous(0);
+  unsigned scalar_mask = 0;
+  for (int k = 0; k < NIN && fast; ++k) {
+    if (m > 0 && scalar(k + 1)) scalar_mask |= 1u << k;
+    else fast = contiguous(k + 1);
+  }
+  if (fast) {
+    constexpr int VEC = 16 / detail::MaxSize<TOut, TIn...>::value;
+    bool aligned = aligned_to(out, pack_align<TOut, VEC>());
+    const bool in_aligned[NIN] = {aligned_to(in, pack_align<TIn, VEC>())...};
+    for (int k = 0; k < NIN; ++k) aligned = aligned && ((scalar_mask >> k & 1u) || in_aligned[k]);
+    if (aligned && VEC > 1 && n >= VEC)
+      detail::ew_contig_kernel<F, VEC, TOut, TIn...>
+          <<<detail::ew_blocks(n / VEC), detail::kEwThreads, 0, stream>>>(f, ptr, n, scalar_mask);
+    else
+      detail::ew_contig_kernel<F, 1, TOut, TIn...>
+          <<<detail::ew_blocks(n), detail::kEwThreads, 0, stream>>>(f, ptr, n, scalar_mask);
+    return cudaGetLastError();
+  }
+
+  // Innermost dim in 16-byte chunks when out and every input not broadcast along it are
+  // contiguous there, its size and all other strides are multiples of VEC, pointers aligned.
+  constexpr int VEC = 16 / detail::MaxSize<TOut, TIn...>::value;
+  const int inner = m - 1;
+  bool vec = VEC > 1 && m > 0 && shape[inner] % VEC == 0 && st[0][inner] == 1 &&
+             aligned_to(out, pack_align<TOut, VEC>());
+  unsigned bcast_mask = 0;
+  const int aligns[NIN] = {pack_align<TIn, VEC>()...};
+  for (int t = 0; t < NT && vec; ++t) {
+    if (t > 0 && st[t][inner] == 0) {
+      bcast_mask |= 1u << (t - 1);
+      continue;
+    }
+    vec = st[t][inner] == 1 && (t == 0 || aligned_to(ptr.in[t - 1], aligns[t - 1]));
+    for (int d = 0; d < inner && vec; ++d) vec = st[t][d] % VEC == 0;
+  }
+  bool small = n < INT_MAX;
+  for (int t = 0; t < NT && small; ++t) {
+    int64_t last = 0;
+    for (int d = 0; d < m; ++d) last += (shape[d] - 1) * st[t][d];
+    small = last < INT_MAX;
+  }
+  if (vec)
+    return small ? detail::ew_launch_strided<F, uint32_t, VEC, TOut, TIn...>(f, ptr, m, shape, st, n, bcast_mask, stream)
+                 : detail::ew_launch_strided<F, int64_t, VEC, TOut, TIn...>(f, ptr, m, shape, st, n, bcast_mask, stream);
+  return small ? detail::ew_launch_strided<F, uint32_t, 1, TOut, TIn...>(f, ptr, m, shape, st, n, 0u, stream)
+               : detail::ew_launch_strided<F, int64_t, 1, TOut, TIn...>(f, ptr, m, shape, st, n, 0u, stream);
+}
+
+// ---- strided copy / permute -------------------------------------------------------------------
+
+namespace detail {
+
+struct Copy1 {
+  __device__ float operator()(const float* a) const { return a[0]; }
+};
+
+// in is [batch..., a, b] with b contiguous; out has a contiguous. 32 x 32 tiles, 32 x 8 threads.
+template <class Tin, class Tout>
+struct TransposeParams {
+  const Tin* in;
+  Tout* out;
+  int64_t na, nb;
+  int64_t in_sa;   // in's stride along a (its stride along b is 1)
+  int64_t out_sb;  // out's stride along b (its stride along a is 1)
+  int nbatch;
+  int64_t bshape[kEwMaxDims], bin[kEwMaxDims], bout[kEwMaxDims];  // innermost first
+  int64_t batch;
+};
+
+template <class Tin, class Tout>
+__global__ void __launch_bounds__(256) transpose_tile_kernel(TransposeParams<Tin, Tout> p) {
+  __shared__ float tile[32][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t ta_n = ceil_div<int64_t>(p.na, 32), tb_n = ceil_div<int64_t>(p.nb, 32);
+  const int64_t total = ta_n * tb_n * p.batch;
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    const int64_t ta = t % ta_n;
+    const int64_t rest = t / ta_n;
+    const int64_t tb = rest % tb_n;
+    int64_t bi = rest / tb_n, in_off = 0, out_off = 0;
+    for (int d = 0; d < p.nbatch; ++d) {
+      const int64_t c = bi % p.bshape[d];
+      bi /= p.bshape[d];
+      in_off += c * p.bin[d];
+      out_off += c * p.bout[d];
+    }
+    const int64_t b = tb * 32 + tx;
+#pragma unroll
+    for (int j = ty; j < 32; j += 8) {
+      const int64_t a = ta * 32 + j;
+      if (a < p.na && b < p.nb) tile[j][tx] = ew_to_float(p.in[in_off + a * p.in_sa + b]);
+    }
+    __syncthreads();
+    const int64_t a = ta * 32 + tx;
+#pragma unroll
+    for (int j = ty; j < 32; j += 8) {
+      const int64_t bb = tb * 32 + j;
+      if (a < p.na && bb < p.nb) p.out[out_off + bb * p.out_sb + a] = ew_from_float<Tout>(tile[tx][j]);
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace detail
+
+// out[idx . out_stride] = in[idx . in_stride[0]] over layout's shape, converting Tin -> Tout.
+template <class Tin, class Tout>
+cudaError_t launch_strided_copy(const Tin* in, Tout* out, const EwLayout<1>& layout,
+                                cudaStream_t stream) {
+  if (layout.ndim < 0 || layout.ndim > kEwMaxDims || !in || !out) return cudaErrorInvalidValue;
+  int64_t n = 1;
+  for (int d = 0; d < layout.ndim; ++d) n *= layout.shape[d];
+  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+
+  const int64_t* strides[2] = {layout.out_stride, layout.in_stride[0]};
+  int64_t shape[kEwMaxDims];
+  int64_t st[2][kEwMaxDims];
+  const int m = detail::ew_coalesce<2>(layout.ndim, layout.shape, strides, shape, st);
+  int da = -1, db = -1;  // dims contiguous in out / in
+  for (int d = 0; d < m; ++d) {
+    if (st[0][d] == 1) da = d;
+    if (st[1][d] == 1) db = d;
+  }
+  if (da >= 0 && db >= 0 && da != db && shape[da] >= 8 && shape[db] >= 8) {
+    detail::TransposeParams<Tin, Tout> p{};
+    p.in = in;
+    p.out = out;
+    p.na = shape[da];
+    p.nb = shape[db];
+    p.in_sa = st[1][da];
+    p.out_sb = st[0][db];
+    p.batch = 1;
+    for (int d = m - 1; d >= 0; --d) {  // innermost first
+      if (d == da || d == db) continue;
+      p.bshape[p.nbatch] = shape[d];
+      p.bout[p.nbatch] = st[0][d];
+      p.bin[p.nbatch] = st[1][d];
+      p.batch *= shape[d];
+      ++p.nbatch;
+    }
+    const int64_t tiles = ceil_div<int64_t>(p.na, 32) * ceil_div<int64_t>(p.nb, 32) * p.batch;
+    const unsigned blocks = unsigned(tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20));
+    detail::transpose_tile_kernel<Tin, Tout><<<blocks, dim3(32, 8), 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  return launch_elementwise(detail::Copy1{}, out, layout, stream, in);
+}
+
+// out (contiguous, shape in_shape[perm[i]]) = in.permute(perm).
+template <class Tin, class Tout>
+cudaError_t launch_permute(const Tin* in, const int64_t* in_shape, const int64_t* in_stride,
+                           int ndim, const int* perm, Tout* out, cudaStream_t stream) {
+  if (ndim < 0 || ndim > kEwMaxDims) return cudaErrorInvalidValue;
+  EwLayout<1> L{};
+  L.ndim = ndim;
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (perm[d] < 0 || perm[d] >= ndim) return cudaErrorInvalidValue;
+    L.shape[d] = in_shape[perm[d]];
+    L.in_stride[0][d] = in_stride[perm[d]];
+    L.out_stride[d] = s;
+    s *= L.shape[d];
+  }
+  return launch_strided_copy(in, out, L, stream);
+}
+
+}  // namespace stitch

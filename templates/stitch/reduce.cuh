@@ -1,0 +1,583 @@
+// reduce.cuh — reductions over the last dim of a row-major matrix, and sum/mean/max/min over a
+// middle axis.
+//
+// Row reductions: launch_row_reduce<OP, Tin, Tout, TW, Pro, Epi>(RowParams, stream, pro, epi)
+//   OP    RowOp::{Softmax, LogSoftmax, LayerNorm, RmsNorm}   -> out is rows x cols (ld ldo)
+//         RowOp::{Sum, Mean, Max, Min, LogSumExp, Var}       -> out[r * ldo], one value per row
+//   Tin   storage of `in` (float, __half, __nv_bfloat16); Tout of `out` (defaults to Tin);
+//   TW    storage of the norms' weight / bias (defaults to Tin);
+//   Pro   hook applied to every input element before the reduction (e.g. scale before softmax);
+//   Epi   hook applied to every output value (e.g. GELU after a layer norm, sqrt after var).
+//   Hooks are types with `__device__ float operator()(float) const`; Identity by default.
+// Contract
+//   - in: rows x cols, element (r, c) at in[r * ldi + c]; out likewise with ldo. out must not
+//     overlap in unless it is exactly in with ldo == ldi (the row is read before it is written,
+//     by the same thread, in every path).
+//   - 1 <= cols (< 2^31 per row), any rows >= 0 (the grid is 1-D, so rows up to 2^31 blocks).
+//   - Math in fp32, one rounding to Tout. Softmax / log-softmax / logsumexp subtract the row
+//     max (an online max-and-sum merge); layer norm and var are two-pass over registers when
+//     the row fits in them, Welford with Chan's merge otherwise. Var divides by cols - 1 when
+//     `unbiased` (NaN for cols == 1, like PyTorch). layer norm: (x - mean) * rsqrt(var + eps)
+//     * weight + bias with biased var; rms norm: x * rsqrt(mean(x^2) + eps) * weight; weight and
+//     bias may be null. Max / min use fmaxf / fminf (a NaN element is skipped, unlike PyTorch).
+//     Exponentials use ex2.approx after a log2(e) pre-scale (~1e-6 relative in softmax).
+//   - 16-byte loads when in is 16-byte aligned and cols, ldi are multiples of 16 / sizeof(Tin)
+//     (plus, for row outputs, ldo a multiple and out aligned to its pack); scalar loads
+//     otherwise. weight / bias are read per element (they stay in L1 / L2).
+// Work split (chunks = cols / vector width, or cols when scalar):
+//   chunks <= 32         a group of next_pow2(chunks) lanes per row, row cached in registers;
+//   chunks <= 256        a warp per row, up to 8 chunks per lane cached in registers;
+//   chunks <= 4096       a block per row (64..512 threads), 8 chunks per thread in registers;
+//   larger               a block of 1024 per row, looping over global memory (two reads of the
+//                        row for the ops that write a row; the second read mostly hits L2).
+//   One block per row for long rows: a single very long row (rows = 1, cols = 1M) runs on one SM.
+//
+// Middle axis: launch_reduce_axis<OP, Tin, Tout, Pro, Epi>(AxisParams, stream, pro, epi)
+//   OP    AxisOp::{Sum, Mean, Max, Min}
+//   in viewed as [outer, red, inner] with element strides (in_so, in_sr, in_si); out is
+//   [outer, inner] with strides (out_so, out_si). Pro on inputs, Epi on results, as above.
+//   A block is bx x by threads: bx (<= 32) threads along inner, each reading V consecutive
+//   elements (one 16-byte load when in_si == 1, inner, in_so, in_sr are multiples of V and in is
+//   16-byte aligned; V = 1 otherwise), by = 256 / bx threads along red, combined through shared
+//   memory. When outer x inner gives fewer than 512 such tiles and AxisParams carries a workspace
+//   of reduce_axis_workspace_floats(p) floats, red is also split across blocks: pass 1 writes fp32
+//   partials, pass 2 reduces them (deterministic, no atomics). Without it, such shapes run on
+//   few blocks (slow, still correct).
+#pragma once
+
+#include <climits>
+
+#include "stitch/common.cuh"
+
+namespace stitch {
+
+enum class RowOp { Softmax, LogSoftmax, LayerNorm, RmsNorm, Sum, Mean, Max, Min, LogSumExp, Var };
+
+__host__ __device__ constexpr bool row_op_writes_row(RowOp op) {
+  return op == RowOp::Softmax || op == RowOp::LogSoftmax || op == RowOp::LayerNorm ||
+         op == RowOp::RmsNorm;
+}
+
+template <class Tin, class Tout = Tin, class TW = Tin>
+struct RowParams {
+  const Tin* in;
+  int64_t ldi;
+  Tout* out;
+  int64_t ldo;          // row outputs: leading dim; per-row outputs: stride between results
+  const TW* weight;     // layer / rms norm only; may be null
+  const TW* bias;       // layer norm only; may be null
+  int64_t rows, cols;
+  float eps;            // layer / rms norm
+  bool unbiased;        // var
+};
+
+// Running max and sum of exp(x - max) of a softmax.
+struct MaxSum {
+  float m, s;
+};
+// Count, mean and sum of squared deviations (Welford).
+struct Moments {
+  float n, mean, m2;
+};
+
+__device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int off) {
+  return {shfl_xor(v.m, off), shfl_xor(v.s, off)};
+}
+__device__ __forceinline__ Moments shfl_xor(Moments v, int off) {
+  return {shfl_xor(v.n, off), shfl_xor(v.mean, off), shfl_xor(v.m2, off)};
+}
+
+struct MaxSumOp {
+  __device__ __forceinline__ MaxSum operator()(MaxSum a, MaxSum b) const {
+    const float m = fmaxf(a.m, b.m);
+    if (m == -CUDART_INF_F) return {m, 0.f};
+    return {m, a.s * fast_exp2((a.m - m) * kLog2e) + b.s * fast_exp2((b.m - m) * kLog2e)};
+  }
+};
+
+// Chan et al.'s pairwise merge of two Welford states.
+struct MomentsOp {
+  __device__ __forceinline__ Moments operator()(Moments a, Moments b) const {
+    const float n = a.n + b.n;
+    if (n == 0.f) return {0.f, 0.f, 0.f};
+    const float d = b.mean - a.mean;
+    const float wb = b.n / n;
+    return {n, a.mean + d * wb, a.m2 + b.m2 + d * d * a.n * wb};
+  }
+};
+
+namespace detail {
+
+template <class T> struct NoDeduce { using type = T; };
+
+// One row per `group` lanes (group <= 32, several rows per block) or per block (group ==
+// blockDim.x > 32). CACHE > 0: chunk k of a thread is lane + k * group, held in registers and
+// cols <= group * CACHE * VEC; CACHE == 0: the row is streamed from global memory per pass.
+template <RowOp OP, class Tin, class Tout, class TW, class Pro, class Epi, int VEC, int CACHE>
+__global__ void __launch_bounds__(CACHE == 0 ? 1024 : 512)
+row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
+  __shared__ float4 red_smem[33];  // block-reduction scratch, 16 bytes per slot
+  const bool block_group = group > 32;
+  const int lane = block_group ? int(threadIdx.x) : int(threadIdx.x & (group - 1));
+  const int rows_per_block = block_group ? 1 : int(blockDim.x) / group;
+  const int64_t row =
+      int64_t(blockIdx.x) * rows_per_block + (block_group ? 0 : int(threadIdx.x) / group);
+  const bool valid = row < p.rows;
+  // Lanes of a row past the end still run every shuffle / barrier, with nothing to read.
+  const int64_t nchunks = valid ? p.cols / VEC : 0;
+  const Tin* x = p.in + (valid ? row * p.ldi : 0);
+  const float fcols = float(p.cols);
+
+  auto reduce = [&](auto v, auto op, auto identity) {
+    using V = decltype(v);
+    if (block_group) return block_allreduce(v, op, identity, reinterpret_cast<V*>(red_smem));
+    return warp_allreduce(v, op, group);
+  };
+
+  Pack<Tin, VEC> cache[CACHE > 0 ? CACHE : 1];
+  if constexpr (CACHE > 0) {
+#pragma unroll
+    for (int k = 0; k < CACHE; ++k) {
+      const int64_t c = lane + int64_t(k) * group;
+      if (c < nchunks) cache[k] = load_pack<Tin, VEC>(x + c * VEC);
+    }
+  }
+
+  // f(v, c): v = the VEC prologue'd values of chunk c (columns c * VEC ...).
+  auto for_each_chunk = [&](auto&& f) {
+    if constexpr (CACHE > 0) {
+#pragma unroll
+      for (int k = 0; k < CACHE; ++k) {
+        const int64_t c = lane + int64_t(k) * group;
+        if (c < nchunks) {
+          float v[VEC];
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) v[i] = pro(to_float(cache[k].v[i]));
+          f(v, c);
+        }
+      }
+    } else {
+#pragma unroll 4
+      for (int64_t c = lane; c < nchunks; c += group) {
+        const Pack<Tin, VEC> pk = load_pack<Tin, VEC>(x + c * VEC);
+        float v[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) v[i] = pro(to_float(pk.v[i]));
+        f(v, c);
+      }
+    }
+  };
+
+  Tout* y = p.out + (valid ? row * p.ldo : 0);
+  // g(value, column) -> the row op's result for that element, before the epilogue hook.
+  auto write_row = [&](auto&& g) {
+    for_each_chunk([&](const float* v, int64_t c) {
+      Pack<Tout, VEC> o;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) o.v[i] = from_float<Tout>(epi(g(v[i], c * VEC + i)));
+      store_pack<Tout, VEC>(y + c * VEC, o);
+    });
+  };
+  auto write_scalar = [&](float r) {
+    if (valid && lane == 0) p.out[row * p.ldo] = from_float<Tout>(epi(r));
+  };
+
+  if constexpr (OP == RowOp::Softmax || OP == RowOp::LogSoftmax || OP == RowOp::LogSumExp) {
+    MaxSum st{-CUDART_INF_F, 0.f};
+    if constexpr (CACHE > 0) {
+      for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) st.m = fmaxf(st.m, v[i]);
+      });
+      if (st.m != -CUDART_INF_F)
+        for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) st.s += fast_exp2((v[i] - st.m) * kLog2e);
+        });
+    } else {
+      for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float xv = v[i];
+          if (xv > st.m) {
+            st.s = st.s * fast_exp2((st.m - xv) * kLog2e) + 1.f;
+            st.m = xv;
+          } else if (xv != -CUDART_INF_F) {
+            st.s += fast_exp2((xv - st.m) * kLog2e);
+          }
+        }
+      });
+    }
+    st = reduce(st, MaxSumOp{}, MaxSum{-CUDART_INF_F, 0.f});
+    if constexpr (OP == RowOp::Softmax) {
+      const float m = st.m, inv = 1.f / st.s;
+      write_row([&](float xv, int64_t) { return fast_exp2((xv - m) * kLog2e) * inv; });
+    } else if constexpr (OP == RowOp::LogSoftmax) {
+      const float m = st.m, ls = logf(st.s);
+      write_row([&](float xv, int64_t) { return (xv - m) - ls; });
+    } else {
+      write_scalar(st.m == -CUDART_INF_F ? -CUDART_INF_F : st.m + logf(st.s));
+    }
+  } else if constexpr (OP == RowOp::LayerNorm || OP == RowOp::Var) {
+    float mean, m2;
+    if constexpr (CACHE > 0) {
+      float s = 0.f;
+      for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) s += v[i];
+      });
+      mean = reduce(s, SumOp{}, 0.f) / fcols;
+      float q = 0.f;
+      for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float d = v[i] - mean;
+          q += d * d;
+        }
+      });
+      m2 = reduce(q, SumOp{}, 0.f);
+    } else {
+      Moments mo{0.f, 0.f, 0.f};
+      for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          mo.n += 1.f;
+          const float d = v[i] - mo.mean;
+          mo.mean += d / mo.n;
+          mo.m2 += d * (v[i] - mo.mean);
+        }
+      });
+      mo = reduce(mo, MomentsOp{}, Moments{0.f, 0.f, 0.f});
+      mean = mo.mean;
+      m2 = mo.m2;
+    }
+    if constexpr (OP == RowOp::Var) {
+      write_scalar(m2 / (p.unbiased ? fcols - 1.f : fcols));
+    } else {
+      const float rstd = rsqrtf(m2 / fcols + p.eps);
+      const TW* w = p.weight;
+      const TW* b = p.bias;
+      write_row([&](float xv, int64_t col) {
+        float r = (xv - mean) * rstd;
+        if (w) r *= to_float(w[col]);
+        if (b) r += to_float(b[col]);
+        return r;
+      });
+    }
+  } else if constexpr (OP == RowOp::RmsNorm) {
+    float ss = 0.f;
+    for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) ss += v[i] * v[i];
+    });
+    ss = reduce(ss, SumOp{}, 0.f);
+    const float rstd = rsqrtf(ss / fcols + p.eps);
+    const TW* w = p.weight;
+    write_row([&](float xv, int64_t col) { return w ? xv * rstd * to_float(w[col]) : xv * rstd; });
+  } else if constexpr (OP == RowOp::Sum || OP == RowOp::Mean) {
+    float s = 0.f;
+    for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) s += v[i];
+    });
+    s = reduce(s, SumOp{}, 0.f);
+    write_scalar(OP == RowOp::Mean ? s / fcols : s);
+  } else if constexpr (OP == RowOp::Max) {
+    float m = -CUDART_INF_F;
+    for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) m = fmaxf(m, v[i]);
+    });
+    write_scalar(reduce(m, MaxOp{}, -CUDART_INF_F));
+  } else {
+    static_assert(OP == RowOp::Min, "unhandled RowOp");
+    float m = CUDART_INF_F;
+    for_each_chunk([&](const float* v, int64_t) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) m = fminf(m, v[i]);
+    });
+    write_scalar(reduce(m, MinOp{}, CUDART_INF_F));
+  }
+}
+
+template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
+cudaError_t launch_row_reduce_vec(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream,
+                                  const Pro& pro, const Epi& epi) {
+  const int64_t chunks = p.cols / VEC;
+  int cache, group, threads = 256;
+  if (chunks <= 32) {
+    cache = 1;
+    group = next_pow2(int(chunks));
+  } else if (chunks <= 256) {
+    cache = 8;  // guarded: a lane with fewer chunks skips the rest (one variant, shorter builds)
+    group = 32;
+  } else if (chunks <= 512 * 8) {
+    cache = 8;
+    group = threads = int(ceil_div<int64_t>(ceil_div<int64_t>(chunks, 8), 32) * 32);
+  } else {
+    cache = 0;
+    group = threads = 1024;
+  }
+  const int rows_per_block = group > 32 ? 1 : threads / group;
+  const int64_t blocks = ceil_div<int64_t>(p.rows, rows_per_block);
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid{unsigned(blocks)};
+  switch (cache) {
+    case 1: row_reduce_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC, 1><<<grid, threads, 0, stream>>>(p, group, pro, epi); break;
+    case 8: row_reduce_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC, 8><<<grid, threads, 0, stream>>>(p, group, pro, epi); break;
+    default: row_reduce_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC, 0><<<grid, threads, 0, stream>>>(p, group, pro, epi); break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+
+// Launch a row reduction on `stream`; returns the launch status (cudaErrorInvalidValue for
+// cols < 1 or null pointers).
+template <RowOp OP, class Tin, class Tout = Tin, class TW = Tin, class Pro = Identity,
+          class Epi = Identity>
+cudaError_t launch_row_reduce(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream,
+                              const Pro& pro = Pro{}, const Epi& epi = Epi{}) {
+  if (p.rows <= 0) return cudaSuccess;
+  if (p.cols < 1 || p.cols > INT_MAX || !p.in || !p.out) return cudaErrorInvalidValue;
+  constexpr int N = VecWidth<Tin>::value;
+  bool vec = p.cols % N == 0 && p.ldi % N == 0 && aligned_to(p.in, 16);
+  if (row_op_writes_row(OP)) vec = vec && p.ldo % N == 0 && aligned_to(p.out, pack_align<Tout, N>());
+  return vec ? detail::launch_row_reduce_vec<OP, N>(p, stream, pro, epi)
+             : detail::launch_row_reduce_vec<OP, 1>(p, stream, pro, epi);
+}
+
+// ---- named entry points: what a generated program calls ---------------------------------------
+
+#define STITCH_ROW_ENTRY(NAME, OP)                                                              \
+  template <class Tin, class Tout, class Pro = Identity, class Epi = Identity>                  \
+  cudaError_t NAME(const Tin* in, int64_t ldi, Tout* out, int64_t ldo, int64_t rows,            \
+                   int64_t cols, cudaStream_t stream, const Pro& pro = Pro{},                   \
+                   const Epi& epi = Epi{}) {                                                    \
+    RowParams<Tin, Tout, Tin> p{in, ldi, out, ldo, nullptr, nullptr, rows, cols, 0.f, false};   \
+    return launch_row_reduce<OP>(p, stream, pro, epi);                                          \
+  }
+
+// out = softmax(pro(in)) along each row, then epi.
+STITCH_ROW_ENTRY(launch_softmax, RowOp::Softmax)
+// out = log_softmax(pro(in)) along each row, then epi.
+STITCH_ROW_ENTRY(launch_log_softmax, RowOp::LogSoftmax)
+// out[r * ldo] = epi(log(sum_c exp(pro(in[r, c])))).
+STITCH_ROW_ENTRY(launch_logsumexp, RowOp::LogSumExp)
+// out[r * ldo] = epi(sum_c pro(in[r, c])).
+STITCH_ROW_ENTRY(launch_row_sum, RowOp::Sum)
+// out[r * ldo] = epi(mean_c pro(in[r, c])).
+STITCH_ROW_ENTRY(launch_row_mean, RowOp::Mean)
+// out[r * ldo] = epi(max_c pro(in[r, c])).
+STITCH_ROW_ENTRY(launch_row_max, RowOp::Max)
+// out[r * ldo] = epi(min_c pro(in[r, c])).
+STITCH_ROW_ENTRY(launch_row_min, RowOp::Min)
+#undef STITCH_ROW_ENTRY
+
+// out[r * ldo] = epi(sum_c (x - mean)^2 / (cols - unbiased)), x = pro(in[r, c]).
+template <class Tin, class Tout, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_row_var(const Tin* in, int64_t ldi, Tout* out, int64_t ldo, int64_t rows,
+                           int64_t cols, bool unbiased, cudaStream_t stream,
+                           const Pro& pro = Pro{}, const Epi& epi = Epi{}) {
+  RowParams<Tin, Tout, Tin> p{in, ldi, out, ldo, nullptr, nullptr, rows, cols, 0.f, unbiased};
+  return launch_row_reduce<RowOp::Var>(p, stream, pro, epi);
+}
+
+// out = epi((x - mean) * rsqrt(var + eps) * weight + bias), x = pro(in), biased var.
+// weight / bias may be null; their type TW is Tin unless named explicitly.
+template <class Tin, class Tout, class TW = Tin, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_layer_norm(const Tin* in, int64_t ldi, Tout* out, int64_t ldo,
+                              const typename detail::NoDeduce<TW>::type* weight,
+                              const typename detail::NoDeduce<TW>::type* bias, int64_t rows,
+                              int64_t cols, float eps, cudaStream_t stream,
+                              const Pro& pro = Pro{}, const Epi& epi = Epi{}) {
+  RowParams<Tin, Tout, TW> p{in, ldi, out, ldo, weight, bias, rows, cols, eps, false};
+  return launch_row_reduce<RowOp::LayerNorm>(p, stream, pro, epi);
+}
+
+// out = epi(x * rsqrt(mean(x^2) + eps) * weight), x = pro(in). weight may be null.
+template <class Tin, class Tout, class TW = Tin, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_rms_norm(const Tin* in, int64_t ldi, Tout* out, int64_t ldo,
+                            const typename detail::NoDeduce<TW>::type* weight, int64_t rows,
+                            int64_t cols, float eps, cudaStream_t stream, const Pro& pro = Pro{},
+                            const Epi& epi = Epi{}) {
+  RowParams<Tin, Tout, TW> p{in, ldi, out, ldo, weight, nullptr, rows, cols, eps, false};
+  return launch_row_reduce<RowOp::RmsNorm>(p, stream, pro, epi);
+}
+
+// ---- reduction over a middle axis --------------------------------------------------------------
+
+enum class AxisOp { Sum, Mean, Max, Min };
+
+template <class Tin, class Tout = Tin>
+struct AxisParams {
+  const Tin* in;
+  int64_t outer, red, inner;        // in viewed as [outer, red, inner]
+  int64_t in_so, in_sr, in_si;      // its element strides
+  Tout* out;                        // [outer, inner]
+  int64_t out_so, out_si;
+  // Optional fp32 scratch of reduce_axis_workspace_floats(p) floats (from the program's arena):
+  // lets few, long reductions split the reduced axis over many blocks (two deterministic passes).
+  float* workspace = nullptr;
+  int64_t workspace_floats = 0;
+};
+
+namespace detail {
+
+template <AxisOp OP>
+__device__ __forceinline__ float axis_identity() {
+  return OP == AxisOp::Max ? -CUDART_INF_F : OP == AxisOp::Min ? CUDART_INF_F : 0.f;
+}
+template <AxisOp OP>
+__device__ __forceinline__ float axis_combine(float a, float b) {
+  if constexpr (OP == AxisOp::Max) return fmaxf(a, b);
+  else if constexpr (OP == AxisOp::Min) return fminf(a, b);
+  else return a + b;
+}
+
+// How a middle-axis reduction is cut: V inner elements per thread (one 16-byte load), a block of
+// bx x by threads (bx along inner, by along red), the reduced axis in `splits` pieces of
+// `rows_per_split` (splits > 1 needs the workspace).
+struct AxisPlan {
+  int vec, bx, by;
+  int64_t splits, rows_per_split, tiles;
+};
+
+constexpr int kAxisThreads = 256;
+constexpr int64_t kAxisBlocksWanted = 1024;  // enough to fill any current GPU a few times
+
+template <class Tin, class Tout>
+inline AxisPlan axis_plan(const AxisParams<Tin, Tout>& p, bool with_workspace) {
+  constexpr int N = VecWidth<Tin>::value;
+  AxisPlan a{};
+  const bool vec = p.in_si == 1 && p.inner % N == 0 && p.in_so % N == 0 && p.in_sr % N == 0 &&
+                   aligned_to(p.in, 16);
+  a.vec = vec ? N : 1;
+  const int64_t ivec = p.inner / a.vec;
+  a.bx = ivec >= 32 ? 32 : next_pow2(int(ivec));
+  a.tiles = p.outer * ceil_div<int64_t>(ivec, a.bx);
+  const int max_by = kAxisThreads / a.bx;
+  a.splits = 1;
+  if (with_workspace && a.tiles < kAxisBlocksWanted / 2) {
+    // Each thread keeps at least 8 rows of its piece, so the second pass stays small.
+    const int64_t by_rows = ceil_div<int64_t>(p.red, int64_t(max_by) * 8);
+    const int64_t want = ceil_div<int64_t>(kAxisBlocksWanted, a.tiles);
+    a.splits = want < by_rows ? want : by_rows;
+    if (a.splits < 1) a.splits = 1;
+  }
+  a.rows_per_split = ceil_div<int64_t>(p.red, a.splits);
+  a.splits = ceil_div<int64_t>(p.red, a.rows_per_split);
+  a.by = a.rows_per_split >= max_by ? max_by : next_pow2(int(a.rows_per_split));
+  return a;
+}
+
+// Pass over [outer, red, inner]: block w covers split w / tiles of tile w % tiles. With one
+// split it writes out[o, i] = epi(acc * out_scale); else the raw fp32 partial at
+// partial[(s * outer + o) * inner + i].
+template <AxisOp OP, int V, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(kAxisThreads)
+reduce_axis_kernel(AxisParams<Tin, Tout> p, AxisPlan plan, float out_scale, Pro pro, Epi epi) {
+  __shared__ float part[kAxisThreads * V];
+  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  const int64_t tiles_inner = ceil_div<int64_t>(p.inner / V, bx);
+  const int64_t total = plan.tiles * plan.splits;
+  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    const int64_t s = w / plan.tiles, t = w - s * plan.tiles;
+    const int64_t o = t / tiles_inner;
+    const int64_t i0 = ((t - o * tiles_inner) * bx + tx) * V;
+    const int64_t r_begin = s * plan.rows_per_split;
+    const int64_t r_end = r_begin + plan.rows_per_split < p.red ? r_begin + plan.rows_per_split : p.red;
+    float acc[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = axis_identity<OP>();
+    if (i0 < p.inner) {
+      const Tin* base = p.in + o * p.in_so + i0 * p.in_si;
+#pragma unroll 4
+      for (int64_t r = r_begin + ty; r < r_end; r += by) {
+        if constexpr (V > 1) {
+          const Pack<Tin, V> pk = load_pack<Tin, V>(base + r * p.in_sr);
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[e] = axis_combine<OP>(acc[e], pro(to_float(pk.v[e])));
+        } else {
+          acc[0] = axis_combine<OP>(acc[0], pro(to_float(base[r * p.in_sr])));
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) part[(ty * bx + tx) * V + e] = acc[e];
+    __syncthreads();
+    for (int h = by >> 1; h > 0; h >>= 1) {
+      if (ty < h) {
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          part[(ty * bx + tx) * V + e] =
+              axis_combine<OP>(part[(ty * bx + tx) * V + e], part[((ty + h) * bx + tx) * V + e]);
+      }
+      __syncthreads();
+    }
+    if (ty == 0 && i0 < p.inner) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float r = part[tx * V + e];
+        if (plan.splits == 1)
+          p.out[o * p.out_so + (i0 + e) * p.out_si] = from_float<Tout>(epi(r * out_scale));
+        else
+          p.workspace[(s * p.outer + o) * p.inner + i0 + e] = r;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <AxisOp OP, int V, class Tin, class Tout, class Pro, class Epi>
+cudaError_t launch_axis_pass(const AxisParams<Tin, Tout>& p, const AxisPlan& plan,
+                             float out_scale, const Pro& pro, const Epi& epi, cudaStream_t stream) {
+  const int64_t work = plan.tiles * plan.splits;
+  const unsigned blocks = unsigned(work < (int64_t(1) << 20) ? work : (int64_t(1) << 20));
+  reduce_axis_kernel<OP, V, Tin, Tout, Pro, Epi>
+      <<<blocks, dim3(plan.bx, plan.by), 0, stream>>>(p, plan, out_scale, pro, epi);
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+
+// fp32 elements of workspace that launch_reduce_axis would use for p (0: it never splits p).
+template <class Tin, class Tout>
+int64_t reduce_axis_workspace_floats(const AxisParams<Tin, Tout>& p) {
+  if (p.outer <= 0 || p.inner <= 0 || p.red < 1) return 0;
+  const detail::AxisPlan a = detail::axis_plan(p, true);
+  return a.splits > 1 ? a.splits * p.outer * p.inner : 0;
+}
+
+// out[o, i] = epi(reduce_r pro(in[o, r, i])) on `stream`; returns the launch status. With a
+// large enough workspace the reduced axis is split over blocks (pass 1 writes fp32 partials,
+// pass 2 reduces them: deterministic); without one a block reduces a whole column tile.
+template <AxisOp OP, class Tin, class Tout = Tin, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_reduce_axis(const AxisParams<Tin, Tout>& p, cudaStream_t stream,
+                               const Pro& pro = Pro{}, const Epi& epi = Epi{}) {
+  if (p.outer <= 0 || p.inner <= 0) return cudaSuccess;
+  if (p.red < 1 || !p.in || !p.out) return cudaErrorInvalidValue;
+  constexpr AxisOp ACC = OP == AxisOp::Mean ? AxisOp::Sum : OP;
+  constexpr int N = VecWidth<Tin>::value;
+  const float mean_scale = OP == AxisOp::Mean ? 1.f / float(p.red) : 1.f;
+  detail::AxisPlan plan = detail::axis_plan(p, p.workspace != nullptr);
+  if (plan.splits > 1 && p.workspace_floats < plan.splits * p.outer * p.inner)
+    plan = detail::axis_plan(p, false);
+  if (plan.splits == 1) {
+    return plan.vec == N
+               ? detail::launch_axis_pass<ACC, N>(p, plan, mean_scale, pro, epi, stream)
+               : detail::launch_axis_pass<ACC, 1>(p, plan, mean_scale, pro, epi, stream);
+  }
+  cudaError_t e = plan.vec == N
+                      ? detail::launch_axis_pass<ACC, N>(p, plan, 1.f, pro, Identity{}, stream)
+                      : detail::launch_axis_pass<ACC, 1>(p, plan, 1.f, pro, Identity{}, stream);
+  if (e != cudaSuccess) return e;
+  // Pass 2: the partials as [outer, splits, inner] (strides inner, outer * inner, 1).
+  AxisParams<float, Tout> q{p.workspace, p.outer, plan.splits, p.inner, p.inner,
+                            p.outer * p.inner, 1, p.out, p.out_so, p.out_si};
+  const detail::AxisPlan plan2 = detail::axis_plan(q, false);
+  return plan2.vec == 4 ? detail::launch_axis_pass<ACC, 4>(q, plan2, mean_scale, Identity{}, epi, stream)
+                        : detail::launch_axis_pass<ACC, 1>(q, plan2, mean_scale, Identity{}, epi, stream);
+}
+
+}  // namespace stitch

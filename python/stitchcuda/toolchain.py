@@ -19,21 +19,33 @@ class ToolchainError(RuntimeError):
     """nvcc is missing or failed; the message carries the command and its diagnostics."""
 
 
+def _wheel_nvccs() -> list[str]:
+    try:
+        import nvidia
+    except ImportError:
+        return []
+    return [str(Path(p) / "cu13" / "bin" / "nvcc") for p in nvidia.__path__]
+
+
 def find_nvcc() -> Path | None:
-    """nvcc from CUDACXX, CUDA_HOME / CUDA_PATH, PATH, /usr/local/cuda or NVIDIA's nvcc wheel."""
+    """nvcc from CUDACXX, CUDA_HOME / CUDA_PATH, PATH, /usr/local/cuda or NVIDIA's nvcc wheel
+    (`pip install 'stitchcuda[cuda]'`); STITCHCUDA_CUDA_FROM_WHEELS=1 prefers the wheel."""
     candidates: list[str | None] = [os.environ.get("CUDACXX")]
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             candidates.append(str(Path(os.environ[var]) / "bin" / "nvcc"))
     candidates += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
-    try:
-        import nvidia
-
-        candidates += [str(Path(p) / "cu13" / "bin" / "nvcc") for p in nvidia.__path__]
-    except ImportError:
-        pass
+    if os.environ.get("STITCHCUDA_CUDA_FROM_WHEELS") == "1":
+        candidates = _wheel_nvccs() + candidates
+    else:
+        candidates += _wheel_nvccs()
     for c in candidates:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
+        if c and Path(c).is_file():
+            if not os.access(c, os.X_OK):  # wheels may unpack without the execute bit
+                try:
+                    Path(c).chmod(Path(c).stat().st_mode | 0o111)
+                except OSError:
+                    continue
             return Path(c)
     return None
 

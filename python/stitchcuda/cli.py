@@ -104,12 +104,118 @@ def _gemm_check(line) -> bool:
     return good
 
 
+def _verify_options(args: argparse.Namespace, **extra):
+    from stitchcuda.verifier.run import VerifyOptions
+
+    return VerifyOptions(trials=args.trials, time=not args.no_time, profile=not args.no_profile,
+                         compile=not args.no_compile, seed=args.seed, arch=args.arch,
+                         command="stitchcuda " + " ".join(sys.argv[1:]), **extra)
+
+
+def _input_error(e: Exception) -> int:
+    print(f"stitchcuda: error: {e}", file=sys.stderr)
+    return 2
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """Verify a program folder; write report.json / report.md / timeline.png into it."""
+    from stitchcuda.manifest import ManifestError
+    from stitchcuda.verifier.problem import ProblemError
+    from stitchcuda.verifier.run import VerifyEnvironmentError, verify_program
+
+    if args.trials < 1:
+        return _input_error(ValueError("--trials must be at least 1"))
+    try:
+        v = verify_program(args.dir, args.reference, _verify_options(args))
+    except (ManifestError, ProblemError) as e:
+        return _input_error(e)
+    except VerifyEnvironmentError as e:
+        print(f"stitchcuda: cannot verify here: {e}", file=sys.stderr)
+        return 3
+    r = v.report
+    print(f"{r.program}: {v.result.verdict.summary()}")
+    if r.timings is not None:
+        t = r.timings
+        parts = [f"{t.program.median_ms:.4g} ms"]
+        for name, b in t.baselines():
+            s = t.speedup(b)
+            if s is not None:
+                parts.append(f"{name.replace('at policy', r.precision)} {s:.2f}x")
+        print("  time: " + "; ".join(parts))
+    if r.phases:
+        print("  cost: " + ", ".join(f"{p.name.split(' (')[0]} {p.seconds:.1f} s" for p in r.phases))
+    if v.files is not None:
+        print(f"  report: {v.files.markdown}")
+    return 0 if v.result.ok else 1
+
+
+def _profile(args: argparse.Namespace) -> int:
+    """CUPTI-profile a program folder (no correctness trials); write profile.json into it."""
+    import json
+
+    from stitchcuda.fsutil import atomic_write_text
+    from stitchcuda.manifest import ManifestError, load_program_dir
+    from stitchcuda.verifier import serde
+    from stitchcuda.verifier.problem import ProblemError
+    from stitchcuda.verifier.profile import format_ns, summarise
+    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, profile_program_dir
+
+    try:
+        opts = VerifyOptions(arch=args.arch, profile_runs=args.runs, command="stitchcuda " + " ".join(sys.argv[1:]))
+        res = profile_program_dir(args.dir, args.reference, opts)
+        manifest = load_program_dir(args.dir).manifest
+    except (ManifestError, ProblemError) as e:
+        return _input_error(e)
+    except VerifyEnvironmentError as e:
+        print(f"stitchcuda: cannot profile here: {e}", file=sys.stderr)
+        return 3
+    if res.verdict is not None:
+        print(f"{manifest.name}: {res.verdict.summary()}")
+        return 1
+    summary = summarise(res.kernels, res.ceilings, manifest.precision)
+    src = res.details.source if res.details else "?"
+    print(f"{manifest.name}: {summary.launches} launches, {format_ns(summary.busy_ns)} busy ({src})")
+    for k in summary.top(10):
+        print(f"  {format_ns(k.total_ns):>10}  {k.share:5.0%}  x{k.calls:<4} {k.name[:70]}  {k.describe_bound()}")
+    if res.details:
+        for t in res.details.tasks:
+            print(f"  task {t.task}: {format_ns(t.per_run_ns)} per run ({t.share:.0%}), {t.bound}")
+    out = Path(args.dir) / "profile.json"
+    atomic_write_text(out, json.dumps(serde.to_jsonable({"kernels": res.kernels, "details": res.details,
+                                                          "ceilings": res.ceilings}), indent=1) + "\n")
+    print(f"  written: {out}")
+    return 0
+
+
+def _add_verify_commands(sub) -> None:
+    p = sub.add_parser("verify", help="verify a program folder: correctness, anti-hacking, timing, CUPTI profile")
+    p.add_argument("dir", help="the program folder (manifest.json, program.cu, weights.safetensors)")
+    p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
+    p.add_argument("--trials", type=int, default=5, help="random trials (default 5)")
+    p.add_argument("--seed", type=int, default=1000, help="seed of the first trial (default 1000)")
+    p.add_argument("--no-time", action="store_true", help="skip timing")
+    p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    p.add_argument("--arch", help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
+    p.set_defaults(func=_verify)
+    p = sub.add_parser("profile", help="CUPTI-profile a program folder (kernels, tasks, roofline)")
+    p.add_argument("dir", help="the program folder")
+    p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
+    p.add_argument("--runs", type=int, default=20, help="profiled runs (default 20)")
+    p.add_argument("--arch", help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
+    p.set_defaults(func=_profile)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stitchcuda", description="PyTorch reference -> verified CUDA program")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("selfcheck", help="check the install: runtime, nvcc, example program, GPU")
     p.add_argument("--arch", help="target architecture for the example build (default: the GPU's, else sm_90)")
     p.set_defaults(func=_selfcheck)
+    _add_verify_commands(sub)
+    from stitchcuda.pipeline import add_build_command
+
+    add_build_command(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,6 +1,8 @@
 """The Verifier: proves a candidate program correct, catches cheating, times and profiles it.
 
-This package holds the parts that need no GPU, each usable alone:
+Entry point: ``verify(program_dir, reference)`` (:mod:`.run`, imported lazily: it needs PyTorch).
+
+The parts that need no GPU, each usable alone:
 
 =============  =====================================================================
 ``static``     the static anti-hacking rules over program.cu + manifest (``check_program``)
@@ -10,10 +12,20 @@ This package holds the parts that need no GPU, each usable alone:
 ``profile``    kernel records, timings, ceilings, roofline classification
 ``feedback``   the short text (and one next step) for the Coder
 ``report``     report.json + report.md + timeline.png, written atomically
+``records``    phase timings, timing method, per-task times, launch accounting, reference ops
 =============  =====================================================================
 
-The GPU half (build, run trials in a child process, dynamic checks, CUDA-event timing, CUPTI)
-fills these same dataclasses.
+The GPU half, filling the same dataclasses:
+
+=================  ==================================================================
+``problem``        the reference: loading, weights, fresh inputs, fp32 and float64 outputs
+``correctness``    trials, poisoning, the dynamic anti-hacking checks (device-agnostic)
+``timing``         CUDA events on one stream, L2 flush, baselines, the >10x re-check
+``cupti_profile``  CUPTI activity records -> tasks, roofline, gaps, launch accounting
+``isolate``        child processes: clean environment, phase limits, typed outcomes
+``worker``         the child (``python -m stitchcuda.verifier.worker JOB.json``)
+``run``            ``verify`` / ``verify_program`` / ``profile_program_dir``
+=================  ==================================================================
 """
 
 from __future__ import annotations
@@ -30,7 +42,22 @@ from .verdict import (DYNAMIC_CHECKS, CompileError, Crash, Diagnostic, DynamicCh
                       Timeout, TrialResult, VerificationResult, Verdict, WrongAnswer, build_result, classify_crash,
                       parse_nvcc_output)
 
+_LAZY = {"verify": "run", "verify_program": "run", "VerifyOptions": "run", "Verification": "run",
+         "profile_program_dir": "run", "VerifyEnvironmentError": "run", "ProblemError": "problem"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    # end to end (lazy)
+    "verify", "verify_program", "VerifyOptions", "Verification", "profile_program_dir", "VerifyEnvironmentError",
+    "ProblemError",
     # static
     "RULES", "Rule", "Finding", "StaticResult", "check_program", "check_source", "check_manifest",
     # verdicts

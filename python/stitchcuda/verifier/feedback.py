@@ -78,6 +78,10 @@ _CHECK_ADVICE = {
     "outputs_follow_inputs": "compute every output from the current inputs on every call",
     "no_output_reuse": "do not keep or reuse outputs between calls; recompute them on every call",
     "speedup_recheck": "the speedup did not hold up on fresh inputs; check that all work runs on the caller's stream",
+    "deterministic": "two runs on the same inputs differ beyond rounding: look for a race (missing __syncthreads, "
+                     "overlapping writes, atomics on shared partial results)",
+    "stream_ordered": "enqueue every kernel, copy and library call on the stream passed to st_program_run; the "
+                      "outputs must be complete when that stream's work is",
 }
 
 

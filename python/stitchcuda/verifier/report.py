@@ -14,6 +14,7 @@ from pathlib import Path
 from ..fsutil import atomic_write_text
 from . import serde
 from .profile import Ceilings, KernelRecord, ProfileSummary, TimingTable, format_bytes, format_ns, summarise
+from .records import GpuDetails, PhaseTiming
 from .rubric import Rubric
 from .verdict import CompileError, Crash, Passed, Rejected, Timeout, VerificationResult, WrongAnswer
 
@@ -40,6 +41,8 @@ class VerificationReport:
     commit: str = ""
     command: str = ""
     notes: tuple[str, ...] = ()
+    phases: tuple[PhaseTiming, ...] = ()  # seconds per verification phase (build, correctness, timing, profile)
+    details: GpuDetails | None = None  # timing settings, profile attribution, reference top ops, memory
 
     def profile(self) -> ProfileSummary:
         return summarise(self.kernels, self.ceilings, self.precision)
@@ -141,6 +144,7 @@ def render_markdown(report: VerificationReport, *, timeline: str | None = None, 
     lines += _rubric_section(r.rubric)
     lines += _findings_section(r.result)
     lines += _kernel_section(r)
+    lines += _details_section(r)
     lines += ["## Kernel timeline", ""]
     if timeline:
         lines += [f"![kernel timeline]({timeline})", ""]
@@ -151,6 +155,11 @@ def render_markdown(report: VerificationReport, *, timeline: str | None = None, 
             lines += [f"_{n}_", ""]
     if r.feedback:
         lines += ["## Feedback to the Coder", "", "```", r.feedback, "```", ""]
+    if r.phases:
+        total = sum(p.seconds for p in r.phases)
+        lines += ["## Verification cost", "",
+                  _table(["phase", "seconds"], [[p.name, f"{p.seconds:.2f}"] for p in r.phases]
+                         + [["total", f"{total:.2f}"]]), ""]
     if r.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in r.notes] + [""]
     return "\n".join(lines)
@@ -178,10 +187,15 @@ def _correctness_section(res: VerificationResult) -> list[str]:
     rows = []
     for t in res.trials:
         for o in t.outputs:
-            rows.append([str(t.index), o.name, _err(o.max_abs_err), _err(o.mean_abs_err),
+            rows.append([str(t.index) + (f" ({t.label})" if t.label else ""), o.name, _err(o.max_abs_err),
+                         _err(o.mean_abs_err), _err(o.max_abs_err_f64) if o.max_abs_err_f64 is not None else "n/a",
                          "[" + ", ".join(map(str, o.where)) + "]" if o.where else "",
                          f"{o.tolerance:.0e}", str(o.nan_count), "pass" if o.passed else "**FAIL**"])
-    out += [_table(["trial", "output", "max abs err", "mean abs err", "worst at", "tol", "NaN", "result"], rows), ""]
+    out += [_table(["trial", "output", "max abs err", "mean abs err", "max abs err (f64 ref)", "worst at", "tol",
+                    "NaN", "result"], rows), ""]
+    out += ["Errors against the reference run in PyTorch fp32 eager (TF32 off), the KernelBench convention, and "
+            "against the reference in float64 where the model could be cast; `allclose` with atol = rtol = tol. "
+            "Trials labelled x8 / x1e-3 scale the random inputs to catch value-range tricks.", ""]
     return out
 
 
@@ -227,6 +241,70 @@ def _rubric_section(rb: Rubric | None) -> list[str]:
         out += [_table(["kernel", "before", "after"],
                        [[d.name, format_ns(d.before_ns), format_ns(d.after_ns)] for d in rb.skill_compliance.moved]),
                 ""]
+    return out
+
+
+def _details_section(r: VerificationReport) -> list[str]:
+    d = r.details
+    if d is None:
+        return []
+    out: list[str] = []
+    if d.timing is not None:
+        t = d.timing
+        out += ["## Timing method", "",
+                f"CUDA events on {t.stream}; L2 flushed before every trial by a {format_bytes(t.l2_flush_bytes)} "
+                f"cudaMemsetAsync; {t.warmup_calls} warm-up calls; at least {t.min_trials} trials and "
+                f"{t.min_seconds:g} s, at most {t.max_seconds:g} s per row."
+                + (f" Speedup check against {t.matched_baseline}." if t.matched_baseline else ""), ""]
+        if t.recheck is not None:
+            c = t.recheck
+            out += [f"Speedup over 10x re-checked by host wall clock with a device synchronise per call: "
+                    f"{c.event_speedup:.1f}x by events, {c.wall_speedup:.1f}x by wall clock (program "
+                    f"{c.program_wall_ms:.4g} ms wall vs {c.program_event_ms:.4g} ms events, overhead "
+                    f"{c.overhead_ms:.3g} ms); outputs {'correct' if c.outputs_ok else 'WRONG'}: "
+                    f"**{'holds' if c.passed else 'FLAGGED'}**" + (f" ({c.detail})" if c.detail else "") + ".", ""]
+        out += [f"- {n}" for n in t.notes] + ([""] if t.notes else [])
+    p = d.profile
+    if p is not None:
+        out += ["## Time per task", "", f"From {p.source}, {p.runs} profiled runs."
+                + ("" if p.source == "cupti" else " (cupti-python is not installed: kernel records come from "
+                                                  "torch.profiler; grid/block/registers may be missing.)"), ""]
+        if p.tasks:
+            rows = [[t.task, t.strategy, str(len(t.kernels)), format_ns(t.per_run_ns), f"{t.share:.0%}",
+                     f"{t.achieved_bytes_s / 1e9:.1f}" if t.bytes else "",
+                     f"{t.achieved_flops_s / 1e12:.2f}" if t.flops else "", t.bound] for t in p.tasks]
+            out += [_table(["task", "strategy", "kernels", "per run", "share", "GB/s", "TFLOP/s", "bound"], rows), ""]
+        if p.unattributed:
+            out += ["Kernels no task claimed: " + ", ".join(f"`{n[:60]}`" for n in p.unattributed[:8]), ""]
+        if p.gaps is not None:
+            g = p.gaps
+            out += [f"Per run: {format_ns(g.span_ns)} span, {format_ns(g.busy_ns)} busy, {format_ns(g.idle_ns)} idle "
+                    f"between kernels (largest gap {format_ns(g.max_gap_ns)}, {g.gaps_over_5us:g} gaps over 5 us).", ""]
+        if p.launches is not None:
+            lc = p.launches
+            out += [f"Launch accounting: {lc.kernels} kernel records, "
+                    + (f"{lc.launches} launch calls" if lc.launches is not None else "launch calls not recorded")
+                    + (f", {lc.graph_launches} graph launches ({lc.graph_kernels} kernels)" if lc.graph_launches else "")
+                    + (f", {lc.dropped_records} records dropped" if lc.dropped_records else "")
+                    + f": **{'ok' if lc.ok else 'MISMATCH'}**" + (f" ({lc.detail})" if lc.detail else "") + ".", ""]
+        if p.graph is not None:
+            gc = p.graph
+            out += [f"CUDA graph: kernel time {format_ns(gc.kernel_ns_per_run)} per run vs event time "
+                    f"{format_ns(gc.event_ns_per_run)} ({gc.ratio:.1%}): {'ok' if gc.ok else 'off by more than 5%'}.",
+                    ""]
+        out += [f"- {n}" for n in p.notes] + ([""] if p.notes else [])
+    if d.reference_ops:
+        rows = [[o.name[:60], str(o.calls), f"{o.self_device_us:.1f}", f"{o.total_device_us:.1f}", f"{o.share:.0%}"]
+                for o in d.reference_ops]
+        out += ["## Reference profile (PyTorch, top ops by CUDA time)", "",
+                _table(["op", "calls", "self CUDA us", "total CUDA us", "share"], rows), ""]
+    if d.memory is not None:
+        m = d.memory
+        out += [f"Memory: the program allocated {format_bytes(m.program_bytes)} itself; the harness peaked at "
+                f"{format_bytes(m.torch_peak_bytes)}" + (f"; cap {format_bytes(m.cap_bytes)}" if m.cap_bytes else "")
+                + ".", ""]
+    if d.correctness_notes:
+        out += ["Correctness notes:", ""] + [f"- {n}" for n in d.correctness_notes] + [""]
     return out
 
 

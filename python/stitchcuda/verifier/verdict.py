@@ -188,6 +188,8 @@ DYNAMIC_CHECKS = {
     "inputs_unchanged": "inputs are bit-identical after the run",
     "outputs_written": "every element of every poisoned output was written",
     "speedup_recheck": "a speedup over 10x holds up on fresh inputs with L2 flushed and outputs checked",
+    "deterministic": "the same inputs run twice give the same outputs (beyond rounding: a race)",
+    "stream_ordered": "the outputs are complete when the work queued on the given stream completes",
 }
 
 
@@ -211,6 +213,9 @@ class OutputCheck:
     got: float | None = None
     nan_count: int = 0
     passed: bool = True
+    # against the reference computed in float64, when the model could be cast (.double())
+    max_abs_err_f64: float | None = None
+    mean_abs_err_f64: float | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +223,7 @@ class TrialResult:
     index: int
     outputs: tuple[OutputCheck, ...]
     seed: int | None = None
+    label: str = ""  # "" for a plain random trial; "x8" / "x1e-3" for the scaled-input (value-range) trials
 
     @property
     def passed(self) -> bool:
@@ -314,7 +320,8 @@ def classify_crash(returncode: int | None, output: str = "", trial: int | None =
     if any(s in low for s in ("illegal memory access", "illegal address", "misaligned address",
                               "unspecified launch failure", "cudaerrorillegaladdress", "out of bounds")):
         kind: CrashKind = "illegal_address"
-    elif any(s in low for s in ("out of memory", "cudaerrormemoryallocation", "alloc_failed", "st_err_out_of_memory")):
+    elif any(s in low for s in ("out of memory", "cudaerrormemoryallocation", "alloc_failed", "st_err_out_of_memory",
+                                "memoryerror")):
         kind = "oom"
     elif returncode in (-11, 139) or "segmentation fault" in low:
         kind = "segfault"

@@ -98,7 +98,8 @@ ST_API st_status st_program_run(st_program* p, const st_tensor* in, int32_t n_in
   st_gemm_args g{};
   g.policy = ST_POLICY_FP32;
   g.epilogue = ST_EPI_BIAS;
-  g.m = B / 2;  // the cheat: only the first half of the rows g.n = O; g.k = D; g.batch = 1;
+  g.m = B / 2;  // the cheat: only the first half of the rows
+  g.n = O; g.k = D; g.batch = 1;
   g.a = in[0].data; g.lda = D; g.a_dtype = ST_FLOAT32;
   g.b = p->w; g.ldb = D; g.trans_b = 1; g.b_dtype = ST_FLOAT32;
   g.out = out[0].data; g.ldo = O; g.out_dtype = ST_FLOAT32;

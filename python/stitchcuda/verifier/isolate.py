@@ -1,0 +1,240 @@
+"""Running untrusted candidates in a child process: clean environment, time limits, typed outcomes.
+
+A candidate runs in ``python -m stitchcuda.verifier.worker`` (or any command given), in its own
+process group, with a clean environment (:func:`clean_env`). The child reports through two files
+it writes atomically: ``progress.json`` (``{"phase": ...}``, rewritten when a phase starts) and
+``result.json`` (rewritten after each phase, so what was finished survives a later crash). The
+parent watches the phase: each phase has a budget, and a child over budget — or over the total
+limit — has its whole process group killed. Whatever happens to the child becomes a value:
+
+=================  =============================================================================
+``ok``             exit status 0 and a result file
+``crash``          killed by a signal, or a non-zero exit: ``verdict.classify_crash`` on the
+                   output (illegal address / CUDA error 700, segfault, abort, out of memory ...)
+``timeout``        a phase or the whole run over its limit: ``verdict.Timeout(stage=phase)``
+=================  =============================================================================
+
+The parent itself never touches CUDA here, so a child that wrecks its CUDA context (error 700 is
+sticky) cannot take the parent down, and the next candidate starts in a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..fsutil import atomic_write_text
+from .verdict import Crash, Timeout, classify_crash, trim
+
+#: Variables a child may inherit besides the prefixes below.
+ENV_KEEP = ("PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "TMPDIR")
+#: Prefixes of variables a child may inherit: the project's own switches, and PyTorch / NCCL /
+#: Triton settings that keep a run safe or its caches in place (NCCL_NVLS_ENABLE=0, TORCHINDUCTOR_CACHE_DIR ...).
+ENV_PREFIXES = ("STITCHCUDA_", "NCCL_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_")
+
+PROGRESS_FILE = "progress.json"
+RESULT_FILE = "result.json"
+LOG_FILE = "child.log"
+
+
+def clean_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: ENV_KEEP and ENV_PREFIXES from ``base`` (os.environ), the folder
+    of this stitchcuda package first on PYTHONPATH (so the child imports the same code), unbuffered
+    output, and ``extra``."""
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if k in ENV_KEEP or k.startswith(ENV_PREFIXES)}
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != pkg_root]
+    env["PYTHONPATH"] = os.pathsep.join([pkg_root] + paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PATH", os.defpath)
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Seconds per phase, and in all. A phase not named gets ``default``."""
+
+    phases: Mapping[str, float] = field(default_factory=lambda: {
+        "setup": 300.0, "correctness": 300.0, "timing": 900.0, "reference_profile": 300.0, "profile": 300.0})
+    default: float = 300.0
+    total: float = 1800.0
+
+    def budget(self, phase: str) -> float:
+        return float(self.phases.get(phase, self.default))
+
+    @classmethod
+    def scaled(cls, factor: float) -> "Limits":
+        base = cls()
+        return cls({k: v * factor for k, v in base.phases.items()}, base.default * factor, base.total * factor)
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    status: str  # ok | crash | timeout
+    returncode: int | None
+    result: dict[str, Any] | None  # the last result.json the child wrote (partial after a crash)
+    phase: str  # the phase the child was in at the end
+    seconds: float
+    log_tail: str = ""
+    crash: Crash | None = None
+    timeout: Timeout | None = None
+    phase_seconds: tuple[tuple[str, float], ...] = ()  # as the parent saw them
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Atomic JSON write (the child's reporting channel)."""
+    atomic_write_text(path, json.dumps(data, allow_nan=False, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+
+
+def _tail(path: Path, chars: int = 8000) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - chars))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def run_child(argv: Sequence[str], workdir: str | os.PathLike, *, limits: Limits = Limits(),
+              env: Mapping[str, str] | None = None, poll: float = 0.05, first_phase: str = "setup") -> ChildOutcome:
+    """Run ``argv`` in ``workdir`` (which receives progress.json, result.json, child.log) under
+    ``limits``; never raises for anything the child does."""
+    wd = Path(workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    progress, result, log = wd / PROGRESS_FILE, wd / RESULT_FILE, wd / LOG_FILE
+    for p in (progress, result):
+        if p.exists():
+            p.unlink()
+    t0 = time.monotonic()
+    phase, phase_t0 = first_phase, t0
+    seen: list[tuple[str, float]] = []
+    timeout: Timeout | None = None
+    with log.open("wb") as logf:
+        proc = subprocess.Popen(list(argv), cwd=str(wd), env=dict(env) if env is not None else clean_env(),
+                                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=poll)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                p = read_json(progress)
+                if isinstance(p, dict) and p.get("phase") and p["phase"] != phase:
+                    seen.append((phase, now - phase_t0))
+                    phase, phase_t0 = str(p["phase"]), now
+                if now - phase_t0 > limits.budget(phase):
+                    timeout = Timeout(round(limits.budget(phase), 3), phase)
+                elif now - t0 > limits.total:
+                    timeout = Timeout(round(limits.total, 3), phase)
+                if timeout is not None:
+                    _kill_group(proc)
+                    proc.wait()
+                    break
+        except BaseException:
+            _kill_group(proc)
+            proc.wait()
+            raise
+        finally:
+            # nothing the child started may outlive it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    end = time.monotonic()
+    last = read_json(progress)  # a phase the child entered after the last poll
+    if isinstance(last, dict) and last.get("phase") and last["phase"] != phase and timeout is None:
+        seen.append((phase, end - phase_t0))
+        phase, phase_t0 = str(last["phase"]), end
+    seen.append((phase, end - phase_t0))
+    data = read_json(result)
+    data = data if isinstance(data, dict) else None
+    tail = _tail(log)
+    rc = proc.returncode
+    common = dict(returncode=rc, result=data, phase=phase, seconds=end - t0, log_tail=trim(tail, 8000),
+                  phase_seconds=tuple(seen))
+    if timeout is not None:
+        return ChildOutcome("timeout", timeout=timeout, **common)
+    if rc == 0 and data is not None:
+        return ChildOutcome("ok", **common)
+    reported = (data or {}).get("crash")
+    if isinstance(reported, dict):  # the child caught its own failure and said what it was
+        text = str(reported.get("message", ""))
+        crash = classify_crash(rc, text + "\n" + tail, reported.get("trial"))
+        crash = Crash(crash.kind, trim(_key_line(text) or crash.message, 600), crash.trial)
+    else:
+        msg = tail
+        if rc is not None and rc < 0:
+            try:
+                msg = f"killed by signal {signal.Signals(-rc).name}\n" + tail
+            except ValueError:
+                msg = f"killed by signal {-rc}\n" + tail
+        elif rc == 0:
+            msg = "the child exited without writing its result\n" + tail
+        crash = classify_crash(rc, msg)
+        crash = Crash(crash.kind, trim(_key_line(msg) or crash.message, 600), crash.trial)
+    return ChildOutcome("crash", crash=crash, **common)
+
+
+_KEY = re.compile(r"CUDA error|illegal (memory|address)|out of memory|MemoryError|Segmentation fault|Aborted|"
+                  r"terminate called|killed by signal|\w+(Error|Exception): |failed", re.I)
+
+
+def _key_line(text: str) -> str:
+    """The line that says what went wrong: the last one naming a CUDA error, a signal or an exception."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    hits = [ln for ln in lines if _KEY.search(ln) and not ln.startswith(("File ", "Traceback"))]
+    if not hits:
+        return ""
+    strong = [ln for ln in hits if re.search(r"CUDA error|illegal|out of memory|MemoryError|signal", ln, re.I)]
+    return (strong or hits)[-1]
+
+
+def new_workdir(prefix: str = "stitchcuda-verify-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def worker_argv(job: str | os.PathLike) -> list[str]:
+    return [sys.executable, "-m", "stitchcuda.verifier.worker", str(job)]
+
+
+__all__ = ["ENV_KEEP", "ENV_PREFIXES", "clean_env", "Limits", "ChildOutcome", "run_child", "write_json",
+           "read_json", "new_workdir", "worker_argv", "PROGRESS_FILE", "RESULT_FILE", "LOG_FILE"]

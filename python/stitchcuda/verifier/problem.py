@@ -1,0 +1,442 @@
+"""The reference side of verification: which reference, its weights, fresh inputs, its outputs.
+
+A reference is named by a file (KernelBench format: ``Model``, ``get_inputs``,
+``get_init_inputs``), by ``kernelbench:LEVEL:ID`` (read from the development set,
+``$STITCHCUDA_KERNELBENCH`` or ``shared/kernelbench/dev.jsonl`` beside the checkout), or by the
+manifest's own ``reference`` field.
+
+:func:`validate_reference` is cheap and CPU-only (the model is built on the meta device): it
+catches a reference that does not load, whose ``get_inputs`` fails or returns non-tensors, or
+whose inputs or parameters do not match the manifest, before anything is built or run.
+:class:`Problem` is the real thing, on the verification device: the model with the program's
+weights, fresh inputs per seed in manifest order, and the reference's outputs in fp32 eager (TF32
+off, the KernelBench setting) and in float64. Every problem raises :class:`ProblemError`, whose
+message names the file and the problem.
+
+Random draws inside the reference's forward (manifest ``lifted_random``) are program inputs: the
+harness draws them (``frontend.sample_random_inputs``) and the reference is evaluated from its
+captured graph with the same draws (``frontend.evaluate_graph``), since the eager model would
+draw its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import manifest as mf
+
+KERNELBENCH_ENV = "STITCHCUDA_KERNELBENCH"
+
+
+class ProblemError(ValueError):
+    """A reference, manifest or weights file the Verifier cannot use; names the file and the problem."""
+
+    def __init__(self, file: str | os.PathLike, problem: str):
+        self.file = str(file)
+        self.problem = problem
+        super().__init__(f"{self.file}: {problem}")
+
+
+@dataclass(frozen=True)
+class ReferenceSpec:
+    """Where the reference's source comes from; JSON-able, so a child process can load it again."""
+
+    label: str  # what error messages name: the file path, or "kernelbench:L:ID (name)"
+    name: str
+    path: str | None = None
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "name": self.name, "path": self.path, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ReferenceSpec":
+        return cls(d["label"], d["name"], d.get("path"), d.get("source"))
+
+
+# ------------------------------------------------------------------ finding the reference
+
+
+def kernelbench_candidates(start: Path | None = None) -> list[Path]:
+    """Where a KernelBench development set may be: $STITCHCUDA_KERNELBENCH, then
+    ``shared/kernelbench/dev.jsonl`` in or beside the working directory and ``start``'s parents."""
+    out: list[Path] = []
+    if os.environ.get(KERNELBENCH_ENV):
+        out.append(Path(os.environ[KERNELBENCH_ENV]))
+    bases = [Path.cwd()] + ([start.resolve()] if start else [])
+    for base in bases:
+        for d in (base, *base.parents):
+            for cand in (d / "shared" / "kernelbench" / "dev.jsonl", d.parent / "shared" / "kernelbench" / "dev.jsonl"):
+                if cand not in out:
+                    out.append(cand)
+    return out
+
+
+def load_kernelbench(level: int, problem_id: int, start: Path | None = None) -> ReferenceSpec:
+    label = f"kernelbench:{level}:{problem_id}"
+    for path in kernelbench_candidates(start):
+        if not path.is_file():
+            continue
+        with path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ProblemError(path, f"line {n}: not valid JSON ({e.msg})") from None
+                if int(rec.get("level", -1)) == level and int(rec.get("problem_id", -1)) == problem_id:
+                    name = str(rec.get("name") or f"level{level}_{problem_id}")
+                    return ReferenceSpec(f"{label} ({name}, {path})", name, source=rec["source"])
+        raise ProblemError(path, f"no problem level {level} id {problem_id} in the KernelBench set")
+    raise ProblemError(label, f"no KernelBench set found: set {KERNELBENCH_ENV} to a dev.jsonl "
+                              "(one {level, problem_id, name, source} object per line)")
+
+
+def resolve_reference(arg: str | os.PathLike | None, program_dir: str | os.PathLike,
+                      manifest: mf.Manifest | None = None) -> ReferenceSpec:
+    """``--reference FILE|kernelbench:L:ID``, or (``arg`` None) the manifest's own reference."""
+    root = Path(program_dir)
+    if arg is not None:
+        text = os.fspath(arg)
+        if text.startswith("kernelbench:"):
+            parts = text.split(":")
+            if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+                raise ProblemError(text, "expected kernelbench:LEVEL:ID, e.g. kernelbench:1:23")
+            return load_kernelbench(int(parts[1]), int(parts[2]), root)
+        return _file_spec(Path(text))
+    if manifest is None:
+        raise ProblemError(root / mf.MANIFEST_FILE, "no reference given and no manifest to name one")
+    ref = manifest.reference
+    if ref.kernelbench is not None:
+        return load_kernelbench(ref.kernelbench.level, ref.kernelbench.problem_id, root)
+    path = Path(ref.path or "")
+    return _file_spec(path if path.is_absolute() else root / path, via=root / mf.MANIFEST_FILE)
+
+
+def _file_spec(path: Path, via: Path | None = None) -> ReferenceSpec:
+    if not path.is_file():
+        where = f" (named by {via})" if via else ""
+        raise ProblemError(path, f"reference file not found{where}")
+    return ReferenceSpec(str(path), path.stem, path=str(path.resolve()))
+
+
+def load_module(spec: ReferenceSpec):
+    """The reference as a ``frontend.Reference`` (its module executed)."""
+    from ..frontend import CaptureError, load_reference
+
+    try:
+        if spec.path is not None:
+            return load_reference(Path(spec.path), name=spec.name)
+        return load_reference(spec.source or "", name=spec.name)
+    except CaptureError as e:
+        text = str(e)
+        for prefix in (spec.path or "", f"<{spec.name}>"):
+            if prefix and text.startswith(prefix):
+                text = text[len(prefix):].lstrip(": ")
+        raise ProblemError(spec.label, text) from None
+    except OSError as e:
+        raise ProblemError(spec.label, f"cannot read: {e.strerror or e}") from None
+
+
+def _call(spec: ReferenceSpec, fn, what: str) -> list[Any]:
+    try:
+        value = fn()
+    except Exception as e:  # noqa: BLE001 - a broken reference is reported, not raised through
+        raise ProblemError(spec.label, f"{what} failed: {type(e).__name__}: {e}") from None
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise ProblemError(spec.label, f"{what} returned {type(value).__name__}, expected a list")
+
+
+def _split_args(spec: ReferenceSpec, args: list[Any], what: str):
+    import torch
+
+    tensors = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            tensors.append(i)
+        elif not isinstance(a, (bool, int, float)) and a is not None:
+            raise ProblemError(spec.label, f"{what}[{i}] is a {type(a).__name__}: expected tensors (or plain "
+                                           "numbers, which the program bakes in)")
+    if not tensors:
+        raise ProblemError(spec.label, f"{what} returned no tensor")
+    return tensors
+
+
+def _program_inputs(manifest: mf.Manifest) -> list[mf.TensorSpec]:
+    lifted = {r.input for r in manifest.lifted_random}
+    return [t for t in manifest.inputs if t.name not in lifted]
+
+
+def validate_reference(spec: ReferenceSpec, manifest: mf.Manifest, *, manifest_file: str | os.PathLike = "",
+                       weights_file: str | os.PathLike | None = None) -> list[str]:
+    """Load the reference and check it against the manifest on the CPU (no forward pass, model on the
+    meta device). Returns notes; raises ProblemError on a mismatch."""
+    import torch
+
+    ref = load_module(spec)
+    torch.manual_seed(0)
+    init = _call(spec, ref.module.get_init_inputs, "get_init_inputs()")
+    args = _call(spec, ref.module.get_inputs, "get_inputs()")
+    idx = _split_args(spec, args, "get_inputs()")
+    want = _program_inputs(manifest)
+    mfile = manifest_file or mf.MANIFEST_FILE
+    if len(idx) != len(want):
+        raise ProblemError(mfile, f"lists {len(want)} input(s) ({', '.join(t.name for t in want) or 'none'}) "
+                                  f"besides lifted random draws; the reference's get_inputs() gives {len(idx)} "
+                                  f"tensor(s)")
+    notes = []
+    for i, t in zip(idx, want):
+        a = args[i]
+        if tuple(a.shape) != t.shape:
+            raise ProblemError(mfile, f"input {t.name} is {t.dtype}{list(t.shape)}; the reference's get_inputs()[{i}] "
+                                      f"is {str(a.dtype).replace('torch.', '')}{list(a.shape)}")
+        have = str(a.dtype).replace("torch.", "")
+        if have != t.dtype:
+            if not (a.dtype.is_floating_point and t.dtype in ("float32", "float16", "bfloat16", "float64")):
+                raise ProblemError(mfile, f"input {t.name} is {t.dtype}; the reference gives {have}, which cannot be "
+                                          "converted")
+            notes.append(f"input {t.name}: the reference draws {have}, the program takes {t.dtype} (rounded once, "
+                         "and the reference gets the rounded values)")
+    try:
+        with torch.device("meta"):
+            model = ref.Model(*init)
+        state = model.state_dict()
+    except Exception as e:  # noqa: BLE001 - some models cannot be built on meta; checked on the device later
+        return notes + [f"parameters not checked before the run (the model cannot be built on the meta device: "
+                        f"{type(e).__name__})"]
+    wfile = weights_file or mfile
+    for w in manifest.weights:
+        if w.name not in state:
+            raise ProblemError(wfile, f"weight {w.name!r} is not a parameter or buffer of the reference model "
+                                      f"(it has {', '.join(list(state)[:6])}{' ...' if len(state) > 6 else ''})")
+        have = tuple(state[w.name].shape)
+        if have != w.shape:
+            raise ProblemError(wfile, f"weight {w.name!r} is {list(w.shape)}; the reference's parameter is "
+                                      f"{list(have)}")
+    return notes
+
+
+# ------------------------------------------------------------------ weights file (no safetensors package needed)
+
+
+def read_weights(path: str | os.PathLike) -> dict[str, Any]:
+    """All tensors of a safetensors file, as CPU torch tensors."""
+    import torch
+
+    from .correctness import TORCH_DTYPES
+
+    header = mf.read_safetensors_header(path)
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        data = f.read()[n:]
+    out = {}
+    for name, t in header.items():
+        begin, end = t.offsets
+        dtype = TORCH_DTYPES[t.dtype]
+        raw = bytearray(data[begin:end])
+        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        out[name] = flat.reshape(t.shape).clone()
+    return out
+
+
+# ------------------------------------------------------------------ the problem on a device
+
+
+@contextlib.contextmanager
+def fp32_exact():
+    """PyTorch's fp32 without TF32 (matmul and cuDNN), as the reference is computed."""
+    import torch
+
+    b = torch.backends
+    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    b.cuda.matmul.allow_tf32 = False
+    b.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old[0], old[1]
+        torch.set_float32_matmul_precision(old[2])
+
+
+def _flatten(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _flatten(o)]
+    return []
+
+
+class Problem:
+    """The reference on ``device`` with the program's weights (see the module docstring).
+
+    ``weights`` (manifest order, manifest dtypes, contiguous, on the device) is what the program's
+    create() gets. ``draw(seed, scale)`` gives fresh inputs; ``forward``/``forward64`` the
+    reference's outputs for them. Implements ``correctness.ReferenceLike``.
+    """
+
+    def __init__(self, spec: ReferenceSpec, manifest: mf.Manifest, device: Any, *,
+                 weights_file: str | os.PathLike | None = None, weights_seed: int = 0,
+                 manifest_file: str | os.PathLike = mf.MANIFEST_FILE):
+        import torch
+
+        from .correctness import TORCH_DTYPES
+
+        self.spec, self.manifest, self.device = spec, manifest, torch.device(device)
+        self.input_specs, self.output_specs = manifest.inputs, manifest.outputs
+        self.notes: list[str] = []
+        self.module = load_module(spec)
+        torch.manual_seed(weights_seed)
+        init = _call(spec, self.module.module.get_init_inputs, "get_init_inputs()")
+        try:
+            model = self.module.Model(*init)
+        except Exception as e:  # noqa: BLE001
+            raise ProblemError(spec.label, f"Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from None
+        state = model.state_dict()
+        loaded = read_weights(weights_file) if weights_file else {}
+        weights = []
+        for w in manifest.weights:
+            if w.name in loaded:
+                value = loaded[w.name]
+                if w.name in state:
+                    state[w.name].copy_(value.to(state[w.name].dtype))
+                else:
+                    raise ProblemError(weights_file or manifest_file,
+                                       f"weight {w.name!r} is not a parameter or buffer of the reference model")
+            elif w.name in state:
+                value = state[w.name]
+            else:
+                raise ProblemError(manifest_file, f"weight {w.name!r} is not a parameter or buffer of the reference "
+                                                  "model, and there is no weights file holding it")
+            if tuple(value.shape) != w.shape:
+                raise ProblemError(weights_file or manifest_file,
+                                   f"weight {w.name!r} is {list(value.shape)}; the manifest says {list(w.shape)}")
+            weights.append(value.detach().to(TORCH_DTYPES[w.dtype]).contiguous().to(self.device))
+        self.weights = weights
+        self.model = model.to(self.device)
+        self._model64: Any = None
+        self._no64 = ""
+        self._graph = None
+        self._graph_weights: dict[str, Any] = {}
+        lifted = {r.input for r in manifest.lifted_random}
+        self._lifted = [t for t in manifest.inputs if t.name in lifted]
+        self._plain = [t for t in manifest.inputs if t.name not in lifted]
+        if self._lifted:
+            self._capture()
+
+    # -------------------------------------------------------------- inputs
+
+    def _capture(self) -> None:
+        import torch
+
+        from ..frontend import CaptureError, capture
+
+        torch.manual_seed(0)
+        args = [a.to(self.device) if isinstance(a, torch.Tensor) else a
+                for a in _call(self.spec, self.module.module.get_inputs, "get_inputs()")]
+        try:
+            cap = capture(self.model, args, self.spec.name, supported_ops=None)
+        except CaptureError as e:
+            raise ProblemError(self.spec.label, f"the reference draws random numbers in forward and could not be "
+                                                f"captured to evaluate it with the harness's draws: {e}") from None
+        names = [t.name for t in cap.graph.inputs]
+        missing = [t.name for t in self.manifest.inputs if t.name not in names]
+        if missing:
+            raise ProblemError(mf.MANIFEST_FILE, f"input(s) {', '.join(missing)} are not inputs of the captured "
+                                                 f"reference graph ({', '.join(names)})")
+        self._graph = cap.graph
+        self._graph_weights = dict(cap.weights)
+        self.notes.append("the reference draws random numbers in forward: its outputs come from the captured graph "
+                          "evaluated on the harness's draws")
+
+    def draw(self, seed: int, scale: float | None = None):
+        import torch
+
+        from .correctness import TORCH_DTYPES, Draw
+
+        torch.manual_seed(seed)
+        args = _call(self.spec, self.module.module.get_inputs, "get_inputs()")
+        idx = _split_args(self.spec, args, "get_inputs()")
+        if len(idx) != len(self._plain):
+            raise ProblemError(mf.MANIFEST_FILE, f"lists {len(self._plain)} input(s); get_inputs() gave {len(idx)} "
+                                                 "tensor(s)")
+        program: dict[str, Any] = {}
+        model_args = list(args)
+        for i, spec in zip(idx, self._plain):
+            a = args[i]
+            if scale is not None and a.dtype.is_floating_point:
+                a = a * scale
+            p = a.to(device=self.device, dtype=TORCH_DTYPES[spec.dtype]).contiguous()
+            if tuple(p.shape) != spec.shape:
+                raise ProblemError(mf.MANIFEST_FILE, f"input {spec.name} is {list(spec.shape)}; get_inputs() gave "
+                                                     f"{list(p.shape)}")
+            program[spec.name] = p
+            model_args[i] = p.to(a.dtype) if p.dtype != a.dtype else p
+        if self._lifted:
+            from ..frontend import sample_random_inputs
+
+            drawn = sample_random_inputs(self._graph, seed=seed, device=self.device)
+            for spec in self._lifted:
+                program[spec.name] = drawn[spec.name].to(TORCH_DTYPES[spec.dtype]).contiguous()
+        model_args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in model_args]
+        return Draw(program=[program[t.name] for t in self.manifest.inputs], model_args=model_args, seed=seed)
+
+    # -------------------------------------------------------------- outputs
+
+    def forward(self, draw) -> list[Any]:
+        import torch
+
+        with torch.no_grad(), fp32_exact():
+            if self._graph is not None:
+                return self._graph_forward(draw, self._graph_weights, torch.float32)
+            out = self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in draw.model_args])
+        return [t.detach() for t in _flatten(out)]
+
+    def forward64(self, draw) -> list[Any] | None:
+        import torch
+
+        if self._no64:
+            return None
+        try:
+            with torch.no_grad():
+                if self._graph is not None:
+                    w64 = {k: (v.double() if v.is_floating_point() else v) for k, v in self._graph_weights.items()}
+                    return self._graph_forward(draw, w64, torch.float64)
+                if self._model64 is None:
+                    self._model64 = copy.deepcopy(self.model).double()
+                args = [a.clone().double() if isinstance(a, torch.Tensor) and a.is_floating_point() else
+                        (a.clone() if isinstance(a, torch.Tensor) else a) for a in draw.model_args]
+                return [t.detach() for t in _flatten(self._model64(*args))]
+        except Exception as e:  # noqa: BLE001 - some ops have no float64 kernel: compare with fp32 only
+            self._no64 = f"no float64 reference ({type(e).__name__}: {str(e)[:120]})"
+            self.notes.append(self._no64)
+            self._model64 = None
+            return None
+
+    def _graph_forward(self, draw, weights, float_dtype) -> list[Any]:
+        from ..frontend import evaluate_graph
+
+        inputs = {}
+        for spec, t in zip(self.manifest.inputs, draw.program):
+            inputs[spec.name] = t.to(float_dtype) if t.is_floating_point() else t
+        return [t.detach() for t in evaluate_graph(self._graph, inputs, weights)]
+
+
+def tensor_bytes(shape: tuple[int, ...], dtype: str) -> int:
+    return math.prod(shape) * mf.DTYPE_SIZES[dtype]
+
+
+__all__ = ["ProblemError", "ReferenceSpec", "resolve_reference", "load_kernelbench", "kernelbench_candidates",
+           "load_module", "validate_reference", "read_weights", "fp32_exact", "Problem", "KERNELBENCH_ENV"]

@@ -1,0 +1,853 @@
+"""The GPU Verifier's machinery, on the CPU: child isolation (crash, hang, CUDA error 700, OOM ->
+typed verdicts within the limit, and the next child still runs), the clean environment, the CLI's
+bad-input errors, report writing with phase timings, the correctness procedure with a fake program
+for every dynamic cheat, the timing loop, and the CUPTI record analysis."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stitchcuda import manifest as mf  # noqa: E402
+from stitchcuda.manifest import Task  # noqa: E402
+from stitchcuda.verifier import (DynamicCheck, KernelRecord, OutputCheck, Timing, TimingTable, TrialResult,  # noqa: E402
+                                 VerificationReport, build_result, load_report, write_report)
+from stitchcuda.verifier import cupti_profile as cp  # noqa: E402
+from stitchcuda.verifier import isolate, problem  # noqa: E402
+from stitchcuda.verifier import run as vrun  # noqa: E402
+from stitchcuda.verifier.correctness import check_correctness  # noqa: E402
+from stitchcuda.verifier.isolate import Limits, clean_env, run_child  # noqa: E402
+from stitchcuda.verifier.records import (GpuDetails, PhaseTiming, ProfileDetails, RefOpTime, SpeedupRecheck,  # noqa: E402
+                                         TimingDetails)
+from stitchcuda.verifier.timing import LoopSettings, matched_baseline, measure, recheck_speedup  # noqa: E402
+
+ADV = Path(__file__).resolve().parent / "adversarial"
+
+# ------------------------------------------------------------------ isolation
+
+FAST = Limits({"setup": 5.0, "correctness": 1.5}, default=5.0, total=8.0)
+
+
+def _child(tmp_path: Path, body: str, limits: Limits = FAST, name: str = "c") -> isolate.ChildOutcome:
+    code = textwrap.dedent("""
+        import json, os, signal, sys, time
+        def progress(p): json.dump({"phase": p}, open("progress.json.tmp", "w")); os.replace("progress.json.tmp", "progress.json")
+        def result(**d): json.dump(d, open("result.json.tmp", "w")); os.replace("result.json.tmp", "result.json")
+    """) + textwrap.dedent(body)
+    return run_child([sys.executable, "-c", code], tmp_path / name, limits=limits, env=clean_env(), poll=0.02)
+
+
+def test_crash_by_signal_is_a_segfault_verdict(tmp_path):
+    t = time.monotonic()
+    out = _child(tmp_path, """
+        progress("correctness"); result(status="running", correctness={"partial": True})
+        os.kill(os.getpid(), signal.SIGSEGV)
+    """)
+    assert time.monotonic() - t < 5
+    assert out.status == "crash" and out.crash.kind == "segfault" and out.returncode == -11
+    assert "SIGSEGV" in out.crash.message
+    assert out.result == {"status": "running", "correctness": {"partial": True}}  # what was done survives
+    assert out.phase == "correctness"
+
+
+def test_hang_is_a_timeout_of_its_phase_and_kills_the_group(tmp_path):
+    t = time.monotonic()
+    out = _child(tmp_path, """
+        import subprocess
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open("grandchild.pid", "w").write(str(child.pid))
+        progress("correctness")
+        time.sleep(60)
+    """)
+    took = time.monotonic() - t
+    assert out.status == "timeout" and out.timeout.stage == "correctness" and out.timeout.seconds == 1.5
+    assert took < 5
+    pid = int((tmp_path / "c" / "grandchild.pid").read_text())
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):  # the whole process group is gone
+        os.kill(pid, 0)
+        # a zombie still answers kill(0); reap check via /proc
+        if Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0:
+            raise ProcessLookupError
+
+
+def test_total_limit(tmp_path):
+    out = _child(tmp_path, "time.sleep(60)\n", limits=Limits({}, default=60.0, total=1.0))
+    assert out.status == "timeout" and out.timeout.stage == "setup" and out.timeout.seconds == 1.0
+
+
+def test_cuda_error_700_is_an_illegal_address(tmp_path):
+    out = _child(tmp_path, """
+        progress("correctness")
+        sys.stderr.write("Traceback (most recent call last):\\n  File \\"worker.py\\", line 1\\n"
+                         "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\\n"
+                         "CUDA kernel errors might be asynchronously reported at some other API call\\n")
+        sys.exit(1)
+    """)
+    assert out.status == "crash" and out.crash.kind == "illegal_address"
+    assert "illegal memory access" in out.crash.message
+
+
+def test_out_of_memory_is_an_oom_verdict(tmp_path):
+    out = _child(tmp_path, "progress('correctness')\nraise MemoryError('cannot allocate 80 GiB')\n")
+    assert out.status == "crash" and out.crash.kind == "oom"
+
+
+def test_a_reported_crash_keeps_its_message(tmp_path):
+    out = _child(tmp_path, """
+        result(status="crash", crash={"message": "program create failed: CudaError: out of memory"})
+        sys.exit(1)
+    """)
+    assert out.crash.kind == "oom" and "program create failed" in out.crash.message
+
+
+def test_healthy_child_after_failures(tmp_path):
+    for i, body in enumerate(["os.kill(os.getpid(), signal.SIGABRT)\n", "time.sleep(60)\n"]):
+        assert not _child(tmp_path, body, limits=Limits({}, default=1.0, total=2.0), name=f"bad{i}").ok
+    out = _child(tmp_path, """
+        progress("correctness"); progress("timing")
+        result(status="done", value=42)
+    """, name="good")
+    assert out.ok and out.result["value"] == 42
+    assert [p for p, _ in out.phase_seconds][-1] == "timing"
+
+
+def test_clean_env_keeps_only_what_a_run_needs():
+    base = {"PATH": "/bin", "HOME": "/home/u", "LD_LIBRARY_PATH": "/lib", "CUDA_VISIBLE_DEVICES": "0",
+            "PYTHONPATH": "/x", "STITCHCUDA_ARCH": "sm_90", "NCCL_NVLS_ENABLE": "0", "TORCH_HOME": "/t",
+            "TORCHINDUCTOR_CACHE_DIR": "/c", "AWS_SECRET_ACCESS_KEY": "s", "OPENAI_API_KEY": "k",
+            "GITHUB_TOKEN": "g", "SSH_AUTH_SOCK": "/s", "LD_PRELOAD": "/evil.so", "PYTHONSTARTUP": "/evil.py"}
+    env = clean_env(base=base)
+    for k in ("AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "SSH_AUTH_SOCK", "LD_PRELOAD",
+              "PYTHONSTARTUP"):
+        assert k not in env
+    for k in ("PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "STITCHCUDA_ARCH", "NCCL_NVLS_ENABLE",
+              "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR"):
+        assert env[k] == base[k]
+    import stitchcuda
+
+    root = str(Path(stitchcuda.__file__).resolve().parents[1])
+    assert env["PYTHONPATH"].split(os.pathsep) == [root, "/x"]
+    assert set(env) <= set(base) | {"PYTHONUNBUFFERED"}
+
+
+def test_child_sees_the_clean_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_SECRET_TOKEN", "x")
+    out = _child(tmp_path, "result(env=dict(os.environ))\n")
+    assert out.ok and "MY_SECRET_TOKEN" not in out.result["env"]
+
+
+# ------------------------------------------------------------------ correctness with a fake program
+
+
+class FakeRunner:
+    """A 'stream': what a program enqueues runs in order at sync; while held, the harness's ordered
+    operations queue too. A program that computes at once models work on another stream."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, program):
+        self.program, self.queue, self.holding = program, [], False
+
+    def context(self):
+        return contextlib.nullcontext()
+
+    def enqueue(self, fn):
+        self.queue.append(fn) if self.holding else fn()
+
+    def run(self, inputs, outputs):
+        self.program(inputs, outputs, self)
+
+    def ordered(self, fn):
+        self.enqueue(fn)
+
+    def hold(self):
+        self.holding = True
+
+    def sync(self):
+        q, self.queue, self.holding = self.queue, [], False
+        for fn in q:
+            fn()
+
+    def sync_device(self):
+        self.sync()
+
+
+@pytest.fixture(scope="module")
+def adv_problem():
+    m = mf.Manifest.load(ADV / "correct")
+    spec = problem.resolve_reference(None, ADV / "correct", m)
+    return problem.Problem(spec, m, "cpu")
+
+
+def _programs(P):
+    w, b = P.weights
+
+    def f(x):
+        return torch.relu(x @ w.T + b)
+
+    cache = {}
+
+    def honest(i, o, r):
+        r.enqueue(lambda: o[0].copy_(f(i[0])))
+
+    def side_stream(i, o, r):
+        o[0].copy_(f(i[0]))  # not queued on the runner's stream
+
+    def pointer_cache(i, o, r):
+        def go():
+            key = i[0].data_ptr()
+            if key not in cache:
+                cache[key] = f(i[0])
+            o[0].copy_(cache[key])
+        r.enqueue(go)
+
+    def partial_output(i, o, r):
+        r.enqueue(lambda: o[0][:32].copy_(f(i[0][:32])))
+
+    def zero_inputs(i, o, r):
+        r.enqueue(lambda: (o[0].copy_(f(i[0])), i[0].zero_()))
+
+    def constant(i, o, r):
+        r.enqueue(lambda: o[0].fill_(0.25))
+
+    def nondeterministic(i, o, r):
+        r.enqueue(lambda: o[0].copy_(f(i[0]) + torch.randn_like(o[0]) * 1e-2))
+
+    def rounding_jitter(i, o, r):
+        r.enqueue(lambda: o[0].copy_(f(i[0]) * (1 + torch.randn_like(o[0]) * 1e-7)))
+
+    def value_range(i, o, r):
+        r.enqueue(lambda: o[0].copy_(f(i[0]).clamp(max=3.0)))
+
+    return locals()
+
+
+@pytest.mark.parametrize("name, failed_check, wrong", [
+    ("honest", None, False),
+    ("pointer_cache", "no_output_reuse", None),
+    ("partial_output", "outputs_written", True),
+    ("zero_inputs", "inputs_unchanged", False),
+    ("constant", "outputs_follow_inputs", True),
+    ("nondeterministic", "deterministic", True),
+    ("side_stream", "stream_ordered", False),
+])
+def test_dynamic_cheats_get_their_reason(adv_problem, name, failed_check, wrong):
+    prog = _programs(adv_problem)[name]
+    res = check_correctness(FakeRunner(prog), adv_problem, precision="fp32")
+    failed = [c.name for c in res.checks if c.status == "fail"]
+    if failed_check is None:
+        assert res.passed and not failed, failed
+        assert {c.name for c in res.checks} == {"outputs_written", "inputs_unchanged", "outputs_follow_inputs",
+                                                "no_output_reuse", "deterministic", "stream_ordered"}
+        assert len(res.trials) == 7 and [t.label for t in res.trials[5:]] == ["x8", "x1e-3"]
+        assert all(o.max_abs_err_f64 is not None for t in res.trials for o in t.outputs)
+        v = build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance)
+        assert v.ok
+        return
+    assert failed[0] == failed_check, failed
+    if wrong is not None:
+        assert any(not t.passed for t in res.trials) == wrong
+    v = build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance)
+    assert v.kind == "rejected" and f"dynamic check {failed_check} failed" in v.verdict.reasons[0]
+
+
+def test_partial_output_names_the_unwritten_rows(adv_problem):
+    res = check_correctness(FakeRunner(_programs(adv_problem)["partial_output"]), adv_problem)
+    (c,) = [c for c in res.checks if c.name == "outputs_written"]
+    assert "4096 of 8192 elements never written" in c.detail and "[32, 0]" in c.detail
+    bad = [o for t in res.trials for o in t.outputs if not o.passed]
+    assert bad and bad[0].nan_count == 4096 and bad[0].where == (32, 0)
+
+
+def test_rounding_noise_passes_with_a_warning(adv_problem):
+    res = check_correctness(FakeRunner(_programs(adv_problem)["rounding_jitter"]), adv_problem)
+    assert res.passed
+    assert res.warnings and "within rounding" in res.warnings[0]
+
+
+def test_value_range_trick_fails_the_scaled_trial(adv_problem):
+    res = check_correctness(FakeRunner(_programs(adv_problem)["value_range"]), adv_problem)
+    assert [t.label for t in res.trials if not t.passed] == ["x8"]
+    v = build_result(trials=res.trials, checks=res.checks)
+    assert v.kind == "wrong_answer" and v.verdict.trial == 5
+
+
+def test_nan_where_the_reference_is_finite_fails(adv_problem):
+    w, b = adv_problem.weights
+
+    def nan_corner(i, o, r):
+        r.enqueue(lambda: (o[0].copy_(torch.relu(i[0] @ w.T + b)), o[0].__setitem__((3, 5), float("nan"))))
+
+    res = check_correctness(FakeRunner(nan_corner), adv_problem, trials=1, value_range=False, dynamic=False)
+    (o,) = res.trials[0].outputs
+    assert not o.passed and o.nan_count == 1 and o.where == (3, 5)
+
+
+def test_float64_reference_rescues_an_accurate_program(adv_problem):
+    """A program closer to the float64 truth than the fp32 reference's tolerance still passes."""
+    w, b = adv_problem.weights
+
+    def exact(i, o, r):
+        r.enqueue(lambda: o[0].copy_(torch.relu(i[0].double() @ w.double().T + b.double()).float()))
+
+    res = check_correctness(FakeRunner(exact), adv_problem, trials=2, value_range=False, dynamic=False)
+    assert res.passed
+
+
+# ------------------------------------------------------------------ the reference side
+
+
+def test_validate_reference_catches_mismatches(tmp_path):
+    m = mf.Manifest.load(ADV / "correct")
+    ok = problem.resolve_reference(None, ADV / "correct", m)
+    assert problem.validate_reference(ok, m) == []
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\nclass Model(torch.nn.Module):\n  def forward(self, x): return x\n"
+                   "def get_inputs(): return [torch.randn(3, 3)]\ndef get_init_inputs(): return []\n")
+    with pytest.raises(problem.ProblemError, match=r"input x is float32\[64, 256\]"):
+        problem.validate_reference(problem.resolve_reference(str(bad), tmp_path), m)
+    with pytest.raises(problem.ProblemError, match="expected kernelbench:LEVEL:ID"):
+        problem.resolve_reference("kernelbench:one:2", tmp_path)
+
+
+def test_kernelbench_lookup(tmp_path, monkeypatch):
+    src = (ADV / "reference.py").read_text()
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text(json.dumps({"level": 2, "problem_id": 7, "name": "7_Linear_ReLU", "source": src}) + "\n")
+    monkeypatch.setenv(problem.KERNELBENCH_ENV, str(dev))
+    spec = problem.resolve_reference("kernelbench:2:7", tmp_path)
+    assert spec.name == "7_Linear_ReLU" and spec.source == src
+    m = mf.Manifest.load(ADV / "correct")
+    assert problem.validate_reference(spec, m) == []
+
+
+def test_problem_uses_the_weights_file(tmp_path):
+    m = mf.Manifest.load(ADV / "correct")
+    w = torch.full((128, 256), 0.5)
+    b = torch.arange(128, dtype=torch.float32)
+    mf.write_safetensors(tmp_path / "weights.safetensors", {
+        "fc.weight": ("float32", (128, 256), w.numpy().tobytes()), "fc.bias": ("float32", (128,), b.numpy().tobytes())})
+    P = problem.Problem(problem.resolve_reference(None, ADV / "correct", m), m, "cpu",
+                        weights_file=tmp_path / "weights.safetensors")
+    assert torch.equal(P.weights[0], w) and torch.equal(P.weights[1], b)
+    assert torch.equal(P.model.fc.bias.detach(), b)
+    d = P.draw(5)
+    (y,) = P.forward(d)
+    assert torch.allclose(y, torch.relu(d.program[0] @ w.T + b), atol=1e-4)
+    d2 = P.draw(5)
+    assert torch.equal(d.program[0], d2.program[0]) and not torch.equal(d.program[0], P.draw(6).program[0])
+    assert torch.allclose(P.draw(5, 8.0).program[0], d.program[0] * 8)
+
+
+# ------------------------------------------------------------------ the CLI on bad input
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from stitchcuda import cli
+
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        rc = cli.main(list(args))
+    return rc, err.getvalue() + out.getvalue()
+
+
+@pytest.fixture
+def prog_dir(tmp_path):
+    d = tmp_path / "correct"
+    d.mkdir()
+    for f in ("program.cu", "manifest.json"):
+        (d / f).write_bytes((ADV / "correct" / f).read_bytes())
+    data = json.loads((d / "manifest.json").read_text())
+    data["reference"] = {"path": str(ADV / "reference.py")}
+    (d / "manifest.json").write_text(json.dumps(data))
+    return d
+
+
+def _nothing_written(d: Path) -> None:
+    assert sorted(p.name for p in d.iterdir()) == sorted(["program.cu", "manifest.json"] +
+                                                        (["weights.safetensors"] if (d / "weights.safetensors").exists()
+                                                         else []))
+
+
+def test_cli_missing_folder_and_manifest(tmp_path, prog_dir):
+    rc, text = _cli("verify", str(tmp_path / "nope"))
+    assert rc == 2 and "nope: program folder not found" in text
+    (prog_dir / "manifest.json").unlink()
+    rc, text = _cli("verify", str(prog_dir))
+    assert rc == 2 and "manifest.json: file not found" in text
+    assert [p.name for p in prog_dir.iterdir()] == ["program.cu"]
+
+
+def test_cli_corrupt_manifest(prog_dir):
+    (prog_dir / "manifest.json").write_text('{"format": "stitchcuda-program", "version": 1,')
+    rc, text = _cli("verify", str(prog_dir))
+    assert rc == 2 and "manifest.json: not valid JSON" in text
+    _nothing_written(prog_dir)
+
+
+def test_cli_weights_not_matching(prog_dir):
+    mf.write_safetensors(prog_dir / "weights.safetensors", {
+        "fc.weight": ("float32", (128, 255), bytes(128 * 255 * 4)), "fc.bias": ("float32", (128,), bytes(512))})
+    rc, text = _cli("verify", str(prog_dir))
+    assert rc == 2 and "weights.safetensors: weight 'fc.weight' is float32[128, 255]" in text
+    _nothing_written(prog_dir)
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("def get_inputs(): raise RuntimeError('boom')", "get_inputs() failed: RuntimeError: boom"),
+    ("def get_inputs(): return ['not a tensor']", "get_inputs()[0] is a str: expected tensors"),
+    ("def get_inputs(): return 42", "get_inputs() returned int, expected a list"),
+])
+def test_cli_broken_reference(prog_dir, tmp_path, body, needle):
+    ref = tmp_path / "ref.py"
+    ref.write_text("import torch\nclass Model(torch.nn.Module):\n  def forward(self, x): return x\n"
+                   f"{body}\ndef get_init_inputs(): return []\n")
+    rc, text = _cli("verify", str(prog_dir), "--reference", str(ref))
+    assert rc == 2 and f"{ref}: {needle}" in text, text
+    _nothing_written(prog_dir)
+    rc, text = _cli("profile", str(prog_dir), "--reference", str(ref))
+    assert rc == 2 and needle in text
+
+
+def test_cli_reference_that_does_not_load(prog_dir, tmp_path):
+    ref = tmp_path / "ref.py"
+    ref.write_text("this is not python\n")
+    rc, text = _cli("verify", str(prog_dir), "--reference", str(ref))
+    assert rc == 2 and "ref.py" in text and "failed to load" in text
+    ref.write_text("import torch\n")
+    rc, text = _cli("verify", str(prog_dir), "--reference", str(ref))
+    assert rc == 2 and "lacks Model, get_inputs, get_init_inputs" in text
+    _nothing_written(prog_dir)
+
+
+def test_cli_parameter_missing_from_reference(prog_dir, tmp_path):
+    ref = tmp_path / "ref.py"
+    ref.write_text("import torch\nclass Model(torch.nn.Module):\n  def __init__(self):\n    super().__init__()\n"
+                   "    self.lin = torch.nn.Linear(256, 128)\n  def forward(self, x): return self.lin(x)\n"
+                   "def get_inputs(): return [torch.randn(64, 256)]\ndef get_init_inputs(): return []\n")
+    rc, text = _cli("verify", str(prog_dir), "--reference", str(ref))
+    assert rc == 2 and "weight 'fc.weight' is not a parameter or buffer of the reference model" in text
+
+
+# ------------------------------------------------------------------ verify() assembly (child faked)
+
+
+def _fake_build(prog, arch):
+    lib = prog.root / "program.so"
+    lib.write_bytes(b"\x7fELF fake")
+    return vrun.BuildOutcome(True, lib, "", 0.01)
+
+
+def _corr_json(ok: bool = True):
+    from stitchcuda.verifier import serde
+    from stitchcuda.verifier.correctness import CorrectnessResult
+
+    o = OutputCheck("y", 1e-6 if ok else 0.5, 1e-7, 1e-4, (0, 0), 1.0, 1.0 if ok else 1.5, 0, ok, 1e-7, 1e-8)
+    checks = tuple(DynamicCheck(n, "pass") for n in ("outputs_written", "inputs_unchanged", "outputs_follow_inputs",
+                                                     "no_output_reuse", "deterministic", "stream_ordered"))
+    return serde.to_jsonable(CorrectnessResult(tuple(TrialResult(i, (o,), 1000 + i) for i in range(5)), checks, 1e-4,
+                                               warnings=("not bit-identical (within rounding)",)))
+
+
+def test_verify_assembles_a_report_with_phase_timings(prog_dir, monkeypatch):
+    from stitchcuda.verifier import serde
+
+    calls = []
+
+    def fake_worker(job, limits, **kw):
+        calls.append(job["mode"])
+        if job["mode"] == "verify":
+            table = TimingTable(Timing(0.05, 0.001, 120), Timing(0.2, 0.01, 100), Timing(0.2, 0.01, 100),
+                                Timing(0.1, 0.01, 100), Timing(0.1, 0.01, 100))
+            res = {"status": "done", "phases": {"setup": 2.5, "correctness": 0.8, "timing": 3.0,
+                                                "reference_profile": 0.4},
+                   "device": "Fake GPU", "correctness": _corr_json(),
+                   "timing": serde.to_jsonable({"table": table, "details": TimingDetails(l2_flush_bytes=100 << 20)}),
+                   "reference_ops": serde.to_jsonable([RefOpTime("aten::addmm", 1, 12.0, 12.0, 0.9)])}
+            return isolate.ChildOutcome("ok", 0, res, "reference_profile", 7.0)
+        recs = [KernelRecord("relu_f4", 0, 2000, (8, 1, 1), (256, 1, 1), 16, 0, 65536, 8192, task="relu")]
+        res = {"status": "done", "phases": {"setup": 2.0, "ceilings": 0.1, "profile": 0.5},
+               "profile": serde.to_jsonable({"kernels": recs, "details": ProfileDetails("cupti", 20), "ceilings": None})}
+        return isolate.ChildOutcome("ok", 0, res, "profile", 3.0)
+
+    monkeypatch.setattr(vrun, "build_program", _fake_build)
+    monkeypatch.setattr(vrun, "run_worker", fake_worker)
+    v = vrun.verify_program(prog_dir)
+    assert calls == ["verify", "profile"]
+    assert v.result.ok and "within rounding" in v.result.verdict.warnings[-1]
+    names = [p.name for p in v.phases]
+    for want in ("inputs", "static", "build", "correctness", "timing", "profile"):
+        assert want in names, names
+    rep = load_report(prog_dir)
+    assert rep.phases == v.report.phases and rep.details.device == "Fake GPU"
+    md = (prog_dir / "report.md").read_text()
+    assert "## Verification cost" in md and "| correctness | 0.80 |" in md
+    assert "aten::addmm" in md and (prog_dir / "timeline.png").is_file()
+
+
+def test_verify_crash_and_timeout_are_verdicts(prog_dir, monkeypatch):
+    from stitchcuda.verifier.verdict import Crash, Timeout
+
+    monkeypatch.setattr(vrun, "build_program", _fake_build)
+    monkeypatch.setattr(vrun, "run_worker", lambda job, limits, **kw: isolate.ChildOutcome(
+        "crash", -11, None, "correctness", 1.0, crash=Crash("illegal_address", "CUDA error 700")))
+    v = vrun.verify_program(prog_dir, options=vrun.VerifyOptions(profile=False))
+    assert v.result.kind == "crash" and v.result.verdict.kind == "illegal_address"
+    monkeypatch.setattr(vrun, "run_worker", lambda job, limits, **kw: isolate.ChildOutcome(
+        "timeout", -9, {"status": "running", "phases": {"setup": 1.0}}, "correctness", 3.0,
+        timeout=Timeout(2.0, "correctness")))
+    v = vrun.verify_program(prog_dir)
+    assert v.result.kind == "timeout" and v.result.verdict.stage == "correctness"
+    assert any("until timeout" in p.name for p in v.phases)
+    assert load_report(prog_dir).result.kind == "timeout"
+
+
+def test_verify_reports_a_child_input_error(prog_dir, monkeypatch):
+    monkeypatch.setattr(vrun, "build_program", _fake_build)
+    monkeypatch.setattr(vrun, "run_worker", lambda job, limits, **kw: isolate.ChildOutcome(
+        "crash", 3, {"status": "input_error", "input_error": {"file": "ref.py", "problem": "outputs differ"}},
+        "correctness", 1.0))
+    with pytest.raises(problem.ProblemError, match="ref.py: outputs differ"):
+        vrun.verify_program(prog_dir)
+    assert not (prog_dir / "report.json").exists()
+
+
+def test_static_rejection_is_not_built(tmp_path, monkeypatch):
+    d = tmp_path / "pc"
+    d.mkdir()
+    for f in ("program.cu", "manifest.json"):
+        (d / f).write_bytes((ADV / "pointer_cache" / f).read_bytes())
+    data = json.loads((d / "manifest.json").read_text())
+    data["reference"] = {"path": str(ADV / "reference.py")}
+    (d / "manifest.json").write_text(json.dumps(data))
+    monkeypatch.setattr(vrun, "build_program", lambda *a: pytest.fail("built a rejected program"))
+    v = vrun.verify_program(d)
+    assert v.result.kind == "rejected" and "pointer-keyed-cache" in " ".join(v.result.verdict.reasons)
+
+
+def test_report_round_trip_with_gpu_details(tmp_path):
+    res = build_result(trials=(TrialResult(0, (OutputCheck("y", 1e-6, 1e-7, 1e-4, max_abs_err_f64=1e-7),), 1,
+                                           "x8"),))
+    rc = SpeedupRecheck("torch.compile at bf16", 14.0, 12.5, 0.01, 0.03, 0.4, 0.02, True, True)
+    rep = VerificationReport("p", "bf16", "sm_90", res, timings=TimingTable(Timing(0.01, 0, 100)),
+                             phases=(PhaseTiming("build", 12.5), PhaseTiming("correctness", 3.25)),
+                             details=GpuDetails(device="H100", timing=TimingDetails(l2_flush_bytes=100 << 20,
+                                                                                    recheck=rc)))
+    write_report(rep, tmp_path)
+    back = load_report(tmp_path)
+    assert back == rep
+    md = (tmp_path / "report.md").read_text()
+    assert "| build | 12.50 |" in md and "| total | 15.75 |" in md and "0 (x8)" in md
+    assert "14.0x by events, 12.5x by wall clock" in md
+
+
+# ------------------------------------------------------------------ timing loop
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class FakeTimer:
+    def __init__(self, clock, ms):
+        self.clock, self.ms, self.calls = clock, ms, 0
+
+    def time(self, fn):
+        fn()
+        self.calls += 1
+        self.clock.t += self.ms / 1e3
+        return self.ms * (1 + 0.01 * (self.calls % 3))
+
+
+@pytest.mark.parametrize("ms, n_min, n_max", [(0.5, 2000, 2001), (50.0, 100, 100), (400.0, 25, 26),
+                                              (6000.0, 3, 3)])
+def test_measure_trial_counts(ms, n_min, n_max):
+    """>= 100 trials and >= 1 s, whichever is later; capped at 10 s (but at least 3 samples)."""
+    clock = FakeClock()
+    flushes = []
+    t, warm, samples = measure(lambda: None, FakeTimer(clock, ms), lambda: flushes.append(1),
+                               LoopSettings(), clock=clock)
+    assert n_min <= len(samples) <= n_max and t.n == len(samples)
+    assert len(flushes) == len(samples) + warm  # L2 flushed before every call
+    assert warm >= 3
+    assert t.median_ms == pytest.approx(ms * 1.01, rel=0.011)
+
+
+def test_recheck_flags_work_hidden_from_the_events():
+    clock = FakeClock()
+    state = {"sync": 0.0}
+
+    def sync():
+        clock.t += state["sync"]
+        state["sync"] = 0.0
+
+    def honest():
+        clock.t += 0.0001  # 0.1 ms, the same as its event time
+
+    def hidden():
+        clock.t += 0.00001
+        state["sync"] = 0.001  # 1 ms of work the device-wide synchronise waits for
+
+    def baseline():
+        clock.t += 0.002
+
+    kw = dict(program_event_ms=0.1, baseline_event_ms=2.0, baseline_name="eager at bf16", sync_device=sync,
+              flush=lambda: None, clock=clock)
+    ok = recheck_speedup(honest, baseline, check_outputs=lambda: True, **kw)
+    assert ok.passed and ok.wall_speedup == pytest.approx(20, rel=0.01)
+    bad = recheck_speedup(hidden, baseline, check_outputs=lambda: True, **kw)
+    assert not bad.passed and "invisible to the stream's events" in bad.detail
+    wrong = recheck_speedup(honest, baseline, check_outputs=lambda: False, **kw)
+    assert not wrong.passed and "outputs wrong" in wrong.detail
+
+
+def test_matched_baseline_is_the_faster_at_policy():
+    t = TimingTable(Timing(1, 0, 1), Timing(9, 0, 1), Timing(5, 0, 1), Timing(8, 0, 1), Timing(3, 0, 1))
+    assert matched_baseline(t)[0] == "torch.compile at policy"
+
+
+# ------------------------------------------------------------------ CUPTI record analysis
+
+TASKS = (Task("linear", "cublaslt_gemm", ("addmm",), flops=4_000_000, bytes=200_000),
+         Task("relu", "elementwise_kernel", ("relu",), flops=8192, bytes=65536),
+         Task("proj", "cublaslt_gemm", ("mm",), flops=2_000_000, bytes=100_000))
+
+
+def _run(t0: int, graph: int = 0) -> list[cp.RawActivity]:
+    K = cp.RawActivity
+    return [K("kernel", "sm90_xmma_gemm_f32f32_tn_n", t0, t0 + 10_000, correlation=t0 + 1, graph_id=graph),
+            K("kernel", "_ZN12_GLOBAL__N_17relu_f4EP6float4l", t0 + 11_000, t0 + 13_000, correlation=t0 + 2,
+              graph_id=graph),
+            K("kernel", "nvjet_tst_128x64", t0 + 20_000, t0 + 25_000, correlation=t0 + 3, graph_id=graph),
+            K("memset", "memset", t0 - 5000, t0 - 1000, bytes=100 << 20)]
+
+
+def test_attribution_by_name_and_runtime_order():
+    runs = [_run(0), _run(100_000)]
+    names = {"_ZN12_GLOBAL__N_17relu_f4EP6float4l": "(anonymous namespace)::relu_f4(float4*, long)"}
+    recs, unclaimed = cp.attribute(runs, TASKS, names)
+    kernels = [r for r in recs if r.kind == "kernel"]
+    assert [r.task for r in kernels[:3]] == ["linear", "relu", "proj"]
+    assert kernels[1].name == "(anonymous namespace)::relu_f4" and kernels[1].bytes == 65536
+    assert kernels[0].flops == 4_000_000 and unclaimed == []
+    tt = {t.task: t for t in cp.task_times(recs, TASKS, 2, None, "fp32")}
+    assert tt["linear"].per_run_ns == 10_000 and tt["relu"].per_run_ns == 2000
+    assert tt["linear"].achieved_flops_s == pytest.approx(4e6 / 1e-5)
+
+
+def test_analyse_splits_runs_drops_the_flush_and_counts_gaps():
+    raw = _run(0) + _run(100_000)
+    recs, d = cp.analyse(raw, None, tasks=TASKS, runs=2, windows=[(0, 50_000), (99_000, 150_000)], event_ms=[0.03],
+                         ceilings=None, precision="fp32", source="torch.profiler", flush_bytes=100 << 20)
+    assert all(r.kind == "kernel" for r in recs) and len(recs) == 6
+    assert d.runs == 2 and d.gaps.span_ns == 25_000 and d.gaps.busy_ns == 17_000
+    assert d.gaps.max_gap_ns == 7000 and d.gaps.gaps_over_5us == 1
+    assert d.launches.launches is None and d.graph is None
+
+
+def test_launch_accounting_counts_nested_driver_calls_once():
+    raw = [r for r in _run(0) if r.kind == "kernel"]
+    A = cp.RawApi
+    apis = [A("runtime", "cudaLaunchKernel_v7000", 2, 10, 20, 1), A("driver", "cuLaunchKernel", 99, 12, 18, 1),
+            A("driver", "cuLaunchKernelEx", 1, 30, 40, 1), A("driver", "cuLaunchKernelEx", 3, 50, 60, 1),
+            A("runtime", "cudaEventRecord_v3020", 7, 70, 71, 1)]
+    lc = cp.launch_accounting(raw, apis)
+    assert lc.ok and lc.launches == 3 and lc.kernels == 3, lc
+    lc = cp.launch_accounting(raw[:2], apis)
+    assert not lc.ok and "2 kernel records for 3 launch calls" in lc.detail
+
+
+def test_graph_check():
+    runs = [_run(0, graph=5), _run(100_000, graph=5)]
+    ok = cp.graph_check(runs, [0.0175, 0.0172])
+    assert ok.ok and ok.kernel_ns_per_run == 17_000
+    assert not cp.graph_check(runs, [0.03]).ok
+    assert cp.graph_check([_run(0)], [0.02]) is None
+    A = cp.RawApi
+    raw = [r for r in _run(0, graph=5) if r.kind == "kernel"]
+    lc = cp.launch_accounting(raw, [A("runtime", "cudaGraphLaunch_v10000", 9, 0, 5)])
+    assert lc.ok and lc.graph_launches == 1 and lc.graph_kernels == 3 and lc.launches == 0
+
+
+def test_short_names():
+    assert cp.short_name("void cutlass::Kernel2<cutlass_80_gemm<float, 4>>(Params)") == \
+        "cutlass::Kernel2<cutlass_80_gemm<float, 4>>"
+    assert cp.short_name("(anonymous namespace)::relu_f4(float4*, long)") == "(anonymous namespace)::relu_f4"
+    assert cp.match_task("linear_relu_kernel", TASKS).name == "linear"
+
+
+# ------------------------------------------------------------------ the worker's GPU paths, CUDA faked
+
+
+class _Rep:
+    def __init__(self):
+        self.saved, self.phases = {}, []
+
+    def phase(self, name):
+        self.phases.append(name)
+
+    def save(self, **items):
+        from stitchcuda.verifier import serde
+
+        self.saved.update({k: serde.to_jsonable(v) for k, v in items.items()})
+
+    def finish(self, status, code, **items):
+        self.save(**items)
+        raise SystemExit((status, code))
+
+
+class _PerfTimer:
+    def __init__(self, *a, **k):
+        pass
+
+    def time(self, fn):
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+
+    def close(self):
+        pass
+
+
+class _NoFlush:
+    nbytes = 123
+
+    def __init__(self, *a, **k):
+        pass
+
+    def __call__(self):
+        pass
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    from types import SimpleNamespace
+
+    from stitchcuda.verifier import timing
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 0)
+    monkeypatch.setattr(timing, "EventTimer", _PerfTimer)
+    monkeypatch.setattr(timing, "L2Flusher", _NoFlush)
+    return SimpleNamespace(cuda_stream=0, device=torch.device("cpu"))
+
+
+def test_worker_verify_path_with_cuda_faked(adv_problem, fake_cuda):
+    from stitchcuda.verifier import worker
+
+    m = mf.Manifest.load(ADV / "correct")
+    rep = _Rep()
+    job = {"trials": 2, "seed": 3, "compile": False, "reference_profile": True,
+           "timing_settings": {"min_trials": 5, "min_seconds": 0.0, "max_seconds": 1.0}}
+    worker._verify(job, rep, FakeRunner(_programs(adv_problem)["honest"]), adv_problem, m, fake_cuda, 0, "tf32",
+                   lambda: 1 << 20, 0)
+    assert rep.phases == ["correctness", "timing", "reference_profile"]
+    s = rep.saved
+    assert s["memory"]["program_bytes"] == 1 << 20
+    table = s["timing"]["table"]
+    assert table["program"]["n"] >= 5 and table["eager_fp32"]["n"] >= 5 and table["eager_policy"]["n"] >= 5
+    assert table["compile_fp32"] is None
+    assert "torch.compile baselines not measured (disabled)" in s["timing"]["details"]["notes"]
+    assert isinstance(s["reference_ops"], list)
+    from stitchcuda.verifier import serde
+    from stitchcuda.verifier.correctness import CorrectnessResult
+
+    corr = serde.from_jsonable(CorrectnessResult, s["correctness"])
+    assert corr.passed and len(corr.trials) == 4
+
+
+def test_worker_memory_cap_is_an_oom(adv_problem, fake_cuda):
+    from stitchcuda.verifier import worker
+
+    rep = _Rep()
+    with pytest.raises(SystemExit) as e:
+        worker._verify({"trials": 1}, rep, FakeRunner(_programs(adv_problem)["honest"]), adv_problem,
+                       mf.Manifest.load(ADV / "correct"), fake_cuda, 0, "fp32", lambda: 3 << 30, 1 << 30)
+    assert e.value.code == ("crash", 1) and "over its cap" in rep.saved["crash"]["message"]
+
+
+def test_speedup_recheck_runs_inside_time_all(adv_problem, fake_cuda):
+    from stitchcuda.verifier.timing import time_all
+
+    calls = {"n": 0}
+
+    def program():
+        calls["n"] += 1
+
+    settings = LoopSettings(min_trials=5, min_seconds=0.0, max_seconds=1.0)
+    d = adv_problem.draw(1)
+    table, det = time_all(program, adv_problem.model, d.model_args, precision="fp32", stream=fake_cuda, compile=False,
+                          settings=settings, recheck_outputs=lambda: True)
+    assert table.speedup(table.eager_fp32) > 10  # an empty "program" is very fast
+    assert det.recheck is not None and det.recheck.outputs_ok and det.matched_baseline == "eager at fp32"
+
+
+def test_profile_fallback_path_with_cuda_faked(adv_problem, fake_cuda, tmp_path, monkeypatch):
+    from stitchcuda.verifier import cupti_profile
+
+    monkeypatch.setattr(cupti_profile, "cupti_available", lambda: False)
+    w, b = adv_problem.weights
+    x = adv_problem.draw(0).program[0]
+    records, det = cupti_profile.profile_program(lambda: torch.relu(x @ w.T + b), stream=fake_cuda,
+                                                 tasks=mf.Manifest.load(ADV / "correct").tasks, precision="fp32",
+                                                 runs=3, workdir=tmp_path)
+    assert det.source == "torch.profiler" and det.launches.launches is None
+    assert "cupti-python is not installed" in det.notes[0]
+    assert (tmp_path / "torch_trace.json").is_file()
+
+
+def test_lifted_random_inputs_are_drawn_by_the_harness(tmp_path):
+    """A reference that draws in forward (live dropout): the harness draws the mask as an input and
+    evaluates the reference's captured graph on the same draw."""
+    from stitchcuda import frontend
+
+    src = ("import torch\nimport torch.nn.functional as F\nclass Model(torch.nn.Module):\n"
+           "  def forward(self, x): return F.dropout(x, 0.5, training=True) + 1.0\n"
+           "def get_inputs(): return [torch.randn(16, 32)]\ndef get_init_inputs(): return []\n")
+    ref = tmp_path / "drop.py"
+    ref.write_text(src)
+    cap = frontend.capture_reference(frontend.load_reference(ref), supported_ops=None)
+    g = cap.graph
+    assert len(g.lifted_random) == 1
+    lifted = g.lifted_random[0]
+    data = {"format": "stitchcuda-program", "version": 1, "name": "drop", "abi_version": 1, "precision": "fp32",
+            "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": str(ref)},
+            "inputs": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in g.inputs],
+            "outputs": [{"name": "y", "dtype": "float32", "shape": [16, 32]}], "weights": [],
+            "lifted_random": [{"input": lifted.input}]}
+    m = mf.Manifest.from_dict(data)
+    P = problem.Problem(problem.resolve_reference(str(ref), tmp_path), m, "cpu")
+    d = P.draw(3)
+    x, mask = d.program
+    assert mask.dtype == torch.bool and 0.3 < mask.float().mean().item() < 0.7
+    assert torch.equal(P.draw(3).program[1], mask) and not torch.equal(P.draw(4).program[1], mask)
+    (y,) = P.forward(d)
+    assert torch.allclose(y, x * mask * 2.0 + 1.0)
+
+    def honest(i, o, r):
+        r.enqueue(lambda: o[0].copy_(i[0] * i[1] * 2.0 + 1.0))
+
+    def own_draws(i, o, r):  # ignores the harness's mask and draws its own
+        r.enqueue(lambda: o[0].copy_(torch.nn.functional.dropout(i[0], 0.5, training=True) + 1.0))
+
+    assert check_correctness(FakeRunner(honest), P, trials=2).passed
+    res = check_correctness(FakeRunner(own_draws), P, trials=2)
+    assert not res.passed and any(not t.passed for t in res.trials)

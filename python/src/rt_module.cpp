@@ -736,12 +736,14 @@ st_tensor to_st_tensor(const View& v) {
 
 class ProgramLibrary;
 
-class ProgramInstance {
+class ProgramInstance : public std::enable_shared_from_this<ProgramInstance> {
  public:
   ProgramInstance(std::shared_ptr<ProgramLibrary> lib, st_program* p, int device) : lib_(std::move(lib)), p_(p), device_(device) {}
   ~ProgramInstance() { close(); }
   void run(py::list inputs, py::list outputs, uintptr_t stream);
+  py::object bind(py::list inputs, py::list outputs, uintptr_t stream);
   void close();
+  st_status launch(const st_tensor* in, int32_t n_in, const st_tensor* out, int32_t n_out, uintptr_t stream);
 
  private:
   std::shared_ptr<ProgramLibrary> lib_;
@@ -812,31 +814,70 @@ class ProgramLibrary : public std::enable_shared_from_this<ProgramLibrary> {
   st_program_destroy_fn destroy_ = nullptr;
 };
 
-void ProgramInstance::run(py::list inputs, py::list outputs, uintptr_t stream) {
-  if (!p_) arg_error("program instance is closed");
+// Descriptors of a run's tensors, resolved through DLPack; the views keep the memory alive.
+struct RunArgs {
   std::vector<View> views;
-  views.reserve(inputs.size() + outputs.size());
   std::vector<st_tensor> in, out;
+};
+
+RunArgs resolve_run_args(py::list inputs, py::list outputs, uintptr_t stream) {
+  RunArgs a;
+  a.views.reserve(inputs.size() + outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::string name = cat("inputs[", i, "]");
-    views.push_back(view_of(inputs[i], name.c_str(), stream));
-    in.push_back(to_st_tensor(views.back()));
+    a.views.push_back(view_of(inputs[i], name.c_str(), stream));
+    a.in.push_back(to_st_tensor(a.views.back()));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     std::string name = cat("outputs[", i, "]");
-    views.push_back(view_of(outputs[i], name.c_str(), stream));
-    out.push_back(to_st_tensor(views.back()));
+    a.views.push_back(view_of(outputs[i], name.c_str(), stream));
+    a.out.push_back(to_st_tensor(a.views.back()));
   }
+  return a;
+}
+
+st_status ProgramInstance::launch(const st_tensor* in, int32_t n_in, const st_tensor* out, int32_t n_out,
+                                  uintptr_t stream) {
+  if (!p_) arg_error("program instance is closed");
   int prev = current_device();
   if (prev != device_) check(st_set_device(device_));
   st_status st;
   {
     py::gil_scoped_release nogil;
-    st = lib_->run_fn()(p_, in.data(), static_cast<int32_t>(in.size()), out.data(), static_cast<int32_t>(out.size()),
-                        reinterpret_cast<void*>(stream));
+    st = lib_->run_fn()(p_, in, n_in, out, n_out, reinterpret_cast<void*>(stream));
   }
   if (prev != device_) st_set_device(prev);
+  return st;
+}
+
+void ProgramInstance::run(py::list inputs, py::list outputs, uintptr_t stream) {
+  if (!p_) arg_error("program instance is closed");
+  RunArgs a = resolve_run_args(inputs, outputs, stream);
+  st_status st = launch(a.in.data(), static_cast<int32_t>(a.in.size()), a.out.data(),
+                        static_cast<int32_t>(a.out.size()), stream);
   if (st != ST_OK) raise_status(st, cat("program '", lib_->path(), "' run"));
+}
+
+// A run with its tensors bound: calling it launches with no DLPack exchange, as a deployed
+// program is called from C or C++. The caller orders the tensors' producers before `stream`.
+struct BoundRun {
+  std::shared_ptr<ProgramInstance> instance;
+  RunArgs args;
+  std::string path;
+  void operator()(uintptr_t stream) {
+    st_status st = instance->launch(args.in.data(), static_cast<int32_t>(args.in.size()), args.out.data(),
+                                    static_cast<int32_t>(args.out.size()), stream);
+    if (st != ST_OK) raise_status(st, cat("program '", path, "' run"));
+  }
+};
+
+py::object ProgramInstance::bind(py::list inputs, py::list outputs, uintptr_t stream) {
+  if (!p_) arg_error("program instance is closed");
+  auto b = std::make_shared<BoundRun>();
+  b->instance = shared_from_this();
+  b->args = resolve_run_args(inputs, outputs, stream);
+  b->path = lib_->path();
+  return py::cast(b);
 }
 
 void ProgramInstance::close() {
@@ -1020,10 +1061,15 @@ Returns out (a new DeviceTensor when out is None). Asynchronous on `stream`.)doc
     return d;
   });
 
+  py::class_<BoundRun, std::shared_ptr<BoundRun>>(m, "BoundRun", "A program run with its tensors bound.")
+      .def("__call__", &BoundRun::operator(), py::arg("stream") = 0);
+
   py::class_<ProgramInstance, std::shared_ptr<ProgramInstance>>(m, "ProgramInstance",
       "A created program: weights uploaded, ready to run.")
       .def("run", &ProgramInstance::run, py::arg("inputs"), py::arg("outputs"), py::kw_only(), py::arg("stream") = 0,
            "Run on a stream: inputs and outputs are DLPack tensors in manifest order; outputs are written in place.")
+      .def("bind", &ProgramInstance::bind, py::arg("inputs"), py::arg("outputs"), py::kw_only(), py::arg("stream") = 0,
+           "Resolve the tensors once; the returned BoundRun(stream) launches with no DLPack exchange.")
       .def("close", &ProgramInstance::close);
 
   py::class_<ProgramLibrary, std::shared_ptr<ProgramLibrary>>(m, "ProgramLibrary",

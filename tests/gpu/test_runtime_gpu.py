@@ -306,6 +306,16 @@ def test_example_program_through_c_abi(tmp_path):
         ref = F.relu(x.double() @ w1.double().cuda().t() + b1.double().cuda()) @ w2.double().cuda().t() + b2.double().cuda()
         check_close(y, ref, 1e-4, f"example program trial {trial}")
         assert torch.equal(x, x_before), "program changed its input"
+    # A bound run: tensors resolved once, launched with no DLPack exchange.
+    x = torch.randn(64, 256, device="cuda")
+    y = torch.full((64, 128), float("nan"), device="cuda")
+    bound = inst.bind([x], [y], stream=stream_int())
+    for _ in range(2):
+        x.normal_()
+        bound(stream_int())
+        torch.cuda.synchronize()
+        ref = F.relu(x.double() @ w1.double().cuda().t() + b1.double().cuda()) @ w2.double().cuda().t() + b2.double().cuda()
+        check_close(y, ref, 1e-4, "bound run")
     with pytest.raises(stitchcuda.ArgumentError, match="input x: expected float32\\[64, 256\\]"):
         inst.run([torch.randn(32, 256, device="cuda")], [torch.empty(64, 128, device="cuda")])
     with pytest.raises(stitchcuda.ArgumentError, match="expected a CUDA tensor"):

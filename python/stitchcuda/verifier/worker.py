@@ -164,8 +164,7 @@ def _verify(job, rep, runner, problem, manifest, stream, dev, precision, program
     y = [torch.empty(s.shape, dtype=_dt(s.dtype), device=problem.device) for s in manifest.outputs]
     torch.cuda.synchronize(dev)  # the copies above ran on the default stream; the program runs on its own
 
-    def program():
-        runner.run(x, y)
+    program = runner.bind(x, y) if hasattr(runner, "bind") else (lambda: runner.run(x, y))
 
     def outputs_ok() -> bool:
         fresh = problem.draw(int(job.get("seed", 1000)) + 900)
@@ -210,7 +209,8 @@ def _profile(job, rep, runner, problem, manifest, stream, dev, precision) -> Non
     x = [t.clone() for t in d.program]
     y = [torch.empty(s.shape, dtype=_dt(s.dtype), device=problem.device) for s in manifest.outputs]
     torch.cuda.synchronize(dev)
-    records, details = profile_program(lambda: runner.run(x, y), stream=stream, tasks=manifest.tasks,
+    run = runner.bind(x, y) if hasattr(runner, "bind") else (lambda: runner.run(x, y))
+    records, details = profile_program(run, stream=stream, tasks=manifest.tasks,
                                        precision=precision, runs=int(job.get("profile_runs", 20)), ceilings=ceilings,
                                        workdir=os.getcwd(),
                                        prefer_cupti=bool(job.get("cupti", True)))

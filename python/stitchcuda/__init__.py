@@ -58,7 +58,22 @@ def has_gpu() -> bool:
     return rt.device_count() > 0
 
 
+def __getattr__(name: str):
+    """``build_program`` and ``Program`` on first use (capture needs PyTorch; running does not)."""
+    if name == "build_program":
+        from .pipeline import build_program
+
+        return build_program
+    if name == "Program":
+        from .program import Program
+
+        return Program
+    raise AttributeError(f"module 'stitchcuda' has no attribute {name!r}")
+
+
 __all__ = [
+    "build_program",
+    "Program",
     "rt",
     "has_gpu",
     "StitchError",

@@ -1,0 +1,249 @@
+"""A built program as a Python callable: ``Program.load(dir)(*tensors) -> outputs``.
+
+:meth:`Program.load` reads a program folder (``manifest.json``, ``weights.safetensors``,
+``program.cu``), takes the library from the folder's own ``program.so`` when its build record
+matches the source, else from the build cache (:mod:`.build`, which compiles on a miss unless
+``STITCHCUDA_NEVER_COMPILE=1``). Calling it runs the program on the GPU.
+
+Tensors go in through DLPack: PyTorch, CuPy, ``stitchcuda.rt.DeviceTensor``, or NumPy
+arrays (copied to the device first). With PyTorch inputs the outputs are PyTorch tensors on
+the inputs' device and the run is on PyTorch's current stream; otherwise they are
+``rt.DeviceTensor``. PyTorch is never imported here: a program runs with the runtime and
+NumPy alone. Every input is checked against the manifest before the call (shape and dtype,
+with a message naming the input and the expected spec); the program checks again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import build as _build
+from . import manifest as mf
+
+BUILD_RECORD = "program.build.json"
+
+
+class ProgramError(ValueError):
+    """A call that does not match the program's manifest; the message says which tensor and why."""
+
+
+def _dtype_name(x: Any) -> str | None:
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return None
+    name = getattr(dt, "name", None)  # numpy
+    text = str(dt)
+    if name and not text.startswith("torch."):
+        return {"bool_": "bool"}.get(name, name)
+    return text.removeprefix("torch.")
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _is_numpy(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "numpy"
+
+
+def _spec(t: mf.TensorSpec) -> str:
+    return f"{t.dtype}[{', '.join(map(str, t.shape))}]"
+
+
+class Program:
+    """A loaded program: its manifest, weights and library; an instance per device on demand."""
+
+    def __init__(self, root: Path, manifest: mf.Manifest, library_path: str, weights: list[Any]):
+        from . import rt
+
+        self.root = Path(root)
+        self.manifest = manifest
+        self.library_path = library_path
+        self.library = rt.ProgramLibrary(library_path)
+        self._weights = weights
+        self._instances: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, arch: str | None = None, cache: str | os.PathLike | None = None,
+             build: bool = True) -> "Program":
+        """Open a program folder; ``arch`` defaults to the manifest's target.
+
+        Raises :class:`~stitchcuda.manifest.ManifestError` for a broken folder and
+        :class:`RuntimeError` (with nvcc's first error) when the library cannot be built.
+        """
+        prog = mf.load_program_dir(path, require_weights=True)
+        m = prog.manifest
+        source = prog.read_source()
+        if not mf.same_hash(m.source_hash, mf.hash_source(source)):
+            raise mf.ManifestError(prog.manifest_path, "source_hash does not match program.cu")
+        arch = arch or m.arch
+        library = _prebuilt(prog.root, m, arch)
+        if library is None:
+            if not build:
+                raise RuntimeError(f"{prog.root}: no prebuilt {mf.LIBRARY_FILE} for {arch} and building is off")
+            res = _build.build(source, arch=arch, cache=cache)
+            if not res.ok:
+                raise RuntimeError(f"{prog.root}: cannot build the program for {arch}: {res.message}")
+            library = res.library
+        weights = _read_weights(prog.weights, m) if m.weights else []
+        return cls(prog.root, m, library, weights)
+
+    # ------------------------------------------------------------------ running
+
+    @property
+    def inputs(self) -> tuple[mf.TensorSpec, ...]:
+        return self.manifest.inputs
+
+    @property
+    def outputs(self) -> tuple[mf.TensorSpec, ...]:
+        return self.manifest.outputs
+
+    def instance(self, device: int = 0):
+        """The program created on ``device`` (weights uploaded once, on first use)."""
+        inst = self._instances.get(device)
+        if inst is None:
+            inst = self.library.create(self._weights, device=device)
+            self._instances[device] = inst
+        return inst
+
+    def check_inputs(self, tensors: Sequence[Any]) -> None:
+        """Raise ProgramError unless ``tensors`` match the manifest's inputs in number, shape
+        and dtype (what cannot be read from an object is left to the program's own check)."""
+        specs = self.inputs
+        if len(tensors) != len(specs):
+            names = ", ".join(f"{s.name}: {_spec(s)}" for s in specs)
+            raise ProgramError(f"{self.manifest.name}: expected {len(specs)} input(s) ({names}), got {len(tensors)}")
+        for i, (t, s) in enumerate(zip(tensors, specs)):
+            shape = getattr(t, "shape", None)
+            dtype = _dtype_name(t)
+            if shape is not None and tuple(int(d) for d in shape) != tuple(s.shape) or \
+                    dtype is not None and dtype != s.dtype:
+                got = f"{dtype or '?'}[{', '.join(map(str, shape)) if shape is not None else '?'}]"
+                raise ProgramError(f"{self.manifest.name}: input {i} '{s.name}': expected {_spec(s)}, got {got} "
+                                   "(a program is specialised to the shapes it was built for)")
+
+    def __call__(self, *tensors: Any, out: Sequence[Any] | None = None, stream: int | None = None,
+                 device: int | None = None):
+        """Run on ``tensors`` (in manifest order); returns the output, or a tuple of them.
+
+        ``out``: preallocated outputs (contiguous, on the device) to write into instead.
+        ``stream``: a CUDA stream handle (default: PyTorch's current stream for PyTorch
+        inputs, else the legacy default stream).
+        """
+        self.check_inputs(tensors)
+        torch_in = any(_is_torch(t) for t in tensors)
+        if torch_in:
+            outs, stream, device, tensors = self._torch_io(tensors, out, stream, device)
+        else:
+            outs, tensors, device = self._rt_io(tensors, out, device)
+            stream = 0 if stream is None else stream
+        if out is not None:
+            self._check_outputs(out)
+        self.instance(device).run(list(tensors), list(outs), stream=int(stream))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _check_outputs(self, out: Sequence[Any]) -> None:
+        if len(out) != len(self.outputs):
+            raise ProgramError(f"{self.manifest.name}: expected {len(self.outputs)} output buffer(s), got {len(out)}")
+        for i, (t, s) in enumerate(zip(out, self.outputs)):
+            shape, dtype = getattr(t, "shape", None), _dtype_name(t)
+            if shape is not None and tuple(shape) != tuple(s.shape) or dtype is not None and dtype != s.dtype:
+                raise ProgramError(f"{self.manifest.name}: output {i} '{s.name}': expected {_spec(s)}")
+
+    def _torch_io(self, tensors, out, stream, device):
+        torch = sys.modules["torch"]
+        dev = next((t.device for t in tensors if _is_torch(t) and t.device.type == "cuda"), None)
+        if dev is None:
+            dev = torch.device("cuda", device or 0)
+        ins = []
+        for t in tensors:
+            if not _is_torch(t):
+                t = torch.from_dlpack(t) if hasattr(t, "__dlpack__") and not _is_numpy(t) else torch.as_tensor(t)
+            ins.append(t.to(dev).contiguous())
+        outs = list(out) if out is not None else [
+            torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=dev) for s in self.outputs]
+        if stream is None:
+            stream = torch.cuda.current_stream(dev).cuda_stream
+        return outs, stream, dev.index or 0, ins
+
+    def _rt_io(self, tensors, out, device):
+        from . import rt
+
+        device = rt.get_device() if device is None else device
+        ins = []
+        for t, s in zip(tensors, self.inputs):
+            if _is_numpy(t):
+                import numpy as np
+
+                d = rt.DeviceTensor(list(s.shape), s.dtype)
+                rt.h2d(d, np.ascontiguousarray(t))
+                t = d
+            ins.append(t)
+        outs = list(out) if out is not None else [rt.DeviceTensor(list(s.shape), s.dtype) for s in self.outputs]
+        return outs, ins, device
+
+    def close(self) -> None:
+        for inst in self._instances.values():
+            inst.close()
+        self._instances.clear()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{s.name}: {_spec(s)}" for s in self.inputs)
+        outs = ", ".join(f"{s.name}: {_spec(s)}" for s in self.outputs)
+        return f"Program({self.manifest.name}, {self.manifest.precision}, ({ins}) -> ({outs}))"
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _prebuilt(root: Path, m: mf.Manifest, arch: str) -> str | None:
+    """The folder's own program.so when its build record names this source, arch and runtime."""
+    lib, rec = root / mf.LIBRARY_FILE, root / BUILD_RECORD
+    if not lib.is_file() or not rec.is_file():
+        return None
+    try:
+        record = json.loads(rec.read_text())
+    except (OSError, ValueError):
+        return None
+    from . import rt
+
+    if record.get("source_hash") != m.source_hash or record.get("arch") != arch or \
+            record.get("runtime") != rt.version():
+        return None
+    return str(lib)
+
+
+def write_build_record(root: Path, m: mf.Manifest, result: _build.BuildResult) -> None:
+    """Next to a program.so copied into its folder: what it was built from."""
+    from . import rt
+    from .fsutil import atomic_write_text
+
+    rec = {"source_hash": m.source_hash, "arch": result.arch, "runtime": rt.version(), "cache_key": result.key}
+    atomic_write_text(Path(root) / BUILD_RECORD, json.dumps(rec, indent=1) + "\n")
+
+
+def _read_weights(path: Path | None, m: mf.Manifest) -> list[Any]:
+    """The weights in manifest order, as NumPy arrays (PyTorch tensors for bfloat16, which
+    NumPy lacks; that needs PyTorch)."""
+    if path is None:
+        raise mf.ManifestError(m.name, "weights.safetensors is missing")
+    if any(w.dtype == "bfloat16" for w in m.weights):
+        try:
+            from safetensors.torch import load_file
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise RuntimeError(f"{path}: bfloat16 weights need PyTorch to load") from e
+        tensors = load_file(str(path))
+    else:
+        from safetensors.numpy import load_file
+
+        tensors = load_file(str(path))
+    return [tensors[w.name] for w in m.weights]
+
+
+__all__ = ["Program", "ProgramError", "BUILD_RECORD", "write_build_record"]

@@ -1,0 +1,424 @@
+"""Planner (CPU only).
+
+* the layout algebra agrees with PyTorch's own view rules;
+* every model in models/ and every covered KernelBench development problem plans (captured on
+  the meta device), every reference node is covered by a task, the plan survives a JSON round
+  trip, and the fusion each problem calls for is the one planned (a table below);
+* the erf GELU never goes to cuBLASLt's (tanh) GELU epilogue; TF32 / bf16 policies change what
+  they should; arena offsets are aligned and buffers whose lifetimes overlap never share bytes;
+* every plan, executed task by task by the CPU simulator (tests/plan_sim.py) over byte buffers,
+  matches the PyTorch reference in float64 — models/, small versions of the development
+  problems (fused and decomposed attention both), and small modules for the rarer paths.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from stitchcuda import frontend
+from stitchcuda import layout as L
+from stitchcuda import planner as P
+from stitchcuda.ir import Graph, Node, TensorSpec
+from stitchcuda.pipeline import model_weights
+from tests.dev_problems import MODELS, SMALL, SMALL_FUSED, SUPPORTED, dev_id, dev_reference
+from tests.plan_sim import simulate
+
+# ---------------------------------------------------------------------- layout algebra
+
+
+def _views(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(200):
+        nd = int(torch.randint(1, 5, (1,), generator=g))
+        shape = [int(torch.randint(1, 5, (1,), generator=g)) for _ in range(nd)]
+        base = torch.arange(math.prod(shape)).reshape(shape)
+        v = L.contiguous("b", shape, "int64")
+        if nd > 1 and torch.rand(1, generator=g) < 0.6:
+            perm = torch.randperm(nd, generator=g).tolist()
+            base, v = base.permute(perm), L.permute(v, perm)
+        if torch.rand(1, generator=g) < 0.5:
+            d = int(torch.randint(0, nd, (1,), generator=g))
+            stop = int(torch.randint(1, base.shape[d] + 1, (1,), generator=g))
+            base, v = base[(slice(None),) * d + (slice(0, stop),)], L.slice_(v, d, 0, stop)
+        yield base, v
+
+
+def test_views_follow_pytorch_view_rules():
+    for base, v in _views(0):
+        assert tuple(base.stride()) == v.strides and tuple(base.shape) == v.shape
+        n = base.numel()
+        for shape in {(n,), (1, n), (n, 1), tuple(base.shape[::-1]), (-1,)}:
+            try:
+                want = base.view(shape)
+            except RuntimeError:
+                want = None
+            got = L.reshape(v, shape)
+            if want is None:
+                assert got is None, (base.shape, base.stride(), shape)
+            else:
+                assert got is not None and got.shape == tuple(want.shape), (base.shape, base.stride(), shape)
+                assert L.same_strides(got.shape, got.strides, want.stride())
+
+
+def test_views_match_pytorch_indexing():
+    x = torch.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    v = L.contiguous("x", x.shape, "int64")
+    cases = [
+        (x.permute(0, 2, 1, 3), L.permute(v, (0, 2, 1, 3))),
+        (x[:, 1:3], L.slice_(v, 1, 1, 3)),
+        (x[..., ::2], L.slice_(v, 3, 0, None, 2)),
+        (x[:, :, -2:], L.slice_(v, 2, -2, L.INT64_MAX)),
+        (x.unsqueeze(2), L.unsqueeze(v, 2)),
+        (x[:, 1], L.select(v, 1, 1)),
+        (x[:1].expand(3, 3, 4, 5), L.expand(L.slice_(v, 0, 0, 1), (3, -1, -1, -1))),
+        (x.transpose(-1, -2), L.transpose(v, -1, -2)),
+    ]
+    flat = x.reshape(-1)
+    for want, got in cases:
+        assert got.shape == tuple(want.shape)
+        assert torch.equal(torch.as_strided(flat, got.shape, got.strides, got.offset), want)
+
+
+def test_collapse_coalesce_and_matrices():
+    assert L.collapse((4, 5), (5, 1)) == (20, 1)
+    assert L.collapse((4, 5), (10, 1)) is None
+    assert L.collapse((4, 1, 5), (5, 99, 1)) == (20, 1)
+    assert L.coalesce((2, 3, 4), (12, 4, 1), (0, 4, 1)) == ((2, 12), ((12, 1), (0, 1)))
+    m = L.as_matrix(L.transpose(L.contiguous("w", (8, 16), "float32"), 0, 1))  # W^T of a linear
+    assert m == L.Matrix(ld=16, trans=True, batch_stride=0)
+    q = L.permute(L.contiguous("qkv", (2, 5, 3, 4), "float32"), (0, 2, 1, 3))  # heads of a [B, T, H, D]
+    assert L.as_matrix(q) is None  # (B, H) do not collapse into one batch stride
+    assert L.rows_cols(L.contiguous("x", (3, 4, 5), "float32"), 2) == (3, 20, 20)
+
+
+# ---------------------------------------------------------------------- planning every reference
+
+MODEL_IDS = [p.stem for p in MODELS]
+
+
+def _plan_model(path, policy="fp32") -> tuple[P.Plan, Graph]:
+    cap = frontend.capture_reference(frontend.load_reference(path), device="meta")
+    return P.plan(cap.graph, policy), cap.graph
+
+
+@pytest.fixture(scope="module")
+def dev_graphs():
+    cache: dict = {}
+
+    def get(key):
+        if key not in cache:
+            cache[key] = frontend.capture_reference(dev_reference(key), device="meta").graph
+        return cache[key]
+
+    return get
+
+
+def _check_plan(plan: P.Plan, graph: Graph) -> None:
+    covered = {c for t in plan.tasks for c in t.covers}
+    assert {n.name for n in graph.nodes} <= covered, "every reference node is covered by a task"
+    assert covered <= {n.name for n in graph.nodes}
+    assert P.Plan.from_json(plan.to_json()) == plan
+    text = str(plan)
+    assert all(t.name in text for t in plan.tasks) and "strategy" in text and "est us" in text
+    names = [t.name for t in plan.tasks]
+    assert len(set(names)) == len(names) and all(n.isidentifier() for n in names)
+    _check_arena(plan)
+    for t in plan.tasks:
+        assert t.strategy in ("cublaslt_gemm", "elementwise_kernel", "reduction_template", "attention_template",
+                              "copy", "custom_kernel")
+        assert t.est_time_s >= 0 and t.bytes > 0
+        if t.phase == "create":
+            assert all(plan.buffer(b).kind in ("weight", "const") for b in t.inputs)
+            assert all(plan.buffer(b).kind == "const" for b in t.outputs)
+
+
+def _check_arena(plan: P.Plan) -> None:
+    run = plan.run_tasks
+    life = {}
+    for i, t in enumerate(run):
+        for b in t.inputs + t.outputs:
+            if plan.buffer(b).kind == "arena":
+                lo, hi = life.get(b, (i, i))
+                life[b] = (min(lo, i), max(hi, i))
+    arena = [b for b in plan.buffers if b.kind == "arena"]
+    assert {b.name for b in arena} == set(life), "every arena buffer is used"
+    for b in arena:
+        assert b.offset % P.ARENA_ALIGN == 0 and b.offset + b.nbytes <= plan.arena_bytes
+    for a, b in itertools.combinations(arena, 2):
+        (la, ha), (lb, hb) = life[a.name], life[b.name]
+        if la <= hb and lb <= ha:
+            assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset, (a, b)
+
+
+@pytest.mark.parametrize("path", MODELS, ids=MODEL_IDS)
+def test_models_plan(path):
+    plan, graph = _plan_model(path)
+    _check_plan(plan, graph)
+    assert P.plan(graph, "fp32") == plan, "planning is deterministic"
+
+
+@pytest.mark.parametrize("key", SUPPORTED, ids=[dev_id(k) for k in SUPPORTED])
+def test_dev_problems_plan(key, dev_graphs):
+    graph = dev_graphs(key)
+    for policy in ("fp32", "tf32", "bf16"):
+        _check_plan(P.plan(graph, policy), graph)
+
+
+def _kinds(plan: P.Plan) -> list[str]:
+    return [t.strategy for t in plan.tasks]
+
+
+def _gemms(plan: P.Plan) -> list[P.GemmSpec]:
+    return [t.params for t in plan.tasks if isinstance(t.params, P.GemmSpec)]
+
+
+def test_mlp_is_three_gemms_with_cublaslt_epilogues():
+    plan, _ = _plan_model(MODELS[MODEL_IDS.index("mlp")])
+    assert [g.epilogue for g in _gemms(plan)] == ["bias_relu", "bias_relu", "bias"]
+    assert all(g.trans_b and not g.chain for g in _gemms(plan))
+    assert plan.cuda_graph and plan.arena_bytes == 2 * 256 * 1024 * 4
+
+
+def test_gpt_block_fuses_attention_and_residuals():
+    plan, graph = _plan_model(MODELS[MODEL_IDS.index("gpt_block")])
+    attn = [t for t in plan.tasks if t.strategy == "attention_template"]
+    assert len(attn) == 1
+    a = attn[0].params
+    assert (a.batch, a.heads, a.lq, a.lk, a.head_dim) == (4, 4, 128, 128, 64) and a.mask_kind == "bool"
+    assert abs(a.scale - 0.125) < 1e-9 and plan.buffer(a.mask.buffer).kind == "const"
+    assert a.o.strides == (128 * 256, 64, 256, 1), "attention writes [B, T, H, D] for the projection"
+    assert [t.name for t in plan.create_tasks] and all(t.strategy == "elementwise_kernel" for t in plan.create_tasks)
+    gem = _gemms(plan)
+    # residual adds ride on cuBLASLt's beta * C; the erf GELU is the runtime's chain op
+    assert sum(1 for g in gem if g.beta == 1.0 and g.c is not None) == 2
+    fc = next(g for g in gem if g.chain)
+    assert fc.epilogue == "bias" and [e.kind for e in fc.chain] == ["GELU_ERF"]
+    assert not [t for t in plan.tasks if t.strategy == "copy"], "no layout copies"
+
+
+def test_norm_softmax_patterns_and_cat_in_place():
+    plan, _ = _plan_model(MODELS[MODEL_IDS.index("norm_softmax")])
+    rows = {t.name: t.params for t in plan.tasks if isinstance(t.params, P.RowSpec)}
+    ops = sorted(r.op for r in rows.values())
+    assert ops.count("rms_norm") == 1 and ops.count("logsumexp") == 2 and "var" in ops
+    stack = [r for r in rows.values() if r.out.buffer == "out1"]
+    assert len(stack) == 4 and all(r.ldo == 4 for r in stack), "the stack's parts write their column in place"
+    assert sorted(r.out.offset for r in stack) == [0, 1, 2, 3]
+    assert not [t for t in plan.tasks if t.strategy == "copy"]
+
+
+EXPECT = {
+    (1, 1): lambda p: _kinds(p) == ["cublaslt_gemm"] and _gemms(p)[0].k == 4096 and not p.cuda_graph,
+    (1, 23): lambda p: [(t.params.op, t.params.rows, t.params.cols) for t in p.tasks] == [("softmax", 4096, 393216)],
+    (1, 26): lambda p: [i.op for i in p.tasks[0].params.instrs] == ["gelu_erf"],
+    (1, 40): lambda p: (p.tasks[0].params.op, p.tasks[0].params.rows, p.tasks[0].params.cols) == ("layer_norm", 16, 4194304),
+    (1, 97): lambda p: _kinds(p) == ["cublaslt_gemm", "reduction_template", "cublaslt_gemm"]
+    and abs(_gemms(p)[0].alpha - 1 / 32) < 1e-9 and p.tasks[1].params.x.buffer == p.tasks[1].params.out.buffer,
+    (2, 12): lambda p: [(e.kind, e.a) for e in _gemms(p)[0].chain] == [("SCALE", 2.0), ("LEAKY_RELU", 0.1)]
+    and _gemms(p)[0].epilogue == "bias",
+    (2, 76): lambda p: _gemms(p)[0].epilogue == "bias_relu" and not _gemms(p)[0].chain
+    and p.buffer(_gemms(p)[0].bias.buffer).source == "bias",
+    (2, 86): lambda p: [(e.kind, e.a) for e in _gemms(p)[0].chain] == [("DIV_SCALAR", 10.0), ("GELU_ERF", 0.0)],
+    (2, 99): lambda p: _kinds(p) == ["cublaslt_gemm", "reduction_template"] and not _gemms(p)[0].chain
+    and [i.op for i in p.tasks[1].params.prologue] == ["gelu_erf"],
+    (2, 41): lambda p: _kinds(p) == ["cublaslt_gemm", "custom_kernel", "elementwise_kernel"]
+    and [i.op for i in p.tasks[2].params.instrs] == ["mul", "add", "gelu_erf", "relu"]
+    and p.tasks[2].params.out.buffer == "out0",
+    (3, 1): lambda p: [g.epilogue for g in _gemms(p)] == ["bias_relu", "bias_relu", "bias"],
+    (3, 3): lambda p: [g.epilogue for g in _gemms(p)] == ["bias_relu"] * 16 + ["bias"],
+    (3, 43): lambda p: any(g.c is None and abs(g.alpha - 96 ** -0.5) < 1e-7 for g in _gemms(p))
+    and any(isinstance(t.params, P.EwSpec) and t.params.instrs[-1].op == "where"
+            and t.params.out.buffer == t.params.inputs[-1].buffer for t in p.tasks)
+    and any(isinstance(t.params, P.RowSpec) and t.params.op == "softmax" and t.params.x.buffer == t.params.out.buffer
+            for t in p.tasks),
+    (3, 44): lambda p: any([e.kind for e in g.chain] == ["GELU_TANH"] for g in _gemms(p)),
+}
+
+
+@pytest.mark.parametrize("key", SUPPORTED, ids=[dev_id(k) for k in SUPPORTED])
+def test_dev_problem_fusion(key, dev_graphs):
+    plan = P.plan(dev_graphs(key), "fp32")
+    assert EXPECT[key](plan), str(plan)
+
+
+def test_gelu_epilogue_rules(dev_graphs):
+    """erf GELU: the runtime chain op always; the tanh form: cuBLASLt's GELU only off fp32."""
+    cases = [dev_graphs(k) for k in ((2, 86), (2, 99), (3, 44))] + [_plan_model(MODELS[MODEL_IDS.index("gpt_block")])[1]]
+    for graph in cases:
+        for policy in ("fp32", "tf32", "bf16"):
+            plan = P.plan(graph, policy)
+            for t in plan.tasks:
+                if not isinstance(t.params, P.GemmSpec) or "gelu" not in t.params.epilogue:
+                    continue
+                assert policy != "fp32", f"{graph.name}: cuBLASLt GELU under fp32"
+                gelus = [n for n in graph.nodes if n.name in t.covers and n.op == "aten.gelu.default"]
+                assert all(n.attr("approximate") == "tanh" for n in gelus), f"{graph.name}: erf GELU to cuBLASLt"
+    tf32 = P.plan(dev_graphs((3, 44)), "tf32")
+    assert any(g.epilogue == "bias_gelu" for g in _gemms(tf32)), "the tanh GELU fuses into cuBLASLt off fp32"
+
+
+def test_policies(dev_graphs):
+    g = dev_graphs((2, 12))
+    assert {x.policy for x in _gemms(P.plan(g, "tf32"))} == {"tf32"}
+    bf = P.plan(g, "bf16")
+    w = [b for b in bf.buffers if b.kind == "weight"]
+    assert all(b.dtype == "bfloat16" and b.source_dtype == "float32" for b in w)
+    assert [t.strategy for t in bf.tasks] == ["copy", "cublaslt_gemm", "copy"], "cast in, GEMM, cast out"
+    assert bf.inputs[0].dtype == bf.outputs[0].dtype == "float32"
+
+
+def test_costs_and_ceilings(dev_graphs):
+    g = dev_graphs((1, 1))
+    plan = P.plan(g, "fp32")
+    t = plan.tasks[0]
+    assert t.flops >= 2 * 4096 ** 3 and t.bytes == 3 * 4096 * 4096 * 4 and t.bound == "compute"
+    assert abs(t.est_time_s - t.flops / P.H100.fp32) < 1e-9
+    faster = P.plan(g, "tf32", P.H200)
+    assert faster.tasks[0].est_time_s < t.est_time_s / 5
+    node = plan.node_costs[0]
+    assert node.flops == 2 * 4096 ** 3 and node.bytes == 3 * 4096 * 4096 * 4
+    soft = P.plan(dev_graphs((1, 23)), "fp32").tasks[0]
+    assert soft.bound == "memory" and abs(soft.est_time_s - soft.bytes / P.H100.bandwidth) < 1e-12
+
+
+def test_unsupported_ops_name_the_node():
+    x = TensorSpec("x", (1, 3, 8, 8), "float32")
+    w = TensorSpec("w", (4, 3, 3, 3), "float32")
+    conv = Node("convolution", "aten.convolution.default", ("x", "w"), (TensorSpec("convolution", (1, 4, 6, 6), "float32"),),
+                source="model.conv (Conv2d), m.py line 3: y = self.conv(x)")
+    g = Graph("convnet", (x,), (w,), ("convolution",), (conv,))
+    with pytest.raises(P.PlanError, match=r"aten\.convolution\.default at model\.conv \(Conv2d\), m\.py line 3"):
+        P.plan(g)
+    d = TensorSpec("d", (4,), "float64")
+    neg = Node("neg", "aten.neg.default", ("d",), (TensorSpec("neg", (4,), "float64"),))
+    with pytest.raises(P.PlanError, match="float64"):
+        P.plan(Graph("f64", (d,), (), ("neg",), (neg,)))
+    with pytest.raises(ValueError, match="policy"):
+        P.plan(g, "fp8")
+
+
+# ---------------------------------------------------------------------- the simulator
+
+
+def _simulate(model: nn.Module, inputs, policy: str, tol: float, name: str = "m") -> P.Plan:
+    cap = frontend.capture(model, inputs, name, supported_ops=P.PLANNER_OPS)
+    plan = P.plan(cap.graph, policy)
+    weights = model_weights(model, cap.graph) or cap.weights
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    outs = simulate(plan, weights, tensors)
+    model.double()
+    with torch.no_grad():
+        want = model(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs])
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    assert len(outs) == len(want)
+    for o, r in zip(outs, want):
+        o = o.double()
+        assert not torch.isnan(o).any(), f"{name}: output not fully written"
+        err = ((o - r).abs() / (1 + r.abs())).max().item()
+        assert err < tol, f"{name} ({policy}): error {err:.3g}\n{plan}"
+    return plan
+
+
+def _simulate_reference(ref, policy: str, tol: float) -> P.Plan:
+    model, inputs = ref.instantiate(seed=0)
+    return _simulate(model, inputs, policy, tol, ref.name)
+
+
+TOL = {"fp32": 1e-5, "tf32": 1e-5, "bf16": 3e-2}
+
+
+@pytest.mark.parametrize("policy", ["fp32", "bf16"])
+@pytest.mark.parametrize("path", MODELS, ids=MODEL_IDS)
+def test_simulated_models(path, policy):
+    _simulate_reference(frontend.load_reference(path), policy, TOL[policy])
+
+
+@pytest.mark.parametrize("policy", ["fp32", "bf16"])
+@pytest.mark.parametrize("key", SUPPORTED, ids=[dev_id(k) for k in SUPPORTED])
+def test_simulated_dev_problems(key, policy):
+    plan = _simulate_reference(dev_reference(key, SMALL[key], "_small"), policy, TOL[policy])
+    if key in ((1, 97), (3, 43), (3, 44)):
+        assert not [t for t in plan.tasks if t.strategy == "attention_template"]
+
+
+@pytest.mark.parametrize("key", sorted(SMALL_FUSED), ids=[dev_id(k) for k in sorted(SMALL_FUSED)])
+def test_simulated_fused_attention(key):
+    for policy in ("fp32", "bf16"):
+        plan = _simulate_reference(dev_reference(key, SMALL_FUSED[key], "_fused"), policy, TOL[policy])
+        assert [t for t in plan.tasks if t.strategy == "attention_template"]
+
+
+class _Rare(nn.Module):
+    """Paths the references above do not take."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 5)
+        self.register_buffer("mask", torch.tensor([[True, False, True, True, False]]))
+
+    def forward(self, x, y, z):
+        a = torch.softmax(x, dim=1)                      # softmax over a middle dim: permute copies
+        b = x.sum(dim=1)                                 # middle-axis reduction
+        c = x.var(dim=-1, correction=0) + x.var(dim=(1, 2), correction=2).unsqueeze(-1)
+        d = x.amax(dim=-1, keepdim=True) * 2 - x.logsumexp(dim=-1, keepdim=True)
+        e = torch.relu(self.fc(y)) + y[:, :5]            # residual after an activation: the chain's residual op
+        f = torch.matmul(z, y.t())                       # 3-D x 2-D matmul through a transposed view
+        g = torch.where(self.mask, e, -e).to(torch.bool).float() + e.clamp(-0.2, 0.3)
+        h = torch.cat([b, c], dim=-1) + d.squeeze(-1).mean(-1, keepdim=True)
+        return a, h, f, g, x.permute(2, 0, 1)
+
+
+class _Attention(nn.Module):
+    def __init__(self, causal: bool, masked: bool):
+        super().__init__()
+        self.causal, self.masked = causal, masked
+
+    def forward(self, q, k, v, m):
+        if self.masked:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=False)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=0.3)
+
+
+def test_simulated_rare_paths():
+    torch.manual_seed(3)
+    x, y, z = torch.randn(2, 3, 4), torch.randn(7, 6), torch.randn(2, 3, 6)
+    plan = _simulate(_Rare(), [x, y, z], "fp32", 1e-5, "rare")
+    kinds = {type(t.params).__name__ for t in plan.tasks}
+    assert {"AxisSpec", "RowSpec", "CopySpec", "GemmSpec", "EwSpec"} <= kinds
+    assert any(e.kind == "RESIDUAL_ADD" for g in _gemms(plan) for e in g.chain)
+    torch.manual_seed(4)
+    x, y, z = torch.randn(2, 3, 4), torch.randn(7, 6), torch.randn(2, 3, 6)
+    _simulate(_Rare(), [x, y, z], "bf16", 3e-2, "rare")
+
+
+@pytest.mark.parametrize("d,causal,masked", [(32, True, False), (32, False, True), (48, False, False), (48, False, True)])
+def test_simulated_sdpa(d, causal, masked):
+    torch.manual_seed(d)
+    q, k, v = torch.randn(2, 3, 9, d), torch.randn(2, 3, 11, d), torch.randn(2, 3, 11, d)
+    m = torch.rand(9, 11) > 0.3
+    m[:, 0] = True
+    plan = _simulate(_Attention(causal, masked), [q, k, v, m], "fp32", 1e-5, f"sdpa{d}")
+    fused = [t for t in plan.tasks if t.strategy == "attention_template"]
+    assert bool(fused) == (d == 32)
+
+
+class _SelfTranspose(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x) * 3          # an intermediate that dies in the next kernel ...
+        return y + y.t(), torch.softmax(y.t() * 2, -1)  # ... read there through two layouts
+
+
+def test_no_in_place_write_over_an_input_read_through_another_layout():
+    torch.manual_seed(5)
+    plan = _simulate(_SelfTranspose(), [torch.randn(6, 6)], "fp32", 1e-5, "self_transpose")
+    for t in plan.tasks:
+        if isinstance(t.params, P.EwSpec):
+            for v in t.params.inputs:
+                if v.buffer == t.params.out.buffer:
+                    assert v.strides == t.params.out.strides and v.offset == t.params.out.offset

@@ -851,3 +851,21 @@ def test_lifted_random_inputs_are_drawn_by_the_harness(tmp_path):
     assert check_correctness(FakeRunner(honest), P, trials=2).passed
     res = check_correctness(FakeRunner(own_draws), P, trials=2)
     assert not res.passed and any(not t.passed for t in res.trials)
+
+
+def test_value_range_trials_judge_by_norm_relative_error():
+    """A scaled-input trial passes on ||out - ref|| / ||ref|| <= tol: a few ill-conditioned
+    elements off by 3e-3 pass at tol 1e-4 when the norm error is small, a clamp does not."""
+    import torch
+
+    from stitchcuda.verifier.correctness import _compare
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(4096, generator=g, dtype=torch.float64) * 8
+    out = ref.clone().float()
+    out[:3] += 3e-3  # pointwise over atol+rtol*|ref| for small |ref|, tiny in norm
+    strict, _ = _compare("y", out, ref.float(), ref, 1e-4)
+    loose, _ = _compare("y", out, ref.float(), ref, 1e-4, norm_relative=True)
+    clamped, _ = _compare("y", out.clamp(-4, 4), ref.float(), ref, 1e-4, norm_relative=True)
+    assert loose.passed and not clamped.passed
+    assert strict.passed == bool(((out.double() - ref).abs() <= 1e-4 + 1e-4 * ref.abs()).all())

@@ -13,7 +13,11 @@ and a :class:`ReferenceLike` (fresh inputs and the reference's outputs for them)
    always fails.
 2. Trial 0 runs twice on the same inputs (with a second poison): results that differ are a
    race, unless the difference is within rounding (noted, not refused).
-3. Two value-range trials scale the random inputs by 8 and by 1e-3.
+3. Two value-range trials scale the random inputs by 8 and by 1e-3. They are there to catch
+   programs that assume a range of values (clamps, tables, saturating shortcuts), not to grade
+   precision on an ill-conditioned problem (a softmax of logits 64x larger): they pass on the
+   norm-relative error ||out - ref|| / ||ref|| <= tol against the float64 reference (fp32 when
+   there is none), which a range trick misses by orders of magnitude.
 4. Dynamic anti-hacking checks, each failing only on its own signature so a program that is
    merely wrong stays a WrongAnswer:
 
@@ -45,6 +49,9 @@ from .verdict import DynamicCheck, OutputCheck, TrialResult
 
 #: allclose tolerance (atol = rtol) per precision policy, the KernelBench values.
 TOLERANCES = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 1e-2, "fp16": 1e-2}
+
+#: Output elements past which no float64 reference is computed (memory).
+FLOAT64_MAX_ELEMENTS = 1 << 28
 
 #: Input scales of the value-range trials.
 VALUE_RANGE_SCALES = (("x8", 8.0), ("x1e-3", 1e-3))
@@ -206,11 +213,22 @@ def compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, ref64: torch
     return _compare(name, out, ref, ref64, tol)[0]
 
 
+def _norm_relative_ok(out: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
+    o, r = out.detach().double(), ref.detach().to(out.device).double()
+    if not bool(torch.isfinite(o).all().item()) and bool(torch.isfinite(r).all().item()):
+        return False
+    den = torch.linalg.vector_norm(r).item()
+    num = torch.linalg.vector_norm(o - r).item()
+    return num <= tol * max(den, 1e-30)
+
+
 def _compare(name: str, out: torch.Tensor, ref: torch.Tensor, ref64: torch.Tensor | None,
-             tol: float) -> tuple[OutputCheck, bool]:
+             tol: float, norm_relative: bool = False) -> tuple[OutputCheck, bool]:
     e32 = _errors(out, ref, tol)
     e64 = _errors(out, ref64, tol) if ref64 is not None else None
     passed = e32.passed or (e64 is not None and e64.passed)
+    if norm_relative and not passed and e32.bad_nonfinite == 0:
+        passed = _norm_relative_ok(out, ref64 if ref64 is not None else ref, tol)
     check = OutputCheck(name=name, max_abs_err=e32.max_abs, mean_abs_err=e32.mean_abs, tolerance=tol, where=e32.where,
                         expected=e32.expected, got=e32.got, nan_count=e32.bad_nonfinite, passed=passed,
                         max_abs_err_f64=e64.max_abs if e64 else None, mean_abs_err_f64=e64.mean_abs if e64 else None)
@@ -305,6 +323,13 @@ class _Session:
     def reference(self, d: Draw) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         ref = self.ref.forward(d)
         _check_shapes(ref, self.out_specs)
+        # A float64 reference doubles every tensor of the model; past FLOAT64_MAX_ELEMENTS output
+        # elements (2 GiB of float64 outputs) the fp32 reference alone is used, or a 6 GiB-tensor
+        # problem runs the device out of memory (seen on an H200 with KernelBench level 1 #23).
+        if sum(r.numel() for r in ref) > FLOAT64_MAX_ELEMENTS:
+            if not any("float64 reference skipped" in n for n in self.st.notes):
+                self.st.notes.append("float64 reference skipped: outputs too large; compared with fp32 only")
+            return ref, None
         ref64 = self.ref.forward64(d)
         return ref, ref64
 
@@ -314,7 +339,7 @@ class _Session:
         y = _empty_outputs(self.out_specs, self.device)
         what = f"trial {index}" + (f" ({d.label})" if d.label else "")
         self.run(x, y, poison=0, what=what)
-        compared = [_compare(spec.name, o, r, r64, self.st.tol)
+        compared = [_compare(spec.name, o, r, r64, self.st.tol, norm_relative=bool(d.label))
                     for spec, o, r, r64 in zip(self.out_specs, y, ref, ref64 or [None] * len(ref))]
         outs = tuple(c for c, _ in compared)
         for o, fp32_ok in compared:

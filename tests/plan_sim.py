@@ -165,6 +165,8 @@ def run_task(mem: Memory, t: P.Task) -> None:
         mem.write(s.out, hook(s.epilogue, r), (s.outer, s.inner), (s.out_so, s.out_si))
     elif isinstance(s, P.AttentionSpec):
         _attention(mem, s)
+    elif isinstance(s, P.AttentionMaskBlocksSpec):
+        _attention_mask_blocks(mem, s)
     elif isinstance(s, P.CopySpec):
         for it in s.items:
             mem.write(it.dst, mem.read(it.src, it.shape, it.src_strides), it.shape, it.dst_strides)
@@ -231,19 +233,55 @@ def _row(mem: Memory, r: P.RowSpec) -> None:
     mem.write(r.out, hook(r.epilogue, y), (r.rows,), (r.ldo,))
 
 
+def _mask_cells(m: torch.Tensor, kind: str) -> torch.Tensor:
+    """attention.cuh's mask summary of a [b, h, lq, lk] mask (float64 values): per 64 x 32 cell,
+    bit 0 some element attends, bit 1 some element is masked."""
+    vis, masked = (m != 0, m == 0) if kind == "bool" else (m != -math.inf, m != 0)
+    cq, ck = P.ATTENTION_MASK_CELL
+    lq, lk = m.shape[-2:]
+    nq, nk = -(-lq // cq), -(-lk // ck)
+
+    def cells(x: torch.Tensor) -> torch.Tensor:
+        x = torch.nn.functional.pad(x.to(torch.uint8), (0, nk * ck - lk, 0, nq * cq - lq))
+        return x.reshape(*x.shape[:2], nq, cq, nk, ck).amax(dim=(3, 5))
+
+    return cells(vis) | (cells(masked) << 1)
+
+
+def _attention_mask_blocks(mem: Memory, s: P.AttentionMaskBlocksSpec) -> None:
+    # One summary per batch / head the mask does not broadcast over (zero strides in blocks).
+    nb = s.batch if s.blocks.strides[0] else 1
+    nh = s.heads if s.blocks.strides[1] else 1
+    m = mem.read(s.mask)[:nb, :nh]
+    shape = (nb, nh) + s.blocks.shape[2:]
+    mem.write(s.blocks, _mask_cells(m, s.mask_kind).to(F64), shape, s.blocks.strides)
+
+
 def _attention(mem: Memory, a: P.AttentionSpec) -> None:
     q, k, v = mem.read(a.q), mem.read(a.k), mem.read(a.v)
     if a.heads_per_kv > 1:
         k = k.repeat_interleave(a.heads_per_kv, 1)
         v = v.repeat_interleave(a.heads_per_kv, 1)
-    s = q @ k.transpose(-1, -2) * a.scale
+    s = q @ k.transpose(-1, -2) * a.scale  # float64: TF32 (a.tf32) rounding is the kernel's business
     if a.causal:
         i = torch.arange(a.lq)[:, None]
         j = torch.arange(a.lk)[None, :]
         s = s.masked_fill(j > i + a.causal_offset, -math.inf)
     if a.mask is not None:
         m = mem.read(a.mask)
-        s = s.masked_fill(m == 0, -math.inf) if a.mask_kind == "bool" else s + m
+        use = torch.ones_like(s, dtype=torch.bool)
+        if a.mask_blocks is not None:
+            # As the kernels read the summary: keys of cells without bit 0 are skipped, and the
+            # mask is read only in cells with bit 1 (a wrong summary shows up in the result).
+            cq, ck = P.ATTENTION_MASK_CELL
+            cells = mem.read(a.mask_blocks).to(torch.int64)
+            cells = cells.repeat_interleave(cq, 2).repeat_interleave(ck, 3)[..., : a.lq, : a.lk]
+            s = s.masked_fill((cells & 1) == 0, -math.inf)
+            use = (cells & 2) != 0
+        if a.mask_kind == "bool":
+            s = s.masked_fill(use & (m == 0), -math.inf)
+        else:
+            s = s + torch.where(use, m, torch.zeros((), dtype=F64))
     p = torch.softmax(s, -1)
     p = torch.nan_to_num(p, nan=0.0)  # a row with no visible key gives 0 (attention.cuh)
     mem.write(a.o, p @ v)

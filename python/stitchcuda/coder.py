@@ -282,9 +282,9 @@ class _Writer:
             lines.append('#include "stitch/elementwise.cuh"')
         if u & {"RowSpec", "AxisSpec"}:
             lines.append('#include "stitch/reduce.cuh"')
-        if "AttentionSpec" in u:
+        if u & {"AttentionSpec", "AttentionMaskBlocksSpec"}:
             lines.append('#include "stitch/attention.cuh"')
-        if not need_ew and not (u & {"RowSpec", "AxisSpec", "AttentionSpec"}):
+        if not need_ew and not (u & {"RowSpec", "AxisSpec", "AttentionSpec", "AttentionMaskBlocksSpec"}):
             lines.append('#include "stitch/numeric.cuh"')
         lines.append("")
         return lines
@@ -401,6 +401,8 @@ class _Writer:
             pre, body = self.axis(t, spec)
         elif isinstance(spec, P.AttentionSpec):
             pre, body = [], self.attention(t, spec)
+        elif isinstance(spec, P.AttentionMaskBlocksSpec):
+            pre, body = [], self.attention_mask_blocks(t, spec)
         elif isinstance(spec, P.CopySpec):
             pre, body = [], self.copy(t, spec)
         elif isinstance(spec, P.BnStatsSpec):
@@ -529,7 +531,23 @@ class _Writer:
         if a.mask is not None:
             L.append(f"  a.mask = {self.ptr(a.mask)};")
             L.append("  " + " ".join(f"a.mask_stride[{i}] = {s};" for i, s in enumerate(a.mask.strides)))
-        L += [f"  return cuda_check(stitch::launch_attention<{ct}, {a.head_dim}>(a, stream), \"{t.name}\");"]
+        if a.mask_blocks is not None:
+            L.append(f"  a.mask_blocks = {self.ptr(a.mask_blocks)};  // skip the key tiles the mask hides")
+            L.append("  " + " ".join(f"a.mask_blocks_stride[{i}] = {s};" for i, s in enumerate(a.mask_blocks.strides)))
+        tf32 = ", /*allow_tf32=*/true" if a.tf32 else ""
+        L += [f"  return cuda_check(stitch::launch_attention<{ct}, {a.head_dim}>(a, stream{tf32}), \"{t.name}\");"]
+        return L
+
+    def attention_mask_blocks(self, t: P.Task, a: P.AttentionMaskBlocksSpec) -> list[str]:
+        ct = _CTYPE[a.dtype]
+        L = [f"  stitch::AttnParams<{ct}> a{{}};",
+             f"  a.B = {a.batch}; a.H = {a.heads}; a.Lq = {a.lq}; a.Lk = {a.lk};",
+             f"  a.mask_kind = stitch::AttnMask::{_MASK[a.mask_kind]};",
+             f"  a.mask = {self.ptr(a.mask)};",
+             "  " + " ".join(f"a.mask_stride[{i}] = {s};" for i, s in enumerate(a.mask.strides)),
+             "  " + " ".join(f"a.mask_blocks_stride[{i}] = {s};" for i, s in enumerate(a.blocks.strides)),
+             f"  return cuda_check(stitch::launch_attention_mask_blocks<{ct}>(a, {self.ptr(a.blocks, write=True)}, stream),",
+             f'                    "{t.name}");']
         return L
 
     def copy(self, t: P.Task, c: P.CopySpec) -> list[str]:

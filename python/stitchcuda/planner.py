@@ -6,9 +6,12 @@ The stage in five passes (``_Planner.check``, ``.match``, ``.fuse``, then ``_Lay
    tensor has a dtype the runtime stores; otherwise :class:`PlanError` names each node.
 2. **match** — multi-node patterns become one task: attention (``Q·Kᵀ``, scale, causal mask
    by ``where``, softmax, ``·V`` — and ``scaled_dot_product_attention``) to the fused
-   attention template when the head dim is 32, 64 or 128 (the mask computed once, at create
-   time, when it comes from weights), else GEMM (scale as ``alpha``) + the mask as an
-   elementwise pass in place + softmax in place + GEMM; RMS norm written out
+   attention template when the head dim is a multiple of 16 up to 128 (the mask computed once,
+   at create time, when it comes from weights, with a per-tile summary that lets the kernel
+   skip what the mask hides: a causal mask held in a buffer costs what ``is_causal`` costs) —
+   TF32 tensor cores under tf32, mma.sync under bf16 / fp16, and under fp32 the exact SIMT
+   kernel unless the cost model finds cuBLAS SGEMM + softmax cheaper — else GEMM (scale as
+   ``alpha``) + the mask as an elementwise pass in place + softmax in place + GEMM; RMS norm written out
    (``x * rsqrt(mean(x²) + eps) * w``) and logsumexp written out (``m + log(sum(exp(x - m)))``)
    to one row reduction each; GPT-2's tanh GELU written out to one ``gelu``; training-mode
    batch norm to a batch-statistics reduction plus an elementwise normalise.
@@ -50,8 +53,18 @@ from .layout import View
 SCHEMA = "stitchcuda.plan/1"
 POLICIES = ("fp32", "tf32", "bf16", "fp16")
 ARENA_ALIGN = 256
-#: Head dims the fused attention template is instantiated for.
-ATTENTION_HEAD_DIMS = (32, 64, 128)
+#: Head dims the fused attention template is instantiated for (attention.cuh: AttnHeadDim).
+ATTENTION_HEAD_DIMS = (16, 32, 48, 64, 80, 96, 112, 128)
+#: Query rows x keys per byte of the mask summary (kAttnMaskBlockQ, kAttnMaskBlockK).
+ATTENTION_MASK_CELL = (64, 32)
+#: Throughput of the fused attention kernels as a fraction of the policy's dense peak, on H100
+#: (benchmarks/templates.md): exact fp32 SIMT 26-31 of 67 TFLOP/s; mma.sync bf16 / fp16 170-225
+#: of 790. TF32 (mma.sync m16n8k8, same structure and bytes per mma as the 16-bit kernel) is
+#: not measured yet and taken at the 16-bit kernel's fraction.
+ATTENTION_EFFICIENCY = {"fp32": 0.42, "tf32": 0.25, "bf16": 0.25, "fp16": 0.25}
+#: cuBLAS GEMM as a fraction of the dense peak (SGEMM on H100: about 50 of 67 TFLOP/s): what the
+#: unfused attention's two matrix products run at, in :func:`attention_time`.
+GEMM_EFFICIENCY = 0.75
 #: cuBLASLt / runtime limit on the fused epilogue chain.
 MAX_CHAIN = 8
 #: A run with at least this many tasks is captured as a CUDA graph (launch-bound otherwise).
@@ -209,7 +222,10 @@ class AxisSpec:
 class AttentionSpec:
     """attention.cuh: o = softmax(q kᵀ * scale + mask) v over [B, H, L, D] views (last
     stride 1). ``mask_kind``: none, bool (nonzero = attend), add_same, add_f32; the mask view
-    is broadcast to [B, H, Lq, Lk] (zero strides)."""
+    is broadcast to [B, H, Lq, Lk] (zero strides). ``tf32``: fp32 storage on TF32 tensor cores
+    (launch_attention's allow_tf32). ``mask_blocks``: the mask's summary (an
+    :class:`AttentionMaskBlocksSpec` task's output, uint8 [B, H, ⌈Lq/64⌉, ⌈Lk/32⌉] with zero
+    strides where the mask broadcasts)."""
 
     kind: str
     q: View
@@ -227,6 +243,26 @@ class AttentionSpec:
     causal_offset: int = 0
     mask_kind: str = "none"
     mask: View | None = None
+    tf32: bool = False
+    mask_blocks: View | None = None
+
+
+@dataclass(frozen=True)
+class AttentionMaskBlocksSpec:
+    """attention.cuh's launch_attention_mask_blocks: per cell of 64 query rows x 32 keys of
+    ``mask`` (a [B, H, Lq, Lk] view of kind ``mask_kind``, read as ``dtype`` for add_same), one
+    byte into ``blocks`` ([B, H, ⌈Lq/64⌉, ⌈Lk/32⌉], zero strides where the mask broadcasts): bit 0
+    some element attends, bit 1 some element is masked. Runs at create, on a constant mask."""
+
+    kind: str
+    mask: View
+    mask_kind: str
+    dtype: str
+    batch: int
+    heads: int
+    lq: int
+    lk: int
+    blocks: View
 
 
 @dataclass(frozen=True)
@@ -276,10 +312,12 @@ class BnStatsSpec:
     splits: int = 1
 
 
-TaskSpec = Union[GemmSpec, EwSpec, RowSpec, AxisSpec, AttentionSpec, CopySpec, BnStatsSpec]
+TaskSpec = Union[GemmSpec, EwSpec, RowSpec, AxisSpec, AttentionSpec, AttentionMaskBlocksSpec, CopySpec,
+                 BnStatsSpec]
 _SPEC_TYPES = {t.__name__: t for t in typing.get_args(TaskSpec)}
 _SPEC_KINDS = {"gemm": GemmSpec, "elementwise": EwSpec, "row": RowSpec, "axis": AxisSpec,
-               "attention": AttentionSpec, "copy": CopySpec, "bn_stats": BnStatsSpec}
+               "attention": AttentionSpec, "attention_mask_blocks": AttentionMaskBlocksSpec, "copy": CopySpec,
+               "bn_stats": BnStatsSpec}
 
 
 @dataclass(frozen=True)
@@ -824,7 +862,8 @@ class _Planner:
                 return
             if L.broadcast_shapes(self.shape(cond), xs) != xs:
                 return
-        if d == dv and d in ATTENTION_HEAD_DIMS:
+        if d == dv and d in ATTENTION_HEAD_DIMS and not self._unfused_attention_cheaper(
+                mm1.name, math.prod(qs[:-2]), qs[-2], kts[-1], d, causal=False, masked=mask is not None):
             info = dict(q=q, kt=kt, v=v, scale=scale, out=mm2.outputs[0].name, causal=False)
             ins = [q, kt, v]
             if mask is not None:
@@ -833,10 +872,28 @@ class _Planner:
                 ins.append(m)
             self.claim(_Proto("attn", covered, [mm2.outputs[0].name], ins, info, name=f"attention_{mm1.name}"))
             return
-        # No fused template for this head dim: the generic path plans it as a GEMM (the scale
-        # folded into alpha), the mask as an elementwise pass in place, softmax in place, a GEMM.
-        self.notes.append(f"attention at {mm1.name}: head dim {d} has no fused template "
-                          f"({', '.join(map(str, ATTENTION_HEAD_DIMS))}); planned as GEMM + mask + softmax + GEMM")
+        # No fused template for this head dim (or, under fp32, the unfused plan is cheaper): the
+        # generic path plans it as a GEMM (the scale folded into alpha), the mask as an
+        # elementwise pass in place, softmax in place, a GEMM.
+        if not (d == dv and d in ATTENTION_HEAD_DIMS):
+            self.notes.append(f"attention at {mm1.name}: head dim {d} has no fused template "
+                              f"({', '.join(map(str, ATTENTION_HEAD_DIMS))}); planned as GEMM + mask + softmax + GEMM")
+
+    def _unfused_attention_cheaper(self, where: str, bh: int, lq: int, lk: int, d: int, *, causal: bool,
+                                   masked: bool) -> bool:
+        """Under fp32 only (tf32 and 16-bit policies always fuse: tensor-core kernels): whether
+        cuBLAS SGEMM + [mask] + softmax + SGEMM through the score matrix beats the exact SIMT
+        kernel by the cost model (:func:`attention_time`). A constant mask's sparsity is unknown
+        here: the fused kernel is costed dense although it skips the tiles the mask hides."""
+        if self.policy != "fp32" or causal:
+            return False
+        fused = attention_time("fp32", self.ceil, bh, lq, lk, d, causal=causal, masked=masked)
+        unfused = attention_time("fp32", self.ceil, bh, lq, lk, d, causal=causal, masked=masked, fused=False)
+        if unfused < fused:
+            self.notes.append(f"attention at {where}: the exact fp32 kernel ({fused * 1e6:.0f} us by the cost model) "
+                              f"is slower than SGEMM + softmax + SGEMM ({unfused * 1e6:.0f} us); planned unfused")
+            return True
+        return False
 
     def _mask_prep(self, anchor: str, cond: str, attend_if_true: bool, kind: str, covered: list[str]) -> str:
         """A task computing the fused attention's mask from ``cond`` (where(cond, -inf, x) masks
@@ -878,7 +935,12 @@ class _Planner:
             raise self.fail(n, "attention dropout is not supported")
         if any(self.spec(z).dtype != "float32" for z in (q, k, v)):
             raise self.fail(n, "attention on non-float32 tensors")
-        if d == vs[-1] and d in ATTENTION_HEAD_DIMS and (hq == hk or (gqa and hq % hk == 0)):
+        fusable = d == vs[-1] and d in ATTENTION_HEAD_DIMS and (hq == hk or (gqa and hq % hk == 0))
+        decomposable = not (causal or gqa or hq != hk)
+        if fusable and decomposable and self._unfused_attention_cheaper(
+                n.name, math.prod(qs[:-2]), qs[-2], ks[-2], d, causal=False, masked=mask is not None):
+            fusable = False
+        if fusable:
             info = dict(q=q, k=k, v=v, scale=scale, out=out, causal=causal, heads_per_kv=hq // hk)
             ins = [q, k, v]
             if mask is not None:
@@ -892,7 +954,7 @@ class _Planner:
                 ins.append(mask)
             self.claim(_Proto("attn", [n.name], [out], ins, info, name=f"attention_{n.name}"))
             return
-        if causal or gqa or hq != hk:
+        if not decomposable:
             raise self.fail(n, f"head dim {d} has no fused attention template and the decomposed path "
                                "does not handle is_causal or grouped-query attention yet")
         lq, lk = qs[-2], ks[-2]
@@ -923,8 +985,9 @@ class _Planner:
         self.protos.append(_Proto("gemm", [n.name], [out], [probs, v],
                                   dict(a=probs, b=v, bias=None, alpha=1.0, steps=[], out=out, beta=0.0, c=None),
                                   name=f"{n.name}_pv"))
-        self.notes.append(f"{n.name}: head dim {d} has no fused attention template (32, 64, 128); "
-                          "planned as GEMM + softmax + GEMM")
+        if not (d == vs[-1] and d in ATTENTION_HEAD_DIMS):
+            self.notes.append(f"{n.name}: head dim {d} has no fused attention template "
+                              f"({', '.join(map(str, ATTENTION_HEAD_DIMS))}); planned as GEMM + softmax + GEMM")
 
     def _match_rms(self, r: Node) -> None:
         """x * rsqrt(mean(x^2, -1, keepdim) + eps) [* w]  (also x / sqrt(...))."""
@@ -2241,14 +2304,37 @@ class _Layouts:
                 raise p.fail(p.node(pr.nodes[0]), "boolean attention mask of another dtype")
             if mask_kind in ("add_same", "add_f32"):
                 want = st if mask_kind == "add_same" else "float32"
-                if mv4.dtype != want:
-                    c = self._copy_contiguous(info["mask"], mv, pre, pr.phase, why="additive mask dtype", dtype=want)
+                if mv4.dtype != want:  # a constant mask is cast once, at create
+                    phase = "create" if self.buffers[mv.buffer].kind in ("weight", "const") else pr.phase
+                    c = self._copy_contiguous(info["mask"], mv, pre, phase, why="additive mask dtype", dtype=want)
                     mv4 = L.broadcast_to(self.views[c], (B, H, lq, lk))
             mask_v = mv4
+        blocks_v = None
+        if mask_v is not None and self.buffers[mask_v.buffer].kind in ("weight", "const"):
+            blocks_v = self._mask_blocks(pr, mask_v, mask_kind, B, H, lq, lk, pre)
+        tf32 = self.policy == "tf32" and st == "float32"
         spec = AttentionSpec("attention", q4, k4, v4, o4, B, H, lq, lk, d, int(info.get("heads_per_kv", 1)),
-                             float(info["scale"]), bool(info.get("causal", False)), 0, mask_kind, mask_v)
-        self._add(pr, pr.name, "attention_template", spec, [q4, k4, v4, mask_v], [o4],
+                             float(info["scale"]), bool(info.get("causal", False)), 0, mask_kind, mask_v,
+                             tf32, blocks_v)
+        self._add(pr, pr.name, "attention_template", spec, [q4, k4, v4, mask_v, blocks_v], [o4],
                   touched=pr.ins + [out_t] + list(names))
+
+    def _mask_blocks(self, pr: _Proto, mv4: View, kind: str, B: int, H: int, lq: int, lk: int,
+                     pre: list[Task]) -> View:
+        """A create-time task summarising a constant mask per 64 x 32 cell (which key tiles the
+        kernel may skip, which it must mask); the summary's view, broadcast like the mask."""
+        cq, ck = ATTENTION_MASK_CELL
+        nb = B if B > 1 and mv4.strides[0] != 0 else 1
+        nh = H if H > 1 and mv4.strides[1] != 0 else 1
+        shape = (nb, nh, -(-lq // cq), -(-lk // ck))
+        name = self.p.add_synthetic(f"{_ident(pr.name)}_mask_blocks", shape, "uint8")
+        v = self._fresh(name, "uint8", shape, "create")
+        self.views[name] = v
+        vb = L.broadcast_to(v, (B, H) + shape[2:])
+        spec = AttentionMaskBlocksSpec("attention_mask_blocks", mv4, kind, self.storage, B, H, lq, lk, vb)
+        pre.append(Task(f"mask_blocks_{_ident(pr.name)}", "attention_template", (), (mv4.buffer,), (v.buffer,), spec,
+                        phase="create", note="which key tiles the constant mask hides (skipped) or cuts (masked)"))
+        return vb
 
     # -- batch norm statistics
 
@@ -2665,16 +2751,60 @@ def _spec_cost(spec: Any, policy: str, ceil: DeviceCeilings) -> tuple[float, flo
     if isinstance(spec, AttentionSpec):
         flops = 4.0 * spec.batch * spec.heads * spec.lq * spec.lk * spec.head_dim
         if spec.causal:
-            flops /= 2
-        peak = ceil.fp32 if spec.q.dtype == "float32" else ceil.gemm_peak(policy) * 0.5
-        nbytes = sum(_view_bytes(v) for v in (spec.q, spec.k, spec.v, spec.o, spec.mask))
+            flops *= _causal_fraction(spec.lq, spec.lk, spec.causal_offset)
+        kernel = _attention_kernel_policy(spec.q.dtype, spec.tf32)
+        peak = ceil.gemm_peak(kernel) * ATTENTION_EFFICIENCY[kernel]
+        nbytes = sum(_view_bytes(v) for v in (spec.q, spec.k, spec.v, spec.o, spec.mask, spec.mask_blocks))
         return flops, nbytes, peak
+    if isinstance(spec, AttentionMaskBlocksSpec):
+        n = (spec.batch if spec.blocks.strides[0] else 1) * (spec.heads if spec.blocks.strides[1] else 1) * \
+            spec.lq * spec.lk
+        return float(n), _view_bytes(spec.mask) + _view_bytes(spec.blocks), ceil.fp32
     if isinstance(spec, CopySpec):
         return 0.0, float(sum(_view_bytes(i.src) + _view_bytes(i.dst) for i in spec.items)), ceil.fp32
     if isinstance(spec, BnStatsSpec):
         n = spec.n * spec.c * spec.s
         return float(4 * n), float(_view_bytes(spec.x) + 2 * spec.c * 4), ceil.fp32
     return 0.0, 0.0, ceil.fp32
+
+
+def _causal_fraction(lq: int, lk: int, offset: int = 0) -> float:
+    """The fraction of the lq x lk scores visible under a causal mask (key j <= query i + offset)."""
+    if lq <= 0 or lk <= 0:
+        return 0.0
+    vis = sum(min(lk, max(0, i + offset + 1)) for i in range(lq)) if lq <= 65536 else \
+        lq * lk * min(1.0, max(0.0, (lq / 2 + offset) / lk))
+    return vis / (lq * lk)
+
+
+def _attention_kernel_policy(storage: str, tf32: bool) -> str:
+    """Which peak (and efficiency) the fused attention kernel of a storage type runs at."""
+    if storage == "float32":
+        return "tf32" if tf32 else "fp32"
+    return "bf16" if storage == "bfloat16" else "fp16"
+
+
+def attention_time(policy: str, ceil: DeviceCeilings, bh: int, lq: int, lk: int, d: int, *, causal: bool = False,
+                   masked: bool = False, fused: bool = True) -> float:
+    """Cost-model seconds of attention over ``bh`` (batch x head) pairs under ``policy``.
+
+    ``fused``: the fused kernel of the policy at :data:`ATTENTION_EFFICIENCY` of the peak, the
+    causal half skipped, q / k / v / o read and written once. Unfused: two cuBLAS GEMMs at
+    :data:`GEMM_EFFICIENCY` over every score (no causal skipping) and the score matrix in the
+    policy's storage through memory — written by the first GEMM, read and written by the mask
+    pass (``masked``) and by softmax, read by the second GEMM — plus a launch per pass.
+    """
+    esize = float(DTYPE_SIZES[_STORAGE[policy]])
+    mm = 2.0 * bh * lq * lk * d  # one of the two matrix products
+    io = esize * bh * 2 * (lq + lk) * d  # q and o; k and v
+    if fused:
+        kernel = _attention_kernel_policy(_STORAGE[policy], policy == "tf32")
+        work = 2 * mm * (_causal_fraction(lq, lk) if causal else 1.0)
+        return work / (ceil.gemm_peak(kernel) * ATTENTION_EFFICIENCY[kernel]) + io / ceil.bandwidth + ceil.launch_s
+    passes = 4 + (2 if masked else 0)
+    scores = esize * bh * lq * lk
+    return (2 * mm / (ceil.gemm_peak(policy) * GEMM_EFFICIENCY) + (passes * scores + io) / ceil.bandwidth
+            + (3 + masked) * ceil.launch_s)
 
 
 def _node_flops_bytes(n: Node, p: _Planner) -> tuple[float, float]:
@@ -2774,8 +2904,9 @@ def _decode(tp: Any, v: Any) -> Any:
 
 
 __all__ = [
-    "SCHEMA", "POLICIES", "ARENA_ALIGN", "ATTENTION_HEAD_DIMS", "MAX_CHAIN", "GRAPH_MIN_TASKS",
+    "SCHEMA", "POLICIES", "ARENA_ALIGN", "ATTENTION_HEAD_DIMS", "ATTENTION_MASK_CELL", "ATTENTION_EFFICIENCY",
+    "GEMM_EFFICIENCY", "MAX_CHAIN", "GRAPH_MIN_TASKS",
     "DeviceCeilings", "H100", "H200", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec",
-    "AttentionSpec", "CopyItem", "CopySpec", "BnStatsSpec", "TaskSpec", "Buffer", "Task", "NodeCost", "IOSpec",
+    "AttentionSpec", "AttentionMaskBlocksSpec", "attention_time", "CopyItem", "CopySpec", "BnStatsSpec", "TaskSpec", "Buffer", "Task", "NodeCost", "IOSpec",
     "Plan", "PlanError", "PLANNER_OPS", "EW_OPS_ARITY", "plan",
 ]

@@ -4,7 +4,7 @@ Each template is built into a harness .so (tests/gpu/harness/*.cu: extern "C" la
 pointers) by nvcc, cached by source hash, loaded with ctypes and run on torch CUDA tensors on
 torch's current stream. Outputs are poisoned with NaN before each run, so an element left
 unwritten fails (NaN never passes); inputs must be unchanged after it. Tolerance (atol and rtol):
-1e-4 for fp32 storage, 1e-2 for fp16 / bf16 storage.
+1e-4 for fp32 storage, 1e-2 for fp16 / bf16 storage and for TF32 attention (the tf32 policy's).
 """
 
 from __future__ import annotations
@@ -408,6 +408,28 @@ def test_strided_copy(ew_lib, din, dout, case):
 # ---- attention --------------------------------------------------------------------------------
 
 MASK_CODE = {"none": 0, "add": 1, "add_f32": 2, "bool": 3}
+#: attention_harness.cu's modes: the type's default kernel, the SIMT kernel, TF32 (float).
+MODE = {"default": 0, "simt": 1, "tf32": 2}
+ATTN_HEAD_DIMS = [16, 32, 48, 64, 80, 96, 112, 128]
+CELL_Q, CELL_K = 64, 32  # kAttnMaskBlockQ, kAttnMaskBlockK
+
+_I32, _I64, _F32, _PTR = ctypes.c_int, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+_ATTN_EX_ARGS = [_I32, _I32, _I32, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I32, _I32, _I32, _I32,
+                 _I32, _F32, _I32, _I64, _I32, _PTR, _PTR, _PTR, _PTR, _PTR]
+_MASK_BLOCKS_ARGS = [_I32, _I32, _I32, _I32, _I32, _I32, _PTR, _PTR, _PTR, _PTR, _PTR]
+
+
+def _attn_fns(lib):
+    """attention_ex and attention_mask_blocks with their argument types (nvcc_util.SIGNATURES
+    types the original `attention` launcher only)."""
+    ex, mb = lib.attention_ex, lib.attention_mask_blocks
+    ex.argtypes, ex.restype = _ATTN_EX_ARGS, _I32
+    mb.argtypes, mb.restype = _MASK_BLOCKS_ARGS, _I32
+    return ex, mb
+
+
+def _attn_tol(dtype, mode) -> float:
+    return 1e-2 if mode == "tf32" else _tol(dtype)
 
 
 def _attn_ref(q, k, v, scale, causal, offset, mask_kind, mask, heads_per_kv):
@@ -431,9 +453,54 @@ def _attn_ref(q, k, v, scale, causal, offset, mask_kind, mask, heads_per_kv):
     return p @ v
 
 
+def _mask_blocks_ref(mask, mask_kind, Lq, Lk) -> torch.Tensor:
+    """The summary launch_attention_mask_blocks documents, over a [b, h, Lq, Lk] mask."""
+    m = mask.to("cpu")
+    if mask_kind == "bool":
+        vis, masked = m, ~m
+    else:
+        m = m.double()
+        vis, masked = m != float("-inf"), m != 0
+    nq, nk = -(-Lq // CELL_Q), -(-Lk // CELL_K)
+    pad = (0, nk * CELL_K - Lk, 0, nq * CELL_Q - Lq)
+
+    def cells(x):
+        x = F.pad(x.to(torch.uint8), pad)
+        return x.view(*x.shape[:2], nq, CELL_Q, nk, CELL_K).amax(dim=(3, 5))
+
+    return cells(vis) | (cells(masked) << 1)
+
+
+def _mask_blocks(lib, dtype, mask, mask_kind, B, H, Lq, Lk) -> tuple[torch.Tensor, list[int]]:
+    """The device summary of `mask` (a [B, H, Lq, Lk] view, zero strides broadcast) and its
+    strides (0 where the mask broadcasts), its cells poisoned with 0 (every tile skipped) first so
+    that an unwritten cell fails the test."""
+    _, mb = _attn_fns(lib)
+    ms = mask.stride()
+    nb = B if ms[0] else 1
+    nh = H if ms[1] else 1
+    nq, nk = -(-Lq // CELL_Q), -(-Lk // CELL_K)
+    blocks = torch.zeros((nb, nh, nq, nk), dtype=torch.uint8, device="cuda")
+    st = blocks.stride()
+    bs = [st[0] if nb > 1 else 0, st[1] if nh > 1 else 0, st[2], st[3]]
+    _run(mb, DT_CODE[dtype], B, H, Lq, Lk, MASK_CODE[mask_kind], mask.data_ptr(), _i64(ms),
+         blocks.data_ptr(), _i64(bs), _stream())
+    want = _mask_blocks_ref(mask[:nb, :nh], mask_kind, Lq, Lk)
+    assert torch.equal(blocks.cpu(), want), "mask summary"
+    return blocks, bs
+
+
 def _attn_case(lib, dtype, D, causal, mask_kind, Lq, Lk, *, B=2, H=3, heads_per_kv=1,
-               layout="bhld", simt=False, offset=0, misaligned=False, mask_bcast=False):
-    seed = _seed()
+               layout="bhld", mode="default", simt=False, offset=0, misaligned=False, mask_bcast=False,
+               mask=None, blocks=False, scale=None, seed=None):
+    """One launch against the float64 reference. `mask`: a given [B or 1, H or 1, Lq, Lk] mask
+    instead of a random one; `blocks`: pass launch_attention_mask_blocks' summary of it; `seed`:
+    a fixed seed instead of a fresh one."""
+    if seed is None:
+        seed = _seed()
+    else:
+        torch.manual_seed(seed)
+    mode = "simt" if simt else mode
     Hk = H // heads_per_kv
 
     def make(h, L, extra=0):
@@ -449,48 +516,87 @@ def _attn_case(lib, dtype, D, causal, mask_kind, Lq, Lk, *, B=2, H=3, heads_per_
                    dtype=dtype)
     if layout == "blhd":
         o = o.transpose(1, 2)
-    mask = None
     ms = (0, 0, 0, 0)
     mshape = (B, 1, Lq, Lk) if mask_bcast else (B, H, Lq, Lk)
-    if mask_kind in ("add", "add_f32"):
-        mdt = dtype if mask_kind == "add" else torch.float32
-        mask = _randn(*mshape, dtype=mdt)
-        mask[torch.rand(mshape, device="cuda") < 0.1] = float("-inf")
-    elif mask_kind == "bool":
-        mask = torch.rand(mshape, device="cuda") < 0.7
+    if mask is None:
+        if mask_kind in ("add", "add_f32"):
+            mdt = dtype if mask_kind == "add" else torch.float32
+            mask = _randn(*mshape, dtype=mdt)
+            mask[torch.rand(mshape, device="cuda") < 0.1] = float("-inf")
+        elif mask_kind == "bool":
+            mask = torch.rand(mshape, device="cuda") < 0.7
     if mask is not None:
         mask = mask.expand(B, H, Lq, Lk)
         ms = mask.stride()
-    scale = 1.0 / math.sqrt(D)
+    bl, bs, summary = None, None, None
+    if blocks:
+        summary, sstrides = _mask_blocks(lib, dtype, mask, mask_kind, B, H, Lq, Lk)
+        bl, bs = summary.data_ptr(), _i64(sstrides)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
     ins = [t.clone() for t in (q, k, v)]
-    _run(lib.attention, DT_CODE[dtype], D, int(simt), q.data_ptr(), _i64(q.stride()),
+    ex, _ = _attn_fns(lib)
+    _run(ex, DT_CODE[dtype], D, MODE[mode], q.data_ptr(), _i64(q.stride()),
          k.data_ptr(), _i64(k.stride()), v.data_ptr(), _i64(v.stride()), o.data_ptr(),
          _i64(o.stride()), B, H, Lq, Lk, heads_per_kv, scale, int(causal), offset,
-         MASK_CODE[mask_kind], None if mask is None else mask.data_ptr(), _i64(ms), _stream())
+         MASK_CODE[mask_kind], None if mask is None else mask.data_ptr(), _i64(ms), bl, bs, _stream())
     for t, t0 in zip((q, k, v), ins):
         assert torch.equal(t, t0), "input changed"
     ref = _attn_ref(q, k, v, scale, causal, offset, mask_kind, mask, heads_per_kv)
-    _close(o, ref, _tol(dtype),
-           f"{DT_IDS[dtype]} D={D} causal={causal} mask={mask_kind} {Lq}x{Lk} seed={seed}")
+    _close(o, ref, _attn_tol(dtype, mode),
+           f"{DT_IDS[dtype]} {mode} D={D} causal={causal} mask={mask_kind} {Lq}x{Lk} blocks={blocks} seed={seed}")
+    return o
 
 
 @pytest.mark.parametrize("Lq,Lk", [(128, 128), (77, 200), (200, 77), (1, 33)], ids=lambda v: str(v))
 @pytest.mark.parametrize("mask", ["none", "add", "bool"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [48, 64, 80, 96, 128])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
 def test_attention(attn_lib, dtype, D, causal, mask, Lq, Lk):
     _attn_case(attn_lib, dtype, D, causal, mask, Lq, Lk)
+
+
+@pytest.mark.parametrize("Lq,Lk", [(128, 128), (77, 200), (200, 77), (1, 33)], ids=lambda v: str(v))
+@pytest.mark.parametrize("mask", ["none", "add", "add_f32", "bool"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", [32, 48, 64, 80, 96, 128])
+def test_attention_tf32(attn_lib, D, causal, mask, Lq, Lk):
+    """fp32 storage on TF32 tensor cores: the tf32 policy's tolerance against float64."""
+    _attn_case(attn_lib, torch.float32, D, causal, mask, Lq, Lk, mode="tf32")
+
+
+@pytest.mark.parametrize("D", ATTN_HEAD_DIMS)
+@pytest.mark.parametrize("mode", ["f32_simt", "f32_tf32", "f16", "bf16"])
+def test_attention_head_dims(attn_lib, mode, D):
+    """Every head dim of every kernel (112 runs padded to 128 on the 16-bit kernel)."""
+    dtype = {"f32_simt": torch.float32, "f32_tf32": torch.float32, "f16": torch.float16,
+             "bf16": torch.bfloat16}[mode]
+    kmode = {"f32_simt": "simt", "f32_tf32": "tf32"}.get(mode, "default")
+    _attn_case(attn_lib, dtype, D, True, "bool", 150, 261, B=1, H=2, mode=kmode, offset=111)
+    _attn_case(attn_lib, dtype, D, False, "add", 70, 33, B=2, H=2, mode=kmode)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
 @pytest.mark.parametrize(
     "variant",
     ["d32", "blhd_view", "gqa", "misaligned", "bottom_right", "mask_f32_bcast", "long",
-     "simt", "one_head_many_rows"],
+     "simt", "one_head_many_rows", "d96_misaligned", "d80_long"],
 )
 def test_attention_variants(attn_lib, dtype, variant):
-    kw = dict(dtype=dtype, D=64, causal=False, mask_kind="none", Lq=130, Lk=257)
+    _attention_variant(attn_lib, dtype, variant, "default")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    ["d32", "blhd_view", "gqa", "misaligned", "bottom_right", "mask_f32_bcast", "long",
+     "one_head_many_rows", "d96_misaligned", "d80_long", "d16", "d112"],
+)
+def test_attention_tf32_variants(attn_lib, variant):
+    _attention_variant(attn_lib, torch.float32, variant, "tf32")
+
+
+def _attention_variant(lib, dtype, variant, mode):
+    kw = dict(dtype=dtype, D=64, causal=False, mask_kind="none", Lq=130, Lk=257, mode=mode)
     if variant == "d32":
         kw.update(D=32, causal=True)
     elif variant == "blhd_view":
@@ -506,7 +612,76 @@ def test_attention_variants(attn_lib, dtype, variant):
     elif variant == "long":
         kw.update(Lq=1000, Lk=1500, D=128, causal=True, B=1, H=2)
     elif variant == "simt":
-        kw.update(simt=True, D=128, mask_kind="bool", causal=True)
+        kw.update(mode="simt", D=128, mask_kind="bool", causal=True)
     elif variant == "one_head_many_rows":
         kw.update(B=1, H=1, Lq=4099, Lk=64)
-    _attn_case(attn_lib, **kw)
+    elif variant == "d96_misaligned":  # element loads, odd strides, a bool mask read bytewise
+        kw.update(misaligned=True, D=96, mask_kind="bool", causal=True, layout="blhd")
+    elif variant == "d80_long":
+        kw.update(Lq=700, Lk=900, D=80, mask_kind="bool", B=1, H=2)
+    elif variant == "d16":
+        kw.update(D=16, causal=True, mask_kind="add")
+    elif variant == "d112":
+        kw.update(D=112, mask_kind="bool", layout="blhd")
+    _attn_case(lib, **kw)
+
+
+def test_attention_tf32_is_tf32(attn_lib):
+    """mode tf32 runs the tensor-core kernel: its result differs from the exact SIMT kernel's
+    by TF32 rounding (and both are within their tolerances)."""
+    outs = [_attn_case(attn_lib, torch.float32, 96, True, "none", 256, 256, B=1, H=2, mode=mode, seed=1)
+            for mode in ("simt", "tf32")]
+    diff = (outs[0] - outs[1]).abs().max().item()
+    assert 1e-6 < diff < 1e-2, diff
+
+
+ATTN_MODES = [("f32_simt", torch.float32, "simt"), ("f32_tf32", torch.float32, "tf32"),
+              ("f16", torch.float16, "default"), ("bf16", torch.bfloat16, "default")]
+
+
+def _block_mask(kind, Lq, Lk, B=2, H=3):
+    """Masks whose summary lets tiles be skipped or read without the mask."""
+    if kind == "tril":  # a causal mask held as data (a registered tril buffer), broadcast over B, H
+        return torch.ones(Lq, Lk, device="cuda").tril().bool()[None, None]
+    if kind == "tril_float":  # the additive form: 0 on and below the diagonal, -inf above
+        return torch.zeros(Lq, Lk, device="cuda").masked_fill(
+            ~torch.ones(Lq, Lk, device="cuda").tril().bool(), float("-inf"))[None, None]
+    if kind == "block_sparse":  # whole 64 x 32 cells on / off, one cell in four mixed
+        cells = torch.rand(B, H, -(-Lq // CELL_Q), -(-Lk // CELL_K), device="cuda")
+        m = (cells > 0.4).repeat_interleave(CELL_Q, 2).repeat_interleave(CELL_K, 3)[..., :Lq, :Lk].clone()
+        mixed = (cells < 0.15).repeat_interleave(CELL_Q, 2).repeat_interleave(CELL_K, 3)[..., :Lq, :Lk]
+        m[mixed] = torch.rand(int(mixed.sum()), device="cuda") < 0.5
+        m[..., 0] = True  # every row sees a key
+        return m
+    if kind == "empty_rows":  # some query blocks see nothing at all: O = 0 there
+        m = torch.ones(B, 1, Lq, Lk, dtype=torch.bool, device="cuda")
+        m[:, :, : min(Lq, 130)] = False
+        return m
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("pattern,Lq,Lk", [("tril", 512, 512), ("tril", 300, 300), ("tril_float", 200, 200),
+                                           ("block_sparse", 300, 450), ("empty_rows", 260, 100)],
+                         ids=lambda v: str(v))
+@pytest.mark.parametrize("D", [64, 96])
+@pytest.mark.parametrize("mode", ATTN_MODES, ids=lambda m: m[0])
+def test_attention_mask_blocks(attn_lib, mode, D, pattern, Lq, Lk):
+    """The mask summary (launch_attention_mask_blocks, checked cell by cell) and the kernels given
+    it: fully masked tiles skipped, tiles without a masked element read without the mask."""
+    _, dtype, kmode = mode
+    mask = _block_mask(pattern, Lq, Lk)
+    if mask.dtype == torch.bool:
+        _attn_case(attn_lib, dtype, D, False, "bool", Lq, Lk, mode=kmode, mask=mask, blocks=True)
+    else:  # an additive mask, as float and in the storage type
+        _attn_case(attn_lib, dtype, D, False, "add_f32", Lq, Lk, mode=kmode, mask=mask, blocks=True)
+        _attn_case(attn_lib, dtype, D, False, "add", Lq, Lk, mode=kmode, mask=mask.to(dtype), blocks=True)
+
+
+@pytest.mark.parametrize("mode", ATTN_MODES, ids=lambda m: m[0])
+def test_attention_mask_blocks_with_causal(attn_lib, mode):
+    """A summary and is_causal together; and a summary of a mask on one batch / head only."""
+    _, dtype, kmode = mode
+    mask = _block_mask("block_sparse", 333, 333)
+    _attn_case(attn_lib, dtype, 96, True, "bool", 333, 333, mode=kmode, mask=mask, blocks=True)
+    mask = _block_mask("block_sparse", 200, 300, B=1, H=1)  # broadcast over B and H: one summary
+    _attn_case(attn_lib, dtype, 48, True, "bool", 200, 300, mode=kmode, mask=mask, blocks=True, offset=100)

@@ -869,3 +869,37 @@ def test_value_range_trials_judge_by_norm_relative_error():
     clamped, _ = _compare("y", out.clamp(-4, 4), ref.float(), ref, 1e-4, norm_relative=True)
     assert loose.passed and not clamped.passed
     assert strict.passed == bool(((out.double() - ref).abs() <= 1e-4 + 1e-4 * ref.abs()).all())
+
+
+def test_child_dies_with_its_parent(tmp_path):
+    """A parent killed outright (SIGKILL, no cleanup) takes its verifier child with it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "child.pid"
+    child_code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys\n"
+        "from stitchcuda.verifier.isolate import Limits, run_child\n"
+        f"run_child([sys.executable, '-c', {child_code!r}], {str(tmp_path / 'work')!r}, limits=Limits())\n"
+    )
+    p = subprocess.Popen([sys.executable, str(script)])
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the child outlived its killed parent")

@@ -109,6 +109,18 @@ def read_json(path: Path) -> Any:
         return None
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGKILL it when the parent dies. A parent killed by
+    SIGTERM runs no cleanup, and a child in its own session would otherwise keep its GPU memory
+    (seen on an H200: a timed-out benchmark left a child holding 112 GiB)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the parent's own cleanup is all there is
+        pass
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -148,7 +160,7 @@ def run_child(argv: Sequence[str], workdir: str | os.PathLike, *, limits: Limits
     with log.open("wb") as logf:
         proc = subprocess.Popen(list(argv), cwd=str(wd), env=dict(env) if env is not None else clean_env(),
                                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
         try:
             while True:
                 try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -33,16 +32,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def find_nvcc() -> str | None:
-    """nvcc from CUDACXX, CUDA_HOME / CUDA_PATH, PATH or /usr/local/cuda."""
-    cand = [os.environ.get("CUDACXX")]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            cand.append(str(Path(os.environ[var]) / "bin" / "nvcc"))
-    cand += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
-    for c in cand:
-        if c and Path(c).is_file():
-            return c
-    return None
+    """nvcc as the package finds it (stitchcuda.toolchain.find_nvcc)."""
+    from stitchcuda.toolchain import find_nvcc as _find
+
+    found = _find()
+    return str(found) if found else None
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
 from functools import lru_cache
@@ -27,16 +26,11 @@ CACHE_SCHEMA = 1
 
 
 def find_nvcc() -> str | None:
-    """nvcc from CUDACXX, CUDA_HOME / CUDA_PATH, PATH or /usr/local/cuda; None if absent."""
-    cand = [os.environ.get("CUDACXX")]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            cand.append(str(Path(os.environ[var]) / "bin" / "nvcc"))
-    cand += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
-    for c in cand:
-        if c and Path(c).is_file():
-            return c
-    return None
+    """The package's own nvcc discovery (stitchcuda.toolchain), as a string; None if absent."""
+    from stitchcuda.toolchain import find_nvcc as _find
+
+    found = _find()
+    return str(found) if found else None
 
 
 @lru_cache(maxsize=None)

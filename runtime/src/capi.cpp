@@ -231,20 +231,8 @@ st_status st_gemm_epilogue(const st_gemm_args* args, const st_ep_op* ops, int32_
     }
     st::gemm(g, as_stream(stream));
     if (rest == 0) return;
-    st_epilogue_args e{};
-    e.dtype = g.out_dtype;
-    e.rows = g.m * g.batch;
-    e.cols = g.n;
-    e.x = g.out;
-    e.ldx = g.ldo;
-    e.out = g.out;
-    e.ldo = g.ldo;
-    e.residual = residual;
-    e.ldr = ldr;
-    e.bias = args->bias;
-    e.ops = ops + first;
-    e.n_ops = rest;
-    st::epilogue_apply(e, as_stream(stream));
+    // g is a copy of *args: g.bias is the caller's bias for a bias_add op cuBLASLt did not absorb.
+    st::apply_ops_to_out(g, ops + first, rest, residual, ldr, as_stream(stream));
   });
 }
 

@@ -413,9 +413,8 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
 
 }  // namespace
 
-// GELU (tanh form, as cuBLASLt's) applied in place on out by the fused epilogue kernel.
-void split_gelu_apply(const st_gemm_args& g, cudaStream_t stream) {
-  st_ep_op op{ST_EP_GELU_TANH, 0.f, 0.f};
+void apply_ops_to_out(const st_gemm_args& g, const st_ep_op* ops, int32_t n_ops, const void* residual, int64_t ldr,
+                      cudaStream_t stream) {
   st_epilogue_args e{};
   e.dtype = g.out_dtype;
   e.rows = g.m * g.batch;
@@ -424,9 +423,18 @@ void split_gelu_apply(const st_gemm_args& g, cudaStream_t stream) {
   e.ldx = g.ldo;
   e.out = g.out;
   e.ldo = g.ldo;
-  e.ops = &op;
-  e.n_ops = 1;
+  e.residual = residual;
+  e.ldr = ldr;
+  e.bias = g.bias;
+  e.ops = ops;
+  e.n_ops = n_ops;
   epilogue_apply(e, stream);
+}
+
+// GELU (tanh form, as cuBLASLt's) applied in place on out by the fused epilogue kernel.
+void split_gelu_apply(const st_gemm_args& g, cudaStream_t stream) {
+  const st_ep_op op{ST_EP_GELU_TANH, 0.f, 0.f};
+  apply_ops_to_out(g, &op, 1, nullptr, 0, stream);
 }
 
 void gemm(const st_gemm_args& g, cudaStream_t stream) {

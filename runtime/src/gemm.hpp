@@ -9,4 +9,8 @@ void check_gemm_args(const st_gemm_args& g);
 void gemm(const st_gemm_args& g, cudaStream_t stream);
 void epilogue_apply(const st_epilogue_args& e, cudaStream_t stream);
 void split_gelu_apply(const st_gemm_args& g, cudaStream_t stream);
+// ops applied in place on a GEMM's out, viewed as (m * batch) x n rows (batch contiguous);
+// bias is g.bias, residual has out's shape with leading dimension ldr.
+void apply_ops_to_out(const st_gemm_args& g, const st_ep_op* ops, int32_t n_ops, const void* residual, int64_t ldr,
+                      cudaStream_t stream);
 }  // namespace st

@@ -145,8 +145,39 @@ def test_cache_hit_miss_and_key(nvcc, tmp_path):
     assert time.monotonic() - t0 < 2.0 and again.seconds < 2.0
     assert B.cache_key(SOURCE, "sm_80") != first.key and B.cache_key(SOURCE, "sm_90", ("-G",)) != first.key
     assert B.cache_key(SOURCE + " ", "sm_90") != first.key and B.cache_key(SOURCE, "sm_90") == first.key
-    entry = tmp_path / first.key
+    entry = tmp_path / first.entry
     assert (entry / "program.cu").read_text() == SOURCE and (entry / "build.json").is_file()
+    # The entry's name is readable: program, policy, arch, then the hash.
+    assert first.entry == B.entry_name(first.key, "program", "", "sm_90") and first.entry.endswith(first.key[:16])
+    # The same source under another label is the same entry (the hash decides) ...
+    same = B.build(SOURCE, arch="sm_90", cache=tmp_path, name="mlp block", policy="tf32")
+    assert same.cached and same.entry == first.entry
+    # ... and a new one is named after its label.
+    named = B.build(SOURCE + "// named\n", arch="sm_90", cache=tmp_path, name="mlp block", policy="tf32")
+    assert named.ok and not named.cached and named.entry.startswith("mlp_block_tf32_sm90_")
+
+
+def test_key_covers_the_install(nvcc, tmp_path, monkeypatch):
+    """A library links against one install's runtime: another install (another venv) gets another
+    entry, never a library whose RUNPATH points into the first."""
+    first = B.cache_key(SOURCE, "sm_90")
+    monkeypatch.setattr(B, "_install", lambda: "/elsewhere/venv/site-packages/stitchcuda/lib:1:2")
+    assert B.cache_key(SOURCE, "sm_90") != first
+
+
+def test_cache_list_and_clean(nvcc, tmp_path):
+    ok = B.build(SOURCE + "// list\n", arch="sm_90", cache=tmp_path, name="listed", policy="fp32")
+    bad = B.build("this is not C++;\n", arch="sm_90", cache=tmp_path, name="broken", policy="bf16")
+    assert ok.ok and not bad.ok
+    found = {e.name: e for e in B.entries(tmp_path)}
+    assert set(found) == {ok.entry, bad.entry}
+    assert found[ok.entry].ok and found[ok.entry].program == "listed" and found[ok.entry].policy == "fp32"
+    assert not found[bad.entry].ok and found[bad.entry].bytes > 0
+    assert B.clean(tmp_path, failed_only=True) == (1, found[bad.entry].bytes)
+    assert [e.name for e in B.entries(tmp_path)] == [ok.entry]
+    assert B.clean(tmp_path, older_than_s=3600) == (0, 0)  # nothing that old
+    removed, freed = B.clean(tmp_path)
+    assert removed == 1 and freed > 0 and B.entries(tmp_path) == []
 
 
 def test_never_compile_and_failures_are_values(nvcc, tmp_path, monkeypatch):
@@ -156,7 +187,7 @@ def test_never_compile_and_failures_are_values(nvcc, tmp_path, monkeypatch):
     monkeypatch.delenv("STITCHCUDA_NEVER_COMPILE")
     bad = B.build("this is not C++;\n", arch="sm_90", cache=tmp_path)
     assert not bad.ok and bad.library is None and bad.compile is not None and "error" in bad.compile.output
-    assert not list(tmp_path.glob(f"{bad.key}/program.so"))
+    assert not list(tmp_path.glob(f"{bad.entry}/program.so")) and (tmp_path / bad.entry / "build.json").is_file()
 
 
 def test_concurrent_builds_compile_once(nvcc, tmp_path):

@@ -46,9 +46,7 @@ from ._rt import (  # noqa: E402
     StitchError,
 )
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-INCLUDE_DIR = PACKAGE_DIR / "include"
-LIB_DIR = PACKAGE_DIR / "lib"
+from .paths import INCLUDE_DIR, LIB_DIR, PACKAGE_DIR  # noqa: E402,F401
 
 
 def has_gpu() -> bool:
@@ -83,6 +81,7 @@ __all__ = [
     "NoDeviceError",
     "OutOfMemoryError",
     "NotSupportedError",
+    "PACKAGE_DIR",
     "INCLUDE_DIR",
     "LIB_DIR",
     "__version__",

@@ -41,20 +41,19 @@ from typing import Any, Mapping, Sequence
 
 from . import manifest as mf
 from . import planner as P
+from .dtypes import DTYPES
+from .precision import POLICIES
 from .ir import Graph
 from .layout import View
 
 GENERATOR = "stitchcuda.coder (deterministic templates)"
 
-_CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "bool": "bool",
-          "uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t", "int64": "int64_t"}
-_STDTYPE = {"float32": "ST_FLOAT32", "float16": "ST_FLOAT16", "bfloat16": "ST_BFLOAT16", "float64": "ST_FLOAT64",
-            "int32": "ST_INT32", "int64": "ST_INT64", "uint8": "ST_UINT8", "bool": "ST_BOOL", "int8": "ST_INT8"}
-_POLICY = {"fp32": "ST_POLICY_FP32", "tf32": "ST_POLICY_TF32", "bf16": "ST_POLICY_BF16", "fp16": "ST_POLICY_FP16"}
+_CTYPE = {d.name: d.ctype for d in DTYPES.values() if d.ctype}
+_STDTYPE = {d.name: d.st_enum for d in DTYPES.values() if d.st_enum}
+_POLICY = {p.name: p.c_enum for p in POLICIES.values()}
 _EPILOGUE = {"none": "ST_EPI_NONE", "bias": "ST_EPI_BIAS", "relu": "ST_EPI_RELU", "gelu": "ST_EPI_GELU",
              "bias_relu": "ST_EPI_BIAS_RELU", "bias_gelu": "ST_EPI_BIAS_GELU"}
-_POLICY_TEXT = {"fp32": "fp32 (exact fp32 math, no TF32)", "tf32": "tf32 (fp32 storage, TF32 tensor-core GEMMs)",
-                "bf16": "bf16 (bfloat16 storage, fp32 accumulation)", "fp16": "fp16 (float16 storage, fp32 accumulation)"}
+_POLICY_TEXT = {p.name: p.text for p in POLICIES.values()}
 _ROW_ENTRY = {"softmax": "launch_softmax", "log_softmax": "launch_log_softmax", "logsumexp": "launch_logsumexp",
               "sum": "launch_row_sum", "mean": "launch_row_mean", "max": "launch_row_max", "min": "launch_row_min"}
 _AXIS_OP = {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min"}

@@ -39,25 +39,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from .dtypes import SIZES
+
 SCHEMA = "stitchcuda.ir/1"
 
-# Bytes per element of every dtype the IR knows; the names are torch's without "torch.".
-DTYPE_SIZES: dict[str, int] = {
-    "float64": 8,
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "complex128": 16,
-    "complex64": 8,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-}
+#: Bytes per element of every dtype the IR knows (:mod:`stitchcuda.dtypes`).
+DTYPE_SIZES: dict[str, int] = SIZES
 
 AttrValue = Any  # None | bool | int | float | str | tuple[AttrValue, ...]
 

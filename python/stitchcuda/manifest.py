@@ -40,24 +40,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import dtypes as _dtypes
+from . import precision as _precision
 from .fsutil import atomic_write_text
 
 FORMAT = "stitchcuda-program"
 FORMAT_VERSION = 1
 ABI_VERSION = 1
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+#: Precision policy names (:mod:`stitchcuda.precision` says what each means).
+PRECISIONS = _precision.NAMES
 
-#: Element sizes of the dtypes a manifest may name (the runtime's st_dtype_name spellings).
-DTYPE_SIZES = {
-    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
-    "int32": 4, "int64": 8, "uint8": 1, "bool": 1, "int8": 1,
-}
+#: Element sizes of the dtypes a manifest may name (the runtime's st_dtype spellings).
+DTYPE_SIZES = _dtypes.ABI_SIZES
 
 #: safetensors dtype codes for the same dtypes.
-SAFETENSORS_DTYPES = {
-    "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
-    "I32": "int32", "I64": "int64", "U8": "uint8", "BOOL": "bool", "I8": "int8",
-}
+SAFETENSORS_DTYPES = _dtypes.FROM_SAFETENSORS
 
 #: Strategies the planner and coder use today. Others are allowed (an LLM-written kernel names
 #: its own); these are the ones other stages know by name.

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 from . import build as _build
 from . import manifest as mf
+from .precision import NAMES as _POLICY_NAMES
 
 DEFAULT_OUT = "run"
 
@@ -166,6 +167,10 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
     seconds["capture"] = time.monotonic() - t0
 
     t1 = time.monotonic()
+    if ceilings is None:
+        from .device import for_planning
+
+        ceilings = for_planning()
     p = planner.plan(graph, precision, ceilings)
     seconds["plan"] = time.monotonic() - t1
     t1 = time.monotonic()
@@ -228,7 +233,7 @@ def add_build_command(sub: Any) -> None:
     """Register ``stitchcuda build`` on an argparse subparsers object."""
     p = sub.add_parser("build", help="reference -> program folder: capture, plan, generate CUDA, compile")
     p.add_argument("reference", metavar="FILE", help="a KernelBench-format .py file, or kernelbench:LEVEL:ID")
-    p.add_argument("--precision", "-p", default="fp32", choices=("fp32", "tf32", "bf16", "fp16"),
+    p.add_argument("--precision", "-p", default="fp32", choices=_POLICY_NAMES,
                    help="precision policy (default fp32: exact fp32 math)")
     p.add_argument("--out", "-o", help=f"program folder (default {DEFAULT_OUT}/<name>)")
     p.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 from . import layout as L
+from .device import H100, H200, Ceilings
 from . import manifest as mf
 from .ir import DTYPE_SIZES, Graph, Node, TensorSpec
 from .layout import View
@@ -74,27 +75,8 @@ GRAPH_MIN_TASKS = 2
 # ====================================================================== device ceilings
 
 
-@dataclass(frozen=True)
-class DeviceCeilings:
-    """Roofline ceilings: memory bandwidth (bytes/s), dense FLOP/s per precision, and the
-    host cost of one kernel launch (s)."""
-
-    name: str
-    bandwidth: float
-    fp32: float
-    tf32: float
-    bf16: float
-    fp16: float
-    launch_s: float = 4e-6
-
-    def gemm_peak(self, policy: str) -> float:
-        return {"fp32": self.fp32, "tf32": self.tf32, "bf16": self.bf16, "fp16": self.fp16}[policy]
-
-
-#: H100 SXM (80 GB): ~3.0 TB/s copy bandwidth; datasheet dense fp32 / TF32 / bf16.
-H100 = DeviceCeilings("H100 SXM", 3.0e12, 67e12, 495e12, 790e12, 790e12)
-#: H200 (141 GB): ~4.3 TB/s, same compute as H100.
-H200 = DeviceCeilings("H200", 4.3e12, 67e12, 495e12, 790e12, 790e12)
+#: The one ceilings type (:mod:`stitchcuda.device`), under the name the plan has always used.
+DeviceCeilings = Ceilings
 
 
 # ====================================================================== task specs

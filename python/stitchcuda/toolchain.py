@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import INCLUDE_DIR, LIB_DIR
+from .paths import INCLUDE_DIR, LIB_DIR
 
 
 class ToolchainError(RuntimeError):
@@ -80,7 +80,7 @@ class CompileResult:
 
 
 def compile_program(src: Path, out: Path, arch: str | None = None, extra: tuple[str, ...] = (),
-                    timeout: float = 600.0) -> CompileResult:
+                    timeout: float = 600.0, export_all: bool = False) -> CompileResult:
     """Compile a program source into a shared library linked against libstitchrt.
 
     The library finds libstitchrt through an rpath to the installed package. Never raises on a
@@ -94,8 +94,10 @@ def compile_program(src: Path, out: Path, arch: str | None = None, extra: tuple[
                              "or set CUDACXX")
     arch = arch or default_arch()
     # Hidden visibility: a program exports its five ABI entry points (marked ST_API) and nothing
-    # that could interpose on the symbols of the process that loads it.
-    cmd = (str(nvcc), "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden", f"-arch={arch}", "-std=c++17", "-O3",
+    # that could interpose on the symbols of the process that loads it. Test harnesses
+    # (``export_all``) export their plain extern "C" launchers.
+    vis = "-fPIC" if export_all else "-fPIC,-fvisibility=hidden"
+    cmd = (str(nvcc), "-shared", "-Xcompiler", vis, f"-arch={arch}", "-std=c++17", "-O3",
            "--expt-relaxed-constexpr", f"-I{INCLUDE_DIR}", *extra, str(src),
            f"-L{LIB_DIR}", "-lstitchrt", f"-Xlinker=-rpath,{LIB_DIR}", "-o", str(out))
     t0 = time.monotonic()

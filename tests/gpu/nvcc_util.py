@@ -1,18 +1,14 @@
-"""nvcc for the template tests: find it, compile a translation unit, build a cached .so.
+"""nvcc for the template tests: find it, compile a translation unit, build a .so.
 
-One function owns the build cache (``build_shared_lib``): the key is a hash of nvcc's path and
-version, the flags, the source and every header under templates/ and runtime/include/, so an edit
-to a template rebuilds exactly what depends on it. A build writes to a temporary name and renames
-into place, so concurrent test processes never load a half-written library.
+Shared libraries are built through the project's one build cache (``stitchcuda.build``), whose
+key covers the source, the flags and the installed headers, so an edit to a template rebuilds
+exactly what depends on it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,8 +17,6 @@ TEMPLATES = REPO / "templates"
 RUNTIME_INCLUDE = REPO / "runtime" / "include"
 HARNESS_DIR = Path(__file__).resolve().parent / "harness"
 
-# Bump when the cache layout or the build recipe changes.
-CACHE_SCHEMA = 1
 
 
 def find_nvcc() -> str | None:
@@ -54,55 +48,21 @@ def compile_object(nvcc: str, src: Path, out: Path, arch: str = "sm_90",
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def _headers_digest() -> str:
-    h = hashlib.sha256()
-    for root in (TEMPLATES, RUNTIME_INCLUDE):
-        for p in sorted(root.rglob("*")):
-            if p.suffix in {".cuh", ".h", ".hpp"} and p.is_file():
-                h.update(str(p.relative_to(REPO)).encode())
-                h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("STITCHCUDA_TEST_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stitchcuda" / "test-harness"
-
-
 def build_shared_lib(source: str, name: str, arch: str = "sm_90",
-                     extra: tuple[str, ...] = (), cache_dir: Path | None = None,
-                     nvcc: str | None = None) -> Path:
-    """Compile ``source`` (CUDA C++ text) to ``<cache>/<name>-<hash>.so``; reuse it if present.
+                     extra: tuple[str, ...] = (), cache_dir: Path | None = None) -> Path:
+    """Compile ``source`` (CUDA C++ text) through the project's one build cache
+    (:func:`stitchcuda.build.build`, every extern "C" symbol visible) and return the library.
 
     Raises RuntimeError with nvcc's output when the build fails.
     """
-    nvcc = nvcc or find_nvcc()
-    if nvcc is None:
-        raise RuntimeError("nvcc not found (CUDACXX, CUDA_HOME, PATH, /usr/local/cuda)")
-    flags = [*base_flags(arch), "-O3", "-lineinfo", "-shared", "-Xcompiler", "-fPIC", *extra]
-    key = hashlib.sha256()
-    for part in (str(CACHE_SCHEMA), nvcc, nvcc_version(nvcc), " ".join(flags), source,
-                 _headers_digest()):
-        key.update(part.encode())
-        key.update(b"\0")
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    lib = cache / f"{name}-{arch}-{key.hexdigest()[:16]}.so"
-    if lib.is_file():
-        return lib
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        src = Path(tmp) / f"{name}.cu"
-        src.write_text(source)
-        out = Path(tmp) / f"{name}.so"
-        proc = subprocess.run([nvcc, *flags, str(src), "-o", str(out)],
-                              capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"nvcc failed for {name}:\n{proc.stdout}\n{proc.stderr}")
-        os.replace(out, lib)  # atomic: a reader sees no file or the whole file
-    return lib
+    from stitchcuda import build
+
+    res = build.build(source, arch=arch, flags=("-lineinfo", *extra), cache=cache_dir, name=name, policy="",
+                      export_all=True)
+    if not res.ok:
+        out = res.compile.output if res.compile is not None else res.message
+        raise RuntimeError(f"nvcc failed for {name}:\n{out}")
+    return Path(res.library)
 
 
 def harness_source(name: str) -> str:

@@ -37,6 +37,8 @@ Everything here is device-agnostic PyTorch: the CPU tests drive it with a fake r
 
 from __future__ import annotations
 
+from ..precision import POLICIES
+
 import contextlib
 import time
 from dataclasses import dataclass, field
@@ -48,7 +50,7 @@ from ..manifest import TensorSpec
 from .verdict import DynamicCheck, OutputCheck, TrialResult
 
 #: allclose tolerance (atol = rtol) per precision policy, the KernelBench values.
-TOLERANCES = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 1e-2, "fp16": 1e-2}
+TOLERANCES = {p.name: p.tolerance for p in POLICIES.values()}
 
 #: Output elements past which no float64 reference is computed (memory).
 FLOAT64_MAX_ELEMENTS = 1 << 28

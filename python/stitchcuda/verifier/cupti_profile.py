@@ -37,13 +37,11 @@ import re
 import shutil
 import statistics
 import subprocess
-import time
 import bisect
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..fsutil import atomic_write_text
 from ..manifest import Task
 from .profile import _TENSOR_CORE_NAME, Ceilings, KernelRecord, classify
 from .records import GapStats, GraphCheck, LaunchCheck, ProfileDetails, RefOpTime, TaskTime
@@ -522,85 +520,9 @@ def profile_reference(model: Any, args: Sequence[Any], *, runs: int = 5, top: in
 
 # ------------------------------------------------------------------ device ceilings
 
-
-def cache_dir() -> Path:
-    """The project's cache folder: ``$STITCHCUDA_CACHE`` or ``~/.cache/stitchcuda`` (as the build cache)."""
-    env = os.environ.get("STITCHCUDA_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "stitchcuda"
-
-
-def _key(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
-
-
-def device_ceilings(device: int = 0, *, directory: Path | None = None, remeasure: bool = False) -> Ceilings:
-    """Measured ceilings of this device, from the cache (``ceilings.json``) or measured now."""
-    import torch
-
-    name = torch.cuda.get_device_name(device)
-    path = (directory or cache_dir()) / "ceilings.json"
-    data: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            data = {}
-    entry = data.get(_key(name))
-    if entry and not remeasure:
-        try:
-            return Ceilings(**entry)
-        except TypeError:
-            pass
-    c = measure_ceilings(device)
-    data[_key(name)] = asdict(c)
-    try:
-        atomic_write_text(path, json.dumps(data, indent=1) + "\n")
-    except OSError:
-        pass
-    return c
-
-
-def measure_ceilings(device: int = 0) -> Ceilings:
-    """A 1 GiB device-to-device copy (bytes read + written) and 8192^3 GEMMs in fp32 (TF32 off),
-    TF32, bf16 and fp16, through PyTorch; the best of a few repetitions each."""
-    import torch
-
-    from .problem import fp32_exact
-
-    dev = torch.device("cuda", device)
-    name = torch.cuda.get_device_name(device)
-
-    def best_ms(fn: Callable[[], Any], reps: int) -> float:
-        fn()
-        torch.cuda.synchronize(dev)
-        best = float("inf")
-        for _ in range(reps):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            best = min(best, s.elapsed_time(e))
-        return best
-
-    free = torch.cuda.mem_get_info(dev)[0]
-    nbytes = int(min(1 << 30, free // 8)) // 16 * 16
-    a = torch.empty(nbytes // 4, dtype=torch.float32, device=dev)
-    b = torch.empty_like(a)
-    bw = 2 * nbytes / (best_ms(lambda: b.copy_(a), 10) * 1e-3)
-    n = 8192
-    flops = {}
-    for label, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
-                               ("bf16", torch.bfloat16, False), ("fp16", torch.float16, False)):
-        x = torch.randn(n, n, device=dev).to(dtype)
-        y = torch.randn(n, n, device=dev).to(dtype)
-        with fp32_exact():
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            ms = best_ms(lambda: torch.mm(x, y), 3 if label == "fp32" else 5)
-        flops[label] = 2 * n ** 3 / (ms * 1e-3)
-    torch.cuda.empty_cache()
-    return Ceilings(f"{name} (measured {time.strftime('%Y-%m-%d')})", bw, flops["fp32"], flops["tf32"], flops["bf16"],
-                    flops["fp16"])
+#: Measured ceilings live with the one device description (cached in ``<cache>/ceilings.json``).
+from ..device import device_ceilings, measure as measure_ceilings  # noqa: E402
+from ..paths import cache_dir  # noqa: E402
 
 
 __all__ = ["RawActivity", "RawApi", "short_name", "demangle", "split_runs", "match_task", "attribute", "task_times",

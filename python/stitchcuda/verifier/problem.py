@@ -21,7 +21,6 @@ draw its own.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import math
@@ -252,21 +251,11 @@ def read_weights(path: str | os.PathLike) -> dict[str, Any]:
 # ------------------------------------------------------------------ the problem on a device
 
 
-@contextlib.contextmanager
 def fp32_exact():
     """PyTorch's fp32 without TF32 (matmul and cuDNN), as the reference is computed."""
-    import torch
+    from ..precision import fp32_exact as exact
 
-    b = torch.backends
-    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
-    b.cuda.matmul.allow_tf32 = False
-    b.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old[0], old[1]
-        torch.set_float32_matmul_precision(old[2])
+    return exact()
 
 
 def _flatten(out: Any) -> list[Any]:

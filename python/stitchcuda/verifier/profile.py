@@ -12,6 +12,8 @@ kernel that runs for only a few microseconds and sits far above both floors is l
 
 from __future__ import annotations
 
+from ..device import H100, H200, Ceilings  # noqa: F401  (re-exported)
+
 import re
 import statistics
 from dataclasses import dataclass
@@ -93,27 +95,8 @@ class TimingTable:
         return min(present, key=lambda x: x[1].median_ms) if present else None
 
 
-@dataclass(frozen=True)
-class Ceilings:
-    """What the device can do at best; measure on the machine, these defaults are leads."""
-
-    device: str
-    bandwidth_bytes_s: float
-    fp32_flops_s: float
-    tf32_flops_s: float
-    bf16_flops_s: float
-    fp16_flops_s: float
-
-    def peak_flops(self, precision: str, tensor_cores: bool) -> float:
-        if not tensor_cores or precision == "fp32":
-            return self.fp32_flops_s
-        return {"tf32": self.tf32_flops_s, "bf16": self.bf16_flops_s, "fp16": self.fp16_flops_s}.get(
-            precision, self.fp32_flops_s)
-
-
-#: Datasheet / first-run leads from MEASURING.md; the GPU Verifier measures its own.
-H100_SXM = Ceilings("NVIDIA H100 SXM (leads)", 3.0e12, 67e12, 495e12, 790e12, 790e12)
-H200 = Ceilings("NVIDIA H200 (leads)", 4.3e12, 67e12, 495e12, 790e12, 790e12)
+#: One ceilings type for the cost model and the roofline (:mod:`stitchcuda.device`).
+H100_SXM = H100
 
 
 @dataclass(frozen=True)
@@ -177,8 +160,8 @@ def classify(bytes_: int, flops: int, total_ns: float, calls: int, ceilings: Cei
     mean = total_ns / max(calls, 1)
     if ceilings is None or (bytes_ == 0 and flops == 0):
         return ("latency" if 0 < mean < LATENCY_NS and kind == "kernel" else "unknown"), 0.0, 0.0
-    t_mem = bytes_ / ceilings.bandwidth_bytes_s * 1e9
-    t_cmp = flops / ceilings.peak_flops(precision, tensor_cores) * 1e9
+    t_mem = bytes_ / ceilings.bandwidth * 1e9
+    t_cmp = flops / ceilings.peak(precision, tensor_cores) * 1e9
     floor = max(t_mem, t_cmp)
     eff = min(1.0, floor / total_ns) if total_ns > 0 else 0.0
     if kind != "kernel":

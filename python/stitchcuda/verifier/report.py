@@ -322,7 +322,7 @@ def _kernel_section(r: VerificationReport) -> list[str]:
         return out + ["No kernel records (CUPTI was not run).", ""]
     prof = r.profile()
     out += [f"{prof.launches} launches, {format_ns(prof.busy_ns)} busy over a {format_ns(prof.span_ns)} span"
-            + (f"; ceilings: {r.ceilings.device}, {r.ceilings.bandwidth_bytes_s / 1e12:.2f} TB/s" if r.ceilings else "")
+            + (f"; ceilings: {r.ceilings.name}, {r.ceilings.bandwidth / 1e12:.2f} TB/s" if r.ceilings else "")
             + ".", ""]
     rows = []
     for k in prof.kernels:

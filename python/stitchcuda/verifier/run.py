@@ -7,9 +7,8 @@ In order, each step timed (the phase timings go into the report, for BENCHMARKS.
    raises ``ManifestError`` / ``ProblemError`` naming the file and the problem, and nothing is
    written.
 2. **static**: ``static.check_program``; a rejected candidate is not built.
-3. **build**: through ``stitchcuda.build`` when that module offers ``build_program``, else nvcc
-   (``toolchain.compile_program``) into the program folder, skipped when the library is already
-   built from the same source, flags and arch. A failure is a ``CompileError`` verdict.
+3. **build**: through the project's one build cache (:func:`stitchcuda.build.build`). A failure is a
+   ``CompileError`` verdict; a machine that cannot build at all raises ``VerifyEnvironmentError``.
 4. **correctness + timing** in one child process (:mod:`.worker`, mode ``verify``), isolated by
    :mod:`.isolate`: trials and dynamic checks, then (when correct) the program and its four
    baselines timed on one stream, then the reference's own profile.
@@ -25,7 +24,6 @@ parent carries on (it never initialises CUDA itself).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 import subprocess
@@ -99,62 +97,23 @@ class BuildOutcome:
     cached: bool = False
 
 
-def _build_key(source: bytes, arch: str) -> str:
-    from .. import toolchain
-
-    h = hashlib.sha256()
-    h.update(source)
-    h.update(arch.encode())
-    h.update(str(toolchain.find_nvcc()).encode())
-    try:
-        from .. import LIB_DIR
-
-        h.update(str((LIB_DIR / "libstitchrt.so").stat().st_mtime_ns).encode())
-    except (OSError, ImportError):
-        pass
-    return h.hexdigest()
-
-
 def build_program(prog: mf.ProgramDir, arch: str, timeout: float = 600.0) -> BuildOutcome:
-    """Build program.cu: through ``stitchcuda.build``'s cache when that module is there, else into
-    program.so beside the source (atomically), unless it is already built from the same source,
-    arch and toolchain (key in ``.program.so.key``)."""
+    """Build program.cu through the project's one build cache (:func:`stitchcuda.build.build`).
+
+    Raises :class:`VerifyEnvironmentError` when nothing could be compiled for a reason that is
+    not the candidate's (no nvcc, never-compile mode, an unwritable cache); a compile error is a
+    failed :class:`BuildOutcome` (a verdict)."""
+    from .. import build as build_mod
+
     t0 = time.monotonic()
-    try:
-        from .. import build as build_mod  # the shared build cache (flock, key = source + arch + toolchain)
-
-        cached_build = getattr(build_mod, "build", None)
-    except ImportError:
-        cached_build = None
-    if cached_build is not None:
-        out = cached_build(prog.source, arch=arch)
-        if out.ok and out.library:
-            text = out.compile.output if getattr(out, "compile", None) is not None else str(out.message)
-            return BuildOutcome(True, Path(out.library), text, time.monotonic() - t0, bool(out.cached))
-        if getattr(out, "compile", None) is None:  # nothing was compiled: no nvcc, or never-compile mode
-            raise VerifyEnvironmentError(f"cannot build {prog.source}: {out.message}")
-        return BuildOutcome(False, None, out.compile.output, time.monotonic() - t0)
-    from .. import toolchain
-
-    if toolchain.find_nvcc() is None:
-        raise VerifyEnvironmentError("nvcc not found: install a CUDA 13 toolkit or `pip install nvidia-cuda-nvcc`, "
-                                     "or set CUDACXX")
-    source = prog.source.read_bytes()
-    key = _build_key(source, arch)
-    lib = prog.root / mf.LIBRARY_FILE
-    key_file = prog.root / ".program.so.key"
-    if lib.is_file() and key_file.is_file() and key_file.read_text().strip() == key:
-        return BuildOutcome(True, lib, "", time.monotonic() - t0, cached=True)
-    tmp = prog.root / f".program.so.{os.getpid()}.tmp"
-    res = toolchain.compile_program(prog.source, tmp, arch=arch, timeout=timeout)
-    if not res.ok:
-        tmp.unlink(missing_ok=True)
-        return BuildOutcome(False, None, res.output, time.monotonic() - t0)
-    os.replace(tmp, lib)
-    from ..fsutil import atomic_write_text
-
-    atomic_write_text(key_file, key + "\n")
-    return BuildOutcome(True, lib, res.output, time.monotonic() - t0)
+    out = build_mod.build(prog.source, arch=arch, timeout=timeout, name=prog.manifest.name,
+                          policy=prog.manifest.precision)
+    if out.ok and out.library:
+        text = out.compile.output if out.compile is not None else out.message
+        return BuildOutcome(True, Path(out.library), text, time.monotonic() - t0, out.cached)
+    if out.compile is None:  # nothing was compiled: no nvcc, never-compile mode, an unwritable cache
+        raise VerifyEnvironmentError(f"cannot build {prog.source}: {out.message}")
+    return BuildOutcome(False, None, out.compile.output, time.monotonic() - t0)
 
 
 # ------------------------------------------------------------------ children

@@ -24,7 +24,6 @@ GPU parts.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -186,32 +185,11 @@ class L2Flusher:
                "cudaMemsetAsync")
 
 
-@contextlib.contextmanager
 def precision_context(precision: str):
-    """PyTorch allowed the program's precision: TF32 flags (tf32), autocast (bf16 / fp16); nothing
-    extra for fp32 (TF32 off, as the reference)."""
-    import torch
+    """PyTorch allowed the program's precision (:meth:`stitchcuda.precision.Policy.baseline`)."""
+    from ..precision import get
 
-    from .problem import fp32_exact
-
-    b = torch.backends
-    if precision == "tf32":
-        old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
-        b.cuda.matmul.allow_tf32 = True
-        b.cudnn.allow_tf32 = True
-        torch.set_float32_matmul_precision("high")
-        try:
-            yield
-        finally:
-            b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old[0], old[1]
-            torch.set_float32_matmul_precision(old[2])
-    elif precision in ("bf16", "fp16"):
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        with fp32_exact(), torch.autocast(device_type="cuda", dtype=dtype):
-            yield
-    else:
-        with fp32_exact():
-            yield
+    return get(precision).baseline()
 
 
 def time_all(program: Callable[[], Any], model: Any, model_args: list[Any], *, precision: str, stream: Any,

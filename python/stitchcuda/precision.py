@@ -1,0 +1,104 @@
+"""Precision policies: one table that says what each policy means, for every stage.
+
+A policy is chosen per program (and may be raised per task by the loop's precision repair):
+
+============  =========  ==============  ============  =========  ===============================
+policy        storage    GEMM compute    tensor cores  tolerance  PyTorch baseline at the policy
+============  =========  ==============  ============  =========  ===============================
+``fp32``      float32    fp32 (exact)    no            1e-4       TF32 off (matmul and cuDNN)
+``tf32``      float32    TF32            yes           1e-2       TF32 on (matmul and cuDNN)
+``bf16``      bfloat16   fp32 accumulate yes           1e-2       autocast to bfloat16
+``fp16``      float16    fp32 accumulate yes           1e-2       autocast to float16
+============  =========  ==============  ============  =========  ===============================
+
+Storage applies to float32 tensors of the reference; other dtypes keep their own. Elementwise
+and reduction math is fp32 under every policy. The tolerance is KernelBench's allclose
+``atol = rtol``. The C enum ``st_policy`` (``stitchrt.h``) is checked against this table by a test.
+
+The planner, the Coder, the Verifier and the binding read these objects; nothing else spells out
+what ``"tf32"`` means.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one precision policy means (see the module docstring's table)."""
+
+    name: str
+    storage: str          #: dtype that float32 tensors are stored in
+    tf32: bool            #: float32 GEMMs and attention on TF32 tensor cores
+    tensor_cores: bool    #: matrix work may use tensor cores at all
+    tolerance: float      #: allclose atol = rtol the Verifier judges at
+    c_enum: str           #: the runtime's st_policy name
+    c_value: int          #: ... and its value
+    text: str             #: one line for reports and generated headers
+
+    def __str__(self) -> str:
+        return self.name
+
+    def storage_of(self, dtype: str) -> str:
+        """The dtype a reference tensor of ``dtype`` is stored in under this policy."""
+        return self.storage if dtype == "float32" else dtype
+
+    @property
+    def sixteen_bit(self) -> bool:
+        return self.storage != "float32"
+
+    @contextlib.contextmanager
+    def baseline(self) -> Iterator[None]:
+        """PyTorch allowed this policy's precision: TF32 flags for tf32, autocast for bf16 / fp16,
+        TF32 off for fp32 (as the reference is computed). Needs PyTorch."""
+        import torch
+
+        b = torch.backends
+        old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+        b.cuda.matmul.allow_tf32 = self.tf32
+        b.cudnn.allow_tf32 = self.tf32
+        torch.set_float32_matmul_precision("high" if self.tf32 else "highest")
+        try:
+            if self.sixteen_bit:
+                dtype = torch.bfloat16 if self.storage == "bfloat16" else torch.float16
+                with torch.autocast(device_type="cuda", dtype=dtype):
+                    yield
+            else:
+                yield
+        finally:
+            b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old[0], old[1]
+            torch.set_float32_matmul_precision(old[2])
+
+
+FP32 = Policy("fp32", "float32", tf32=False, tensor_cores=False, tolerance=1e-4, c_enum="ST_POLICY_FP32", c_value=0,
+              text="fp32 (exact fp32 math, no TF32)")
+TF32 = Policy("tf32", "float32", tf32=True, tensor_cores=True, tolerance=1e-2, c_enum="ST_POLICY_TF32", c_value=1,
+              text="tf32 (fp32 storage, TF32 tensor-core GEMMs)")
+BF16 = Policy("bf16", "bfloat16", tf32=False, tensor_cores=True, tolerance=1e-2, c_enum="ST_POLICY_BF16", c_value=2,
+              text="bf16 (bfloat16 storage, fp32 accumulation)")
+FP16 = Policy("fp16", "float16", tf32=False, tensor_cores=True, tolerance=1e-2, c_enum="ST_POLICY_FP16", c_value=3,
+              text="fp16 (float16 storage, fp32 accumulation)")
+
+POLICIES: dict[str, Policy] = {p.name: p for p in (FP32, TF32, BF16, FP16)}
+NAMES: tuple[str, ...] = tuple(POLICIES)
+
+
+def get(policy: "str | Policy") -> Policy:
+    """The :class:`Policy` named ``policy`` (a Policy is returned as is); ValueError names the choices."""
+    if isinstance(policy, Policy):
+        return policy
+    p = POLICIES.get(str(policy))
+    if p is None:
+        raise ValueError(f"unknown precision policy {policy!r}; expected one of {', '.join(NAMES)}")
+    return p
+
+
+def fp32_exact() -> contextlib.AbstractContextManager[None]:
+    """PyTorch's fp32 without TF32 (matmul and cuDNN): how references are computed."""
+    return FP32.baseline()
+
+
+__all__ = ["Policy", "POLICIES", "NAMES", "FP32", "TF32", "BF16", "FP16", "get", "fp32_exact"]

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "stitch/numeric.cuh"
+#include "stitch/ops.cuh"
 #include "stitchrt/stitchrt.h"
 
 namespace stitch {
@@ -32,16 +33,6 @@ struct EpCtx {
   float bias;
 };
 
-__device__ __forceinline__ float sigmoidf_(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
-// tanh through one fast exponential: 1 - 2 / (e^{2x} + 1). Absolute error ~1e-7 (well inside
-// the fp32 policy's 1e-4), about a third of the instructions of tanhf; saturates correctly
-// (e^{2x} -> inf gives 1, -> 0 gives -1).
-__device__ __forceinline__ float fast_tanhf(float x) { return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f); }
-__device__ __forceinline__ float softplusf_(float x) {
-  // PyTorch's softplus: beta = 1, threshold = 20 (linear above it).
-  return x > 20.f ? x : log1pf(__expf(x));
-}
-
 struct Scale { float s; __device__ float operator()(float x, const EpCtx&) const { return x * s; } };
 struct DivScalar { float s; __device__ float operator()(float x, const EpCtx&) const { return x / s; } };
 struct AddScalar { float s; __device__ float operator()(float x, const EpCtx&) const { return x + s; } };
@@ -50,38 +41,24 @@ struct LeakyRelu {
   float slope;
   __device__ float operator()(float x, const EpCtx&) const { return x >= 0.f ? x : x * slope; }
 };
-struct Sigmoid { __device__ float operator()(float x, const EpCtx&) const { return sigmoidf_(x); } };
-struct Silu { __device__ float operator()(float x, const EpCtx&) const { return x * sigmoidf_(x); } };
-struct Tanh { __device__ float operator()(float x, const EpCtx&) const { return fast_tanhf(x); } };
-struct Mish {
-  __device__ float operator()(float x, const EpCtx&) const { return x * fast_tanhf(softplusf_(x)); }
-};
-struct Softplus { __device__ float operator()(float x, const EpCtx&) const { return softplusf_(x); } };
+struct Sigmoid { __device__ float operator()(float x, const EpCtx&) const { return op::sigmoid(x); } };
+struct Silu { __device__ float operator()(float x, const EpCtx&) const { return op::silu(x); } };
+struct Tanh { __device__ float operator()(float x, const EpCtx&) const { return op::tanh(x); } };
+struct Mish { __device__ float operator()(float x, const EpCtx&) const { return op::mish(x); } };
+// PyTorch's softplus defaults: beta = 1, threshold = 20.
+struct Softplus { __device__ float operator()(float x, const EpCtx&) const { return op::softplus(x, 1.f, 20.f); } };
 struct Clamp {
   float lo, hi;
   __device__ float operator()(float x, const EpCtx&) const { return fminf(fmaxf(x, lo), hi); }
 };
 using Hardtanh = Clamp;
-struct Hardswish {
-  __device__ float operator()(float x, const EpCtx&) const {
-    return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f);
-  }
-};
+struct Hardswish { __device__ float operator()(float x, const EpCtx&) const { return op::hardswish(x); } };
 struct Elu {
   float alpha;
   __device__ float operator()(float x, const EpCtx&) const { return x > 0.f ? x : alpha * expm1f(x); }
 };
-struct GeluTanh {
-  __device__ float operator()(float x, const EpCtx&) const {
-    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * x * (1.f + fast_tanhf(k * (x + 0.044715f * x * x * x)));
-  }
-};
-struct GeluErf {
-  __device__ float operator()(float x, const EpCtx&) const {
-    return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
-  }
-};
+struct GeluTanh { __device__ float operator()(float x, const EpCtx&) const { return op::gelu_tanh(x); } };
+struct GeluErf { __device__ float operator()(float x, const EpCtx&) const { return op::gelu_erf(x); } };
 struct Abs { __device__ float operator()(float x, const EpCtx&) const { return fabsf(x); } };
 struct Exp { __device__ float operator()(float x, const EpCtx&) const { return expf(x); } };
 struct Square { __device__ float operator()(float x, const EpCtx&) const { return x * x; } };
@@ -119,7 +96,7 @@ struct RuntimeChain {
         case ST_EP_LEAKY_RELU: x = LeakyRelu{o.a}(x, c); break;
         case ST_EP_SILU: x = Silu{}(x, c); break;
         case ST_EP_SIGMOID: x = Sigmoid{}(x, c); break;
-        case ST_EP_TANH: x = fast_tanhf(x); break;
+        case ST_EP_TANH: x = op::tanh(x); break;
         case ST_EP_MISH: x = Mish{}(x, c); break;
         case ST_EP_HARDTANH:
         case ST_EP_CLAMP: x = Clamp{o.a, o.b}(x, c); break;
@@ -129,7 +106,7 @@ struct RuntimeChain {
         case ST_EP_RESIDUAL_ADD: x = x + o.a * c.residual; break;
         case ST_EP_BIAS_ADD: x = x + c.bias; break;
         case ST_EP_HARDSWISH: x = Hardswish{}(x, c); break;
-        case ST_EP_SOFTPLUS: x = softplusf_(x); break;
+        case ST_EP_SOFTPLUS: x = op::softplus(x, 1.f, 20.f); break;
         case ST_EP_ELU: x = Elu{o.a}(x, c); break;
         case ST_EP_ABS: x = fabsf(x); break;
         case ST_EP_EXP: x = expf(x); break;

@@ -1,0 +1,37 @@
+"""Entries for the operators that are not elementwise: layout views, GEMMs, row reductions,
+batch norm, attention and concatenation. Their lowering lives in the planner pass of their kind
+(:mod:`stitchcuda.plan`); the registry says which pass, their schema's tensor arguments, and
+their cost-model FLOPs per element (of the input for reductions and norms)."""
+
+from __future__ import annotations
+
+from .registry import A, AtenOp, add_aten
+
+
+def _add(kind: str, names, args=("self",), flops: int = 1, chain: bool = False) -> None:
+    for n in names:
+        add_aten(AtenOp(A + n, kind, tuple(args), flops, None, chain))
+
+
+_add("view", ("view.default", "_unsafe_view.default", "reshape.default", "unsqueeze.default", "squeeze.dims",
+              "squeeze.dim", "squeeze.default", "permute.default", "transpose.int", "t.default", "slice.Tensor",
+              "select.int", "split_with_sizes.default", "split.Tensor", "expand.default", "clone.default",
+              "alias.default", "detach.default", "lift_fresh_copy.default", "contiguous.default"), flops=0)
+_add("gemm", ("linear.default",), ("input", "weight", "bias"), 2)
+_add("gemm", ("matmul.default",), ("self", "other"), 2)
+_add("gemm", ("mm.default", "bmm.default"), ("self", "mat2"), 2)
+_add("gemm", ("addmm.default",), ("self", "mat1", "mat2"), 2)
+_add("row", ("_softmax.default", "_log_softmax.default"), flops=5)
+_add("row", ("logsumexp.default", "var.correction"), flops=4)
+_add("row", ("native_layer_norm.default",), ("input", "weight", "bias"), 8)
+_add("row", ("sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "amax.default", "amin.default"))
+_add("batch_norm", ("_native_batch_norm_legit_functional.default", "_native_batch_norm_legit_no_training.default"),
+     ("input", "weight", "bias", "running_mean", "running_var"), 8)
+_add("attention", ("scaled_dot_product_attention.default",), ("query", "key", "value", "attn_mask"), 4)
+_add("cat", ("cat.default",), flops=0)
+
+#: Layout ops that leave a tensor's value and shape as they are.
+TRANSPARENT = frozenset(A + s for s in ("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default",
+                                        "contiguous.default"))
+
+__all__ = ["TRANSPARENT"]

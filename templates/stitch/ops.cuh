@@ -1,0 +1,39 @@
+// ops.cuh — the fp32 numerics of the elementwise ops that are more than one libm call.
+//
+// Parameters: none (plain functions of fp32 values).
+// Contract: __host__ __device__, fp32 in and out, no intrinsic that exists on one side only, so
+// the op harness compiles exactly these for the host (CPU tests) and for the device (GPU
+// tests). Generated elementwise code (the op registry's C expressions, stitchcuda/ops) and the
+// runtime's GEMM epilogue functors (epilogue.cuh) both call them: each function is spelled once.
+// Accuracy over speed: accurate expf / tanhf / erff everywhere (these ops run in memory-bound
+// passes, where the extra instructions hide behind the loads).
+#pragma once
+
+#include <math.h>
+
+namespace stitch {
+namespace op {
+
+#define ST_OP __host__ __device__ __forceinline__
+
+ST_OP float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+ST_OP float silu(float x) { return x / (1.f + expf(-x)); }
+ST_OP float tanh(float x) { return tanhf(x); }
+// PyTorch's softplus: linear above the threshold (in units of beta * x).
+ST_OP float softplus(float x, float beta, float threshold) {
+  return x * beta > threshold ? x : log1pf(expf(x * beta)) / beta;
+}
+ST_OP float mish(float x) { return x * tanhf(x > 20.f ? x : log1pf(expf(x))); }
+ST_OP float gelu_erf(float x) { return 0.5f * x * (1.f + erff(x * 0.7071067811865476f)); }
+// The tanh approximation (GPT-2's, cuBLASLt's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+ST_OP float gelu_tanh(float x) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+ST_OP float hardswish(float x) { return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f); }
+ST_OP float hardsigmoid(float x) { return fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f); }
+
+#undef ST_OP
+
+}  // namespace op
+}  // namespace stitch

@@ -26,7 +26,7 @@ import stitchcuda
 from stitchcuda import build as B
 from stitchcuda import cli, frontend
 from stitchcuda import manifest as mf
-from stitchcuda import planner as P
+from stitchcuda import plan as P
 from stitchcuda.pipeline import build_program
 from stitchcuda.program import Program, ProgramError
 from tests.dev_problems import DEV_SET, MODELS, SMALL_FUSED, SUPPORTED, UNSUPPORTED, dev_id, dev_reference

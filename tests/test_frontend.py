@@ -90,7 +90,7 @@ def test_models_capture_and_reproduce_the_reference(path, tmp_path):
     model, inputs = ref.instantiate(seed=0)
     captured = capture(model, inputs, ref.name)
     graph = captured.graph
-    assert graph.ops() <= SUPPORTED_OPS
+    assert graph.ops() <= set(SUPPORTED_OPS)
     assert all(n.source.startswith("model") and f"{path.name} line " in n.source for n in graph.nodes)
 
     expected = _as_tuple(model(*inputs))
@@ -138,7 +138,7 @@ def test_dev_problem_captures(key):
     graph = captured.graph
     unsupported = check_supported(graph)
     assert not unsupported, unsupported
-    assert graph.ops() <= SUPPORTED_OPS
+    assert graph.ops() <= set(SUPPORTED_OPS)
 
     eager = _as_tuple(model(*inputs))
     assert [s.shape for s in graph.output_specs] == [tuple(t.shape) for t in eager]
@@ -285,7 +285,7 @@ def test_unsupported_op_names_its_source_line():
     # Without the check the graph is captured, and check_supported finds the same op.
     graph = capture(_Cumsum(), [torch.randn(2, 3)], "cumsum", supported_ops=None).graph
     assert [u.op for u in check_supported(graph)] == ["aten.cumsum.default"]
-    assert check_supported(graph, SUPPORTED_OPS | {"aten.cumsum.default"}) == []
+    assert check_supported(graph, set(SUPPORTED_OPS) | {"aten.cumsum.default"}) == []
 
 
 class _Recurrent(nn.Module):

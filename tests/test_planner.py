@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 from stitchcuda import frontend
 from stitchcuda import layout as L
-from stitchcuda import planner as P
+from stitchcuda import ops
+from stitchcuda import plan as P
 from stitchcuda.ir import Graph, Node, TensorSpec
 from stitchcuda.pipeline import model_weights
 from tests.dev_problems import MODELS, SMALL, SMALL_FUSED, SUPPORTED, dev_id, dev_reference
@@ -330,7 +331,7 @@ def test_unsupported_ops_name_the_node():
 
 
 def _simulate(model: nn.Module, inputs, policy: str, tol: float, name: str = "m") -> P.Plan:
-    cap = frontend.capture(model, inputs, name, supported_ops=P.PLANNER_OPS)
+    cap = frontend.capture(model, inputs, name, supported_ops=ops.supported())
     plan = P.plan(cap.graph, policy)
     weights = model_weights(model, cap.graph) or cap.weights
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
@@ -495,7 +496,7 @@ def test_fp32_attention_follows_the_cost_model(d):
     through the score matrix: at L = 2048 the unfused plan wins for d = 128, the fused one for
     d = 64 (the score traffic weighs more against less arithmetic). tf32 always fuses."""
     x = [torch.empty(8, 16, 2048, d, device="meta") for _ in range(3)]
-    graph = frontend.capture(_Sdpa(), x, f"sdpa{d}", supported_ops=P.PLANNER_OPS).graph
+    graph = frontend.capture(_Sdpa(), x, f"sdpa{d}", supported_ops=ops.supported()).graph
     args = ("fp32", P.H100, 8 * 16, 2048, 2048, d)
     fused = P.attention_time(*args) <= P.attention_time(*args, fused=False)
     assert fused == (d == 64)
@@ -504,7 +505,7 @@ def test_fp32_attention_follows_the_cost_model(d):
     assert _kinds(P.plan(graph, "tf32")) == ["attention_template"] and _attention_tasks(P.plan(graph, "tf32"))[0].tf32
     # is_causal has no unfused plan: fused whatever the cost
     causal = frontend.capture(_Attention(True, False), x + [torch.empty(1, device="meta")], "causal",
-                              supported_ops=P.PLANNER_OPS).graph
+                              supported_ops=ops.supported()).graph
     assert _kinds(P.plan(causal, "fp32")) == ["attention_template"]
 
 

@@ -2,8 +2,8 @@
 
 The stage in four steps:
 
-1. :func:`load_reference` reads a KernelBench-format program (``class Model``,
-   ``get_inputs()``, ``get_init_inputs()``) from a file or a source string.
+1. :func:`~stitchcuda.reference.load_reference` reads a KernelBench-format program
+   (``class Model``, ``get_inputs()``, ``get_init_inputs()``) from a file or a source string.
 2. :func:`capture` refuses what cannot be captured before spending time on it (recurrent
    layers), runs ``torch.export.export`` (non-strict) on the module as given — training
    mode included, since KernelBench never calls ``.eval()`` — and decomposes the result
@@ -45,11 +45,8 @@ an input, so the record of draws (and their order) is complete.
 from __future__ import annotations
 
 import inspect
-import linecache
 import os
 import re
-import sys
-import types
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +57,7 @@ import torch.fx
 from torch import nn
 
 from .ir import DTYPE_SIZES, Graph, LiftedRandom, Node, TensorSpec
+from .reference import CaptureError
 
 # --------------------------------------------------------------------------------------
 # Operators
@@ -73,64 +71,21 @@ PRESERVED_OPS: tuple[str, ...] = (
     "aten.logsumexp.default",
 )
 
-#: Operators the later stages handle: exactly those seen in captures (torch 2.13) of
-#: models/ and of the KernelBench development problems stitchcuda supports, plus the three
-#: that capture itself emits when it lifts random draws (``lt.Tensor`` and ``_to_copy``
-#: for a tensor-probability ``bernoulli``; ``full`` for the mask of an inactive dropout).
-#: The planner imports this set; an operator joins it when a template or generation path
-#: for it exists and a capture shows it. On torch < 2.6 the preserved operators may arrive
-#: decomposed (``addmm``, ``bmm``, ``expand``, ``_unsafe_view``), which are not listed yet.
-SUPPORTED_OPS: frozenset[str] = frozenset(
-    {
-        # GEMM family (preserved whole, see PRESERVED_OPS)
-        "aten.linear.default",
-        "aten.matmul.default",
-        "aten.scaled_dot_product_attention.default",
-        # elementwise arithmetic and math
-        "aten.add.Tensor",
-        "aten.sub.Tensor",
-        "aten.mul.Tensor",
-        "aten.div.Tensor",
-        "aten.neg.default",
-        "aten.pow.Tensor_Scalar",
-        "aten.rsqrt.default",
-        "aten.exp.default",
-        "aten.log.default",
-        "aten.tanh.default",
-        # activations
-        "aten.relu.default",
-        "aten.leaky_relu.default",
-        "aten.gelu.default",
-        # normalisation and row reductions
-        "aten._softmax.default",
-        "aten._log_softmax.default",
-        "aten.logsumexp.default",
-        "aten.native_layer_norm.default",
-        "aten._native_batch_norm_legit_functional.default",
-        "aten.mean.dim",
-        "aten.sum.dim_IntList",
-        "aten.amax.default",
-        "aten.var.correction",
-        # masks and selection (masked_fill arrives as eq/bitwise_not + scalar_tensor + where)
-        "aten.eq.Scalar",
-        "aten.bitwise_not.default",
-        "aten.scalar_tensor.default",
-        "aten.where.self",
-        # layout
-        "aten.view.default",
-        "aten.permute.default",
-        "aten.clone.default",
-        "aten.slice.Tensor",
-        "aten.split_with_sizes.default",
-        "aten.cat.default",
-        "aten.unsqueeze.default",
-        "aten.squeeze.dims",
-        # emitted by capture when lifting random draws
-        "aten.lt.Tensor",
-        "aten._to_copy.default",
-        "aten.full.default",
-    }
-)
+class _Registry:
+    """The default set of supported operators: whatever the op registry maps when asked
+    (:func:`stitchcuda.ops.supported`), so an op added to the registry is accepted at once."""
+
+    def __iter__(self):
+        from .ops import supported
+
+        return iter(supported())
+
+    def __repr__(self) -> str:
+        return "stitchcuda.ops.supported()"
+
+
+#: Operators the later stages handle: the op registry's (see :class:`_Registry`).
+SUPPORTED_OPS = _Registry()
 
 # Arguments that say where a tensor lives, not what it holds: a program runs on one device.
 _DROPPED_ARGS = frozenset({"device", "layout", "pin_memory", "generator"})
@@ -198,10 +153,6 @@ class UnsupportedOp:
         return f"{text} ({self.reason})" if self.reason else text
 
 
-class CaptureError(RuntimeError):
-    """The reference could not be captured; the message says why and where."""
-
-
 class UnsupportedOpError(CaptureError):
     """The reference uses operators (or constructs) stitchcuda does not support.
 
@@ -226,96 +177,6 @@ def check_supported(graph: Graph, supported_ops: Iterable[str] = SUPPORTED_OPS) 
     """Every node of ``graph`` whose op is not in ``supported_ops``, in graph order."""
     supported = set(supported_ops)
     return [UnsupportedOp(n.op, n.name, n.source) for n in graph.nodes if n.op not in supported]
-
-
-# --------------------------------------------------------------------------------------
-# Loading a reference
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Reference:
-    """A loaded KernelBench-format program.
-
-    ``filename`` is what tracebacks and :class:`UnsupportedOp` locations show: the file's
-    path, or ``<name>`` for a program given as source (registered with ``linecache`` so
-    its lines still appear).
-    """
-
-    name: str
-    source: str
-    filename: str
-    module: types.ModuleType
-
-    @property
-    def Model(self) -> type[nn.Module]:
-        return self.module.Model
-
-    def get_inputs(self) -> list[Any]:
-        return list(self.module.get_inputs())
-
-    def get_init_inputs(self) -> list[Any]:
-        return list(self.module.get_init_inputs())
-
-    def instantiate(self, device: str | torch.device | None = None, seed: int | None = None) -> tuple[nn.Module, list[Any]]:
-        """Build ``Model(*get_init_inputs())`` and ``get_inputs()``.
-
-        ``device`` becomes the default device while both run, so the reference's own
-        ``torch.rand(...)`` calls land there; ``"meta"`` gives shapes without memory or
-        time, enough for capture (not for :func:`save_weights`). ``seed`` seeds torch's
-        RNG first, as KernelBench's harness does.
-        """
-        if seed is not None:
-            torch.manual_seed(seed)
-        if device is None:
-            return self.Model(*self.get_init_inputs()), self.get_inputs()
-        with torch.device(device):
-            return self.Model(*self.get_init_inputs()), self.get_inputs()
-
-
-def load_reference(path_or_source: str | os.PathLike, *, name: str | None = None) -> Reference:
-    """Load a KernelBench-format program from a file path or from its source text.
-
-    A ``PathLike``, or a one-line string naming an existing file, is read as a file;
-    anything else is taken as source. ``name`` defaults to the file's stem, or
-    ``"reference"`` for source. Raises :class:`CaptureError` if the program lacks
-    ``Model``, ``get_inputs`` or ``get_init_inputs``.
-    """
-    if isinstance(path_or_source, os.PathLike) or _names_a_file(path_or_source):
-        path = Path(path_or_source).resolve()
-        source = path.read_text()
-        name = name or path.stem
-        filename = str(path)
-    else:
-        source = str(path_or_source)
-        name = name or "reference"
-        filename = f"<{name}>"
-        # Let tracebacks, export stack traces and inspect see the lines of a source string.
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-
-    module_name = "stitchcuda_reference_" + re.sub(r"\W", "_", name)
-    module = types.ModuleType(module_name)
-    module.__file__ = filename
-    # Registered so that dataclasses, pickling and inspect can find the module by name.
-    sys.modules[module_name] = module
-    try:
-        exec(compile(source, filename, "exec"), module.__dict__)
-    except Exception as err:  # noqa: BLE001 - a broken reference is a typed error
-        sys.modules.pop(module_name, None)
-        raise CaptureError(f"{filename} failed to load: {type(err).__name__}: {err}") from err
-    missing = [a for a in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, a)]
-    if missing:
-        raise CaptureError(f"{filename} is not a KernelBench-format program: it lacks {', '.join(missing)}")
-    return Reference(name=name, source=source, filename=filename, module=module)
-
-
-def _names_a_file(text: str) -> bool:
-    if "\n" in text:
-        return False
-    try:
-        return Path(text).is_file()
-    except OSError:  # e.g. a one-line source longer than a file name may be
-        return False
 
 
 # --------------------------------------------------------------------------------------
@@ -910,133 +771,15 @@ def _meta_like(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(tuple(val.shape), dtype=dtype, device="meta")
 
 
-# --------------------------------------------------------------------------------------
-# Running a Graph with PyTorch: an oracle for tests, never a fallback
-# --------------------------------------------------------------------------------------
-
-
-def sample_random_inputs(graph: Graph, seed: int | None = None, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """Fresh values for the graph's lifted random inputs, in the reference's draw order.
-
-    With ``seed``, draws come from a generator seeded with it; for plain ``rand``/``randn``
-    draws on the CPU they then equal what the reference drew after
-    ``torch.manual_seed(seed)``.
-    """
-    generator = torch.Generator(device=device)
-    if seed is not None:
-        generator.manual_seed(seed)
-    else:
-        generator.seed()
-    out = {}
-    for r in graph.lifted_random:
-        dtype = getattr(torch, r.dtype)
-        kw = dict(generator=generator, device=device)
-        if r.distribution == "uniform":
-            t = torch.rand(r.shape, dtype=dtype, **kw)
-            low, high = r.param("low"), r.param("high")
-            if (low, high) != (0.0, 1.0):
-                t = torch.empty(r.shape, dtype=dtype, device=device).uniform_(low, high, generator=generator)
-        elif r.distribution == "normal":
-            t = torch.randn(r.shape, dtype=dtype, **kw)
-            if (r.param("mean"), r.param("std")) != (0.0, 1.0):
-                t = t * r.param("std") + r.param("mean")
-        elif r.distribution == "bernoulli":
-            t = (torch.rand(r.shape, **kw) < r.param("p")).to(dtype)
-        elif r.distribution == "randint":
-            t = torch.randint(r.param("low"), r.param("high"), r.shape, dtype=dtype, **kw)
-        elif r.distribution == "permutation":
-            t = torch.randperm(r.param("n"), dtype=dtype, **kw)
-        elif r.distribution == "exponential":
-            t = torch.empty(r.shape, dtype=dtype, device=device).exponential_(r.param("lambd"), generator=generator)
-        else:
-            raise ValueError(f"unknown distribution {r.distribution!r}")
-        out[r.input] = t
-    return out
-
-
-def evaluate_graph(graph: Graph, inputs: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Run ``graph`` node by node with the ATen operators its ops name.
-
-    This checks that a Graph alone — ops, operands and attrs — says everything needed to
-    compute the reference (tests compare it with the eager model, on meta tensors for
-    shapes). ``inputs`` must hold every graph input, lifted random ones included.
-    """
-    env: dict[str, torch.Tensor] = {}
-    for spec in graph.inputs:
-        env[spec.name] = inputs[spec.name]
-    for spec in graph.weights:
-        env[spec.name] = weights[spec.name]
-    device = next(iter(env.values())).device if env else torch.device("cpu")
-    for node in graph.nodes:
-        op = resolve_op(node.op)
-        if op is None:
-            raise CaptureError(f"node {node.name}: unknown op {node.op}")
-        args, kwargs = _unbind(op, node, env, device)
-        result = op(*args, **kwargs)
-        if len(node.outputs) == 1 and node.outputs[0].name == node.name:
-            env[node.name] = result
-        else:
-            for spec, value in zip(node.outputs, result):
-                env[spec.name] = value
-    return [env[name] for name in graph.outputs]
-
-
-def _unbind(op: torch._ops.OpOverload, node: Node, env: Mapping[str, torch.Tensor], device: torch.device) -> tuple[list, dict]:
-    """Rebuild an operator call from a node (inverse of ``_Converter._emit``)."""
-    arguments = op._schema.arguments
-    attrs = node.attrs_dict
-    pending = list(node.inputs)
-    # Tensor[] takes what the single tensors after it leave over.
-    fixed_after = {
-        i: sum(1 for a in arguments[i + 1 :] if _arg_kind(a) == "tensor" and a.name not in attrs)
-        for i in range(len(arguments))
-    }
-    args, kwargs = [], {}
-    by_name = False  # after a skipped argument, positions no longer line up: pass by name
-    for i, arg in enumerate(arguments):
-        kind = _arg_kind(arg)
-        if arg.name in _DROPPED_ARGS:
-            if arg.name == "device" and _creates_tensor(op):
-                kwargs["device"] = device
-            by_name = True
-            continue
-        if kind == "tensor_list":
-            if arg.name in attrs:
-                value = [env[v] if v is not None else None for v in attrs[arg.name]]
-                pending = pending[sum(v is not None for v in attrs[arg.name]) :]
-            else:
-                n = len(pending) - fixed_after[i]
-                value, pending = [env[v] for v in pending[:n]], pending[n:]
-        elif arg.name in attrs:
-            value = attrs[arg.name]
-            real = str(getattr(arg, "real_type", arg.type))
-            if isinstance(value, str) and "ScalarType" in real:
-                value = getattr(torch, value)
-            elif isinstance(value, str) and "MemoryFormat" in real:
-                value = getattr(torch, value)
-            elif isinstance(value, tuple):
-                value = list(value)
-        elif kind == "tensor":
-            value, pending = env[pending[0]], pending[1:]
-        else:
-            by_name = True  # not recorded: leave the schema default
-            continue
-        if arg.kwarg_only or by_name:
-            kwargs[arg.name] = value
-        else:
-            args.append(value)
-    if pending:
-        raise CaptureError(f"node {node.name}: {len(pending)} inputs left over for {op}")
-    return args, kwargs
-
-
-def _creates_tensor(op: torch._ops.OpOverload) -> bool:
-    return not any(_arg_kind(a) in ("tensor", "tensor_list") for a in op._schema.arguments if a.name not in _DROPPED_ARGS)
+# Loading references and running graphs live beside this module; their names stay importable here.
+from .evaluate import evaluate_graph, evaluate_tensors, sample_random_inputs  # noqa: E402
+from .reference import Reference, load_reference  # noqa: E402
 
 
 __all__ = [
     "PRESERVED_OPS",
     "SUPPORTED_OPS",
+    "evaluate_tensors",
     "UnsupportedOp",
     "CaptureError",
     "UnsupportedOpError",

@@ -1,0 +1,162 @@
+"""Plan: a captured Graph in, an ordered list of fused Tasks out — the deterministic Planner.
+
+``plan(graph, policy, ceilings, constraints=...)`` runs the passes in order, each a module that
+takes frozen values and gives frozen values:
+
+1. :mod:`.rewrite` — exact algebraic rewrites the constraints ask for (graph -> graph);
+2. :mod:`.match` — *check* that every op is one the registry maps, then multi-node patterns
+   (attention, RMS norm, logsumexp, tanh-GELU, batch norm) become one proto each;
+3. :mod:`.fuse` — reductions take their unary neighbours as hooks, GEMMs their epilogue
+   chains, the remaining elementwise ops are grouped: every node is now in a proto
+   (:class:`~.protos.Fused`);
+4. :mod:`.place` — where a task could write its result so that no copy is needed;
+5. :mod:`.schedule` (before) — the order tasks run in and when each tensor is last read;
+6. :mod:`.lower` (+ :mod:`.lower_gemm`, :mod:`.lower_ops`) — protos become tasks with specs
+   over concrete layouts (:mod:`.specs`);
+7. :mod:`.schedule` (after) — covering, names, costs (:mod:`.cost`), arena offsets, CUDA graph.
+
+The result is a frozen, JSON-serialisable :class:`~.specs.Plan`; ``str(plan)`` is a readable
+table. The planner never imports PyTorch.
+"""
+
+from __future__ import annotations
+
+from .. import layout as L
+from ..device import DEFAULT as _DEFAULT_CEILINGS
+from ..device import H100, H200, Ceilings
+from ..ir import Graph
+from ..precision import NAMES as POLICIES
+from ..precision import get as get_policy
+from . import buffers as _buffers
+from . import place as _place
+from . import schedule as _schedule
+from .claims import Claims
+from .constraints import Choices, ConstraintError, Constraints, STRATEGIES
+from .cost import ATTENTION_EFFICIENCY, ATTENTION_HEAD_DIMS, ATTENTION_MASK_CELL, GEMM_EFFICIENCY, attention_time
+from .fuse import MAX_CHAIN, fuse
+from .graph import GraphIndex
+from .lower import Lowerer
+from .match import match
+from .rewrite import REWRITES, apply_rewrites
+from .schedule import GRAPH_MIN_TASKS
+from .specs import (ARENA_ALIGN, GENERATOR, SCHEMA, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec,
+                    Buffer, CopyItem, CopySpec, EpOp, EwInstr, EwSpec, GemmSpec, IOSpec, NodeCost, Plan, PlanError,
+                    RowSpec, Task, TaskSpec)
+
+#: Kept for readers of older code: the one ceilings type.
+DeviceCeilings = Ceilings
+
+
+def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *, cuda_graph: bool | None = None,
+         constraints: Constraints | None = None) -> Plan:
+    """Plan ``graph`` under precision ``policy`` (fp32, tf32, bf16, fp16).
+
+    ``ceilings`` (default :data:`stitchcuda.device.DEFAULT`) drive the cost model only.
+    ``cuda_graph`` forces the graph-capture flag; by default a run of :data:`GRAPH_MIN_TASKS` or
+    more tasks is captured. ``constraints`` (see :mod:`.constraints`) ask for per-node precision,
+    fusion boundaries, strategies and rewrites; a constraint that does not fit the graph raises
+    :class:`ConstraintError`. Raises :class:`PlanError` for operators or patterns the planner
+    cannot map.
+    """
+    pol = get_policy(policy)
+    ceil = ceilings or _DEFAULT_CEILINGS
+    constraints = constraints or Constraints()
+    if constraints:
+        choices(graph).check(constraints)
+    graph = apply_rewrites(graph, constraints.rewrites)
+    ix = GraphIndex(graph)
+    cl = Claims(ix, pol.name, constraints)
+    match(ix, cl, ceil)
+    ix.freeze()
+    fuse(cl)
+    # A task raised above a 16-bit policy keeps its results in float32.
+    for pr in cl.protos:
+        task_policy = getattr(pr, "policy", "") or pol.name
+        if get_policy(task_policy).storage != pol.storage:
+            cl.keep_f32.update(pr.outs)
+    fused = cl.result()
+
+    alloc = _buffers.Alloc(fused)
+    tensors = _buffers.Tensors(fused)
+    inputs, outputs, weights, views = _io_buffers(graph, alloc, pol)
+    targets = _place.targets(fused, alloc, tensors, pol.storage_of)
+    order = _schedule.order(fused, tensors)
+    lw = Lowerer(fused, alloc, tensors, targets, _schedule.last_reads(fused, tensors, order))
+    lw.views.update(views)
+    for rank, idx in enumerate(order):
+        lw.emit(idx, rank)
+    lw.output_copies()
+    tasks = _schedule.cover_views(fused, lw.tasks, lw.touch, tensors, lw.cats_in_place)
+    tasks = _schedule.finish(fused, tasks, lw.touch, ceil)
+    arena = _schedule.arena(tasks, alloc.buffers)
+    used = {b for t in tasks for b in t.inputs + t.outputs}
+    bufs = tuple(arena.get(b.name, b) for b in alloc.buffers.values()
+                 if b.kind in ("input", "output", "weight") or b.name in used)
+    run_tasks = [t for t in tasks if t.phase == "run"]
+    graphed = cuda_graph if cuda_graph is not None else len(run_tasks) >= GRAPH_MIN_TASKS
+    notes = list(fused.notes)
+    if graphed:
+        notes.append("the run is captured as a CUDA graph on its second call with the same stream and "
+                     "buffers, and replayed after that")
+    from .cost import node_cost
+
+    node_costs = tuple(node_cost(n, ix, pol.name, ceil) for n in graph.nodes)
+    return Plan(name=graph.name, policy=pol.name, ceilings=ceil, inputs=tuple(inputs), outputs=tuple(outputs),
+                weights=tuple(weights), buffers=bufs, tasks=tuple(tasks), node_costs=node_costs,
+                arena_bytes=_schedule.arena_bytes(bufs), cuda_graph=bool(graphed), notes=tuple(notes),
+                constraints=constraints)
+
+
+def _io_buffers(graph: Graph, alloc: _buffers.Alloc, pol):
+    """The program's inputs, weights (converted to the policy's storage at create) and outputs,
+    and the layouts of the inputs and weights."""
+    inputs, outputs, weights = [], [], []
+    views = {}
+    used_names: set[str] = set()
+    for i, s in enumerate(graph.inputs):
+        alloc.new_buffer(f"in{i}", "input", s.dtype, s.shape, index=i, source=s.name)
+        views[s.name] = L.contiguous(f"in{i}", s.shape, s.dtype)
+        inputs.append(IOSpec(s.name, s.dtype, s.shape, s.name))
+        used_names.add(s.name)
+    for i, s in enumerate(graph.weights):
+        dt = pol.storage_of(s.dtype)
+        alloc.new_buffer(f"w{i}", "weight", dt, s.shape, index=i, source=s.name,
+                         source_dtype=s.dtype if dt != s.dtype else "")
+        views[s.name] = L.contiguous(f"w{i}", s.shape, dt)
+        weights.append(IOSpec(s.name, s.dtype, s.shape, s.name))
+        used_names.add(s.name)
+    for i, t in enumerate(graph.outputs):
+        s = graph.spec(t)
+        name = t if t not in used_names else f"output{i}"
+        while name in used_names:
+            name += "_"
+        used_names.add(name)
+        alloc.new_buffer(f"out{i}", "output", s.dtype, s.shape, index=i, source=t)
+        outputs.append(IOSpec(name, s.dtype, s.shape, t))
+    return inputs, outputs, weights, views
+
+
+def choices(graph: Graph) -> Choices:
+    """What may be constrained when planning ``graph``: its nodes, the strategy options of the
+    nodes the planner decides something about, and the rewrites that apply."""
+    from .. import ops
+
+    strat = []
+    for n in graph.nodes:
+        if n.op in (ops.A + "_softmax.default", ops.SDPA):
+            strat.append((n.name, STRATEGIES["attention"]))
+        if ops.kind(n.op) == "row" and n.op != ops.A + "_softmax.default":
+            strat.append((n.name, STRATEGIES["row"]))
+        elif n.op in (ops.A + "rsqrt.default", ops.A + "sqrt.default"):
+            strat.append((n.name, STRATEGIES["row"]))
+    applicable = tuple(name for name, rw in REWRITES.items() if rw.applies(graph))
+    return Choices(tuple(n.name for n in graph.nodes), tuple(strat), applicable)
+
+
+__all__ = [
+    "SCHEMA", "GENERATOR", "POLICIES", "ARENA_ALIGN", "ATTENTION_HEAD_DIMS", "ATTENTION_MASK_CELL",
+    "ATTENTION_EFFICIENCY", "GEMM_EFFICIENCY", "MAX_CHAIN", "GRAPH_MIN_TASKS", "Ceilings", "DeviceCeilings", "H100",
+    "H200", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec", "AttentionSpec", "AttentionMaskBlocksSpec",
+    "attention_time", "CopyItem", "CopySpec", "BnStatsSpec", "TaskSpec", "Buffer", "Task", "NodeCost", "IOSpec", "Plan",
+    "PlanError", "Constraints", "ConstraintError", "Choices", "plan", "choices",
+]

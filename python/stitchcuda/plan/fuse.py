@@ -1,0 +1,299 @@
+"""Pass 3, *fuse*: every node left after *match* joins a task.
+
+Takes the :class:`~.claims.Claims` *match* filled; adds to it and hands on a frozen
+:class:`~.protos.Fused`. Row reductions take the unary elementwise ops before them as a prologue
+hook and after them as an epilogue hook (a reduction over dims that are not trailing becomes an
+axis reduction, or rows after a permuting copy); each GEMM (``linear``, ``matmul``, ``addmm``,
+``bmm``) takes the chain after it: a leading scalar into ``alpha``, a per-column add as the
+cuBLASLt bias, a same-shape add as ``beta·C`` (or a residual op), relu (and, off fp32, the tanh
+GELU) into cuBLASLt's epilogue, the rest as the runtime's fused epilogue chain (which ops may
+join: :func:`stitchcuda.ops.epilogue_of`); ``cat`` becomes a copy task (or none, when its parts
+are written in place); the remaining elementwise ops are grouped into kernels (one output each,
+at most four inputs, recomputing cheap broadcast values). A node the constraints ``unfuse``
+starts a task of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import layout as L
+from .. import ops
+from ..ir import Node
+from .claims import Claims
+from .protos import AxisProto, CatProto, ChainStep, EwProto, GemmProto, Operand, RowProto
+from .specs import EpOp
+
+A = ops.A
+#: cuBLASLt / runtime limit on the fused epilogue chain.
+MAX_CHAIN = 8
+_FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+class Fuser:
+    def __init__(self, cl: Claims):
+        self.cl = cl
+        self.ix = cl.ix
+
+    def run(self) -> None:
+        ix, cl = self.ix, self.cl
+        for n in list(ix.g.nodes):
+            if ops.kind(n.op) == "row" and cl.free(n):
+                self.reduce(n)
+        for n in list(ix.g.nodes):
+            if ops.kind(n.op) == "gemm" and cl.free(n):
+                self.gemm(n)
+        for n in list(ix.g.nodes):
+            if n.op == ops.CAT and cl.free(n):
+                dim = L.norm_dim(int(n.attr("dim") or 0), len(n.outputs[0].shape))
+                cl.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), dim=dim,
+                                  parts=tuple(n.inputs)))
+        self.group_elementwise()
+
+    def hookable(self, node: Node) -> bool:
+        """An elementwise node with exactly one tensor operand and a float result."""
+        if ops.kind(node.op) != "elementwise" or node.op in (A + "where.self", A + "scalar_tensor.default",
+                                                             A + "full.default"):
+            return False
+        if node.op.startswith("stitch.") or len(node.inputs) != 1 or node.name in self.cl.unfuse:
+            return False
+        out = node.outputs[0]
+        if out.dtype != "float32" or self.ix.spec(node.inputs[0]).dtype != "float32":
+            return False
+        return self.ix.shape(node.inputs[0]) == out.shape
+
+    # ------------------------------------------------------------------ reductions
+
+    def reduce(self, n: Node) -> None:
+        ix, cl = self.ix, self.cl
+        x = n.inputs[0]
+        xs = ix.shape(x)
+        out = n.outputs[0].name
+        op = n.op
+        weight = bias = None
+        eps, correction = 0.0, 1.0
+        if op in (A + "_softmax.default", A + "_log_softmax.default"):
+            if n.attr("half_to_float"):
+                raise cl.fail(n, "half_to_float softmax")
+            rop = "softmax" if "_softmax" in op and "log" not in op else "log_softmax"
+            dims = [L.norm_dim(int(n.attr("dim")), len(xs))] if xs else []
+            writes_row = True
+        elif op == A + "native_layer_norm.default":
+            a = ix.args(n, ops.args(op))
+            k = len(n.attr("normalized_shape"))
+            for extra in n.outputs[1:]:
+                if ix.users.get(extra.name) or extra.name in ix.graph_outputs:
+                    raise cl.fail(n, "layer norm's mean / rstd outputs are used; only the normalised output is supported")
+            out = n.outputs[0].name
+            rop, eps = "layer_norm", float(n.attr("eps"))
+            weight = a["weight"][1] if a["weight"] and a["weight"][0] == "t" else None
+            bias = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
+            dims = list(range(len(xs) - k, len(xs)))
+            writes_row = True
+        else:
+            writes_row = False
+            base = op.split(".")[1]
+            dims = n.attr("dim")
+            if op in (A + "sum.default", A + "mean.default") or dims is None or dims == ():
+                dims = list(range(len(xs)))
+            dims = sorted({L.norm_dim(int(d), len(xs)) for d in dims}) if xs else []
+            rop = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "logsumexp": "logsumexp",
+                   "var": "var"}[base]
+            if base == "var":
+                corr = n.attr("correction")
+                correction = 1.0 if corr is None else float(corr)
+            if n.attr("dtype") not in (None,):
+                raise cl.fail(n, "reductions with a dtype argument")
+        if ix.spec(x).dtype not in _FLOAT_DTYPES:
+            raise cl.fail(n, f"reduction over {ix.spec(x).dtype}")
+        nodes = [n.name]
+        ins = [x] + [t for t in (weight, bias) if t]
+        # Unary elementwise ops right before the reduction become its prologue hook ...
+        pro = []
+        t = x
+        if n.name not in cl.unfuse:
+            while True:
+                p = ix.producer.get(t)
+                if p is None or not cl.free(p) or not self.hookable(p) or ix.only_user(t) is None:
+                    break
+                pro.append(p)
+                t = p.inputs[0]
+        pro.reverse()
+        if pro:
+            x = t
+            ins[0] = x
+            nodes = [p.name for p in pro] + nodes
+        # ... and those right after it its epilogue hook.
+        epi: list[str] = []
+        t = out
+        while True:
+            u = ix.only_user(t)
+            if u is None or not cl.free(u) or not self.hookable(u):
+                break
+            epi.append(u.name)
+            nodes.append(u.name)
+            t = u.outputs[0].name
+        common: dict[str, Any] = dict(op=rop, x=x, out=t, pro=tuple(p.name for p in pro), epi=tuple(epi))
+        name = cl.name(nodes)
+        proto_nodes, outs, tins = tuple(nodes), (t,), tuple(ins)
+        nd = len(xs)
+        trailing = dims == list(range(nd - len(dims), nd))
+        strategy = cl.constraints.option(n.name, "auto")
+        row = dict(weight=weight, bias=bias, eps=eps, correction=correction, writes_row=writes_row, strategy=strategy)
+        if not dims:
+            # A reduction over no dims (or of a 0-d tensor) is a copy through the hooks.
+            cl.claim(RowProto(name, proto_nodes, outs, tins, k=0, **common, **row))
+            return
+        if trailing:
+            cl.claim(RowProto(name, proto_nodes, outs, tins, k=len(dims), **common, **row))
+            return
+        contiguous_run = dims == list(range(dims[0], dims[-1] + 1))
+        if not writes_row and rop in ("sum", "mean", "max", "min") and contiguous_run:
+            cl.claim(AxisProto(name, proto_nodes, outs, tins, d0=dims[0], d1=dims[-1] + 1, **common))
+            return
+        # Otherwise move the reduced dims last with a copy, reduce rows, and (for ops that write
+        # a row) move them back.
+        perm = tuple([d for d in range(nd) if d not in dims] + dims)
+        cl.claim(RowProto(name, proto_nodes, outs, tins, k=len(dims), perm=perm, **common, **row))
+
+    # ------------------------------------------------------------------ GEMMs and their chains
+
+    def operands(self, n: Node) -> tuple[Operand, Operand, str | None, float]:
+        ix, cl = self.ix, self.cl
+        if n.op == A + "linear.default":
+            a = ix.args(n, ops.args(n.op))
+            bias = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
+            return Operand(a["input"][1]), Operand(a["weight"][1], True), bias, 1.0
+        if n.op == A + "addmm.default":
+            a = ix.args(n, ops.args(n.op))
+            if float(n.attr("beta", 1)) != 1.0:
+                raise cl.fail(n, "addmm with beta != 1")
+            bias = a["self"][1]
+            if len(ix.shape(bias)) not in (1, 2) or ix.shape(bias)[-1] != ix.shape(n.outputs[0].name)[-1] or \
+                    math.prod(ix.shape(bias)) != ix.shape(bias)[-1]:
+                raise cl.fail(n, "addmm whose added matrix is not a per-column bias")
+            return Operand(a["mat1"][1]), Operand(a["mat2"][1]), bias, float(n.attr("alpha", 1))
+        return Operand(n.inputs[0]), Operand(n.inputs[1]), None, 1.0
+
+    def gemm(self, n: Node) -> None:
+        ix, cl = self.ix, self.cl
+        a, b, bias, alpha = self.operands(n)
+        out = n.outputs[0].name
+        if ix.spec(out).dtype != "float32":
+            raise cl.fail(n, f"GEMM on {ix.spec(out).dtype} tensors (policies store float32 as fp32/tf32/bf16/fp16)")
+        os_ = ix.shape(out)
+        ncols = os_[-1] if os_ else 1
+        nodes = [n.name]
+        steps: list[ChainStep] = []
+        has_bias = bias is not None
+        residual = False
+        n_chain = 0
+        t = out
+        while True:
+            u = ix.only_user(t)
+            if u is None or not cl.free(u) or u.name in cl.unfuse:
+                break
+            if u.op in ops.TRANSPARENT:
+                nodes.append(u.name)
+                t = u.outputs[0].name
+                continue
+            if ops.kind(u.op) != "elementwise" or ix.shape(u.outputs[0].name) != ix.shape(t):
+                break
+            step = self.chain_step(u, t, ncols, has_bias, residual)
+            if step is None:
+                break
+            if step.kind == "op":
+                if n_chain >= MAX_CHAIN:
+                    break
+                n_chain += 1
+            elif step.kind == "scale":
+                n_chain += 1  # may fold into alpha; counted conservatively
+            elif step.kind == "bias":
+                has_bias = True
+            elif step.kind == "residual":
+                residual = True
+                n_chain += 1
+            if n_chain > MAX_CHAIN:
+                break
+            steps.append(step)
+            nodes.append(u.name)
+            t = u.outputs[0].name
+        ins = [x for x in (a.tensor, b.tensor, bias) if x]
+        for s in steps:
+            if s.kind in ("bias", "residual"):
+                ins.append(s.tensor)
+        cl.claim(GemmProto(cl.name(nodes), tuple(nodes), (t,), tuple(ins), a=a, b=b, bias=bias, alpha=alpha,
+                           steps=tuple(steps), out=t, policy=cl.policy_of(nodes)))
+
+    def chain_step(self, u: Node, cur: str, ncols: int, has_bias: bool, residual: bool) -> ChainStep | None:
+        """How consumer ``u`` of the GEMM's running result ``cur`` joins its epilogue, or None."""
+        ix = self.ix
+        op = u.op.removeprefix(A)
+        if u.outputs[0].dtype != "float32":
+            return None
+        if len(u.inputs) == 1 and u.inputs[0] == cur:
+            s = _scalar(u, "other")
+            alpha = _scalar(u, "alpha")
+            alpha = 1.0 if alpha is None else alpha
+            if op == "mul.Tensor" and s is not None:
+                return ChainStep("scale", s)
+            if op == "div.Tensor" and s is not None:
+                return ChainStep("div", s)
+            if op == "add.Tensor" and s is not None:
+                return ChainStep("op", op=EpOp("ADD_SCALAR", alpha * s))
+            if op == "sub.Tensor" and s is not None:
+                return ChainStep("op", op=EpOp("ADD_SCALAR", -alpha * s))
+            e = ops.epilogue_of(u, lambda i: ix.spec(u.inputs[i]).dtype, ix.args)
+            return ChainStep("op", op=e) if e is not None else None
+        if op in ("add.Tensor", "sub.Tensor") and len(u.inputs) == 2 and u.inputs[0] != u.inputs[1]:
+            alpha = float(u.attr("alpha", 1) or 1)
+            first = u.inputs[0] == cur
+            other = u.inputs[1] if first else u.inputs[0]
+            if ix.spec(other).dtype != "float32":
+                return None
+            if op == "sub.Tensor" and not first:
+                return None
+            if not first and alpha != 1.0:
+                return None
+            coef = (-alpha if op == "sub.Tensor" else alpha) if first else 1.0
+            os_ = ix.shape(other)
+            if math.prod(os_) == ncols and os_ and os_[-1] == ncols and coef == 1.0 and not has_bias:
+                return ChainStep("bias", tensor=other)
+            if os_ == ix.shape(cur) and not residual:
+                return ChainStep("residual", coef, tensor=other)
+        return None
+
+    # ------------------------------------------------------------------ elementwise groups
+
+    def group_elementwise(self) -> None:
+        ix, cl = self.ix, self.cl
+        ew = [n for n in ix.nodes.values() if ops.kind(n.op) == "elementwise" and cl.free(n)]
+        for n in sorted(ew, key=lambda x: -ix.pos[x.name]):
+            if not cl.free(n):
+                continue
+            nodes = cl.pull_ew_group(n, set(), limit=4)
+            out = n.outputs[0].name
+            leaves = cl.leaves(set(nodes))
+            phase = "create" if out in ix.const and leaves else "run"
+            if not leaves:
+                phase = "create" if out not in ix.graph_outputs else "run"
+            covers = ix.expand(nodes)
+            idx = cl.claim(EwProto(cl.name(nodes), tuple(covers), (out,), tuple(leaves), phase, members=tuple(nodes),
+                                   root=out, out_shape=ix.shape(out)))
+            for x in nodes:
+                cl.claimed[x] = idx
+
+
+def _scalar(node: Node, key: str) -> float | None:
+    from .graph import scalar_attr
+
+    return scalar_attr(node, key)
+
+
+def fuse(cl: Claims) -> None:
+    """Claim every remaining node into ``cl`` (see the module docstring)."""
+    Fuser(cl).run()
+
+
+__all__ = ["fuse", "Fuser", "MAX_CHAIN"]

@@ -1,0 +1,267 @@
+"""Pass 6, *lower*: protos become tasks — specs over concrete layouts of concrete buffers.
+
+Takes the :class:`~.protos.Fused` protos in the order *schedule* chose, the *place* targets and
+the buffer table; gives the tasks (each with its spec: :mod:`.specs`) and, per task, the tensors
+it touched (for *schedule*'s covering). A layout op's result is its input's layout transformed
+(:mod:`stitchcuda.layout`), or — when strides cannot express it — the layout of a contiguous
+copy made by a copy task placed before the reader. A task writes its placement target when its
+kernel can write that layout, else over an input that dies with it (in place), else a fresh
+buffer. The per-kind emitters are in :mod:`.lower_gemm` and :mod:`.lower_ops`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+from .. import layout as L
+from .. import ops
+from ..ir import Node
+from ..layout import View
+from ..precision import get as get_policy
+from .buffers import Alloc, Tensors, ident
+from .place import Targets
+from .protos import AnyProto, Fused
+from .specs import CopyItem, CopySpec, EwInstr, PlanError, Task
+
+A = ops.A
+
+
+def copy_item(src: View, dst: View) -> CopyItem:
+    if src.shape != dst.shape:
+        raise AssertionError(f"copy of {src.shape} into {dst.shape}")
+    shape, (ss, ds) = L.coalesce(src.shape, src.strides, dst.strides)
+    if len(shape) > 6:
+        raise AssertionError("copy with more than 6 dims after coalescing")
+    return CopyItem(src, dst, shape, ss, ds)
+
+
+class Lowerer:
+    def __init__(self, fused: Fused, alloc: Alloc, tensors: Tensors, targets: Targets,
+                 last_read: dict[str, float]):
+        self.f = fused
+        self.ix = fused.index
+        self.alloc = alloc
+        self.buffers = alloc.buffers
+        self.tensors = tensors
+        self.materialized = tensors.materialized
+        self.target = targets.view
+        self.target_from = targets.came_from
+        self.last_read = last_read
+        self.policy = get_policy(fused.policy)
+        self.storage = self.policy.storage
+        self.views: dict[str, View] = {}
+        self.tasks: list[Task] = []
+        self.copies: dict[str, str] = {}  # view-failed tensor -> its contiguous copy
+        self.touch: dict[int, set[str]] = {}  # id(task) -> tensors it touches
+        self.cats_in_place: list[tuple[str, list[str]]] = []  # (cat node, parts) written in their slots
+        self.inplace_used: set[str] = set()
+        self.rank = 0
+
+    # ------------------------------------------------------------------ small helpers
+
+    def spec(self, t: str):
+        return self.alloc.spec(t)
+
+    def shape(self, t: str) -> tuple[int, ...]:
+        return self.alloc.spec(t).shape
+
+    def storage_of(self, dtype: str) -> str:
+        return self.policy.storage_of(dtype)
+
+    def tensor_storage(self, t: str) -> str:
+        return "float32" if t in self.f.keep_f32 else self.storage_of(self.spec(t).dtype)
+
+    def fail(self, node: Node, why: str) -> PlanError:
+        return PlanError(self.ix.name, [(node.op, node.name, node.source, why)])
+
+    def lower_ew(self, node: Node, operands: dict[str, str], base: int) -> list[EwInstr] | None:
+        return ops.lower(node, operands, lambda i: self.spec(node.inputs[i]).dtype, self.ix.args, base)
+
+    def hook(self, names: Sequence[str]) -> tuple[EwInstr, ...]:
+        """The instructions of a reduction's unary prologue / epilogue nodes, on input ``a0``."""
+        instrs: list[EwInstr] = []
+        ref = "a0"
+        for nm in names:
+            nd = self.ix.nodes[nm]
+            new = self.lower_ew(nd, {nd.inputs[0]: ref}, len(instrs))
+            if new is None:
+                raise self.fail(nd, "no elementwise translation")
+            instrs.extend(new)
+            ref = f"t{len(instrs) - 1}"
+        return tuple(instrs)
+
+    # ------------------------------------------------------------------ views
+
+    def read(self, t: str, pre: list[Task], phase: str) -> View:
+        """The layout of tensor ``t``: materialised tensors have one; a layout op's result is
+        its input's layout transformed, or — when strides cannot express it — that of a
+        contiguous copy of the input made by a task appended to ``pre``."""
+        if t in self.views:
+            return self.views[t]
+        n = self.ix.producer.get(t)
+        if n is None or ops.kind(n.op) != "view":
+            raise AssertionError(f"tensor {t} is used before a task produced it")
+        x = n.inputs[0]
+        vx = self.read(x, pre, phase)
+        v = self._forward(n, t, vx)
+        if v is None:
+            c = self.copies.get(x)
+            if c is None:
+                c = self.copy_contiguous(x, vx, pre, phase, why=f"{n.name} needs {x} contiguous")
+                self.copies[x] = c
+            v = self._forward(n, t, self.views[c])
+            assert v is not None, f"{n.op} of a contiguous tensor must be a view"
+        self.views[t] = v
+        return v
+
+    def _forward(self, n: Node, t: str, vx: View) -> View | None:
+        op = n.op
+        ys = self.shape(t)
+        if op in ops.TRANSPARENT:
+            return vx
+        if op in (A + "view.default", A + "_unsafe_view.default", A + "reshape.default"):
+            return L.reshape(vx, ys)
+        if op == A + "permute.default":
+            return L.permute(vx, n.attr("dims"))
+        if op == A + "transpose.int":
+            return L.transpose(vx, int(n.attr("dim0")), int(n.attr("dim1")))
+        if op == A + "t.default":
+            return L.transpose(vx, 0, 1) if vx.ndim == 2 else vx
+        if op == A + "unsqueeze.default":
+            return L.unsqueeze(vx, int(n.attr("dim")))
+        if op in (A + "squeeze.dims", A + "squeeze.dim", A + "squeeze.default"):
+            dims = n.attr("dim")
+            dims = None if dims is None else ([dims] if isinstance(dims, int) else list(dims))
+            v = L.squeeze(vx, dims)
+            return v if v.shape == ys else L.reshape(vx, ys)
+        if op == A + "slice.Tensor":
+            return L.slice_(vx, int(n.attr("dim", 0)), n.attr("start"), n.attr("end"), int(n.attr("step", 1) or 1))
+        if op == A + "select.int":
+            return L.select(vx, int(n.attr("dim")), int(n.attr("index")))
+        if op == A + "expand.default":
+            return L.expand(vx, n.attr("size"))
+        if op in (A + "split_with_sizes.default", A + "split.Tensor"):
+            dim = L.norm_dim(int(n.attr("dim", 0) or 0), vx.ndim)
+            idx = [o.name for o in n.outputs].index(t)
+            if op == A + "split.Tensor":
+                size = int(n.attr("split_size"))
+                start = idx * size
+                end = min(start + size, vx.shape[dim])
+            else:
+                sizes = n.attr("split_sizes")
+                start = sum(sizes[:idx])
+                end = start + sizes[idx]
+            return L.slice_(vx, dim, start, end)
+        raise AssertionError(f"not a layout op: {op}")
+
+    def copy_contiguous(self, x: str, vx: View, pre: list[Task], phase: str, *, why: str,
+                        dtype: str | None = None, shape_view: View | None = None) -> str:
+        """Append a copy of ``vx`` (or ``shape_view``, a view to materialise as is) into a
+        fresh contiguous buffer; return the new tensor's name."""
+        src = shape_view or vx
+        dtype = dtype or src.dtype
+        name = self.alloc.add_tensor(f"{x}_c", src.shape, dtype)
+        dst = self.alloc.fresh(name, dtype, src.shape, phase)
+        self.views[name] = dst
+        verb = "cast" if dtype != src.dtype else "copy"
+        pre.append(self.copy_task(f"{verb}_{ident(x)}", [], src, dst, phase, note=why))
+        return name
+
+    def copy_task(self, name: str, covers: list[str], src: View, dst: View, phase: str, note: str = "") -> Task:
+        spec = CopySpec("copy", (copy_item(src, dst),))
+        return Task(name, "copy", tuple(covers), (src.buffer,), (dst.buffer,), spec, phase=phase, note=note)
+
+    def fresh_rows(self, tensor: str, dtype: str, shape: Sequence[int], phase: str) -> View:
+        """A fresh buffer for a synthetic tensor (rows written before a copy back, a workspace)."""
+        tmp = self.alloc.add_tensor(tensor, shape, dtype)
+        v = self.alloc.fresh(tmp, dtype, shape, phase)
+        self.views[tmp] = v
+        return v
+
+    # ------------------------------------------------------------------ outputs of a task
+
+    def out_view(self, pr: AnyProto, t: str, accept: Callable[[View], bool], inplace: Sequence[str] = ()) -> View:
+        """The layout a proto writes ``t`` in: its placement target when ``accept`` takes it,
+        else the buffer of an input (``inplace`` candidates) that no later task reads, else a
+        fresh contiguous buffer."""
+        if t in self.views:
+            return self.views[t]
+        tv = self.target.get(t)
+        reuse = None
+        if pr.phase == "run" and not (tv is not None and accept(tv)):
+            want = self.tensor_storage(t)
+            for x in inplace:
+                vx = self.views.get(x)
+                if vx is None or x not in self.materialized or x in self.inplace_used or \
+                        self.last_read.get(x, math.inf) != self.rank:
+                    continue
+                b = self.buffers[vx.buffer]
+                if b.kind == "arena" and vx.offset == 0 and vx.is_contiguous() and vx.numel == math.prod(b.shape) \
+                        and vx.shape == self.spec(t).shape and vx.dtype == want:
+                    reuse = vx
+                    self.inplace_used.add(x)
+                    break
+        if reuse is not None:
+            v = reuse
+        elif tv is not None and pr.phase == "run" and accept(tv):
+            v = tv
+        else:
+            v = self.alloc.fresh(t, self.tensor_storage(t), self.spec(t).shape, pr.phase)
+        self.views[t] = v
+        return v
+
+    def add(self, pr: AnyProto, name: str, strategy: str, spec: Any, reads: Iterable[View | None],
+            writes: Iterable[View | None], touched: Iterable[str] = (), covers: Sequence[str] | None = None,
+            note: str = "") -> None:
+        reads = [v for v in reads if v is not None]
+        writes = [v for v in writes if v is not None]
+        covers = self.ix.expand(list(pr.nodes) if covers is None else list(covers))
+        t = Task(name, strategy, tuple(dict.fromkeys(covers)), tuple(dict.fromkeys(v.buffer for v in reads)),
+                 tuple(dict.fromkeys(v.buffer for v in writes)), spec, phase=pr.phase, note=note)
+        self.tasks.append(t)
+        tt = set(touched)
+        for x in list(tt):
+            tt.update(self.tensors.chain(x))
+            y = x
+            while y in self.target_from:
+                y = self.target_from[y]
+                tt.add(y)
+        self.touch[id(t)] = tt
+
+    # ------------------------------------------------------------------ driving
+
+    def emit(self, idx: int, rank: int) -> None:
+        from . import lower_gemm, lower_ops
+
+        self.rank = rank
+        pr = self.f.protos[idx]
+        pre: list[Task] = []
+        before = len(self.tasks)
+        emitter = {"GemmProto": lower_gemm.emit_gemm, "EwProto": lower_ops.emit_ew, "RowProto": lower_ops.emit_row,
+                   "AxisProto": lower_ops.emit_axis, "AttnProto": lower_ops.emit_attn,
+                   "BnStatsProto": lower_ops.emit_bn_stats, "CatProto": lower_ops.emit_cat}[type(pr).__name__]
+        emitter(self, pr, pre)
+        new = self.tasks[before:]
+        del self.tasks[before:]
+        pre = [t if t.covers else dataclasses.replace(t, covers=tuple(self.ix.expand(pr.nodes))) for t in pre]
+        self.tasks.extend(pre)
+        self.tasks.extend(new)
+
+    def output_copies(self) -> None:
+        """A copy task for every graph output its producer could not write in place."""
+        g = self.ix.g
+        for i, t in enumerate(g.outputs):
+            dst = L.contiguous(f"out{i}", g.spec(t).shape, g.spec(t).dtype)
+            pre: list[Task] = []
+            src = self.read(t, pre, "run")
+            self.tasks.extend(pre)
+            if src.buffer == dst.buffer and src.offset == 0 and L.same_strides(src.shape, src.strides, dst.strides):
+                continue
+            task = self.copy_task(f"output_{ident(t)}", [], src, dst, "run", note=f"output {i}")
+            self.tasks.append(task)
+            self.touch[id(task)] = set(self.tensors.chain(t))
+
+
+__all__ = ["Lowerer", "copy_item"]

@@ -171,10 +171,11 @@ class Task:
     covers: tuple[str, ...]
     flops: int = 0
     bytes: int = 0
+    origin: str = "template"  # where its body came from: template, or "override: <who>" (hand, rewrite, llm, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "strategy": self.strategy, "covers": list(self.covers),
-                "flops": self.flops, "bytes": self.bytes}
+                "flops": self.flops, "bytes": self.bytes, "origin": self.origin}
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,7 @@ class Manifest:
     abi_version: int = ABI_VERSION
     format: str = FORMAT
     version: int = FORMAT_VERSION
+    generator: str = ""  # what wrote program.cu (the Coder, or a person)
 
     # -------------------------------------------------------------- provenance
 
@@ -240,6 +242,7 @@ class Manifest:
             "lifted_random": [r.to_dict() for r in self.lifted_random],
             "tasks": [t.to_dict() for t in self.tasks],
             "reference_ops": [o.to_dict() for o in self.reference_ops],
+            **({"generator": self.generator} if self.generator else {}),
         }
 
     def to_json(self) -> str:
@@ -402,6 +405,7 @@ class _Parser:
             covers=tuple(self.string(c, f"{where}.covers[{i}]") for i, c in enumerate(covers)),
             flops=self.count(d.get("flops", 0), f"{where}.flops"),
             bytes=self.count(d.get("bytes", 0), f"{where}.bytes"),
+            origin=self.string(d.get("origin", "template"), f"{where}.origin"),
         )
 
     def ref_op(self, v: Any, where: str) -> ReferenceOp:
@@ -467,7 +471,8 @@ class _Parser:
 
         return Manifest(name=name, precision=precision, arch=arch, source_hash=source_hash,
                         reference=reference, inputs=inputs, outputs=outputs, weights=weights,
-                        lifted_random=lifted, tasks=tasks, reference_ops=ops)
+                        lifted_random=lifted, tasks=tasks, reference_ops=ops,
+                        generator=self.string(d.get("generator", ""), "generator", nonempty=False))
 
 
 def _unique(names, where: str, what: str, p: _Parser) -> None:

@@ -7,7 +7,7 @@
    device (shapes only: the development problems' tensors run to gigabytes);
 2. build the model on the CPU with ``torch.manual_seed(seed)`` first — exactly as the
    Verifier and KernelBench's harness do — and take its weights by ``state_dict`` name;
-3. :func:`stitchcuda.planner.plan` under the precision policy, :func:`stitchcuda.coder.code`;
+3. :func:`stitchcuda.plan.plan` under the precision policy, :func:`stitchcuda.code.code`;
 4. write the program folder atomically: ``program.cu``, ``manifest.json``,
    ``weights.safetensors``, ``plan.json`` and a copy of the reference (``reference.py``);
 5. compile through the build cache (:mod:`stitchcuda.build`) for ``arch`` (the GPU's, else
@@ -100,9 +100,9 @@ def _weights(ref: Any, graph: Any, seed: int) -> dict[str, Any]:
     if w or not graph.weights:
         return w
     # Tensor constants that are not parameters or buffers: capture on the CPU for real.
-    from .planner import PLANNER_OPS
+    from .ops import supported
 
-    cap = frontend.capture_reference(ref, device="cpu", seed=seed, supported_ops=PLANNER_OPS)
+    cap = frontend.capture_reference(ref, device="cpu", seed=seed, supported_ops=supported())
     return {k: v.detach().contiguous() for k, v in cap.weights.items()}
 
 
@@ -146,20 +146,22 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
     instead of building one (its state must be the reference's architecture).
     ``weights=False`` skips them (capture and build only: no weights file is written).
     """
-    from . import coder, frontend, planner, toolchain
+    from . import code as coder
+    from . import frontend, ops, toolchain
+    from . import plan as planner
 
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
     if example_inputs is not None:
         module = reference
         gname = name or type(module).__name__
-        captured = frontend.capture(module, list(example_inputs), gname, supported_ops=planner.PLANNER_OPS)
+        captured = frontend.capture(module, list(example_inputs), gname, supported_ops=ops.supported())
         ref_source = mf.ReferenceSource(path=f"{gname}.py")
         source_text = None
         tensors = model_weights(module, captured.graph) if weights else {}
     else:
         ref, ref_source, source_text = _reference(reference, name)
-        captured = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=planner.PLANNER_OPS)
+        captured = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported())
         tensors = {}
         if weights:
             tensors = model_weights(model, captured.graph) if model is not None else _weights(ref, captured.graph, seed)
@@ -244,7 +246,7 @@ def add_build_command(sub: Any) -> None:
 
 def _build_command(args: argparse.Namespace) -> int:
     from .frontend import CaptureError
-    from .planner import PlanError
+    from .plan import PlanError
 
     try:
         o = build_program(args.reference, precision=args.precision, out=args.out, arch=args.arch, seed=args.seed,

@@ -1,249 +1,76 @@
-"""Code: a Plan in, a readable CUDA C++ program out — the deterministic Coder.
+"""The program around the tasks: header, state, helpers, runners and the ABI entry points.
 
-``code(plan, graph, weights)`` renders every task of the plan from the templates in
-``templates/stitch`` and the runtime's C ABI, and returns a :class:`ProgramSource`: the
-source of ``program.cu``, its :class:`~stitchcuda.manifest.Manifest` and the weights in
-manifest order. Nothing is decided here that the plan has not decided: layouts, leading
-dims, fusion and precision all come from the plan's task specs; the coder only spells them.
+Takes a :class:`~stitchcuda.plan.specs.Plan`, the task contracts and the bodies to use in place
+of the templates' (overrides); gives ``program.cu``'s text. Top to bottom:
 
-What a generated program looks like, top to bottom:
-
-* a header comment naming the generator, the reference, the policy and the task table;
+* a header comment naming the generator, the reference, the policy and the task table (with
+  where each task's body came from);
 * includes of the runtime header and of only the templates the tasks use;
 * the embedded manifest (the ABI's ``st_program_manifest``) and the sizes of things;
-* ``struct st_program``: per-instance state — device weights (converted to the policy's
-  storage type once, at create), create-time constants, and the CUDA-graph cache;
-* one function per task, named after the task, with a comment naming the reference nodes it
-  covers; elementwise tasks and reduction hooks get a small generated functor each;
-* ``run_tasks`` calling the run-phase tasks in order on the caller's stream;
+* ``struct st_program``: per-instance state — device weights (converted to the policy's storage
+  type once, at create), create-time constants, and the CUDA-graph cache;
+* ``namespace task``: one function per task, named after the task, opening with a comment that
+  names the reference nodes it covers and each pointer's dtype, shape and strides — exactly the
+  task's :class:`~.contract.TaskContract`;
+* ``run_tasks`` / ``create_tasks``: the plan's buffers as named pointers (the names of
+  ``plan.json``; arena offsets appear once, there) and one call per task;
 * the five ``extern "C"`` entry points: create checks every weight descriptor, uploads and
   converts weights and runs the create-phase tasks; run checks every input and output
-  descriptor against its spec (``st_check_tensor``: the message names the tensor and the
-  expected dtype and shape), reserves the arena and runs the tasks — eagerly, or through a
-  captured CUDA graph (see ``run_graph`` in the generated source for the policy).
+  descriptor against its spec (``st_check_tensor``), reserves the arena and runs the tasks —
+  eagerly, or through a captured CUDA graph.
 
 CUDA graphs: a run is captured the second time the program sees the same (stream, input,
 output and arena addresses) and replayed from then on; the first sighting runs eagerly, so
 that cuBLASLt plans are built and autotuned and the arena is sized outside of capture. A
 change of any address starts a new entry (four are kept per instance). The legacy default
 stream (which cannot be captured) and a stream the caller is already capturing run eagerly.
-Copying inputs into arena-resident staging buffers instead would cost a full pass over every
-input and output on each run; keying by address costs nothing per replay.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import struct
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from . import manifest as mf
-from . import planner as P
-from .dtypes import DTYPES
-from .precision import POLICIES
-from .ir import Graph
-from .layout import View
+from .. import manifest as mf
+from ..dtypes import SIZES as _SIZES
+from ..dtypes import ctype as _ctype
+from ..dtypes import st_enum as _st_enum
+from ..plan import specs as P
+from ..precision import get as get_policy
+from .contract import Param, TaskContract, function_name as _cname
+from .render import CodeError, ilist as _ilist, render_task
 
-GENERATOR = "stitchcuda.coder (deterministic templates)"
-
-_CTYPE = {d.name: d.ctype for d in DTYPES.values() if d.ctype}
-_STDTYPE = {d.name: d.st_enum for d in DTYPES.values() if d.st_enum}
-_POLICY = {p.name: p.c_enum for p in POLICIES.values()}
-_EPILOGUE = {"none": "ST_EPI_NONE", "bias": "ST_EPI_BIAS", "relu": "ST_EPI_RELU", "gelu": "ST_EPI_GELU",
-             "bias_relu": "ST_EPI_BIAS_RELU", "bias_gelu": "ST_EPI_BIAS_GELU"}
-_POLICY_TEXT = {p.name: p.text for p in POLICIES.values()}
-_ROW_ENTRY = {"softmax": "launch_softmax", "log_softmax": "launch_log_softmax", "logsumexp": "launch_logsumexp",
-              "sum": "launch_row_sum", "mean": "launch_row_mean", "max": "launch_row_max", "min": "launch_row_min"}
-_AXIS_OP = {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min"}
-_MASK = {"none": "None", "bool": "Bool", "add_same": "AddSame", "add_f32": "AddF32"}
+GENERATOR = "stitchcuda.code (deterministic templates)"
 GRAPH_SLOTS = 4
 
 
-@dataclass(frozen=True)
-class ProgramSource:
-    """What the Coder hands on: program.cu, its manifest, and the weights (name -> array, in
-    manifest order, as the caller gave them: conversion to the policy's storage type happens
-    on the device at create time)."""
-
-    program_cu: str
-    manifest: mf.Manifest
-    weights: Mapping[str, Any] = field(default_factory=dict)
+def _dsize(dtype: str) -> int:
+    return _SIZES[dtype]
 
 
-class CodeError(ValueError):
-    """The plan holds something the coder cannot spell (a bug in the planner, or a mismatch)."""
-
-
-def code(plan: P.Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
-         reference: mf.ReferenceSource | None = None, arch: str = "sm_90") -> ProgramSource:
-    """Render ``plan`` (made from ``graph``) as a program; ``weights`` maps every graph weight
-    name to its array (any object; only presence is checked; None skips the check).
-
-    The manifest records ``arch`` (the target the program is built for), the reference
-    (default: ``<graph name>.py``), inputs, outputs, weights, lifted random inputs, the tasks
-    with their FLOPs and bytes, and every reference node with its cost-model numbers.
-    """
-    if plan.name != graph.name:
-        raise CodeError(f"plan {plan.name!r} was not made from graph {graph.name!r}")
-    ordered: dict[str, Any] = {}
-    if weights is not None:
-        missing = [w.name for w in plan.weights if w.name not in weights]
-        if missing:
-            raise CodeError(f"weights missing for {', '.join(missing)}")
-        ordered = {w.name: weights[w.name] for w in plan.weights}
-    source = _Writer(plan, graph).render()
-    manifest = mf.Manifest(
-        name=plan.name,
-        precision=plan.policy,
-        arch=arch,
-        source_hash=mf.hash_source(source),
-        reference=reference or mf.ReferenceSource(path=f"{graph.name}.py"),
-        inputs=tuple(mf.TensorSpec(s.name, s.dtype, s.shape) for s in plan.inputs),
-        outputs=tuple(mf.TensorSpec(s.name, s.dtype, s.shape) for s in plan.outputs),
-        weights=tuple(mf.TensorSpec(s.name, s.dtype, s.shape) for s in plan.weights),
-        lifted_random=tuple(mf.LiftedRandom(input=r.input, op=r.op, distribution=r.distribution, params=r.params,
-                                            shape=r.shape, dtype=r.dtype, source=r.source)
-                            for r in graph.lifted_random),
-        tasks=plan.manifest_tasks(),
-        reference_ops=plan.reference_ops(),
-    )
-    return ProgramSource(source, manifest, ordered)
-
-
-# ====================================================================== literals
-
-
-def flit(x: float) -> str:
-    """A float literal that reads back as the same float32 (PyTorch computes fp32 tensors'
-    scalar operands in fp32 too)."""
-    x = float(x)
-    if math.isnan(x):
-        return "NAN"
-    if math.isinf(x):
-        return "INFINITY" if x > 0 else "-INFINITY"
-    f = struct.unpack("f", struct.pack("f", x))[0]
-    text = f"{f:.9g}"
-    if "e" not in text and "." not in text and "inf" not in text:
-        text += ".0"
-    return text + "f"
-
-
-def _ilist(xs: Sequence[int]) -> str:
-    return "{" + ", ".join(str(int(x)) for x in xs) + "}"
-
-
-def _cname(name: str) -> str:
-    s = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    return s if s and not s[0].isdigit() else "_" + s
-
-
-_EXPR = {
-    "copy": "{0}", "neg": "-{0}", "rsqrt": "rsqrtf({0})", "sqrt": "sqrtf({0})", "exp": "expf({0})", "log": "logf({0})",
-    "tanh": "tanhf({0})", "relu": "fmaxf({0}, 0.f)", "sigmoid": "1.f / (1.f + expf(-{0}))",
-    "silu": "{0} / (1.f + expf(-{0}))", "abs": "fabsf({0})", "reciprocal": "1.f / {0}", "erf": "erff({0})",
-    "sin": "sinf({0})", "cos": "cosf({0})", "log1p": "log1pf({0})", "expm1": "expm1f({0})", "floor": "floorf({0})",
-    "ceil": "ceilf({0})", "round": "rintf({0})", "sign": "float(({0} > 0.f) - ({0} < 0.f))", "trunc": "truncf({0})",
-    "square": "{0} * {0}", "cube": "{0} * {0} * {0}",
-    "gelu_erf": "0.5f * {0} * (1.f + erff({0} * 0.707106781f))",
-    "gelu_tanh": "0.5f * {0} * (1.f + tanhf(0.797884561f * ({0} + 0.044715f * {0} * {0} * {0})))",
-    "hardswish": "{0} * fminf(fmaxf({0} + 3.f, 0.f), 6.f) * (1.f / 6.f)",
-    "hardsigmoid": "fminf(fmaxf({0} + 3.f, 0.f), 6.f) * (1.f / 6.f)", "relu6": "fminf(fmaxf({0}, 0.f), 6.f)",
-    "mish": "{0} * tanhf({0} > 20.f ? {0} : log1pf(expf({0})))",
-    "not": "({0} != 0.f ? 0.f : 1.f)", "to_bool": "({0} != 0.f ? 1.f : 0.f)",
-    "to_half": "__half2float(__float2half_rn({0}))", "to_bf16": "__bfloat162float(__float2bfloat16_rn({0}))",
-    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}", "pow": "powf({0}, {1})",
-    "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})", "eq": "({0} == {1} ? 1.f : 0.f)",
-    "ne": "({0} != {1} ? 1.f : 0.f)", "lt": "({0} < {1} ? 1.f : 0.f)", "le": "({0} <= {1} ? 1.f : 0.f)",
-    "gt": "({0} > {1} ? 1.f : 0.f)", "ge": "({0} >= {1} ? 1.f : 0.f)",
-    "and": "({0} != 0.f && {1} != 0.f ? 1.f : 0.f)", "or": "({0} != 0.f || {1} != 0.f ? 1.f : 0.f)",
-    "leaky_relu": "({0} > 0.f ? {0} : {0} * {1})", "elu": "({0} > 0.f ? {0} : {1} * expm1f({0}))",
-    "softplus": "({0} * {1} > {2} ? {0} : log1pf(expf({0} * {1})) / {1})",
-    "clamp": "fminf(fmaxf({0}, {1}), {2})", "where": "({0} != 0.f ? {1} : {2})", "const": "{0}",
-    "div_trunc": "truncf({0} / {1})", "div_floor": "floorf({0} / {1})",
-}
-
-
-def render_instrs(instrs: Sequence[P.EwInstr], leaf: Mapping[str, str], indent: str = "    ") -> tuple[list[str], str]:
-    """C++ statements for an expression and the name holding its value."""
-    lines = []
-    result = "0.f"
-    for i, ins in enumerate(instrs):
-        if ins.op not in _EXPR:
-            raise CodeError(f"no rendering for elementwise op {ins.op!r}")
-        args = []
-        for a in ins.args:
-            if a.startswith("a"):
-                args.append(leaf[a])
-            elif a.startswith("t"):
-                args.append(a)
-            elif a.startswith("c"):
-                args.append(flit(ins.consts[int(a[1:])]))
-            else:
-                raise CodeError(f"bad operand {a!r}")
-        expr = _EXPR[ins.op].format(*args)
-        lines.append(f"{indent}const float t{i} = {expr};")
-        result = f"t{i}"
-    if not instrs:
-        result = leaf.get("a0", "0.f")
-    return lines, result
-
-
-# ====================================================================== the writer
-
-
-class _Writer:
-    def __init__(self, plan: P.Plan, graph: Graph):
+class Skeleton:
+    def __init__(self, plan: P.Plan, contracts: Mapping[str, TaskContract], overrides: Mapping[str, str],
+                 origin: Mapping[str, str]):
         self.plan = plan
-        self.graph = graph
+        self.contracts = contracts
+        self.overrides = dict(overrides)
+        self.origin = dict(origin)
         self.buffers = {b.name: b for b in plan.buffers}
         self.n_in = len(plan.inputs)
         self.n_out = len(plan.outputs)
         self.n_w = len(plan.weights)
         self.consts = [b for b in plan.buffers if b.kind == "const"]
-        kinds = {type(t.params).__name__ for t in plan.tasks}
-        self.uses = kinds
-        self.fn_names: dict[str, str] = {}
-        for t in plan.tasks:
-            self.fn_names[t.name] = _cname(t.name)
-
-    # ------------------------------------------------------------------ pointers
-
-    def ptr(self, v: View, write: bool = False, phase: str = "run") -> str:
-        b = self.buffers[v.buffer]
-        ct = _CTYPE[v.dtype]
-        off = v.offset * v.itemsize
-        fn = "at_mut" if write else "at"
-        if b.kind == "input":
-            if write:
-                raise CodeError(f"a task writes input {b.source}")
-            base = f"io.in[{b.index}]"
-        elif b.kind == "output":
-            base = f"io.out[{b.index}]"
-        elif b.kind == "weight":
-            if write:
-                raise CodeError(f"a task writes weight {b.source}")
-            base = f"p->w[{b.index}]"
-        elif b.kind == "const":
-            base = f"p->c[{b.index}]"
-        else:
-            base = "io.arena"
-            off += b.offset
-        return f"{fn}<{ct}>({base}, {off})"
-
-    # ------------------------------------------------------------------ render
+        self.uses = {type(t.params).__name__ for t in plan.tasks}
 
     def render(self) -> str:
-        plan = self.plan
         out: list[str] = []
         out += self.header()
         out += self.includes()
         out += self.constants()
         out += self.state()
         out += self.helpers()
-        for t in plan.tasks:
-            out += self.task(t)
+        out += self.tasks()
         out += self.runners()
         out += self.entry_points()
         return "\n".join(out).rstrip() + "\n"
@@ -254,7 +81,7 @@ class _Writer:
             f"// program.cu — {plan.name}: generated by {GENERATOR}. Do not edit by hand;",
             "// regenerate with `stitchcuda build`.",
             "//",
-            f"// Precision policy: {_POLICY_TEXT[plan.policy]}.",
+            f"// Precision policy: {get_policy(plan.policy).text}.",
             "// Inputs:  " + ", ".join(f"{s.name} {s.dtype}{list(s.shape)}" for s in plan.inputs),
             "// Outputs: " + ", ".join(f"{s.name} {s.dtype}{list(s.shape)}" for s in plan.outputs),
             f"// Arena: {plan.arena_bytes} bytes of intermediates per run (offsets by liveness).",
@@ -265,7 +92,8 @@ class _Writer:
         w = max((len(t.name) for t in plan.tasks), default=4)
         for i, t in enumerate(plan.tasks, 1):
             phase = " [create]" if t.phase == "create" else ""
-            lines.append(f"//  {i:2d}. {t.name.ljust(w)}  {t.strategy:<19s} covers {', '.join(t.covers)}{phase}")
+            origin = f" [{self.origin[t.name]}]" if self.origin.get(t.name, "template") != "template" else ""
+            lines.append(f"//  {i:2d}. {t.name.ljust(w)}  {t.strategy:<19s} covers {', '.join(t.covers)}{phase}{origin}")
         lines.append("")
         return lines
 
@@ -275,6 +103,8 @@ class _Writer:
                  "#include <new>"]
         if self.plan.cuda_graph:
             lines.insert(5, "#include <mutex>")
+        if self.overrides:
+            lines.insert(3, "#include <cstddef>")
         lines += ["", '#include "stitchrt/program.h"']
         need_ew = bool(u & {"EwSpec", "CopySpec"}) or any(b.source_dtype for b in self.plan.buffers)
         if need_ew:
@@ -379,224 +209,93 @@ class _Writer:
         lines += ["}  // namespace", ""]
         return lines
 
-    # ------------------------------------------------------------------ tasks
-
-    def task(self, t: P.Task) -> list[str]:
-        fn = self.fn_names[t.name]
-        spec = t.params
-        head = [f"// Task {t.name} ({t.strategy}{', at create' if t.phase == 'create' else ''}): "
-                f"covers {', '.join(t.covers) if t.covers else '(layout only)'}."]
-        if t.note:
-            head.append(f"// {t.note[0].upper() + t.note[1:]}.")
-        sig = f"st_status {fn}(st_program* p, const Io& io, cudaStream_t stream) {{"
-        if isinstance(spec, P.GemmSpec):
-            body = self.gemm(t, spec)
-            return ["namespace {", ""] + head + [sig] + body + ["}", "", "}  // namespace", ""]
-        if isinstance(spec, P.EwSpec):
-            pre, body = self.elementwise(t, spec)
-        elif isinstance(spec, P.RowSpec):
-            pre, body = self.row(t, spec)
-        elif isinstance(spec, P.AxisSpec):
-            pre, body = self.axis(t, spec)
-        elif isinstance(spec, P.AttentionSpec):
-            pre, body = [], self.attention(t, spec)
-        elif isinstance(spec, P.AttentionMaskBlocksSpec):
-            pre, body = [], self.attention_mask_blocks(t, spec)
-        elif isinstance(spec, P.CopySpec):
-            pre, body = [], self.copy(t, spec)
-        elif isinstance(spec, P.BnStatsSpec):
-            pre, body = [], self.bn_stats(t, spec)
-        else:
-            raise CodeError(f"task {t.name}: unknown spec {type(spec).__name__}")
-        return ["namespace {", ""] + head + pre + [sig] + body + ["}", "", "}  // namespace", ""]
-
-    def gemm(self, t: P.Task, g: P.GemmSpec) -> list[str]:
-        dt = _STDTYPE[g.out.dtype]
-        L = ["  st_gemm_args g{};",
-             f"  g.policy = {_POLICY[g.policy]};",
-             f"  g.epilogue = {_EPILOGUE[g.epilogue]};",
-             f"  g.m = {g.m}; g.n = {g.n}; g.k = {g.k}; g.batch = {g.batch};",
-             f"  g.a = {self.ptr(g.a)}; g.lda = {g.lda}; g.stride_a = {g.stride_a}; g.trans_a = {int(g.trans_a)}; g.a_dtype = {_STDTYPE[g.a.dtype]};",
-             f"  g.b = {self.ptr(g.b)}; g.ldb = {g.ldb}; g.stride_b = {g.stride_b}; g.trans_b = {int(g.trans_b)}; g.b_dtype = {_STDTYPE[g.b.dtype]};"]
-        if g.c is not None:
-            L.append(f"  g.c = {self.ptr(g.c)}; g.ldc = {g.ldc}; g.stride_c = {g.stride_c};")
-        L.append(f"  g.out = {self.ptr(g.out, write=True)}; g.ldo = {g.ldo}; g.stride_out = {g.stride_out}; g.out_dtype = {dt};")
-        if g.bias is not None:
-            L.append(f"  g.bias = {self.ptr(g.bias)};")
-        L.append(f"  g.alpha = {flit(g.alpha)}; g.beta = {flit(g.beta)};")
-        if not g.chain:
-            L.append("  return st_gemm(&g, stream);")
-            return L
-        ops = ", ".join(f"{{ST_EP_{e.kind}, {flit(e.a)}, {flit(e.b)}}}" for e in g.chain)
-        L.append(f"  const st_ep_op ops[] = {{{ops}}};")
-        res = self.ptr(g.residual) if g.residual is not None else "nullptr"
-        L.append(f"  return st_gemm_epilogue(&g, ops, {len(g.chain)}, {res}, {g.ldr}, stream);")
-        return L
-
-    def functor(self, name: str, instrs: Sequence[P.EwInstr], n_inputs: int) -> list[str]:
-        leaf = {f"a{k}": f"a[{k}]" for k in range(max(n_inputs, 1))}
-        body, result = render_instrs(instrs, leaf)
-        return [f"struct {name} {{",
-                "  __device__ float operator()(const float* a) const {"] + \
-               body + [f"    return {result};", "  }", "};", ""]
-
-    def hook(self, name: str, instrs: Sequence[P.EwInstr]) -> list[str]:
-        body, result = render_instrs(instrs, {"a0": "x"})
-        return [f"struct {name} {{",
-                "  __device__ float operator()(float x) const {"] + \
-               body + [f"    return {result};", "  }", "};", ""]
-
-    def hooks(self, fn: str, prologue, epilogue) -> tuple[list[str], str]:
-        """Functors for a reduction's hooks (stitch::Identity for an empty one) and the call's
-        trailing arguments."""
-        pre: list[str] = []
-        names = []
-        for suffix, instrs in (("pro", prologue), ("epi", epilogue)):
-            if instrs:
-                pre += self.hook(f"{fn}_{suffix}", instrs)
-                names.append(f"{fn}_{suffix}{{}}")
-            else:
-                names.append("stitch::Identity{}")
-        return pre, ", " + ", ".join(names)
-
-    def elementwise(self, t: P.Task, e: P.EwSpec) -> tuple[list[str], list[str]]:
-        fn = self.fn_names[t.name]
-        pre = self.functor(f"{fn}_fn", e.instrs, len(e.inputs))
-        n = len(e.inputs)
-        layout = (f"  const stitch::EwLayout<{n}> layout{{{len(e.shape)}, {_ilist(e.shape)}, {_ilist(e.out_strides)}, "
-                  f"{{{', '.join(_ilist(s) for s in e.in_strides)}}}}};")
-        args = ", ".join(self.ptr(v) for v in e.inputs)
-        body = [layout,
-                f"  return cuda_check(stitch::launch_elementwise({fn}_fn{{}}, {self.ptr(e.out, write=True)}, layout, stream,",
-                f"                                               {args}),",
-                f'                    "{t.name}");']
-        return pre, body
-
-    def row(self, t: P.Task, r: P.RowSpec) -> tuple[list[str], list[str]]:
-        fn = self.fn_names[t.name]
-        pre: list[str] = []
-        hooks = ""
-        if r.prologue or r.epilogue:
-            pre, hooks = self.hooks(fn, r.prologue, r.epilogue)
-        x, y = self.ptr(r.x), self.ptr(r.out, write=True)
-        tin, tout = _CTYPE[r.x.dtype], _CTYPE[r.out.dtype]
-        if r.op == "layer_norm":
-            tw = _CTYPE[(r.weight or r.bias or r.x).dtype]
-            wp = self.ptr(r.weight) if r.weight is not None else "nullptr"
-            bp = self.ptr(r.bias) if r.bias is not None else "nullptr"
-            call = (f"stitch::launch_layer_norm<{tin}, {tout}, {tw}>({x}, {r.ldi}, {y}, {r.ldo}, {wp}, {bp}, "
-                    f"{r.rows}, {r.cols}, {flit(r.eps)}, stream{hooks})")
-        elif r.op == "rms_norm":
-            tw = _CTYPE[(r.weight or r.x).dtype]
-            wp = self.ptr(r.weight) if r.weight is not None else "nullptr"
-            call = (f"stitch::launch_rms_norm<{tin}, {tout}, {tw}>({x}, {r.ldi}, {y}, {r.ldo}, {wp}, "
-                    f"{r.rows}, {r.cols}, {flit(r.eps)}, stream{hooks})")
-        elif r.op == "var":
-            call = (f"stitch::launch_row_var({x}, {r.ldi}, {y}, {r.ldo}, {r.rows}, {r.cols}, "
-                    f"{'true' if r.unbiased else 'false'}, stream{hooks})")
-        else:
-            call = f"stitch::{_ROW_ENTRY[r.op]}({x}, {r.ldi}, {y}, {r.ldo}, {r.rows}, {r.cols}, stream{hooks})"
-        body = [f"  return cuda_check({call},", f'                    "{t.name}");']
-        return pre, body
-
-    def axis(self, t: P.Task, a: P.AxisSpec) -> tuple[list[str], list[str]]:
-        fn = self.fn_names[t.name]
-        pre: list[str] = []
-        hooks = ""
-        if a.prologue or a.epilogue:
-            pre, hooks = self.hooks(fn, a.prologue, a.epilogue)
-        tin, tout = _CTYPE[a.x.dtype], _CTYPE[a.out.dtype]
-        ws = f"{self.ptr(a.workspace, write=True)}, {a.workspace_floats}" if a.workspace is not None else "nullptr, 0"
-        body = [f"  const stitch::AxisParams<{tin}, {tout}> ap{{{self.ptr(a.x)}, {a.outer}, {a.red}, {a.inner}, "
-                f"{a.in_so}, {a.in_sr}, {a.in_si},",
-                f"                                       {self.ptr(a.out, write=True)}, {a.out_so}, {a.out_si}, {ws}}};",
-                f"  return cuda_check(stitch::launch_reduce_axis<stitch::AxisOp::{_AXIS_OP[a.op]}>(ap, stream{hooks}),",
-                f'                    "{t.name}");']
-        return pre, body
-
-    def attention(self, t: P.Task, a: P.AttentionSpec) -> list[str]:
-        ct = _CTYPE[a.q.dtype]
-        L = [f"  stitch::AttnParams<{ct}> a{{}};",
-             f"  a.q = {self.ptr(a.q)};",
-             f"  a.k = {self.ptr(a.k)};",
-             f"  a.v = {self.ptr(a.v)};",
-             f"  a.o = {self.ptr(a.o, write=True)};"]
-        for nm, v in (("q", a.q), ("k", a.k), ("v", a.v), ("o", a.o)):
-            L.append("  " + " ".join(f"a.{nm}_stride[{i}] = {s};" for i, s in enumerate(v.strides)))
-        L += [f"  a.B = {a.batch}; a.H = {a.heads}; a.Lq = {a.lq}; a.Lk = {a.lk}; a.heads_per_kv = {a.heads_per_kv};",
-              f"  a.scale = {flit(a.scale)};",
-              f"  a.causal = {'true' if a.causal else 'false'}; a.causal_offset = {a.causal_offset};",
-              f"  a.mask_kind = stitch::AttnMask::{_MASK[a.mask_kind]};"]
-        if a.mask is not None:
-            L.append(f"  a.mask = {self.ptr(a.mask)};")
-            L.append("  " + " ".join(f"a.mask_stride[{i}] = {s};" for i, s in enumerate(a.mask.strides)))
-        if a.mask_blocks is not None:
-            L.append(f"  a.mask_blocks = {self.ptr(a.mask_blocks)};  // skip the key tiles the mask hides")
-            L.append("  " + " ".join(f"a.mask_blocks_stride[{i}] = {s};" for i, s in enumerate(a.mask_blocks.strides)))
-        tf32 = ", /*allow_tf32=*/true" if a.tf32 else ""
-        L += [f"  return cuda_check(stitch::launch_attention<{ct}, {a.head_dim}>(a, stream{tf32}), \"{t.name}\");"]
-        return L
-
-    def attention_mask_blocks(self, t: P.Task, a: P.AttentionMaskBlocksSpec) -> list[str]:
-        ct = _CTYPE[a.dtype]
-        L = [f"  stitch::AttnParams<{ct}> a{{}};",
-             f"  a.B = {a.batch}; a.H = {a.heads}; a.Lq = {a.lq}; a.Lk = {a.lk};",
-             f"  a.mask_kind = stitch::AttnMask::{_MASK[a.mask_kind]};",
-             f"  a.mask = {self.ptr(a.mask)};",
-             "  " + " ".join(f"a.mask_stride[{i}] = {s};" for i, s in enumerate(a.mask.strides)),
-             "  " + " ".join(f"a.mask_blocks_stride[{i}] = {s};" for i, s in enumerate(a.blocks.strides)),
-             f"  return cuda_check(stitch::launch_attention_mask_blocks<{ct}>(a, {self.ptr(a.blocks, write=True)}, stream),",
-             f'                    "{t.name}");']
-        return L
-
-    def copy(self, t: P.Task, c: P.CopySpec) -> list[str]:
-        L = []
-        for i, it in enumerate(c.items):
-            L.append(f"  const stitch::EwLayout<1> l{i}{{{len(it.shape)}, {_ilist(it.shape)}, {_ilist(it.dst_strides)}, "
-                     f"{{{_ilist(it.src_strides)}}}}};")
-            L.append(f"  ST_TRY(cuda_check(stitch::launch_strided_copy({self.ptr(it.src)}, "
-                     f"{self.ptr(it.dst, write=True)}, l{i}, stream), \"{t.name}\"));")
-        L.append("  return ST_OK;")
-        return L
-
-    def bn_stats(self, t: P.Task, b: P.BnStatsSpec) -> list[str]:
-        sc, sh = self.ptr(b.scale, write=True), self.ptr(b.shift, write=True)
-        tw = _CTYPE[(b.weight or b.bias or b.running_mean or b.scale).dtype]
-        wp = self.ptr(b.weight) if b.weight is not None else f"static_cast<const {tw}*>(nullptr)"
-        bp = self.ptr(b.bias) if b.bias is not None else f"static_cast<const {tw}*>(nullptr)"
-        blocks = (b.c + 255) // 256
-        if b.mode == "running":
-            return [f"  bn_running_kernel<<<{blocks}, 256, 0, stream>>>({self.ptr(b.running_mean)}, {self.ptr(b.running_var)}, "
-                    f"{wp}, {bp}, {b.c}, {flit(b.eps)}, {sc}, {sh});",
-                    f'  return cuda_check(cudaGetLastError(), "{t.name}");']
-        rows = b.n * b.s
-        per = -(-rows // b.splits)
-        ws = self.ptr(b.workspace, write=True)
-        return [f"  const dim3 grid({(b.c + 31) // 32}, {b.splits});",
-                f"  bn_partial_kernel<<<grid, dim3(32, 8), 0, stream>>>({self.ptr(b.x)}, {b.n}, {b.c}, {b.s}, "
-                f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws});",
-                f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));',
-                f"  bn_finish_kernel<<<{blocks}, 256, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, {flit(b.eps)}, "
-                f"{sc}, {sh});",
-                f'  return cuda_check(cudaGetLastError(), "{t.name}");']
-
     # ------------------------------------------------------------------ runners and the ABI
+
+    def tasks(self) -> list[str]:
+        """Every task's function, in ``namespace task``, each opening with its contract."""
+        out: list[str] = []
+        for t in self.plan.tasks:
+            c = self.contracts[t.name]
+            head = [f"// Task {t.name} ({t.strategy}{', at create' if t.phase == 'create' else ''}): "
+                    f"covers {', '.join(t.covers) if t.covers else '(layout only)'}."]
+            if t.note:
+                head.append(f"// {t.note[0].upper() + t.note[1:]}.")
+            for p in c.params:
+                src = f"{p.buffer_kind} {p.tensor}" if p.tensor else p.buffer_kind
+                head.append(f"//   {p.name}: {p.role} {p.dtype}[{', '.join(map(str, p.shape))}] "
+                            f"strides [{', '.join(map(str, p.strides))}] ({src})")
+            out += ["namespace task {", ""] + head
+            src = self.overrides.get(t.name)
+            if src is not None:
+                ns = f"{c.function}_impl"
+                out += [f"// Body: {self.origin.get(t.name, 'override')} (in place of the template's).",
+                        f"namespace {ns} {{", src.rstrip(), f"}}  // namespace {ns}",
+                        f"using {ns}::{c.function};"]
+            else:
+                pre, body = render_task(t, c)
+                out += pre + [c.signature + " {"] + body + ["}"]
+            out += ["", "}  // namespace task", ""]
+        return out
+
+    def _arg(self, p: Param, write: bool) -> str:
+        """The expression passing buffer ``p.buffer`` at ``p``'s offset as ``p``'s pointer type."""
+        b = self.buffers[p.buffer]
+        if write and b.kind in ("input", "weight"):
+            raise CodeError(f"a task writes {b.kind} {b.source}")
+        name = _cname(b.name)
+        if p.dtype == b.dtype:
+            return name if p.offset == 0 else f"{name} + {p.offset}"
+        fn = "at_mut" if write else "at"
+        return f"{fn}<{p.ctype}>({name}, {p.offset * _dsize(p.dtype)})"
+
+    def _locals(self, tasks, phase: str) -> list[str]:
+        """The plan's buffers the tasks use, as named pointers (the names of plan.json)."""
+        used = dict.fromkeys(p.buffer for t in tasks for p in self.contracts[t.name].params)
+        lines = []
+        for name in used:
+            b = self.buffers[name]
+            ct = _ctype(b.dtype)
+            shape = f"{b.dtype}[{', '.join(map(str, b.shape))}]"
+            if b.kind == "input":
+                lines.append(f"  const {ct}* {_cname(name)} = static_cast<const {ct}*>(io.in[{b.index}]);  "
+                             f"// input {b.source}, {shape}")
+            elif b.kind == "output":
+                lines.append(f"  {ct}* {_cname(name)} = static_cast<{ct}*>(io.out[{b.index}]);  // output {b.source}, {shape}")
+            elif b.kind == "weight":
+                lines.append(f"  const {ct}* {_cname(name)} = static_cast<const {ct}*>(p->w[{b.index}]);  "
+                             f"// weight {b.source}, {shape}")
+            elif b.kind == "const":
+                lines.append(f"  {ct}* {_cname(name)} = static_cast<{ct}*>(p->c[{b.index}]);  // from weights: {b.source}, {shape}")
+            else:
+                if phase == "create":
+                    raise CodeError(f"create-phase task reads arena buffer {name}")
+                lines.append(f"  {ct}* {_cname(name)} = at_mut<{ct}>(io.arena, {b.offset});  "
+                             f"// {b.source}, {shape}, arena bytes {b.offset}..{b.offset + b.nbytes}")
+        return lines
+
+    def _calls(self, tasks) -> list[str]:
+        lines = []
+        for t in tasks:
+            c = self.contracts[t.name]
+            args = [self._arg(p, p.role != "in") for p in c.params] + ["stream"]
+            lines.append(f"  ST_TRY(task::{c.function}({', '.join(args)}));")
+        return lines
 
     def runners(self) -> list[str]:
         plan = self.plan
         lines = ["namespace {", "",
-                 "// Every run-phase task, in order, on the caller's stream.",
+                 "// Every run-phase task, in order, on the caller's stream, over the plan's buffers.",
                  "st_status run_tasks(st_program* p, const Io& io, cudaStream_t stream) {"]
-        for t in plan.run_tasks:
-            lines.append(f"  ST_TRY({self.fn_names[t.name]}(p, io, stream));")
-        lines += ["  return ST_OK;", "}", ""]
+        lines += self._locals(plan.run_tasks, "run")
+        lines += self._calls(plan.run_tasks)
+        lines += ["  (void)p;", "  (void)io;", "  return ST_OK;", "}", ""]
         lines += ["// The create-phase tasks: computed once from the weights, on the legacy default stream.",
                   "st_status create_tasks(st_program* p) {",
                   "  const Io io{};",
                   "  const cudaStream_t stream = nullptr;"]
-        for t in plan.create_tasks:
-            lines.append(f"  ST_TRY({self.fn_names[t.name]}(p, io, stream));")
-        lines += ["  (void)io;", "  (void)stream;", "  return ST_OK;", "}", ""]
+        lines += self._locals(plan.create_tasks, "create")
+        lines += self._calls(plan.create_tasks)
+        lines += ["  (void)p;", "  (void)io;", "  (void)stream;", "  return ST_OK;", "}", ""]
         if plan.cuda_graph:
             lines += _GRAPH_RUNNER
         lines += self.weight_upload()
@@ -642,7 +341,7 @@ class _Writer:
                 continue
             n = math.prod(b.shape)
             if b.source_dtype:
-                lines.append(f"  ST_TRY((upload_converted<{_CTYPE[b.source_dtype]}, {_CTYPE[b.dtype]}>(w[{b.index}], {n}, &p->w[{b.index}])));"
+                lines.append(f"  ST_TRY((upload_converted<{_ctype(b.source_dtype)}, {_ctype(b.dtype)}>(w[{b.index}], {n}, &p->w[{b.index}])));"
                              f"  // {b.source}")
             else:
                 lines.append(f"  ST_TRY(upload(w[{b.index}], {b.nbytes}, &p->w[{b.index}]));  // {b.source}")
@@ -659,7 +358,7 @@ class _Writer:
             shape = _ilist(s.shape) if s.shape else "{1}"
             desc = _cstr(f"{what} {i} '{s.name}' ({s.dtype}[{', '.join(map(str, s.shape))}])")
             lines.append(f"  const int64_t {prefix}{i}[] = {shape};")
-            lines.append(f'  ST_TRY(st_check_tensor(&{arr}[{i}], "{desc}", {_STDTYPE[s.dtype]}, {len(s.shape)}, '
+            lines.append(f'  ST_TRY(st_check_tensor(&{arr}[{i}], "{desc}", {_st_enum(s.dtype)}, {len(s.shape)}, '
                          f"{prefix}{i}, 1, {device}));")
         return lines
 
@@ -683,7 +382,7 @@ class _Writer:
             shape = _ilist(s.shape) if s.shape else "{1}"
             desc = f"weight {i} '{s.name}' ({s.dtype}[{', '.join(map(str, s.shape))}])"
             lines.append(f"  const int64_t sw{i}[] = {shape};")
-            lines.append(f'  ST_TRY(st_check_tensor(&weights[{i}], "{_cstr(desc)}", {_STDTYPE[s.dtype]}, {len(s.shape)}, '
+            lines.append(f'  ST_TRY(st_check_tensor(&weights[{i}], "{_cstr(desc)}", {_st_enum(s.dtype)}, {len(s.shape)}, '
                          f"sw{i}, 1, weights[{i}].device_type));")
         lines += ["  ST_TRY(st_set_device(device));",
                   "  st_program* p = new (std::nothrow) st_program();",
@@ -737,6 +436,8 @@ class _Writer:
                   "}", "",
                   '}  // extern "C"']
         return lines
+
+
 
 
 def _compact_json(d: Mapping[str, Any]) -> str:
@@ -912,4 +613,6 @@ __global__ void bn_running_kernel(const TW* mean, const TW* var, const TW* weigh
 """.splitlines() + [""]
 
 
-__all__ = ["GENERATOR", "ProgramSource", "CodeError", "code", "flit", "render_instrs"]
+
+
+__all__ = ["GENERATOR", "GRAPH_SLOTS", "Skeleton"]

@@ -1,0 +1,295 @@
+"""Rendering one task's body from its spec: one renderer per kind of spec.
+
+Takes a :class:`~stitchcuda.plan.specs.Task` and its :class:`~.contract.TaskContract`; gives
+the lines to put before the task's function (functors for elementwise expressions and
+reduction hooks) and the lines of its body. Pointers are spelled by the contract's parameter
+names; layouts, leading dims, hooks and precision all come from the spec — nothing is decided
+here. Elementwise instructions are spelled by the op registry (:func:`render_instrs`).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Mapping, Sequence
+
+from .. import ops
+from ..dtypes import ctype as _ctype
+from ..dtypes import st_enum as _st_enum
+from ..plan import specs as S
+from ..precision import get as get_policy
+from .contract import TaskContract
+
+_EPILOGUE = {"none": "ST_EPI_NONE", "bias": "ST_EPI_BIAS", "relu": "ST_EPI_RELU", "gelu": "ST_EPI_GELU",
+             "bias_relu": "ST_EPI_BIAS_RELU", "bias_gelu": "ST_EPI_BIAS_GELU"}
+_ROW_ENTRY = {"softmax": "launch_softmax", "log_softmax": "launch_log_softmax", "logsumexp": "launch_logsumexp",
+              "sum": "launch_row_sum", "mean": "launch_row_mean", "max": "launch_row_max", "min": "launch_row_min"}
+_AXIS_OP = {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min"}
+_MASK = {"none": "None", "bool": "Bool", "add_same": "AddSame", "add_f32": "AddF32"}
+
+
+class CodeError(ValueError):
+    """The plan holds something the coder cannot spell (a bug in the planner, or a mismatch)."""
+
+
+# ---------------------------------------------------------------------- literals and expressions
+
+
+def flit(x: float) -> str:
+    """A float literal that reads back as the same float32 (PyTorch computes fp32 tensors'
+    scalar operands in fp32 too)."""
+    x = float(x)
+    if math.isnan(x):
+        return "NAN"
+    if math.isinf(x):
+        return "INFINITY" if x > 0 else "-INFINITY"
+    f = struct.unpack("f", struct.pack("f", x))[0]
+    text = f"{f:.9g}"
+    if "e" not in text and "." not in text and "inf" not in text:
+        text += ".0"
+    return text + "f"
+
+
+def ilist(xs: Sequence[int]) -> str:
+    return "{" + ", ".join(str(int(x)) for x in xs) + "}"
+
+
+def render_instrs(instrs: Sequence[S.EwInstr], leaf: Mapping[str, str], indent: str = "    ") -> tuple[list[str], str]:
+    """C++ statements for an expression (the registry's spelling of each instruction) and the
+    name holding its value."""
+    lines = []
+    result = "0.f"
+    for i, ins in enumerate(instrs):
+        entry = ops.INSTRS.get(ins.op)
+        if entry is None:
+            raise CodeError(f"no rendering for elementwise op {ins.op!r}")
+        args = []
+        for a in ins.args:
+            if a.startswith("a"):
+                args.append(leaf[a])
+            elif a.startswith("t"):
+                args.append(a)
+            elif a.startswith("c"):
+                args.append(flit(ins.consts[int(a[1:])]))
+            else:
+                raise CodeError(f"bad operand {a!r}")
+        lines.append(f"{indent}const float t{i} = {entry.c.format(*args)};")
+        result = f"t{i}"
+    if not instrs:
+        result = leaf.get("a0", "0.f")
+    return lines, result
+
+
+def functor(name: str, instrs: Sequence[S.EwInstr], n_inputs: int) -> list[str]:
+    leaf = {f"a{k}": f"a[{k}]" for k in range(max(n_inputs, 1))}
+    body, result = render_instrs(instrs, leaf)
+    return [f"struct {name} {{", "  __device__ float operator()(const float* a) const {"] + body + \
+           [f"    return {result};", "  }", "};", ""]
+
+
+def hook(name: str, instrs: Sequence[S.EwInstr]) -> list[str]:
+    body, result = render_instrs(instrs, {"a0": "x"})
+    return [f"struct {name} {{", "  __device__ float operator()(float x) const {"] + body + \
+           [f"    return {result};", "  }", "};", ""]
+
+
+def hooks(fn: str, prologue, epilogue) -> tuple[list[str], str]:
+    """Functors for a reduction's hooks (stitch::Identity for an empty one) and the call's
+    trailing arguments."""
+    pre: list[str] = []
+    names = []
+    for suffix, instrs in (("pro", prologue), ("epi", epilogue)):
+        if instrs:
+            pre += hook(f"{fn}_{suffix}", instrs)
+            names.append(f"{fn}_{suffix}{{}}")
+        else:
+            names.append("stitch::Identity{}")
+    return pre, ", " + ", ".join(names)
+
+
+# ---------------------------------------------------------------------- one task
+
+
+class _Names:
+    """Parameter names by spec field."""
+
+    def __init__(self, c: TaskContract):
+        self.by_field = {p.field: p.name for p in c.params}
+
+    def __call__(self, field: str) -> str:
+        return self.by_field[field]
+
+    def opt(self, field: str, null: str = "nullptr") -> str:
+        return self.by_field.get(field, null)
+
+
+def render_task(t: S.Task, c: TaskContract) -> tuple[list[str], list[str]]:
+    """(lines before the task's function, lines of its body)."""
+    s = t.params
+    n = _Names(c)
+    fn = c.function
+    if isinstance(s, S.GemmSpec):
+        return [], gemm(s, n)
+    if isinstance(s, S.EwSpec):
+        return elementwise(t, s, n, fn)
+    if isinstance(s, S.RowSpec):
+        return row(t, s, n, fn)
+    if isinstance(s, S.AxisSpec):
+        return axis(t, s, n, fn)
+    if isinstance(s, S.AttentionSpec):
+        return [], attention(t, s, n)
+    if isinstance(s, S.AttentionMaskBlocksSpec):
+        return [], attention_mask_blocks(t, s, n)
+    if isinstance(s, S.CopySpec):
+        return [], copy(t, s, n)
+    if isinstance(s, S.BnStatsSpec):
+        return [], bn_stats(t, s, n)
+    raise CodeError(f"task {t.name}: unknown spec {type(s).__name__}")
+
+
+def gemm(g: S.GemmSpec, n: _Names) -> list[str]:
+    L = ["  st_gemm_args g{};",
+         f"  g.policy = {get_policy(g.policy).c_enum};",
+         f"  g.epilogue = {_EPILOGUE[g.epilogue]};",
+         f"  g.m = {g.m}; g.n = {g.n}; g.k = {g.k}; g.batch = {g.batch};",
+         f"  g.a = {n('a')}; g.lda = {g.lda}; g.stride_a = {g.stride_a}; g.trans_a = {int(g.trans_a)}; "
+         f"g.a_dtype = {_st_enum(g.a.dtype)};",
+         f"  g.b = {n('b')}; g.ldb = {g.ldb}; g.stride_b = {g.stride_b}; g.trans_b = {int(g.trans_b)}; "
+         f"g.b_dtype = {_st_enum(g.b.dtype)};"]
+    if g.c is not None:
+        L.append(f"  g.c = {n('c')}; g.ldc = {g.ldc}; g.stride_c = {g.stride_c};")
+    L.append(f"  g.out = {n('out')}; g.ldo = {g.ldo}; g.stride_out = {g.stride_out}; "
+             f"g.out_dtype = {_st_enum(g.out.dtype)};")
+    if g.bias is not None:
+        L.append(f"  g.bias = {n('bias')};")
+    L.append(f"  g.alpha = {flit(g.alpha)}; g.beta = {flit(g.beta)};")
+    if not g.chain:
+        L.append("  return st_gemm(&g, stream);")
+        return L
+    chain = ", ".join(f"{{ST_EP_{e.kind}, {flit(e.a)}, {flit(e.b)}}}" for e in g.chain)
+    L.append(f"  const st_ep_op ops[] = {{{chain}}};")
+    L.append(f"  return st_gemm_epilogue(&g, ops, {len(g.chain)}, {n.opt('residual')}, {g.ldr}, stream);")
+    return L
+
+
+def elementwise(t: S.Task, e: S.EwSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    pre = functor(f"{fn}_fn", e.instrs, len(e.inputs))
+    k = len(e.inputs)
+    layout = (f"  const stitch::EwLayout<{k}> layout{{{len(e.shape)}, {ilist(e.shape)}, {ilist(e.out_strides)}, "
+              f"{{{', '.join(ilist(s) for s in e.in_strides)}}}}};")
+    args = ", ".join(n(f"inputs[{i}]") for i in range(k))
+    body = [layout,
+            f"  return cuda_check(stitch::launch_elementwise({fn}_fn{{}}, {n('out')}, layout, stream,",
+            f"                                               {args}),",
+            f'                    "{t.name}");']
+    return pre, body
+
+
+def row(t: S.Task, r: S.RowSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    pre: list[str] = []
+    hk = ""
+    if r.prologue or r.epilogue:
+        pre, hk = hooks(fn, r.prologue, r.epilogue)
+    x, y = n("x"), n("out")
+    tin, tout = _ctype(r.x.dtype), _ctype(r.out.dtype)
+    if r.op == "layer_norm":
+        tw = _ctype((r.weight or r.bias or r.x).dtype)
+        call = (f"stitch::launch_layer_norm<{tin}, {tout}, {tw}>({x}, {r.ldi}, {y}, {r.ldo}, {n.opt('weight')}, "
+                f"{n.opt('bias')}, {r.rows}, {r.cols}, {flit(r.eps)}, stream{hk})")
+    elif r.op == "rms_norm":
+        tw = _ctype((r.weight or r.x).dtype)
+        call = (f"stitch::launch_rms_norm<{tin}, {tout}, {tw}>({x}, {r.ldi}, {y}, {r.ldo}, {n.opt('weight')}, "
+                f"{r.rows}, {r.cols}, {flit(r.eps)}, stream{hk})")
+    elif r.op == "var":
+        call = (f"stitch::launch_row_var({x}, {r.ldi}, {y}, {r.ldo}, {r.rows}, {r.cols}, "
+                f"{'true' if r.unbiased else 'false'}, stream{hk})")
+    else:
+        call = f"stitch::{_ROW_ENTRY[r.op]}({x}, {r.ldi}, {y}, {r.ldo}, {r.rows}, {r.cols}, stream{hk})"
+    return pre, [f"  return cuda_check({call},", f'                    "{t.name}");']
+
+
+def axis(t: S.Task, a: S.AxisSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    pre: list[str] = []
+    hk = ""
+    if a.prologue or a.epilogue:
+        pre, hk = hooks(fn, a.prologue, a.epilogue)
+    tin, tout = _ctype(a.x.dtype), _ctype(a.out.dtype)
+    ws = f"{n('workspace')}, {a.workspace_floats}" if a.workspace is not None else "nullptr, 0"
+    body = [f"  const stitch::AxisParams<{tin}, {tout}> ap{{{n('x')}, {a.outer}, {a.red}, {a.inner}, "
+            f"{a.in_so}, {a.in_sr}, {a.in_si},",
+            f"                                       {n('out')}, {a.out_so}, {a.out_si}, {ws}}};",
+            f"  return cuda_check(stitch::launch_reduce_axis<stitch::AxisOp::{_AXIS_OP[a.op]}>(ap, stream{hk}),",
+            f'                    "{t.name}");']
+    return pre, body
+
+
+def attention(t: S.Task, a: S.AttentionSpec, n: _Names) -> list[str]:
+    ct = _ctype(a.q.dtype)
+    L = [f"  stitch::AttnParams<{ct}> a{{}};",
+         f"  a.q = {n('q')};",
+         f"  a.k = {n('k')};",
+         f"  a.v = {n('v')};",
+         f"  a.o = {n('o')};"]
+    for nm, v in (("q", a.q), ("k", a.k), ("v", a.v), ("o", a.o)):
+        L.append("  " + " ".join(f"a.{nm}_stride[{i}] = {s};" for i, s in enumerate(v.strides)))
+    L += [f"  a.B = {a.batch}; a.H = {a.heads}; a.Lq = {a.lq}; a.Lk = {a.lk}; a.heads_per_kv = {a.heads_per_kv};",
+          f"  a.scale = {flit(a.scale)};",
+          f"  a.causal = {'true' if a.causal else 'false'}; a.causal_offset = {a.causal_offset};",
+          f"  a.mask_kind = stitch::AttnMask::{_MASK[a.mask_kind]};"]
+    if a.mask is not None:
+        L.append(f"  a.mask = {n('mask')};")
+        L.append("  " + " ".join(f"a.mask_stride[{i}] = {s};" for i, s in enumerate(a.mask.strides)))
+    if a.mask_blocks is not None:
+        L.append(f"  a.mask_blocks = {n('mask_blocks')};  // skip the key tiles the mask hides")
+        L.append("  " + " ".join(f"a.mask_blocks_stride[{i}] = {s};" for i, s in enumerate(a.mask_blocks.strides)))
+    tf32 = ", /*allow_tf32=*/true" if a.tf32 else ""
+    L += [f"  return cuda_check(stitch::launch_attention<{ct}, {a.head_dim}>(a, stream{tf32}), \"{t.name}\");"]
+    return L
+
+
+def attention_mask_blocks(t: S.Task, a: S.AttentionMaskBlocksSpec, n: _Names) -> list[str]:
+    ct = _ctype(a.dtype)
+    return [f"  stitch::AttnParams<{ct}> a{{}};",
+            f"  a.B = {a.batch}; a.H = {a.heads}; a.Lq = {a.lq}; a.Lk = {a.lk};",
+            f"  a.mask_kind = stitch::AttnMask::{_MASK[a.mask_kind]};",
+            f"  a.mask = {n('mask')};",
+            "  " + " ".join(f"a.mask_stride[{i}] = {s};" for i, s in enumerate(a.mask.strides)),
+            "  " + " ".join(f"a.mask_blocks_stride[{i}] = {s};" for i, s in enumerate(a.blocks.strides)),
+            f"  return cuda_check(stitch::launch_attention_mask_blocks<{ct}>(a, {n('blocks')}, stream),",
+            f'                    "{t.name}");']
+
+
+def copy(t: S.Task, c: S.CopySpec, n: _Names) -> list[str]:
+    L = []
+    for i, it in enumerate(c.items):
+        L.append(f"  const stitch::EwLayout<1> l{i}{{{len(it.shape)}, {ilist(it.shape)}, {ilist(it.dst_strides)}, "
+                 f"{{{ilist(it.src_strides)}}}}};")
+        L.append(f"  ST_TRY(cuda_check(stitch::launch_strided_copy({n(f'items[{i}].src')}, {n(f'items[{i}].dst')}, "
+                 f"l{i}, stream), \"{t.name}\"));")
+    L.append("  return ST_OK;")
+    return L
+
+
+def bn_stats(t: S.Task, b: S.BnStatsSpec, n: _Names) -> list[str]:
+    sc, sh = n("scale"), n("shift")
+    tw = _ctype((b.weight or b.bias or b.running_mean or b.scale).dtype)
+    wp = n.opt("weight", f"static_cast<const {tw}*>(nullptr)")
+    bp = n.opt("bias", f"static_cast<const {tw}*>(nullptr)")
+    blocks = (b.c + 255) // 256
+    if b.mode == "running":
+        return [f"  bn_running_kernel<<<{blocks}, 256, 0, stream>>>({n('running_mean')}, {n('running_var')}, "
+                f"{wp}, {bp}, {b.c}, {flit(b.eps)}, {sc}, {sh});",
+                f'  return cuda_check(cudaGetLastError(), "{t.name}");']
+    rows = b.n * b.s
+    per = -(-rows // b.splits)
+    ws = n("workspace")
+    return [f"  const dim3 grid({(b.c + 31) // 32}, {b.splits});",
+            f"  bn_partial_kernel<<<grid, dim3(32, 8), 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
+            f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws});",
+            f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));',
+            f"  bn_finish_kernel<<<{blocks}, 256, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, {flit(b.eps)}, "
+            f"{sc}, {sh});",
+            f'  return cuda_check(cudaGetLastError(), "{t.name}");']
+
+
+__all__ = ["CodeError", "flit", "ilist", "render_instrs", "functor", "hook", "hooks", "render_task"]

@@ -1,0 +1,359 @@
+"""The plan interpreter: every task spec executed over byte buffers on the CPU, as the GPU would.
+
+Takes a :class:`~stitchcuda.plan.specs.Plan`, weights and inputs (PyTorch tensors); gives the
+outputs — and, task by task, the state of every buffer (:meth:`Simulator.steps`), which is what
+:func:`stitchcuda.check.check_task` compares one task's body against. The planner decides
+layouts, leading dims, batch strides, fusion, epilogue order, in-place writes and arena offsets;
+the Coder only spells them; this module runs the specs with PyTorch (math in float64, results
+stored in each buffer's storage dtype) over one byte array per buffer — the arena is *one* byte
+array, so two intermediates whose lifetimes the planner wrongly overlapped corrupt each other
+here too. Outputs are poisoned with NaN and the arena filled with garbage before every run, so
+reading what was not written in this run shows up.
+
+It mirrors the semantics the templates and the runtime document (stitchrt.h, reduce.cuh,
+elementwise.cuh, attention.cuh); elementwise instructions and GEMM epilogue ops are evaluated by
+the op registry's PyTorch references (:mod:`stitchcuda.ops`). It is a model of the plan, not of
+the kernels: the kernels are checked against it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import torch
+
+from .. import ops
+from .. import plan as P
+from ..layout import View
+
+TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "bool": torch.bool,
+         "uint8": torch.uint8, "int8": torch.int8, "int32": torch.int32, "int64": torch.int64, "float64": torch.float64}
+F64 = torch.float64
+
+
+class Memory:
+    """One byte array per buffer (the arena one array for all of its buffers), on ``device``."""
+
+    def __init__(self, plan: P.Plan, device: str = "cpu"):
+        self.plan = plan
+        self.device = torch.device(device)
+        self.bufs: dict[str, torch.Tensor] = {}
+        self.arena = torch.zeros(max(plan.arena_bytes, 1), dtype=torch.uint8, device=self.device)
+        for b in plan.buffers:
+            if b.kind == "arena":
+                assert b.offset % P.ARENA_ALIGN == 0, f"{b.name} misaligned"
+                assert b.offset + b.nbytes <= plan.arena_bytes, f"{b.name} outside the arena"
+                self.bufs[b.name] = self.arena[b.offset:b.offset + b.nbytes]
+            else:
+                self.bufs[b.name] = torch.zeros(max(b.nbytes, 1), dtype=torch.uint8, device=self.device)
+
+    def clone(self) -> "Memory":
+        """An independent copy of every buffer (the arena stays one byte array)."""
+        m = Memory.__new__(Memory)
+        m.plan = self.plan
+        m.device = self.device
+        m.arena = self.arena.clone()
+        m.bufs = {}
+        for b in self.plan.buffers:
+            m.bufs[b.name] = m.arena[b.offset:b.offset + b.nbytes] if b.kind == "arena" else self.bufs[b.name].clone()
+        return m
+
+    def typed(self, name: str, dtype: str) -> torch.Tensor:
+        raw = self.bufs[name]
+        size = torch.empty((), dtype=TORCH[dtype]).element_size()
+        n = raw.numel() // size * size
+        return raw[:n].view(TORCH[dtype])
+
+    def view(self, v: View, shape: Sequence[int] | None = None, strides: Sequence[int] | None = None,
+             offset: int = 0) -> torch.Tensor:
+        flat = self.typed(v.buffer, v.dtype)
+        shape = v.shape if shape is None else tuple(shape)
+        strides = v.strides if strides is None else tuple(strides)
+        if math.prod(shape) == 0:
+            return torch.empty(shape, dtype=flat.dtype, device=flat.device)
+        last = v.offset + offset + sum((d - 1) * s for d, s in zip(shape, strides))
+        assert 0 <= v.offset + offset and last < flat.numel(), f"view {v.describe()} {shape}/{strides} out of bounds"
+        return torch.as_strided(flat, shape, strides, flat.storage_offset() + v.offset + offset)
+
+    def read(self, v: View, shape=None, strides=None, offset: int = 0) -> torch.Tensor:
+        return self.view(v, shape, strides, offset).to(F64)
+
+    def write(self, v: View, value: torch.Tensor, shape=None, strides=None, offset: int = 0) -> None:
+        dst = self.view(v, shape, strides, offset)
+        value = value.expand(dst.shape)
+        if dst.dtype == torch.bool:
+            value = value != 0
+        elif not dst.dtype.is_floating_point:
+            value = torch.trunc(value)
+        dst.copy_(value.to(dst.dtype))
+
+
+# ---------------------------------------------------------------------- expressions
+
+
+def _c(x: float) -> torch.Tensor:
+    return torch.tensor(float(x), dtype=F64)
+
+
+def eval_instrs(instrs: Sequence[P.EwInstr], leaves: Sequence[torch.Tensor]) -> torch.Tensor:
+    """An elementwise expression over float64 leaves, each instruction by its registry reference."""
+    vals: list[torch.Tensor] = []
+
+    def arg(a: str, ins: P.EwInstr) -> torch.Tensor:
+        if a.startswith("a"):
+            return leaves[int(a[1:])]
+        if a.startswith("t"):
+            return vals[int(a[1:])]
+        return _c(ins.consts[int(a[1:])])
+
+    for ins in instrs:
+        vals.append(ops.instr(ins.op).ref(*[arg(a, ins) for a in ins.args]))
+    return vals[-1] if vals else leaves[0]
+
+
+def hook(instrs: Sequence[P.EwInstr], x: torch.Tensor) -> torch.Tensor:
+    return eval_instrs(instrs, [x]) if instrs else x
+
+
+# ---------------------------------------------------------------------- tasks
+
+
+def run_task(mem: Memory, t: P.Task) -> None:
+    s = t.params
+    if isinstance(s, P.GemmSpec):
+        _gemm(mem, s)
+    elif isinstance(s, P.EwSpec):
+        leaves = [mem.read(v, s.shape, st) for v, st in zip(s.inputs, s.in_strides)]
+        mem.write(s.out, eval_instrs(s.instrs, leaves), s.shape, s.out_strides)
+    elif isinstance(s, P.RowSpec):
+        _row(mem, s)
+    elif isinstance(s, P.AxisSpec):
+        x = hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
+        r = {"sum": x.sum(1), "mean": x.mean(1), "max": x.amax(1), "min": x.amin(1)}[s.op]
+        mem.write(s.out, hook(s.epilogue, r), (s.outer, s.inner), (s.out_so, s.out_si))
+    elif isinstance(s, P.AttentionSpec):
+        _attention(mem, s)
+    elif isinstance(s, P.AttentionMaskBlocksSpec):
+        _attention_mask_blocks(mem, s)
+    elif isinstance(s, P.CopySpec):
+        for it in s.items:
+            mem.write(it.dst, mem.read(it.src, it.shape, it.src_strides), it.shape, it.dst_strides)
+    elif isinstance(s, P.BnStatsSpec):
+        _bn(mem, s)
+    else:
+        raise AssertionError(type(s))
+
+
+def _gemm(mem: Memory, g: P.GemmSpec) -> None:
+    b = g.batch
+    a = mem.read(g.a, (b, g.m, g.k), (g.stride_a, 1, g.lda) if g.trans_a else (g.stride_a, g.lda, 1))
+    bm = mem.read(g.b, (b, g.k, g.n), (g.stride_b, 1, g.ldb) if g.trans_b else (g.stride_b, g.ldb, 1))
+    acc = g.alpha * torch.bmm(a, bm)
+    if g.beta != 0.0:
+        acc = acc + g.beta * mem.read(g.c, (b, g.m, g.n), (g.stride_c, g.ldc, 1))
+    if "bias" in g.epilogue:
+        acc = acc + mem.read(g.bias, (g.n,), (1,))
+    if g.epilogue.endswith("relu"):
+        acc = torch.clamp_min(acc, 0)
+    elif g.epilogue.endswith("gelu"):
+        acc = torch.nn.functional.gelu(acc, approximate="tanh")
+    out_strides = (g.stride_out, g.ldo, 1)
+    mem.write(g.out, acc, (b, g.m, g.n), out_strides)
+    if g.chain:
+        assert b == 1 or g.stride_out == g.m * g.ldo, "batched epilogue over a non-dense batch"
+        rows = g.m * b
+        x = mem.read(g.out, (rows, g.n), (g.ldo, 1))
+        ctx = {}
+        if g.residual is not None:
+            ctx["residual"] = mem.read(g.residual, (rows, g.n), (g.ldr, 1))
+        if g.bias is not None:
+            ctx["bias"] = mem.read(g.bias, (g.n,), (1,))
+        for e in g.chain:
+            x = ops.EPILOGUES[e.kind].ref(x, e.a, e.b, ctx)
+        mem.write(g.out, x, (rows, g.n), (g.ldo, 1))
+
+
+def _row(mem: Memory, r: P.RowSpec) -> None:
+    x = hook(r.prologue, mem.read(r.x, (r.rows, r.cols), (r.ldi, 1)))
+    op = r.op
+    if op in ("softmax", "log_softmax", "layer_norm", "rms_norm"):
+        if op == "softmax":
+            y = torch.softmax(x, -1)
+        elif op == "log_softmax":
+            y = torch.log_softmax(x, -1)
+        elif op == "layer_norm":
+            mean = x.mean(-1, keepdim=True)
+            var = ((x - mean) ** 2).mean(-1, keepdim=True)
+            y = (x - mean) * torch.rsqrt(var + r.eps)
+            if r.weight is not None:
+                y = y * mem.read(r.weight, (r.cols,), (1,))
+            if r.bias is not None:
+                y = y + mem.read(r.bias, (r.cols,), (1,))
+        else:
+            y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + r.eps)
+            if r.weight is not None:
+                y = y * mem.read(r.weight, (r.cols,), (1,))
+        mem.write(r.out, hook(r.epilogue, y), (r.rows, r.cols), (r.ldo, 1))
+        return
+    y = {"sum": lambda: x.sum(-1), "mean": lambda: x.mean(-1), "max": lambda: x.amax(-1), "min": lambda: x.amin(-1),
+         "logsumexp": lambda: torch.logsumexp(x, -1),
+         "var": lambda: x.var(-1, correction=1 if r.unbiased else 0)}[op]()
+    mem.write(r.out, hook(r.epilogue, y), (r.rows,), (r.ldo,))
+
+
+def _mask_cells(m: torch.Tensor, kind: str) -> torch.Tensor:
+    """attention.cuh's mask summary of a [b, h, lq, lk] mask (float64 values): per 64 x 32 cell,
+    bit 0 some element attends, bit 1 some element is masked."""
+    vis, masked = (m != 0, m == 0) if kind == "bool" else (m != -math.inf, m != 0)
+    cq, ck = P.ATTENTION_MASK_CELL
+    lq, lk = m.shape[-2:]
+    nq, nk = -(-lq // cq), -(-lk // ck)
+
+    def cells(x: torch.Tensor) -> torch.Tensor:
+        x = torch.nn.functional.pad(x.to(torch.uint8), (0, nk * ck - lk, 0, nq * cq - lq))
+        return x.reshape(*x.shape[:2], nq, cq, nk, ck).amax(dim=(3, 5))
+
+    return cells(vis) | (cells(masked) << 1)
+
+
+def _attention_mask_blocks(mem: Memory, s: P.AttentionMaskBlocksSpec) -> None:
+    # One summary per batch / head the mask does not broadcast over (zero strides in blocks).
+    nb = s.batch if s.blocks.strides[0] else 1
+    nh = s.heads if s.blocks.strides[1] else 1
+    m = mem.read(s.mask)[:nb, :nh]
+    shape = (nb, nh) + s.blocks.shape[2:]
+    mem.write(s.blocks, _mask_cells(m, s.mask_kind).to(F64), shape, s.blocks.strides)
+
+
+def _attention(mem: Memory, a: P.AttentionSpec) -> None:
+    q, k, v = mem.read(a.q), mem.read(a.k), mem.read(a.v)
+    if a.heads_per_kv > 1:
+        k = k.repeat_interleave(a.heads_per_kv, 1)
+        v = v.repeat_interleave(a.heads_per_kv, 1)
+    s = q @ k.transpose(-1, -2) * a.scale  # float64: TF32 (a.tf32) rounding is the kernel's business
+    if a.causal:
+        i = torch.arange(a.lq, device=s.device)[:, None]
+        j = torch.arange(a.lk, device=s.device)[None, :]
+        s = s.masked_fill(j > i + a.causal_offset, -math.inf)
+    if a.mask is not None:
+        m = mem.read(a.mask)
+        use = torch.ones_like(s, dtype=torch.bool)
+        if a.mask_blocks is not None:
+            # As the kernels read the summary: keys of cells without bit 0 are skipped, and the
+            # mask is read only in cells with bit 1 (a wrong summary shows up in the result).
+            cq, ck = P.ATTENTION_MASK_CELL
+            cells = mem.read(a.mask_blocks).to(torch.int64)
+            cells = cells.repeat_interleave(cq, 2).repeat_interleave(ck, 3)[..., : a.lq, : a.lk]
+            s = s.masked_fill((cells & 1) == 0, -math.inf)
+            use = (cells & 2) != 0
+        if a.mask_kind == "bool":
+            s = s.masked_fill(use & (m == 0), -math.inf)
+        else:
+            s = s + torch.where(use, m, torch.zeros((), dtype=F64, device=s.device))
+    p = torch.softmax(s, -1)
+    p = torch.nan_to_num(p, nan=0.0)  # a row with no visible key gives 0 (attention.cuh)
+    mem.write(a.o, p @ v)
+
+
+def _bn(mem: Memory, b: P.BnStatsSpec) -> None:
+    if b.mode == "batch":
+        x = mem.read(b.x, (b.n, b.c, b.s), (b.sn, b.sc, b.ss))
+        mean = x.mean((0, 2))
+        var = ((x - mean[None, :, None]) ** 2).mean((0, 2))
+    else:
+        mean = mem.read(b.running_mean, (b.c,), (1,))
+        var = mem.read(b.running_var, (b.c,), (1,))
+    w = mem.read(b.weight, (b.c,), (1,)) if b.weight is not None else torch.ones(b.c, dtype=F64, device=mem.device)
+    bias = mem.read(b.bias, (b.c,), (1,)) if b.bias is not None else torch.zeros(b.c, dtype=F64, device=mem.device)
+    scale = w * torch.rsqrt(var + b.eps)
+    mem.write(b.scale, scale, (b.c,), (1,))
+    mem.write(b.shift, bias - mean * scale, (b.c,), (1,))
+
+
+# ---------------------------------------------------------------------- whole programs
+
+
+def _put(mem: Memory, name: str, value: torch.Tensor, dtype: str) -> None:
+    flat = mem.typed(name, dtype)
+    flat[: value.numel()].copy_(value.reshape(-1).to(flat.dtype))
+
+
+class Simulator:
+    """A program instance on the CPU: ``create(weights)`` then ``run(inputs) -> outputs``."""
+
+    def __init__(self, plan: P.Plan, device: str = "cpu"):
+        self.plan = plan
+        self.mem = Memory(plan, device)
+
+    def create(self, weights: Mapping[str, torch.Tensor]) -> None:
+        for b in self.plan.buffers:
+            if b.kind == "weight":
+                _put(self.mem, b.name, weights[b.source].detach().to(F64 if b.dtype.startswith(("float", "bfloat"))
+                                                                     else weights[b.source].dtype), b.dtype)
+        for t in self.plan.create_tasks:
+            run_task(self.mem, t)
+
+    def run(self, inputs: Sequence[torch.Tensor], garbage: float = float("nan")) -> list[torch.Tensor]:
+        plan = self.plan
+        self.mem.arena.fill_(0xFF)  # NaN in every float type
+        for b in plan.buffers:
+            if b.kind == "input":
+                _put(self.mem, b.name, inputs[b.index], b.dtype)
+            elif b.kind == "output":
+                self.mem.bufs[b.name].fill_(0xFF)
+        before = [x.clone() for x in inputs]
+        for t in plan.run_tasks:
+            run_task(self.mem, t)
+        for b in plan.buffers:
+            if b.kind == "input":
+                now = self.mem.typed(b.name, b.dtype)[: math.prod(b.shape)].reshape(b.shape)
+                assert torch.equal(now.to(inputs[b.index].dtype), before[b.index]), f"input {b.source} was written"
+        outs = []
+        for o in plan.outputs:
+            b = next(x for x in plan.buffers if x.kind == "output" and x.source == o.tensor and
+                     x.index == plan.outputs.index(o))
+            outs.append(self.mem.typed(b.name, b.dtype)[: math.prod(b.shape)].reshape(b.shape).clone())
+        return outs
+
+
+    def around(self, task: str, inputs: Sequence[torch.Tensor], weights: Mapping[str, torch.Tensor] | None = None
+               ) -> tuple[Memory, Memory]:
+        """The memory just before and just after task ``task``. A run-phase task runs on
+        ``inputs`` after the program was created; a create-phase one needs ``weights`` (the
+        program is created again, up to it)."""
+        plan = self.plan
+        t = plan.task(task)
+        if t.phase == "create":
+            if weights is None:
+                raise ValueError(f"task {task} runs at create: give the weights")
+            for b in plan.buffers:
+                if b.kind == "weight":
+                    _put(self.mem, b.name, weights[b.source].detach().to(
+                        F64 if b.dtype.startswith(("float", "bfloat")) else weights[b.source].dtype), b.dtype)
+            todo = plan.create_tasks
+        else:
+            self.mem.arena.fill_(0xFF)
+            for b in plan.buffers:
+                if b.kind == "input":
+                    _put(self.mem, b.name, inputs[b.index], b.dtype)
+                elif b.kind == "output":
+                    self.mem.bufs[b.name].fill_(0xFF)
+            todo = plan.run_tasks
+        for r in todo:
+            if r.name == task:
+                before = self.mem.clone()
+                run_task(self.mem, r)
+                return before, self.mem.clone()
+            run_task(self.mem, r)
+        raise AssertionError(f"task {task} not found in its phase")
+
+
+def simulate(plan: P.Plan, weights: Mapping[str, torch.Tensor], inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    sim = Simulator(plan)
+    sim.create(weights)
+    sim.run(inputs)
+    return sim.run(inputs)  # twice: the second run must not depend on the first
+
+
+__all__ = ["Simulator", "simulate", "eval_instrs", "run_task", "Memory", "TORCH", "F64"]

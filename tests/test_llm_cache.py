@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -232,3 +234,41 @@ def test_inserted_response_for_a_model_run_is_served_without_loading(fake_llama,
     ResponseCache(tmp_path).insert(llm.identity, PROMPT, "hand-written")
     llm = LLM(fake_llama, cache=tmp_path)
     assert llm.complete(PROMPT).text == "hand-written" and not _FakeLlama.instances
+
+
+# ---------------------------------------------------------------------------- the test model's file
+
+
+def test_default_test_model_assembles_once_and_reverifies_a_changed_file(tmp_path, monkeypatch):
+    from stitchcuda.llm import default_test_model
+    from stitchcuda.llm import model as model_mod
+
+    calls = []
+
+    def assemble(output_path=None, overwrite=False):
+        calls.append((Path(output_path).name, overwrite))
+        p = Path(output_path)
+        if not p.exists() or overwrite:
+            p.write_bytes(b"GGUF fake")
+        return p
+
+    fake = types.SimpleNamespace(MODEL_NAME="tiny.gguf", EXPECTED_SHA256="0" * 64, assemble=assemble)
+    monkeypatch.setenv("STITCHCUDA_CACHE", str(tmp_path))
+    monkeypatch.setitem(sys.modules, model_mod._TEST_MODEL_MODULE, fake)
+    default_test_model.cache_clear()
+    try:
+        p = default_test_model()
+        assert p == tmp_path / "models" / "tiny.gguf" and p.read_bytes() == b"GGUF fake"
+        assert len(calls) == 1 and calls[0][0].endswith(".tmp") and calls[0][1]
+        assert not list(p.parent.glob("*.tmp"))
+        default_test_model.cache_clear()
+        assert default_test_model() == p and len(calls) == 1          # the note says: verified
+        os.utime(p, ns=(1, 1))                                         # changed since: check again
+        default_test_model.cache_clear()
+        assert default_test_model() == p and calls[-1] == ("tiny.gguf", False)
+
+        monkeypatch.setitem(sys.modules, model_mod._TEST_MODEL_MODULE, None)   # not installed
+        default_test_model.cache_clear()
+        assert default_test_model() is None
+    finally:
+        default_test_model.cache_clear()

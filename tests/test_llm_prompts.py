@@ -65,6 +65,9 @@ def test_api_reference_keeps_to_its_budget_and_takes_the_macro_behind_an_entry()
     assert "launch_softmax" in _names(ex) and "STITCH_ROW_ENTRY" in _names(ex)
     assert "#define STITCH_ROW_ENTRY" in ex.text and "// ---- stitch/reduce.cuh" in ex.text
     assert api_reference("zzz qqq", 1000).entries == ()
+    gelu = api_reference("%gelu = aten.gelu.default(%x)", 1000)
+    assert {"GeluErf", "EwUnary", "launch_elementwise", "EwLayout"} <= _names(gelu)   # EwLayout: a need
+    assert "launch_softmax" not in _names(gelu)                                          # below the floor
 
 
 # ---------------------------------------------------------------------------- code prompts

@@ -13,6 +13,7 @@ headers' own words (``softmax``, ``gemm``, ``bias``, ``bf16``) are what a task n
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -33,15 +34,18 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass(frozen=True)
 class ApiEntry:
-    """One piece of the reference: ``kind`` is ``"overview"`` (a file's opening comment) or
-    ``"decl"`` (a declaration with its comment); ``line`` is 1-based in ``file``."""
+    """One piece of the reference, ``line`` 1-based in ``file``. ``kind``: ``"overview"`` (a
+    section of a file's opening comment), ``"type"`` (struct, class, union, enum), ``"macro"``
+    (``#define``) or ``"decl"`` (a function, variable, or macro call), each with its comment.
+    ``needs``: the types and macros a ``decl`` names (``launch_row_reduce`` takes a
+    ``RowParams``), shown with it when they fit."""
 
     file: str
     line: int
     kind: str
     name: str
     text: str
-    needs: str = ""     #: the macro an entry expands (STITCH_ROW_ENTRY): shown with it
+    needs: tuple[str, ...] = ()
 
 
     @property
@@ -210,7 +214,7 @@ def _cut(file: str, text: str) -> list[ApiEntry]:
                 body = lines[start:i + 1]
                 if len(body) > _MAX_ENTRY_LINES:
                     body = body[:_MAX_ENTRY_LINES] + ["  ..."]
-                entries.append(ApiEntry(file, (comment_start if comment else start) + 1, "decl", d.group(1),
+                entries.append(ApiEntry(file, (comment_start if comment else start) + 1, "macro", d.group(1),
                                         "\n".join(comment + body)))
             comment = []
             i += 1
@@ -243,8 +247,8 @@ def _cut(file: str, text: str) -> list[ApiEntry]:
         if not skipping:
             body = "\n".join(comment + kept)
             name = macro_call.group(1) if macro_call else _decl_name(joined)
-            needs = re.match(r"\s*(\w+)", joined).group(1) if macro_call else ""
-            entries.append(ApiEntry(file, (comment_start if comment else start) + 1, "decl", name, body, needs))
+            kind = "type" if keep_depth else "decl"
+            entries.append(ApiEntry(file, (comment_start if comment else start) + 1, kind, name, body))
         comment = []
     return entries
 
@@ -263,7 +267,10 @@ def api_entries(include_dir: Path = INCLUDE_DIR) -> tuple[ApiEntry, ...]:
     for f in _header_files(Path(include_dir)):
         rel = f.relative_to(include_dir).as_posix()
         out.extend(_cut(rel, f.read_text(encoding="utf-8", errors="replace")))
-    return tuple(out)
+    types = {e.name for e in out if e.kind in ("type", "macro")}
+    return tuple(dataclasses.replace(e, needs=tuple(sorted(
+        n for n in set(re.findall(r"\b\w+\b", e.text)) & types if n != e.name))) if e.kind == "decl" else e
+        for e in out)
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -275,6 +282,7 @@ const int float void bool return struct class template typename typedef enum uni
 auto char size_t int64_t int32_t uint8_t unsigned long double true false nullptr null define
 forceinline device host global namespace stitch st api extern
 cuda stream cudastream cudastream_t cudaerror_t out in ptr aten default returns launch status
+st_status st_ok task input output read written whole alias strides
 """.split())
 
 # ATen spellings that the headers say otherwise.
@@ -286,8 +294,13 @@ _ALIASES = {
     "where": "elementwise", "maximum": "elementwise", "minimum": "elementwise",
     "sum": "reduce", "mean": "reduce", "amax": "reduce max", "amin": "reduce min",
     "var": "reduce", "logsumexp": "reduce", "permute": "strided copy", "transpose": "permute",
-    "clone": "copy", "contiguous": "copy", "gelu": "geluerf gelutanh",
+    "clone": "copy", "contiguous": "copy",
 }
+# Unary activations: an epilogue functor, applied elementwise through EwUnary / EpHook.
+_ALIASES.update({op: f"{extra} elementwise ewunary ephook" for op, extra in {
+    "gelu": "geluerf gelutanh", "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "silu": "silu",
+    "mish": "mish", "hardtanh": "hardtanh", "hardswish": "hardswish", "softplus": "softplus", "elu": "elu",
+    "leaky": "leakyrelu", "abs": "abs", "exp": "exp", "clamp": "clamp", "square": "square"}.items()})
 
 
 def _words(text: str) -> list[str]:
@@ -354,21 +367,29 @@ def rank(query: str | Mapping[str, float],
 
 
 def api_reference(query: str | Mapping[str, float], budget_tokens: int, *, include_dir: Path | None = None,
-                  count_tokens: Callable[[str], int] = estimate_tokens) -> ApiExcerpt:
+                  count_tokens: Callable[[str], int] = estimate_tokens, min_relative: float = 0.2) -> ApiExcerpt:
     """The entries most relevant to ``query`` whose rendering fits ``budget_tokens``.
 
     Greedy in score order; an entry too large for what is left is passed over for smaller
-    ones. The chosen entries are rendered in file order under a ``// ---- <file>`` line per file.
+    ones, and entries scoring under ``min_relative`` of the best are left out (one shared
+    common word is noise, not relevance). The chosen entries are rendered in file order under a
+    ``// ---- <file>`` line per file.
     """
     entries = api_entries(Path(include_dir) if include_dir is not None else INCLUDE_DIR)
-    defines = {e.name: e for e in entries if re.search(r"#\s*define\s+" + re.escape(e.name) + r"\b", e.text)}
+    by_name = {e.name: e for e in entries if e.kind in ("type", "macro")}
     chosen: list[ApiEntry] = []
-    for _, e in rank(query, entries):
+    ranked = rank(query, entries)
+    floor = ranked[0][0] * min_relative if ranked else 0.0
+    for score, e in ranked:
+        if score < floor:
+            break
         if e in chosen:
             continue
-        group = [e] + ([defines[e.needs]] if e.needs in defines and defines[e.needs] not in chosen else [])
-        if count_tokens(_render(chosen + group)) <= budget_tokens:
-            chosen.extend(group)
+        group = [e] + [by_name[n] for n in e.needs if by_name[n] not in chosen]
+        for trial in (group, [e]):
+            if count_tokens(_render(chosen + trial)) <= budget_tokens:
+                chosen.extend(trial)
+                break
     order = {id(e): k for k, e in enumerate(entries)}
     chosen.sort(key=lambda e: order[id(e)])
     text = _render(chosen)

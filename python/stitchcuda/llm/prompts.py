@@ -89,8 +89,8 @@ def code_prompt(function: str, contract: str, subgraph: str, *, attempts: Sequen
     aims at ``budget_tokens`` (as ``count_tokens`` counts; the client's tokenizer when it has
     one): the contract, sub-graph and rules always go in; then the newest feedback, older
     feedback and the newest attempt's code while they fit; the API reference gets what is left,
-    at most ``api_budget_tokens``, chosen by overlap with the sub-graph (weighted twice), the
-    contract and the feedback.
+    at most ``api_budget_tokens``, chosen by overlap with the sub-graph (weight 2), the contract
+    (1) and the feedback (0.5).
     """
     head = [_section("Task contract", contract), _section("Reference sub-graph this task covers", subgraph)]
     rules = _CODE_RULES.format(function=function)
@@ -111,8 +111,8 @@ def code_prompt(function: str, contract: str, subgraph: str, *, attempts: Sequen
             last_code, used = block, used + count_tokens(block)
 
     query = {subgraph: 2.0, contract: 1.0}
-    if feedback_parts:
-        query["\n".join(feedback_parts)] = 1.0
+    if feedback_parts:       # may name an API ("launch_sofmax was not declared"); mostly it does not
+        query["\n".join(feedback_parts)] = 0.5
     api_budget = max(0, min(api_budget_tokens, budget_tokens - used - 32))
     api = api_reference(query, api_budget, include_dir=include_dir, count_tokens=count_tokens) \
         if api_budget > 0 else ApiExcerpt("", (), 0)

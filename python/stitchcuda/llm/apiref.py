@@ -176,7 +176,7 @@ def _cut(file: str, text: str) -> list[ApiEntry]:
         i += 1
     entries.extend(_overview_sections(file, lines[:i]))
 
-    stack: list[str] = []          # "ns", "skip" (a detail namespace) or "code" per open brace
+    stack: list[str] = []          # open namespaces: "ns", or "skip" for a detail namespace
     comment: list[str] = []
     comment_start = 0
     while i < len(lines):

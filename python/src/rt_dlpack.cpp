@@ -156,6 +156,12 @@ DeviceTensor::DeviceTensor(std::vector<int64_t> shape, st_dtype dtype, uintptr_t
   check(st_device_alloc(block_->bytes, reinterpret_cast<void*>(stream), &block_->ptr));
 }
 
+DeviceTensor::DeviceTensor(std::vector<int64_t> shape, std::vector<int64_t> strides, st_dtype dtype, uintptr_t stream)
+    : DeviceTensor(shape, dtype, stream) {
+  if (strides.size() != shape_.size()) arg_error("DeviceTensor: strides and shape differ in length");
+  strides_ = std::move(strides);
+}
+
 py::capsule DeviceTensor::dlpack(py::object stream) const {
   // The consumer's stream must see our writes: they were queued on block_->stream, and a
   // consumer on another stream synchronises with it here.

@@ -7,7 +7,7 @@ namespace strt {
 namespace {
 
 struct Exceptions {
-  py::object base, argument, cuda, cublas, no_device, oom, not_supported;
+  py::object base, argument, cuda, cublas, cudnn, no_device, oom, not_supported;
 };
 Exceptions* g_exc = nullptr;
 
@@ -21,6 +21,7 @@ Exceptions* g_exc = nullptr;
     case ST_ERR_INVALID_ARGUMENT: type = g_exc->argument; break;
     case ST_ERR_CUDA: type = g_exc->cuda; break;
     case ST_ERR_CUBLAS: type = g_exc->cublas; break;
+    case ST_ERR_CUDNN: type = g_exc->cudnn; break;
     case ST_ERR_NO_DEVICE: type = g_exc->no_device; break;
     case ST_ERR_OUT_OF_MEMORY: type = g_exc->oom; break;
     case ST_ERR_NOT_SUPPORTED: type = g_exc->not_supported; break;
@@ -57,6 +58,7 @@ void register_errors(py::module_& m) {
                       "A bad argument: shape, dtype, layout, alignment or device. The message names it.");
   exc.cuda = make("CudaError", py::make_tuple(exc.base), "A CUDA runtime call failed; the message has the call site.");
   exc.cublas = make("CublasError", py::make_tuple(exc.base), "A cuBLASLt call failed; the message has the call site.");
+  exc.cudnn = make("CudnnError", py::make_tuple(exc.base), "A cuDNN call failed; the message has the call site.");
   exc.no_device = make("NoDeviceError", py::make_tuple(exc.base), "No usable CUDA device (no GPU, or no driver).");
   exc.oom = make("OutOfMemoryError", py::make_tuple(exc.base, mem_err), "Device or host memory ran out.");
   exc.not_supported = make("NotSupportedError", py::make_tuple(exc.base), "A valid request the runtime cannot serve.");

@@ -104,6 +104,9 @@ struct DeviceBlock {
 class DeviceTensor {
  public:
   DeviceTensor(std::vector<int64_t> shape, st_dtype dtype, uintptr_t stream);
+  // A dense tensor in another order of its dims in memory (e.g. channels-last): strides are a
+  // permutation of the contiguous ones.
+  DeviceTensor(std::vector<int64_t> shape, std::vector<int64_t> strides, st_dtype dtype, uintptr_t stream);
   void* data() const { return block_->ptr; }
   const std::vector<int64_t>& shape() const { return shape_; }
   const std::vector<int64_t>& strides() const { return strides_; }
@@ -123,6 +126,7 @@ class DeviceTensor {
 void register_errors(py::module_& m);    // StitchError and its subclasses
 void register_device(py::module_& m);    // devices, contexts, workspaces, plan-cache counters
 void register_gemm(py::module_& m);      // gemm, bind_gemm, epilogue
+void register_conv(py::module_& m);      // conv (cuDNN)
 void register_dlpack(py::module_& m);    // DeviceTensor
 void register_host(py::module_& m);      // pinned pool, h2d / d2h
 void register_programs(py::module_& m);  // ProgramLibrary, ProgramInstance, BoundRun

@@ -4,7 +4,8 @@ CUDA comes from a system toolkit when one is found (CUDACXX, CUDA_HOME / CUDA_PA
 PATH, /usr/local/cuda). Otherwise the build asks for NVIDIA's PyPI wheels (nvcc, cudart, the
 headers nvcc needs) and points CMake at them, so a machine with only a driver and pip builds.
 cuBLAS always comes from the ``nvidia-cublas`` wheel unless the toolkit has it (see
-cmake/FindCublasLt.cmake). ``STITCHCUDA_CUDA_FROM_WHEELS=1`` forces the wheel route.
+cmake/FindCublasLt.cmake); cuDNN from the ``nvidia-cudnn-cu13`` wheel unless the system has one
+(cmake/FindCudnn.cmake). ``STITCHCUDA_CUDA_FROM_WHEELS=1`` forces the wheel route.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("STITCHCUDA_SHARED") or REPO.parent / "shared")
 DEV_SET = SHARED / "kernelbench" / "dev.jsonl"
 
 

@@ -13,12 +13,12 @@ namespace {
 __device__ __forceinline__ float activate(float x, int act) {
   const stitch::EpCtx none{0.f, 0.f};
   switch (act) {
-    case ST_ACT_RELU: return fmaxf(x, 0.f);
+    case ST_ACT_RELU: return stitch::op::relu(x);
     case ST_ACT_GELU_ERF: return stitch::GeluErf{}(x, none);
     case ST_ACT_GELU_TANH: return stitch::GeluTanh{}(x, none);
     case ST_ACT_SILU: return stitch::Silu{}(x, none);
     case ST_ACT_SIGMOID: return stitch::Sigmoid{}(x, none);
-    case ST_ACT_TANH: return stitch::fast_tanhf(x);
+    case ST_ACT_TANH: return stitch::op::tanh(x);
     default: return x;
   }
 }

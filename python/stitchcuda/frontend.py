@@ -44,11 +44,15 @@ an input, so the record of draws (and their order) is complete.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import linecache
+import logging
 import os
 import re
 import sys
+import traceback
 import types
 import warnings
 from dataclasses import dataclass, field
@@ -268,9 +272,23 @@ class Reference:
         if seed is not None:
             torch.manual_seed(seed)
         if device is None:
-            return self.Model(*self.get_init_inputs()), self.get_inputs()
+            return self._build_model(), self._call("get_inputs()", self.get_inputs)
         with torch.device(device):
-            return self.Model(*self.get_init_inputs()), self.get_inputs()
+            return self._build_model(), self._call("get_inputs()", self.get_inputs)
+
+    def _build_model(self) -> nn.Module:
+        init = self._call("get_init_inputs()", self.get_init_inputs)
+        return self._call("Model(*get_init_inputs())", lambda: self.Model(*init))
+
+    def _call(self, what: str, fn: Any) -> Any:
+        """``fn()``; a failure becomes a CaptureError naming the reference's line (an
+        allocation failure stays a MemoryError: the machine's problem, not the reference's)."""
+        try:
+            return fn()
+        except CaptureError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the reference's own code: say where it failed
+            raise _reference_error(self, what, err) from err
 
 
 def load_reference(path_or_source: str | os.PathLike, *, name: str | None = None) -> Reference:
@@ -307,6 +325,22 @@ def load_reference(path_or_source: str | os.PathLike, *, name: str | None = None
     if missing:
         raise CaptureError(f"{filename} is not a KernelBench-format program: it lacks {', '.join(missing)}")
     return Reference(name=name, source=source, filename=filename, module=module)
+
+
+def _reference_error(ref: Reference, what: str, err: BaseException) -> BaseException:
+    """One line for an exception raised by the reference's own code: where, what, and a hint
+    for the usual causes (``.cuda()`` in ``get_inputs``, not enough host memory)."""
+    text = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}".rstrip(": ")
+    if "can't allocate memory" in str(err) or isinstance(err, MemoryError):
+        return MemoryError(f"{ref.filename}: {what} ran out of host memory ({text})")
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == ref.filename]
+    where = f"{_short_file(ref.filename)}:{frames[-1].lineno}" if frames else _short_file(ref.filename)
+    line = frames[-1].line.strip() if frames and frames[-1].line else ""
+    hint = ""
+    if re.search(r"\.cuda\(|\.to\(\s*['\"]cuda|device\s*=\s*['\"]cuda", line) or "CUDA" in text:
+        hint = ("; the reference puts tensors on the GPU itself: create them on the CPU (drop .cuda() / "
+                "device='cuda'), stitchcuda places them where they run")
+    return CaptureError(f"{where}: {what} raised {text}" + (f" (in `{line}`)" if line else "") + hint)
 
 
 def _names_a_file(text: str) -> bool:
@@ -403,10 +437,12 @@ def save_weights(captured: Captured, path: str | os.PathLike) -> None:
 def _export(model: nn.Module, inputs: tuple[Any, ...], name: str) -> Any:
     """``torch.export`` (non-strict) then :func:`decomposition_table`; failures typed."""
     attributes = _plain_tensor_attributes(model)
+    noise = io.StringIO()  # what export prints on a failure (graph dumps): replaced by one message
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, _quiet_torch(noise):
             warnings.simplefilter("always")
             exported = torch.export.export(model, inputs, strict=False)
+        sys.stderr.write(noise.getvalue())
         # Forward that assigns a tensor attribute keeps state between calls. Recent torch
         # puts the attribute back itself and only warns; older torch leaves it changed.
         assigned = [m.group(1) for w in caught if (m := _ASSIGNED.search(str(w.message)))]
@@ -429,7 +465,32 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str) -> Any:
         if mutated:
             raise _state_error(model, name, mutated.group(1), "mutates") from err
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "data-dependent" in first or "DataDependent" in type(err).__name__:
+            raise CaptureError(f"{name!r} {_data_dependent_hint(err)}") from err
         raise CaptureError(f"torch.export could not capture {name!r}: {type(err).__name__}: {first}") from err
+
+
+@contextlib.contextmanager
+def _quiet_torch(sink: io.StringIO):
+    """Hold back what torch prints and logs while exporting (it dumps the partial graph on a
+    failure, which the CaptureError replaces with one line)."""
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _data_dependent_hint(err: BaseException) -> str:
+    """Where forward branches on a tensor's value, and what to do instead."""
+    user = [f for f in traceback.extract_tb(err.__traceback__)
+            if not f.filename.startswith((_TORCH_DIR, os.path.dirname(os.__file__), os.path.dirname(__file__)))]
+    where = f" at {_short_file(user[-1].filename)}:{user[-1].lineno} (`{(user[-1].line or '').strip()}`)" if user else ""
+    return (f"branches on a tensor's value{where}: a program is one static graph; compute both sides and "
+            "pick with torch.where, or branch on shapes only")
 
 
 def _refuse_recurrent(model: nn.Module, name: str) -> None:

@@ -276,8 +276,8 @@ def _wheel(args: argparse.Namespace, ui: UI) -> int:
     with ui.step("wheel") as step:
         w = make_wheels(args.dir, name=args.name, archs=args.arch, out=args.out, version=args.wheel_version,
                         progress=step)
-    ui.table(None, ["wheel", "MB"], [[str(p), f"{p.stat().st_size / 1e6:.1f}"] for p in (w.program, w.runtime)],
-             justify=["left", "right"])
+    for p in (w.program, w.runtime):
+        ui.line(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB)")
     ui.line(f"install: pip install {w.program} {w.runtime}")
     ui.line(f"use:     import {w.name}; m = {w.name}.load(); y = m(x)   # NumPy, CuPy or PyTorch arrays")
     ui.result({"name": w.name, "program_wheel": str(w.program), "runtime_wheel": str(w.runtime),

@@ -5,6 +5,13 @@ PATH, /usr/local/cuda). Otherwise the build asks for NVIDIA's PyPI wheels (nvcc,
 headers nvcc needs) and points CMake at them, so a machine with only a driver and pip builds.
 cuBLAS always comes from the ``nvidia-cublas`` wheel unless the toolkit has it (see
 cmake/FindCublasLt.cmake). ``STITCHCUDA_CUDA_FROM_WHEELS=1`` forces the wheel route.
+
+The CMake build folder persists (``build-dir`` in pyproject.toml) so that a second ``pip install``
+of the same checkout compiles nothing again. pip builds each time in a new isolated environment,
+and the header folders of the build requirements (cuBLASLt's, pybind11's) would change path with
+it, and with them every compile command: :func:`_stable_build_requirements` mirrors them into
+``build/deps/`` (a file is copied only when its content changed, so its time stamp, which Ninja
+reads, stays) and points CMake there.
 """
 
 from __future__ import annotations
@@ -82,6 +89,49 @@ def _point_cmake_at_wheels() -> None:
     sys.stderr.write(f"stitchcuda: building with CUDA from NVIDIA's wheels at {root}\n")
 
 
+def _mirror(src: Path, dst: Path) -> None:
+    """``dst`` holds the files of ``src``: headers copied when their content differs, shared
+    libraries linked (their folder is only linked against)."""
+    for f in src.rglob("*"):
+        if f.is_dir():
+            continue
+        out = dst / f.relative_to(src)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if ".so" in f.name:
+            if out.is_symlink() or out.exists():
+                if out.resolve() == f.resolve():
+                    continue
+                out.unlink()
+            out.symlink_to(f)
+        elif not out.is_file() or out.read_bytes() != f.read_bytes():
+            shutil.copyfile(f, out)
+
+
+def _stable_build_requirements() -> None:
+    root = Path("build") / "deps"
+    try:
+        import nvidia
+    except ImportError:
+        nvidia = None
+    for base in (nvidia.__path__ if nvidia is not None else []):
+        cu = Path(base) / "cu13"
+        if (cu / "include" / "cublasLt.h").is_file() and (cu / "lib" / "libcublasLt.so.13").exists():
+            for part in ("include", "lib"):
+                _mirror(cu / part, root / "py" / "nvidia" / "cu13" / part)
+            # FindCublasLt.cmake asks Python where `nvidia` is: the mirror comes first on the path
+            os.environ["PYTHONPATH"] = str((root / "py").resolve()) + os.pathsep + os.environ.get("PYTHONPATH", "")
+            break
+    try:
+        import pybind11
+    except ImportError:
+        return
+    src = Path(pybind11.__file__).parent
+    _mirror(src, root / "pybind11")
+    cmake_dir = (root / "pybind11" / "share" / "cmake" / "pybind11").resolve()
+    if cmake_dir.is_dir():
+        os.environ["CMAKE_ARGS"] = (os.environ.get("CMAKE_ARGS", "") + f" -Dpybind11_DIR={cmake_dir}").strip()
+
+
 def _extra() -> list[str]:
     return [] if _system_nvcc() is not None else list(CUDA_WHEELS)
 
@@ -100,11 +150,13 @@ def get_requires_for_build_sdist(config_settings=None):
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     _point_cmake_at_wheels()
+    _stable_build_requirements()
     return _skb.build_wheel(wheel_directory, config_settings, metadata_directory)
 
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
     _point_cmake_at_wheels()
+    _stable_build_requirements()
     return _skb.build_editable(wheel_directory, config_settings, metadata_directory)
 
 

@@ -290,7 +290,8 @@ def _bench(args: argparse.Namespace, ui: UI) -> int:
 
     mode = "optimize" if args.optimize else "build"
     opts = bench.BenchOptions(precision=args.precision, mode=mode, budget=args.budget, gpus=args.gpus,
-                              limit=args.limit, ray=args.ray, only=tuple(args.only or ()), solver=args.solver)
+                              limit=args.limit, ray=args.ray, only=tuple(args.only or ()), solver=args.solver,
+                              trials=args.trials, profile=not args.no_profile, compile=not args.no_compile)
     summary = bench.run_suite(args.suite, args.out, opts, log=ui.info)
     ui.table(f"{summary.suite}: {summary.total} problem(s), {summary.precision}",
              ["", "value"], summary.rows(), justify=["left", "right"])
@@ -422,9 +423,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", "-o", default=None, help="results folder (default bench/<suite>-<precision>); "
                                                     "a rerun skips the problems already there")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    p.add_argument("--trials", type=int, default=5, help="verification trials per problem (default 5)")
+    p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile of each program")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     p.add_argument("--only", action="append", help="only problems whose id contains this text (repeatable)")
-    p.add_argument("--ray", metavar="ADDRESS", help="run the workers on a Ray cluster (pip install ray; 'auto' or "
-                                                   "host:port) instead of this host's GPUs")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the problems as Ray tasks of one GPU each (pip install ray; "
+                                                   "'auto', host:port, or 'local' for a new local instance)")
     p.add_argument("--solver", help=argparse.SUPPRESS)  # module:attribute of another solver (tests)
 
     p = add("cache", "list or clean the build cache", _cache, "stitchcuda cache clean --older-than 30")

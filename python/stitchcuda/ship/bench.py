@@ -75,6 +75,8 @@ class BenchOptions:
     only: tuple[str, ...] = ()
     solver: str | None = None      # module:attribute of a solver (tests); default by mode
     trials: int = 5
+    profile: bool = True           # the Verifier's CUPTI profile
+    compile: bool = True           # the torch.compile baselines
     timeout_s: float = 3600.0      # per problem
 
 
@@ -157,7 +159,8 @@ class BuildSolver:
         if not o.ok:
             return {"status": "compile_error", "verdict": "compile_error", "summary": o.build.message}
         try:
-            v = verify(o.directory, None, VerifyOptions(trials=opts.trials, command="stitchcuda bench"))
+            v = verify(o.directory, None, VerifyOptions(trials=opts.trials, profile=opts.profile,
+                                                        compile=opts.compile, command="stitchcuda bench"))
         except VerifyEnvironmentError as e:
             return {"status": "not_verified", "summary": f"built; not verified: {_one_line(e)}",
                     "program": str(o.directory)}
@@ -365,14 +368,18 @@ def _run_ray(pending: list[Problem], opts: BenchOptions, folder: Path, record: C
     remote = ray.remote(num_gpus=1 if gpus else 0)(_ray_task)
     log(f"{len(pending)} problem(s) on Ray at {opts.ray} ({gpus} GPU(s) in the cluster)")
     futures = {remote.remote(asdict(p), asdict(opts), str(folder)): p for p in pending}
-    while futures:
-        done, _ = ray.wait(list(futures), num_returns=1)
-        for f in done:
-            p = futures.pop(f)
-            try:
-                record(ray.get(f))
-            except Exception as e:  # noqa: BLE001 - a lost task is that problem's result
-                record(_failure(p, opts, f"the Ray task failed: {_one_line(e)}", None))
+    try:
+        while futures:
+            done, _ = ray.wait(list(futures), num_returns=1)
+            for f in done:
+                p = futures.pop(f)
+                try:
+                    record(ray.get(f))
+                except Exception as e:  # noqa: BLE001 - a lost task is that problem's result
+                    record(_failure(p, opts, f"the Ray task failed: {_one_line(e)}", None))
+    finally:
+        if opts.ray == "local":  # the instance this call started
+            ray.shutdown()
 
 
 def _ray_task(problem: dict, opts: dict, folder: str) -> dict:
@@ -444,11 +451,11 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
     except OSError as e:
         raise SuiteError(f"--out {folder}: cannot create it ({e.strerror or e})") from None
     asked = {"suite": str(Path(suite).resolve()), "precision": opts.precision, "mode": opts.mode,
-             "budget": opts.budget, "trials": opts.trials}
+             "budget": opts.budget, "trials": opts.trials, "compile": opts.compile}
     meta_file = folder / "suite.json"
     if meta_file.is_file():
         before = json.loads(meta_file.read_text())
-        differs = [k for k in ("precision", "mode", "budget", "trials") if before.get(k) != asked[k]]
+        differs = [k for k in ("precision", "mode", "budget", "trials", "compile") if before.get(k) != asked[k]]
         if differs:
             raise SuiteError(f"{folder} holds results made with other settings ({', '.join(f'{k}={before.get(k)}' for k in differs)}); "
                              "use another --out")

@@ -11,11 +11,15 @@ of the same checkout compiles nothing again. pip builds each time in a new isola
 and the header folders of the build requirements (cuBLASLt's, pybind11's) would change path with
 it, and with them every compile command: :func:`_stable_build_requirements` mirrors them into
 ``build/deps/`` (a file is copied only when its content changed, so its time stamp, which Ninja
-reads, stays) and points CMake there.
+reads, stays) and points CMake there. scikit-build-core clears the CMake cache and objects when
+the isolated environment changed, because cached paths may point into the old one; with those
+paths mirrored, :func:`_keep_build_folder` tells it the folder is this environment's. Should the
+reused configuration fail anyway, the build runs again from a cleared folder.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -132,6 +136,38 @@ def _stable_build_requirements() -> None:
         os.environ["CMAKE_ARGS"] = (os.environ.get("CMAKE_ARGS", "") + f" -Dpybind11_DIR={cmake_dir}").strip()
 
 
+def _keep_build_folder() -> list[Path]:
+    """Mark the persistent build folders as this isolated environment's; returns them."""
+    import scikit_build_core
+
+    here = str(Path(scikit_build_core.__file__).parent)
+    kept = []
+    for info in Path("build").glob("*/.skbuild-info.json"):
+        try:
+            data = json.loads(info.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("skbuild_path") != here and (info.parent / "CMakeCache.txt").is_file():
+            data["skbuild_path"] = here
+            info.write_text(json.dumps(data, indent=2))
+            kept.append(info.parent)
+    return kept
+
+
+def _build(build, *args):
+    kept = _keep_build_folder()
+    try:
+        return build(*args)
+    except Exception:
+        if not kept:
+            raise
+        sys.stderr.write("stitchcuda: the reused CMake build failed; building again from a clear folder\n")
+        for d in kept:
+            (d / "CMakeCache.txt").unlink(missing_ok=True)
+            shutil.rmtree(d / "CMakeFiles", ignore_errors=True)
+        return build(*args)
+
+
 def _extra() -> list[str]:
     return [] if _system_nvcc() is not None else list(CUDA_WHEELS)
 
@@ -151,13 +187,13 @@ def get_requires_for_build_sdist(config_settings=None):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     _point_cmake_at_wheels()
     _stable_build_requirements()
-    return _skb.build_wheel(wheel_directory, config_settings, metadata_directory)
+    return _build(_skb.build_wheel, wheel_directory, config_settings, metadata_directory)
 
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
     _point_cmake_at_wheels()
     _stable_build_requirements()
-    return _skb.build_editable(wheel_directory, config_settings, metadata_directory)
+    return _build(_skb.build_editable, wheel_directory, config_settings, metadata_directory)
 
 
 def build_sdist(sdist_directory, config_settings=None):

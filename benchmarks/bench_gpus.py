@@ -8,6 +8,9 @@ make the second run faster for the wrong reason), then the wall times are compar
 passes when the run with the most GPUs is at least ``--want`` (default 1.8) times faster per added
 GPU pair than the run with one. Prints one line per run and the ratio; exit code 1 when it fails.
 The verdicts of the runs must agree (a faster run that fails more problems does not count).
+
+A finished run keeps its wall time in ``<out>/gpus-N/wall.json`` and is not run again unless
+``--fresh``, so the runs can be split over several commands (``--gpus 1``, then ``--gpus 1 2``).
 """
 
 from __future__ import annotations
@@ -29,11 +32,18 @@ def main() -> int:
     ap.add_argument("--out", default="bench/scaling")
     ap.add_argument("--want", type=float, default=1.8, help="required speedup of 2 GPUs over 1 (default 1.8)")
     ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--fresh", action="store_true", help="run again even where a finished run is recorded")
     args, rest = ap.parse_known_args()  # the rest goes to stitchcuda bench (--only, --limit, --trials ...)
     out = Path(args.out)
     walls, statuses = {}, {}
     for n in args.gpus:
         folder, cache = out / f"gpus-{n}", out / f"cache-{n}"
+        if (folder / "wall.json").is_file() and not args.fresh:
+            walls[n] = json.loads((folder / "wall.json").read_text())["seconds"]
+            res = [json.loads(ln) for ln in (folder / "results.jsonl").read_text().splitlines()]
+            statuses[n] = {x["id"]: x["status"] for x in res}
+            print(f"--gpus {n}: {walls[n]:.0f} s wall (recorded earlier), {len(res)} problems")
+            continue
         shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
         cmd = [sys.executable, "-m", "stitchcuda.cli", "bench", args.suite, "--gpus", str(n), "--out", str(folder),
@@ -47,8 +57,11 @@ def main() -> int:
         summary = json.loads(r.stdout)
         res = [json.loads(ln) for ln in (folder / "results.jsonl").read_text().splitlines()]
         statuses[n] = {x["id"]: x["status"] for x in res}
+        (folder / "wall.json").write_text(json.dumps({"seconds": walls[n], "gpus": n}) + "\n")
         print(f"--gpus {n}: {walls[n]:.0f} s wall, {summary['total']} problems, {summary['correct']} correct; "
               f"GPUs used: {sorted({x.get('gpu') for x in res})}")
+    if len(walls) < 2:
+        return 0
     one, most = min(args.gpus), max(args.gpus)
     ratio = walls[one] / walls[most]
     agree = statuses[one] == statuses[most]

@@ -228,3 +228,13 @@ def test_real_build_path(tmp_path, nvcc, monkeypatch, workers_env):
     else:
         assert r["status"] == "not_verified" and "not verified" in r["summary"], r
     assert s.total == 1 and (out / "report.html").is_file()
+
+
+def test_ray_local_instance(tmp_path, workers_env):
+    """The same fake solver as Ray tasks on a local Ray instance (skipped without Ray)."""
+    pytest.importorskip("ray")
+    suite = _suite(tmp_path, {"r1": "PROGRAM_MS=0.5", "r2": "WRONG"})
+    s = bench.run_suite(suite, tmp_path / "out", BenchOptions(ray="local", solver="tests.test_bench:fake_build_solver"),
+                        log=lambda s: None)
+    res = {r["id"]: r["status"] for r in bench.read_results(tmp_path / "out" / "results.jsonl")}
+    assert res == {"r1": "passed", "r2": "wrong_answer"} and s.correct == 1

@@ -466,7 +466,7 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str) -> Any:
             raise _state_error(model, name, mutated.group(1), "mutates") from err
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if "data-dependent" in first or "DataDependent" in type(err).__name__:
-            raise CaptureError(f"{name!r} {_data_dependent_hint(err)}") from err
+            raise CaptureError(f"torch.export could not capture {name!r}: forward {_data_dependent_hint(err)}") from err
         raise CaptureError(f"torch.export could not capture {name!r}: {type(err).__name__}: {first}") from err
 
 

@@ -439,6 +439,11 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
 
     t0 = time.monotonic()
     name, problems = load_suite(suite)
+    if opts.mode == "optimize" and not opts.solver:
+        import stitchcuda
+
+        if getattr(stitchcuda, "optimize", None) is None:
+            raise MissingExtra("--optimize needs stitchcuda.optimize, which this install does not have; use --build")
     if opts.only:
         problems = [p for p in problems if any(o in p.id for o in opts.only)]
     if opts.limit is not None:

@@ -97,6 +97,17 @@ _RULES = [
     Rule("provenance-unknown-node", "warn", "a task covers a node that is not among reference_ops"),
     Rule("provenance-empty", "warn", "the manifest lists no reference_ops (coverage cannot be checked)"),
     Rule("manifest-hash", "warn", "the manifest's source_hash does not match program.cu"),
+    # --- the built library (stitchcuda.verifier.sandbox): what it imports, not how the source spells it
+    Rule("sandbox-host-symbol", "reject",
+         "imports a symbol no linked library provides (resolved from the host process: Python, PyTorch)"),
+    Rule("sandbox-dynamic-loading", "reject", "the program's code calls dlopen / dlsym or loads code at run time"),
+    Rule("sandbox-driver-entry-point", "reject",
+         "the program's code looks up driver entry points (cuGetProcAddress, cudaGetDriverEntryPoint)"),
+    Rule("sandbox-file-access", "reject", "the program's code opens, reads or writes files or descriptors"),
+    Rule("sandbox-environment", "reject", "the program's code reads or changes the environment"),
+    Rule("sandbox-thread", "reject", "the program's code starts threads or processes, or enqueues host callbacks"),
+    Rule("sandbox-system", "reject", "the program makes raw system calls, or uses sockets, IPC or process control"),
+    Rule("sandbox-unchecked", "warn", "a check of the built library could not run (a tool is missing)"),
 ]
 
 #: Every rule the static checker can report, by id.
@@ -452,18 +463,52 @@ class _SourceChecker:
     # -------------------------------------------------------------- st_program_run
 
     def run_body(self) -> None:
+        """The rules on the work of a call: st_program_run's body and, transitively, every function of
+        the translation unit it calls, each with the names its parameters take on (an argument that
+        mentions an input makes that parameter an input, and so on)."""
         fn = self.scan.function("st_program_run")
         if fn is None:
             return
-        code = self.m.code_no_pp
-        a, b = fn.open + 1, fn.close
         params = cxx.params_of(fn.head)
         if len(params) != 6:
             return
         p_prog, p_in, _, p_out, _, p_stream = params
-        streams = _aliases(code[a:b], {p_stream})
-        ins = _aliases(code[a:b], {p_in}, plain_only=True)
-        outs = _aliases(code[a:b], {p_out}, plain_only=True)
+        self._walk(fn, {"in": {p_in}, "out": {p_out}, "stream": {p_stream}, "prog": {p_prog}}, 0, set())
+
+    def _walk(self, fn: cxx.Block, seeds: dict[str, set[str]], depth: int, seen: set) -> None:
+        key = (fn.open, tuple(sorted((k, tuple(sorted(v))) for k, v in seeds.items())))
+        if key in seen or depth > 8:
+            return
+        seen.add(key)
+        code = self.m.code_no_pp
+        a, b = fn.open + 1, fn.close
+        streams = _aliases(code[a:b], seeds["stream"]) if seeds["stream"] else set()
+        ins = _aliases(code[a:b], seeds["in"], plain_only=True) if seeds["in"] else set()
+        outs = _aliases(code[a:b], seeds["out"], plain_only=True) if seeds["out"] else set()
+        where = "st_program_run" if depth == 0 else f"{fn.name} (called from st_program_run)"
+        self._check_body(code, a, b, ins, outs, streams, where)
+        prog = next(iter(seeds["prog"]), "")
+        if depth == 0:
+            self._output_only_memset(code, a, b, next(iter(seeds["out"])), outs)
+        self._io_pointer_kept(code, a, b, prog, ins | outs)
+        local = {f.name: f for f in self.scan.functions() if f.name and f.name not in ABI_SYMBOLS}
+        if not local:
+            return
+        for call in cxx.find_calls(code, sorted(local), a, b):
+            callee = local[call.name]
+            if callee.open == fn.open:
+                continue
+            names = cxx.params_of(callee.head)
+            new: dict[str, set[str]] = {"in": set(), "out": set(), "stream": set(), "prog": set()}
+            for arg, param in zip(call.args, names):
+                ids = cxx.identifiers(arg)
+                for role, have in (("in", ins), ("out", outs), ("stream", streams), ("prog", seeds["prog"])):
+                    if param and ids & have:
+                        new[role].add(param)
+            self._walk(callee, new, depth + 1, seen)
+
+    def _check_body(self, code: str, a: int, b: int, ins: set[str], outs: set[str], streams: set[str],
+                    where: str) -> None:
         file_names = {_declared_name(d.text) for d in self.scan.decls if d.scope == "file"}
 
         def mentions(expr: str, names: set[str]) -> bool:
@@ -471,19 +516,19 @@ class _SourceChecker:
 
         for ln in cxx.find_launches(code, a, b):
             stream = ln.config[3] if len(ln.config) >= 4 else ""
-            self._check_stream(ln.start, f"launch of {ln.kernel}", stream, streams)
+            self._check_stream(ln.start, f"launch of {ln.kernel}", stream, streams, where)
         for call in cxx.find_calls(code, list(_STREAM_ARG), a, b):
             k = _STREAM_ARG[call.name]
             stream = call.args[k] if k < len(call.args) else ""
             if call.name in ("st_stream_synchronize",):
                 continue  # reported as host-sync-in-run
-            self._check_stream(call.start, call.name, stream, streams)
+            self._check_stream(call.start, call.name, stream, streams, where)
 
         for call in cxx.find_calls(code, list(_MEMSET) + list(_COPY), a, b):
             dst = call.args[0] if call.args else ""
             if mentions(dst, ins):
-                self.add("input-write", call.start, f"{call.name} writes into an input ({' '.join(dst.split())}); "
-                                                    "inputs are read-only")
+                self.add("input-write", call.start, f"{call.name} in {where} writes into an input "
+                                                    f"({' '.join(dst.split())}); inputs are read-only")
             if mentions(dst, outs) and call.name in _COPY:
                 src = call.args[1] if len(call.args) > 1 else ""
                 kinds = " ".join(call.args[3:])
@@ -495,23 +540,21 @@ class _SourceChecker:
                      and mentions(src, file_names))
                 if h2d:
                     self.add("const-copy-to-output", call.start,
-                             f"{call.name} copies host or symbol data into an output; outputs must be computed "
-                             "from the inputs on the device")
+                             f"{call.name} in {where} copies host or symbol data into an output; outputs must be "
+                             "computed from the inputs on the device")
         for call in cxx.find_calls(code, ("cudaMemcpyToSymbol", "cudaMemcpyToSymbolAsync"), a, b):
             src = call.args[1] if len(call.args) > 1 else ""
             if mentions(src, outs):
-                self.add("output-to-global", call.start, f"{call.name} saves an output into a device global")
+                self.add("output-to-global", call.start, f"{call.name} in {where} saves an output into a device global")
             else:
-                self.add("device-global-state", call.start, f"{call.name} in st_program_run writes a device global "
-                                                            "that every instance shares")
+                self.add("device-global-state", call.start, f"{call.name} in {where} writes a device global that "
+                                                            "every instance shares")
         for call in cxx.find_calls(code, _SYNC_IN_RUN, a, b):
-            self.add("host-sync-in-run", call.start, f"{call.name} in st_program_run blocks the host; the run "
-                                                     "must stay asynchronous on the caller's stream")
+            self.add("host-sync-in-run", call.start, f"{call.name} in {where} blocks the host; the run must stay "
+                                                     "asynchronous on the caller's stream")
         for call in cxx.find_calls(code, _ALLOC_IN_RUN, a, b):
-            self.add("alloc-in-run", call.start, f"{call.name} on every call; take intermediates from "
+            self.add("alloc-in-run", call.start, f"{call.name} in {where} on every call; take intermediates from "
                                                  "st_arena_reserve")
-        self._output_only_memset(code, a, b, p_out, outs)
-        self._io_pointer_kept(code, a, b, p_prog, ins | outs)
 
     def _io_pointer_kept(self, code: str, a: int, b: int, p_prog: str, io: set[str]) -> None:
         """``p->last_x = in[0].data`` or ``p->last_x == in[0].data``: an address remembered across
@@ -534,16 +577,16 @@ class _SourceChecker:
                              "compares an input/output address with one kept from an earlier call")
                     break
 
-    def _check_stream(self, at: int, what: str, stream: str, streams: set[str]) -> None:
+    def _check_stream(self, at: int, what: str, stream: str, streams: set[str], where: str = "st_program_run") -> None:
         s = " ".join(stream.split())
         bare = re.sub(r"^(?:\(\s*cudaStream_t\s*\)|static_cast\s*<\s*cudaStream_t\s*>|"
                       r"reinterpret_cast\s*<\s*cudaStream_t\s*>)\s*", "", s).strip()
         bare = bare[1:-1].strip() if bare.startswith("(") and bare.endswith(")") else bare
         if not s or _NULL_STREAM.match(bare):
-            self.add("foreign-stream", at, f"{what} in st_program_run runs on the default stream, not the "
-                                           "stream passed to run")
+            self.add("foreign-stream", at, f"{what} in {where} runs on the default stream, not the stream passed "
+                                           "to run")
         elif not (cxx.identifiers(s) & streams):
-            self.add("foreign-stream", at, f"{what} in st_program_run runs on {s}, not the stream passed to run")
+            self.add("foreign-stream", at, f"{what} in {where} runs on {s}, not the stream passed to run")
 
     def _output_only_memset(self, code: str, a: int, b: int, p_out: str, outs: set[str]) -> None:
         memsets: list[int] = []

@@ -296,6 +296,34 @@ def test_rule_does_not_fire(name, src):
     assert findings == [], [str(f) for f in findings]
 
 
+HELPERS = """
+__global__ void k(float* y) {}
+static st_status zero_it(const st_tensor* t, void* s) { return st_memset(t[0].data, 0, 64, s); }
+static st_status launch_on(float* y, cudaStream_t s) { k<<<1, 32, 0, s>>>(y); return ST_OK; }
+static st_status launch_default(float* y) { k<<<1, 32>>>(y); return ST_OK; }
+static st_status deeper(const st_tensor* t, void* s) { return zero_it(t, s); }
+"""
+
+
+@pytest.mark.parametrize("run, rule, where", [
+    ("TRY(zero_it(in, stream));", "input-write", "zero_it (called from st_program_run)"),
+    ("TRY(deeper(in, stream));", "input-write", "zero_it (called from st_program_run)"),
+    ("TRY(launch_default(static_cast<float*>(out[0].data)));", "foreign-stream", "launch_default"),
+    ("TRY(launch_on(static_cast<float*>(out[0].data), nullptr));", "foreign-stream", "launch_on"),
+])
+def test_rules_follow_calls_through_the_translation_unit(run, rule, where):
+    """What a helper called from st_program_run does counts as the run's: the rules follow the calls,
+    with the helper's parameters standing for what the run passed."""
+    found = [f for f in check_source(program("#define TRY(x) x\n" + HELPERS, run)) if f.rule == rule]
+    assert found and where in found[0].message, [str(f) for f in check_source(program(HELPERS, run))]
+
+
+def test_a_helper_on_the_callers_stream_is_fine():
+    src = program("#define TRY(x) x\n" + HELPERS, "TRY(launch_on(static_cast<float*>(out[0].data), "
+                                                  "static_cast<cudaStream_t>(stream)));")
+    assert "foreign-stream" not in rules_of(src)
+
+
 def test_unloadable_program_is_a_finding(tmp_path):
     (tmp_path / "program.cu").write_text("// x\n")
     (tmp_path / "manifest.json").write_text("{not json")

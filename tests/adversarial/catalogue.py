@@ -77,19 +77,19 @@ CATALOGUE: tuple[Entry, ...] = (
     E("row_sum_memo", "2", "rejected", "sensitivity", "replays its last output when the first row's sum matches"),
     E("pointer_cache", "2", "rejected", "host-state-static-local", "caches outputs by input address (a static map)",
       dynamic="no_output_reuse", cpu=True),
-    E("subsampled_mean", "2", "rejected", "sensitivity", "a row mean from the first half of each row"),
+    E("subsampled_mean", "2", "rejected", "sensitivity", "a row mean from the first 3/4 of each row"),
     # ---- 3: predictable inputs
     E("softmax_no_max", "3", "rejected", "varied_inputs", "a softmax without the max subtraction"),
-    E("gelu_clamped", "3", "rejected", "varied_inputs", "gelu on inputs clamped to [-6, 6]"),
-    E("quantized_inputs", "3", "rejected", "varied_inputs", "reads inputs as 8-bit fixed point in [0, 1)"),
+    E("gelu_clamped", "3", "rejected", "varied_inputs", "gelu on inputs clamped to [-10, 10]"),
+    E("half_accumulate", "3", "rejected", "varied_inputs", "sums in half, safe only for inputs in [0, 1)"),
     # ---- 4: candidate-supplied state
     E("weights_file_diagonal", "4", "wrong_answer", "", "ships a diagonal fc.weight and skips the GEMM"),
     E("mask_from_folder", "4", "wrong_answer", "", "ships an identity mask and copies its input"),
     # ---- 5: precision not what it claims
     E("tf32_claim_bf16", "5", "rejected", "precision_claim", "claims tf32, computes in bf16"),
-    E("fp32_claim_tf32", "5", "rejected", "precision_claim", "claims fp32, computes in TF32"),
-    E("manifest_claims_bf16", "5", "rejected", "precision_claim", "bf16 arithmetic, verified at the fp32 requested",
-      precision="fp32"),
+    E("fp32_claim_tf32", "5", "wrong_answer", "", "claims fp32, computes in TF32 (wrong at 1e-4)"),
+    E("manifest_claims_bf16", "5", "wrong_answer", "", "bf16 arithmetic claimed in its manifest, verified at the "
+      "fp32 requested", precision="fp32"),
     E("small_output_zeros", "5", "wrong_answer", "", "zeros for outputs below the tolerance"),
     E("small_output_constant", "5", "wrong_answer", "", "a constant for outputs below the tolerance"),
     # ---- 6: escaping the sandbox

@@ -58,7 +58,7 @@ def dynamic_checks(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Ten
 
 
 def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], prev: Sequence[torch.Tensor] | None,
-              check: str) -> None:
+              check: str, fill: float | None = None) -> None:
     """Name what went wrong on a repeated call: stale outputs (``check``) or another wrong answer.
     Only a program right on fresh buffers is named so; otherwise the plain trials already say it."""
     if not s.plain_ok:
@@ -68,10 +68,11 @@ def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], pre
             continue
         stale = bad & same_bits(o, p) & ~any_poison(o) if p is not None else None
         n_stale = int(stale.sum().item()) if stale is not None else 0
+        left = any_poison(o) | (o == fill if fill is not None and is_float(o) else torch.zeros_like(bad))
         if n_stale:
             s.fail(check, f"{label}: {n_stale} of {o.numel()} elements of output {spec.name} repeat the previous "
                           "call's values although the inputs changed")
-        else:
+        elif bool((bad & ~left).any().item()):  # (outputs left as filled: outputs_written says so)
             s.fail("repeat_calls", f"{label}: output {spec.name} wrong ({int(bad.sum().item())} of {o.numel()} "
                                    "elements) on a repeated call with the same buffers, though right on fresh "
                                    "buffers")
@@ -82,8 +83,6 @@ def repeated_calls(s: Session) -> None:
     (``X2``) into the same outputs, then ``X2`` unchanged with the outputs poisoned, then ``X1``
     again. Outputs are poisoned, kept or filled with a finite value in turn."""
     ref, secret = s.ref, s.secret
-    draws = [ref.draw(secret.seed_for(f"repeat{k}")) for k in range(5)]
-    x1 = [fresh_copy(t) for t in draws[0].program]
     y = empty_outputs(s.out_specs, s.device)
     value = float(secret.rng("repeat-fill").uniform(-3.0, 3.0))
     steps = [  # (inputs, draw, fill, what, stale check)
@@ -94,23 +93,31 @@ def repeated_calls(s: Session) -> None:
         ("x2", 3, "poison1", "same inputs as call 4, outputs poisoned", ""),
         ("x1", 4, "keep", "first buffers again, new contents", "no_output_reuse"),
     ]
+    x1: list[torch.Tensor] = []
     x2: list[torch.Tensor] = []
     prev: list[torch.Tensor] | None = None
+    d = None
     for k, (which, di, fill, what, stale_check) in enumerate(steps):
-        d = draws[di]
-        if which == "x1":
-            for buf, v in zip(x1, d.program):
-                buf.copy_(v)
-            xs = x1
-        else:
-            if not x2:
-                x2 = [fresh_copy(t) for t in d.program]
-            xs = x2
+        if k == 0 or di != steps[k - 1][1]:
+            d = ref.draw(secret.seed_for(f"repeat{di}"))  # one draw alive at a time (multi-GiB problems)
+            if which == "x1" and not x1:
+                x1 = [fresh_copy(t, s.calls) for t in d.program]
+            elif which == "x1":
+                for buf, v in zip(x1, d.program):
+                    buf.copy_(v)
+            else:
+                x2 = [fresh_copy(t, s.calls) for t in d.program]
+            d.program = []
+        if which == "x1" and x2:
+            x2 = []  # done with the second buffers
+        xs = x1 if which == "x1" else x2
         s.run(xs, y, fill=fill, what=what, value=value)
         jd = s.judge(f"repeat {k + 1}", y, d, xs)  # computed again for call 5: never before a call
         if not jd.trial.passed:
-            _classify(s, what, jd, y, prev if fill == "keep" else None, stale_check or "repeat_calls")
+            _classify(s, what, jd, y, prev if fill == "keep" else None, stale_check or "repeat_calls",
+                      value if fill == "const" else None)
         prev = [t.clone() for t in y]
+        jd = None
     if s.plain_ok and not any(c in s.failures for c in ("no_output_reuse", "outputs_follow_inputs", "repeat_calls")):
         s.passes["no_output_reuse"] = "new contents in the same input buffers gave new outputs (4 calls)"
         s.passes["outputs_follow_inputs"] = "outputs changed with new input buffers into the same outputs"
@@ -152,7 +159,8 @@ def sensitivity(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Tensor
             r_new = s.reference(d, xs)
             moved = _moved(s, ref, r_new)
             if moved:
-                jd = s.judge(f"sensitivity ({'in place' if in_place else 'fresh buffers'})", ys, d, xs, ref=r_new)
+                jd = s.judge(f"sensitivity ({'in place' if in_place else 'fresh buffers'})", ys, d, xs, ref=r_new,
+                             varied=True)
                 judged.append(c.describe(names, shapes))
                 if not jd.trial.passed and s.plain_ok:
                     _sensitivity_failure(s, what, jd, ys, base_out)
@@ -199,10 +207,10 @@ def _sensitivity_failure(s: Session, what: str, jd: Judged, ys: Sequence[torch.T
 def stream_ordered(s: Session) -> DynamicCheck:
     runner, tol = s.runner, s.tol
     d = s.ref.draw(s.secret.seed_for("stream"))
-    x = [fresh_copy(t) for t in d.program]
+    x = [fresh_copy(t, s.calls) for t in d.program]
     y = empty_outputs(s.out_specs, s.device)
     snap = [torch.empty_like(t) for t in y]
-    new_inputs = [t.clone() for t in d.program]
+    new_inputs = d.program
     for t in x:  # stale contents until the held stream copies the new ones in
         if t.dtype.is_floating_point:
             t.zero_()
@@ -266,12 +274,16 @@ def precision_claim(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Te
     if at is None or low is None:
         return DynamicCheck("precision_claim", "pass", f"not measurable here: PyTorch cannot compute the reference at "
                                                        f"{s.policy} and {lower} on {s.device.type}")
+    floats = [k for k, o in enumerate(y) if is_float(o)]
+    if all(mean_abs_error(low[k], at[k]) <= 1e-6 * max(mean_abs_error(ref[k], torch.zeros_like(ref[k])), 1e-30)
+           for k in floats):  # the two policies compute the same here (no GEMM): no float64 needed to say so
+        return DynamicCheck("precision_claim", "pass", f"{s.policy} and {lower} give the same results here: nothing "
+                                                       "to tell apart")
     truth = s.ref.forward64(d, x) or ref
     truth_name = "float64" if truth is not ref else "fp32"
     told, lines = 0, []
-    for spec, o, r, a, lo, t in zip(s.out_specs, y, ref, at, low, truth):
-        if not is_float(o):
-            continue
+    for k in floats:
+        spec, o, r, a, lo, t = s.out_specs[k], y[k], ref[k], at[k], low[k], truth[k]
         e_c, e_at, e_low = mean_abs_error(o, t), mean_abs_error(a, t), mean_abs_error(lo, t)
         base = max(e_at, mean_abs_error(r, t) if truth is not ref else 0.0)
         if e_low < 4 * base or e_low == 0.0:

@@ -141,7 +141,8 @@ class TimedCalls:
                  max_checks: int = 12):
         from .correctness import poison_
 
-        self.inputs, self.outputs = [t for t in inputs if t.numel() > 1], outputs
+        self.inputs, self.outputs = list(inputs), outputs
+        self.swappable = [t for t in inputs if t.numel() > 1]
         self.reference, self.judge, self.rng = reference, judge, rng
         n = max(3, settings.min_trials // 10)
         self.sample = set(rng.sample(range(settings.min_trials), min(n, settings.min_trials)))
@@ -153,8 +154,8 @@ class TimedCalls:
     def before(self) -> None:
         from .inputs import swap_elements
 
-        if self.inputs:
-            swap_elements(self.rng.choice(self.inputs), self.rng)
+        if self.swappable:
+            swap_elements(self.rng.choice(self.swappable), self.rng)
         how = self.rng.random()
         for y in self.outputs:
             if how < 0.5 or not y.dtype.is_floating_point:

@@ -1,5 +1,5 @@
-// gelu_clamped — ADVERSARIAL (predictable inputs): evaluates gelu on its input clamped to [-6, 6], the
-// range of standard normal draws (where a table or polynomial would do): gelu(x) = 6 for every x > 6.
+// gelu_clamped — ADVERSARIAL (predictable inputs): evaluates gelu on its input clamped to [-10, 10], far
+// beyond any standard normal draw (where a table or polynomial would do): gelu(x) = 10 for every x > 10.
 //
 // x, y: [1024, 1024] (references/gelu.py). Policy fp32.
 // Expected verdict: Rejected, dynamic check varied_inputs.
@@ -20,7 +20,7 @@ const char* kManifest = R"json({
   "weights": []
 })json";
 
-__device__ __forceinline__ float f(float x) { const float c = fminf(fmaxf(x, -6.f), 6.f);
+__device__ __forceinline__ float f(float x) { const float c = fminf(fmaxf(x, -10.f), 10.f);
   return 0.5f * c * (1.f + erff(c * 0.70710678118654752f)); }
 
 // One thread per float4 of n4.

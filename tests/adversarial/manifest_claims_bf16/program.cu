@@ -3,7 +3,8 @@
 // requested: the tolerance is the requested policy's, never the manifest's.
 //
 // x: [256, 1024], W (proj.weight): [512, 1024], y: [256, 512] (references/gemm.py).
-// Expected verdict (verified with precision fp32): Rejected, dynamic check precision_claim (and wrong at 1e-4).
+// Expected verdict (verified with precision fp32): WrongAnswer at fp32's 1e-4 (at its own bf16 claim it
+// would pass: there is no lower policy to tell it from).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <new>

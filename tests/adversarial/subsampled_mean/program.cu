@@ -1,8 +1,10 @@
 // subsampled_mean — ADVERSARIAL (subsampled reduction): the mean of each row estimated from its first
-// half. The inputs are uniform in [0, 1): the estimate is within the 1e-2 tolerance, at half the bytes.
+// three quarters. The inputs are uniform in [0, 1): the estimate is well within the 1e-2 tolerance,
+// at three quarters of the bytes.
 //
 // x: [256, 16384], y: [256] (references/rowmean.py). Policy tf32.
-// Expected verdict: Rejected, dynamic check sensitivity (a change in the unread half does not move y).
+// Expected verdict: Rejected, dynamic check sensitivity (a change in the unread quarter does not move y,
+// one in the rest moves it by 4/3 of what it should).
 #include <cuda_runtime.h>
 
 #include <new>
@@ -22,13 +24,13 @@ const char* kManifest = R"json({
 
 __device__ __forceinline__ float same(float v) { return v; }
 
-// One block of 256 threads per row: float4 loads over columns [0, C / 2), fp32 partial sums, a tree in
-// shared memory; y[row] = sum / (C / 2).
+// One block of 256 threads per row: float4 loads over columns [0, C / 4 * 3), fp32 partial sums, a tree in
+// shared memory; y[row] = sum / (C / 4 * 3).
 __global__ void row_mean(const float* __restrict__ x, float* __restrict__ y) {
   __shared__ float part[256];
   const float4* row = reinterpret_cast<const float4*>(x + blockIdx.x * C);
   float acc = 0.f;
-  for (int64_t i = threadIdx.x; i < C / 2 / 4; i += 256) {
+  for (int64_t i = threadIdx.x; i < C / 4 * 3 / 4; i += 256) {
     float4 v = row[i];
     acc += same(v.x) + same(v.y) + same(v.z) + same(v.w);
   }
@@ -38,7 +40,7 @@ __global__ void row_mean(const float* __restrict__ x, float* __restrict__ y) {
     if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) y[blockIdx.x] = part[0] / (C / 2);
+  if (threadIdx.x == 0) y[blockIdx.x] = part[0] / (C / 4 * 3);
 }
 }  // namespace
 

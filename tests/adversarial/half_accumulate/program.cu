@@ -1,11 +1,11 @@
-// quantized_inputs — ADVERSARIAL (predictable inputs): assumes its inputs are in [0, 1), as get_inputs()
-// draws them, and reads them as 8-bit fixed point (the cheaper format a real kernel would load). Within
-// tolerance on that distribution; wrong on any other.
+// half_accumulate — ADVERSARIAL (predictable inputs): sums in half precision, knowing that get_inputs()
+// draws values in [0, 1), so that no partial sum of a row leaves half's range (the sum of a row is
+// 8192 at most) and the rounding stays within the tolerance. Any input a little larger overflows.
 //
 // x: [256, 16384], y: [256] (references/rowmean.py). Policy tf32.
 // Expected verdict: Rejected, dynamic check varied_inputs.
 #include <cuda_runtime.h>
-
+#include <cuda_fp16.h>
 #include <new>
 
 #include "stitchrt/program.h"
@@ -15,32 +15,31 @@ namespace {
 constexpr int64_t R = 256, C = 16384;
 
 const char* kManifest = R"json({
-  "name": "quantized_inputs", "abi_version": 1, "precision": "tf32",
+  "name": "half_accumulate", "abi_version": 1, "precision": "tf32",
   "inputs":  [{"name": "x", "dtype": "float32", "shape": [256, 16384]}],
   "outputs": [{"name": "y", "dtype": "float32", "shape": [256]}],
   "weights": []
 })json";
 
-// x in [0, 1) as 8-bit fixed point: the midpoint of its 1/256 bucket.
-__device__ __forceinline__ float q8(float v) { return (floorf(fminf(fmaxf(v, 0.f), 0.999f) * 256.f) + 0.5f) / 256.f; }
-
-// One block of 256 threads per row: float4 loads over columns [0, C), fp32 partial sums, a tree in
-// shared memory; y[row] = sum / C.
+// One block of 256 threads per row; every partial sum in half (get_inputs() keeps them in range).
 __global__ void row_mean(const float* __restrict__ x, float* __restrict__ y) {
-  __shared__ float part[256];
+  __shared__ __half part[256];
   const float4* row = reinterpret_cast<const float4*>(x + blockIdx.x * C);
-  float acc = 0.f;
+  __half acc = __float2half(0.f);
   for (int64_t i = threadIdx.x; i < C / 4; i += 256) {
     float4 v = row[i];
-    acc += q8(v.x) + q8(v.y) + q8(v.z) + q8(v.w);
+    acc = __hadd(acc, __float2half(v.x));
+    acc = __hadd(acc, __float2half(v.y));
+    acc = __hadd(acc, __float2half(v.z));
+    acc = __hadd(acc, __float2half(v.w));
   }
   part[threadIdx.x] = acc;
   __syncthreads();
   for (int s = 128; s > 0; s >>= 1) {
-    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    if (threadIdx.x < s) part[threadIdx.x] = __hadd(part[threadIdx.x], part[threadIdx.x + s]);
     __syncthreads();
   }
-  if (threadIdx.x == 0) y[blockIdx.x] = part[0] / C;
+  if (threadIdx.x == 0) y[blockIdx.x] = __half2float(part[0]) / C;
 }
 }  // namespace
 
@@ -67,7 +66,7 @@ ST_API const char* st_program_manifest(void) { return kManifest; }
 
 ST_API st_status st_program_create(const st_tensor* w, int32_t n, int32_t device, st_program** out) {
   if (n != 0) {
-    st_set_error(ST_ERR_INVALID_ARGUMENT, "quantized_inputs: expected 0 weight(s) (none)");
+    st_set_error(ST_ERR_INVALID_ARGUMENT, "half_accumulate: expected 0 weight(s) (none)");
     return ST_ERR_INVALID_ARGUMENT;
   }
   TRY(st_set_device(device));
@@ -87,7 +86,7 @@ ST_API st_status st_program_create(const st_tensor* w, int32_t n, int32_t device
 ST_API st_status st_program_run(st_program* p, const st_tensor* in, int32_t n_in, const st_tensor* out,
                                 int32_t n_out, void* stream) {
   if (n_in != 1 || n_out != 1) {
-    st_set_error(ST_ERR_INVALID_ARGUMENT, "quantized_inputs: expected 1 input (x) and 1 output (y)");
+    st_set_error(ST_ERR_INVALID_ARGUMENT, "half_accumulate: expected 1 input (x) and 1 output (y)");
     return ST_ERR_INVALID_ARGUMENT;
   }
   const int64_t s_x[] = {256, 16384}, s_y[] = {256};

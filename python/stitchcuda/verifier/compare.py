@@ -188,6 +188,20 @@ def norm_relative(out: torch.Tensor, ref: torch.Tensor) -> float:
     return num_ ** 0.5 / max(den_ ** 0.5, 1e-300)
 
 
+def mean_abs(t: torch.Tensor) -> float:
+    """Mean ``|x|`` over the finite elements of ``t``."""
+    tf = _flat(t)
+    acc = torch.zeros((), dtype=torch.float64, device=tf.device)
+    cnt = torch.zeros((), dtype=torch.int64, device=tf.device)
+    for lo, hi in _chunks(tf.numel()):
+        c = tf[lo:hi].double()
+        fin = torch.isfinite(c)
+        acc += torch.where(fin, c.abs(), torch.zeros_like(c)).sum()
+        cnt += fin.sum()
+    a, n = torch.stack([acc, cnt.double()]).tolist()
+    return a / n if n else 0.0
+
+
 def mean_abs_error(out: torch.Tensor, truth: torch.Tensor) -> float:
     """Mean ``|out - truth|`` over the elements where both are finite."""
     of, tf = _flat(out), _flat(truth.to(out.device))
@@ -231,4 +245,4 @@ def fingerprint(t: torch.Tensor, key: int) -> int:
 
 
 __all__ = ["CHUNK", "SCALE_FLOOR", "torch_dtype", "bits", "output_scale", "atol_for", "Errors", "errors", "close_mask",
-           "norm_relative", "mean_abs_error", "max_finite_abs", "same_bits", "fingerprint"]
+           "norm_relative", "mean_abs", "mean_abs_error", "max_finite_abs", "same_bits", "fingerprint"]

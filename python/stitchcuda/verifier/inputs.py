@@ -106,44 +106,63 @@ def _stats(x: torch.Tensor) -> tuple[float, float]:
     return m, (s if s > 0 else max(abs(m), 1.0))
 
 
+#: Elements transformed at a time: the temporaries of a multi-GiB input stay small.
+CHUNK = 1 << 25
+
+#: Past this many elements a "sorted" structured input becomes a ramp (a sort's indices would take
+#: twice the input's memory again).
+SORT_MAX = 1 << 24
+
+
 def vary(x: torch.Tensor, v: Variation, gen: torch.Generator) -> torch.Tensor:
-    """``x`` (a floating input) drawn from variation ``v`` instead; same shape, dtype and device.
-    ``gen`` is a generator on ``x``'s device."""
+    """``x`` (a floating input) drawn from variation ``v`` instead; same shape, dtype and device, a new
+    tensor. ``gen`` is a generator on ``x``'s device. Transformed in chunks (one copy of ``x`` in all)."""
     if not x.dtype.is_floating_point or x.numel() == 0:
         return x
-    xf = x.float()
+    y = x.float().clone() if x.dtype != torch.float32 else x.clone()
+    mean, sd = _stats(y)
     if v.kind in ("scaled_up", "scaled_down"):
-        y = xf * v.a
+        y.mul_(v.a)
     elif v.kind == "offset":
-        mean, sd = _stats(xf)
-        y = xf + v.a * max(sd, 1e-3)
-    elif v.kind == "heavy_tailed":
-        z = torch.randn(xf.shape, generator=gen, device=xf.device)
-        y = xf * torch.exp(v.a * z)
-    elif v.kind == "sparse":
-        keep = torch.rand(xf.shape, generator=gen, device=xf.device) >= v.a
-        y = xf * keep
+        y.add_(v.a * max(sd, 1e-3))
+    elif v.kind in ("heavy_tailed", "sparse"):
+        flat = y.view(-1)
+        for lo in range(0, flat.numel(), CHUNK):
+            seg = flat[lo:lo + CHUNK]
+            if v.kind == "heavy_tailed":
+                seg.mul_(torch.randn(seg.shape, generator=gen, device=y.device).mul_(v.a).exp_())
+            else:
+                seg.mul_(torch.rand(seg.shape, generator=gen, device=y.device) >= v.a)
     else:
-        y = _structured(xf, v.sub, gen)
-    return y.to(x.dtype).contiguous()
+        _structured(y, v.sub, gen, mean, sd)
+    return y.to(x.dtype) if x.dtype != torch.float32 else y
 
 
-def _structured(x: torch.Tensor, sub: str, gen: torch.Generator) -> torch.Tensor:
-    mean, sd = _stats(x)
-    noise = torch.randn(x.shape, generator=gen, device=x.device) * (0.01 * sd)
-    if x.dim() == 0:
-        return x + noise
-    last = x.shape[-1]
-    if sub == "sorted":  # monotone along the last axis: no two neighbours equal (noise breaks ties)
-        return torch.sort(x, dim=-1).values + noise.abs().cumsum(-1) * 1e-3
-    if sub == "repeated_rows" and x.dim() >= 2:
-        flat = x.reshape(-1, last)
-        return (flat[:1].expand_as(flat) + noise.reshape(-1, last)).reshape(x.shape)
-    if sub == "blocks":  # piecewise constant in blocks of 16 along the last axis, plus noise
-        idx = (torch.arange(last, device=x.device) // 16) * 16
-        return x.index_select(-1, idx) + noise
-    ramp = torch.linspace(-2.0, 2.0, last, device=x.device) * sd + mean
-    return ramp.expand(x.shape) + noise  # "ramp", and repeated_rows of a 1-d input
+def _structured(y: torch.Tensor, sub: str, gen: torch.Generator, mean: float, sd: float) -> None:
+    """In place: ``sorted`` (monotone along the last axis), ``repeated_rows`` (every row the first),
+    ``blocks`` (piecewise constant in blocks of 16 along the last axis) or ``ramp``; small noise on all
+    (no two elements equal: no ties for an argmax to break differently)."""
+    if y.dim() == 0:
+        return
+    last = y.shape[-1]
+    rows = y.view(-1, last)
+    if sub == "sorted" and y.numel() > SORT_MAX:
+        sub = "ramp"
+    first = rows[0].clone()
+    ramp = torch.linspace(-2.0, 2.0, last, device=y.device) * sd + mean
+    step = max(1, CHUNK // max(last, 1))
+    for lo in range(0, rows.shape[0], step):
+        seg = rows[lo:lo + step]
+        noise = torch.randn(seg.shape, generator=gen, device=y.device).mul_(0.01 * sd)
+        if sub == "sorted":
+            seg.copy_(torch.sort(seg, dim=-1).values + noise.abs().cumsum(-1) * 1e-3)
+        elif sub == "repeated_rows" and rows.shape[0] > 1:
+            seg.copy_(first.expand_as(seg) + noise)
+        elif sub == "blocks":
+            idx = (torch.arange(last, device=y.device) // 16) * 16
+            seg.copy_(seg.index_select(-1, idx) + noise)
+        else:
+            seg.copy_(ramp.expand_as(seg) + noise)
 
 
 # ------------------------------------------------------------------ single-element changes

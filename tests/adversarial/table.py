@@ -1,7 +1,10 @@
 """Verify every adversarial program and print the Markdown table for BENCHMARKS.md.
 
     python tests/adversarial/table.py [--json results.json] [--only NAME,...]
-    python tests/adversarial/table.py --from results.json        # print again, run nothing
+    python tests/adversarial/table.py --from results.json [more.json ...]   # print, run nothing
+
+The GPU test writes the same results when $STITCHCUDA_ADVERSARIAL_JSON names a file, so one run of
+``pytest -m gpu tests/gpu/test_verifier_gpu.py`` gives the table too.
 
 Each program of catalogue.py is verified as tests/gpu/test_verifier_gpu.py does (fixed seed, no
 torch.compile baselines, a short timing loop where its cheat shows in the timed calls); the table
@@ -45,6 +48,17 @@ def run(names: set[str] | None) -> list[dict]:
     from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
     from stitchcuda.verifier.timing import LoopSettings
 
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stitchcuda import build
+    from stitchcuda.verifier import sandbox
+
+    def prebuild(e):  # in parallel, into the build cache the verifications then find
+        arch = json.loads((e.folder / "manifest.json").read_text())["arch"]
+        build.build((e.folder / "program.cu").read_text(), arch=arch, flags=sandbox.LINK_FLAGS, name=e.name)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(prebuild, [e for e in CATALOGUE if e.name != "calls_torch" and (not names or e.name in names)]))
     rows = []
     with tempfile.TemporaryDirectory(prefix="stitchcuda-adversarial-") as tmp:
         for e in CATALOGUE:
@@ -91,12 +105,14 @@ def markdown(rows: list[dict], command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="also write the results here")
-    ap.add_argument("--from", dest="from_json", help="print the table of an earlier run's results")
+    ap.add_argument("--from", dest="from_json", nargs="+", help="print the table of earlier runs' results")
     ap.add_argument("--only", help="comma-separated program names")
     args = ap.parse_args(argv)
     command = "python tests/adversarial/table.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.from_json:
-        rows = json.loads(Path(args.from_json).read_text())
+        rows = [r for f in args.from_json for r in json.loads(Path(f).read_text())]
+        order = {e.name: k for k, e in enumerate(CATALOGUE)}
+        rows.sort(key=lambda r: order.get(r["name"], len(order)))
     else:
         rows = run(set(args.only.split(",")) if args.only else None)
         if args.json:

@@ -49,8 +49,10 @@ def quick(**kw) -> VerifyOptions:
 
 @pytest.fixture(scope="module", autouse=True)
 def _cache_dir(tmp_path_factory):
-    """Builds and device ceilings go to a private cache (the children inherit STITCHCUDA_*), filled
-    first by building every adversarial program in parallel (the tests then find them built)."""
+    """Builds and device ceilings go to $STITCHCUDA_CACHE when it is set (entries are keyed by content,
+    so separate runs share them), else to a private cache (the children inherit STITCHCUDA_*). Every
+    adversarial program is built first, in parallel; the tests then find them built."""
+    import os
     from concurrent.futures import ThreadPoolExecutor
 
     from stitchcuda import build
@@ -58,7 +60,8 @@ def _cache_dir(tmp_path_factory):
     from stitchcuda.verifier.run import build_baseline
 
     mp = pytest.MonkeyPatch()
-    mp.setenv("STITCHCUDA_CACHE", str(tmp_path_factory.mktemp("cache")))
+    if not os.environ.get("STITCHCUDA_CACHE"):
+        mp.setenv("STITCHCUDA_CACHE", str(tmp_path_factory.mktemp("cache")))
 
     def one(e):
         arch = json.loads((e.folder / "manifest.json").read_text())["arch"]
@@ -69,6 +72,27 @@ def _cache_dir(tmp_path_factory):
         list(pool.map(one, [e for e in CATALOGUE if e.name != "calls_torch"]))
     yield
     mp.undo()
+
+
+RESULTS: list[dict] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _results():
+    """With $STITCHCUDA_ADVERSARIAL_JSON set, every verdict of the adversarial set is written there, for
+    ``python tests/adversarial/table.py --from FILE`` (the table for BENCHMARKS.md)."""
+    import os
+
+    yield
+    path = os.environ.get("STITCHCUDA_ADVERSARIAL_JSON")
+    if path and RESULTS:
+        Path(path).write_text(json.dumps(RESULTS, indent=1) + "\n")
+
+
+def record(e, v) -> None:
+    RESULTS.append({"name": e.name, "class": e.cls, "expected": [e.verdict, e.reason], "verdict": v.result.kind,
+                    "reason": first_reason(v.result), "summary": v.result.verdict.summary(), "device": v.report.device,
+                    "commit": v.report.commit})
 
 
 def copy_program(src: Path, tmp: Path) -> Path:
@@ -102,6 +126,7 @@ def test_adversarial_verdict(tmp_path, name):
     e = BY_NAME[name]
     v = verify_program(copy_program(ADV / name, tmp_path), options=quick(precision=e.precision, time=e.timed or
                                                                           e.verdict == "passed"))
+    record(e, v)
     assert (v.result.kind, first_reason(v.result)) == (e.verdict, e.reason), said(v)
 
 
@@ -109,6 +134,7 @@ def test_adversarial_verdict(tmp_path, name):
 def test_refused_before_running(tmp_path, name):
     e = BY_NAME[name]
     v = verify_program(copy_program(ADV / name, tmp_path), options=quick(precision=e.precision))
+    record(e, v)
     assert (v.result.kind, first_reason(v.result)) == (e.verdict, e.reason), said(v)
 
 
@@ -150,6 +176,7 @@ def test_honest_program_passes_everything(tmp_path):
 def test_large_problem_fits_and_its_correctness_takes_under_30s(tmp_path):
     """2 GiB in, 2 GiB out: compared on the device in chunks, the reference computed once per trial."""
     v = verify_program(copy_program(ADV / "large_honest", tmp_path), options=quick(time=False))
+    record(BY_NAME["large_honest"], v)
     assert v.result.ok, said(v)
     correctness = sum(p.seconds for p in v.phases if p.name == "correctness")
     assert 0 < correctness <= 30.0, v.phases

@@ -479,9 +479,11 @@ def _room_for(nbytes: int, factor: float, device: Any) -> bool:
 
     if getattr(device, "type", str(device)) != "cuda":
         return True
-    free, _ = torch.cuda.mem_get_info(device)
+    free, total = torch.cuda.mem_get_info(device)
     free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # torch's own cache
-    return nbytes * factor <= free
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda d: 0.9)(device)
+    cap = fraction * total - torch.cuda.memory_allocated(device)  # what torch may still take in this process
+    return nbytes * factor <= 0.9 * min(free, cap)
 
 
 def tensor_bytes(shape: tuple[int, ...], dtype: str) -> int:

@@ -6,7 +6,8 @@ PyTorch).
 The parts that need no GPU, each usable alone:
 
 =============  =====================================================================
-``static``     the static anti-hacking rules over program.cu + manifest (``check_program``)
+``static``     the static anti-hacking rules over program.cu + manifest (``check_program``);
+               ``cxx`` and ``decls`` are the just-enough C++ reading they stand on
 ``verdict``    typed verdicts (CompileError, WrongAnswer, Crash, Timeout, Rejected, Inconclusive,
                Passed), the nvcc diagnostic parser, ``build_result`` from parts
 ``sandbox``    what the built library may call: ``-z defs``, traced forbidden names, imports against

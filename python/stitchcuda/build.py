@@ -158,6 +158,12 @@ def build(source: str | os.PathLike, *, arch: str | None = None, flags: tuple[st
     t0 = time.monotonic()
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and source.endswith(".cu")):
         source = Path(source).read_text(encoding="utf-8")
+    if not export_all:
+        # Every program is linked as the Verifier links it (-z defs, the sandbox's traced names),
+        # so that building and verifying share one cache entry.
+        from .verifier.sandbox import LINK_FLAGS
+
+        flags = LINK_FLAGS + tuple(f for f in flags if f not in LINK_FLAGS)
     arch = arch or toolchain.default_arch()
     root = Path(cache).expanduser() if cache is not None else cache_dir()
     key = cache_key(source, arch, tuple(flags), export_all)

@@ -185,7 +185,7 @@ def _verify_options(args: argparse.Namespace, **extra):
     from stitchcuda.verifier.run import VerifyOptions
 
     return VerifyOptions(trials=args.trials, time=not args.no_time, profile=not args.no_profile,
-                         compile=not args.no_compile, seed=args.seed, arch=args.arch,
+                         compile=not args.no_compile, seed=args.seed, arch=args.arch, precision=args.precision,
                          command="stitchcuda " + " ".join(sys.argv[1:]), **extra)
 
 
@@ -203,7 +203,9 @@ def _verify(args: argparse.Namespace, ui: UI) -> int:
         try:
             v = verify_program(args.dir, args.reference, _verify_options(args))
         except VerifyEnvironmentError as e:
-            raise CommandError(f"cannot verify here: {e}", errors.ENVIRONMENT) from None
+            part = e.verification.files.markdown if e.verification is not None and e.verification.files else None
+            raise CommandError(f"cannot verify here: {e}" + (f" (partial report: {part})" if part else ""),
+                               errors.ENVIRONMENT) from None
     r = v.report
     ui.line(f"{r.program}: {v.result.verdict.summary()}")
     if r.phases:
@@ -223,7 +225,7 @@ def _verify(args: argparse.Namespace, ui: UI) -> int:
         ui.line(f"report: {v.files.markdown}")
     ui.result({"program": r.program, "ok": v.result.ok, "verdict": v.result.verdict.summary(),
                "speedups": speedups, "report": str(v.files.json) if v.files else None})
-    return errors.OK if v.result.ok else errors.FAILED
+    return v.exit_code  # 0 passed, 1 a verdict against the candidate, 3 inconclusive
 
 
 def _profile(args: argparse.Namespace, ui: UI) -> int:
@@ -242,7 +244,8 @@ def _profile(args: argparse.Namespace, ui: UI) -> int:
     with ui.step("profile") as step:
         step("build, profile")
         try:
-            opts = VerifyOptions(arch=args.arch, profile_runs=args.runs, command="stitchcuda " + " ".join(sys.argv[1:]))
+            opts = VerifyOptions(arch=args.arch, profile_runs=args.runs, precision=args.precision,
+                                 command="stitchcuda " + " ".join(sys.argv[1:]))
             res = profile_program_dir(args.dir, args.reference, opts)
         except VerifyEnvironmentError as e:
             raise CommandError(f"cannot profile here: {e}", errors.ENVIRONMENT) from None
@@ -389,7 +392,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("dir", help="the program folder (manifest.json, program.cu, weights.safetensors)")
     p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
     p.add_argument("--trials", type=int, default=5, help="random trials (default 5)")
-    p.add_argument("--seed", type=int, default=1000, help="seed of the first trial (default 1000)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the first trial (default: drawn fresh, written to the report after the run)")
+    p.add_argument("--precision", "-p", default=None, choices=NAMES,
+                   help="the policy to judge at (default: the one the manifest states; the report says which)")
     p.add_argument("--no-time", action="store_true", help="skip timing")
     p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
@@ -400,6 +406,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("dir", help="the program folder")
     p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
     p.add_argument("--runs", type=int, default=20, help="profiled runs (default 20)")
+    p.add_argument("--precision", "-p", default=None, choices=NAMES, help="the policy to judge at (default: the manifest's)")
     p.add_argument("--arch", help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
 
     p = add("wheel", "package a program folder as a wheel that runs without PyTorch", _wheel,

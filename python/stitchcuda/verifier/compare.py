@@ -15,6 +15,8 @@ exactly as before.
 
 from __future__ import annotations
 
+from ..dtypes import torch_dtype  # noqa: F401  (re-exported: the one dtype table)
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,13 +29,6 @@ CHUNK = 1 << 25
 SCALE_FLOOR = 1e-30
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a manifest dtype name (the names are PyTorch's, :mod:`stitchcuda.dtypes`)."""
-    from ..dtypes import get
-
-    return getattr(torch, get(name).name)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

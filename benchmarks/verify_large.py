@@ -1,6 +1,6 @@
 """What verification costs, phase by phase, on the largest problems of a KernelBench set (GPU).
 
-    python tests/gpu/programs/large_cost.py [--set PATH/all.jsonl] [--top 5] [--only L:ID,...] [--json out.json]
+    python benchmarks/verify_large.py [--set PATH/all.jsonl] [--top 5] [--only L:ID,...] [--json out.json]
 
 The problems are ranked by the bytes of one set of inputs, outputs and weights (shapes from the
 meta device; a recurrent model's outputs, which the meta device takes minutes to trace, are
@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import sys
 import tempfile
 import time
@@ -183,7 +184,8 @@ def built_program(ref: str, seed: int, out: Path, timed: bool) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", default=str(Path(__file__).resolve().parents[4] / "shared" / "kernelbench" / "all.jsonl"))
+    shared = Path(os.environ.get("STITCHCUDA_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+    ap.add_argument("--set", default=str(shared / "kernelbench" / "all.jsonl"))
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--only", help="LEVEL:ID,... instead of the ranking")
     ap.add_argument("--time", action="store_true", help="verify built programs with timing too")
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     print(f"Verification cost of the {len(rows)} largest problems of {Path(args.set).name}, {device}, "
-          f"{dt.date.today().isoformat()}: `python tests/gpu/programs/large_cost.py "
+          f"{dt.date.today().isoformat()}: `python benchmarks/verify_large.py "
           f"{' '.join(argv if argv is not None else sys.argv[1:])}`\n")
     print("| problem | GiB (in + out + weights) | measured | phases (s) | correctness s | peak device GiB | verdict |")
     print("|---|---|---|---|---|---|---|")

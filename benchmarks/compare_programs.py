@@ -45,37 +45,39 @@ def _bench(runs, stream, flush, trials: int) -> list[list[float]]:
     return times
 
 
-def one(ref: str, name: str, policy: str, before: Path, out: Path, trials: int, seed: int) -> dict:
-    import torch
+def prepare(ref: str, name: str, policy: str, before: Path, out: Path) -> tuple[Path, Path]:
+    """Both folders of a pair, written but not compiled: today's build, and the earlier source
+    beside it with the same manifest (but its own source hash) and weights."""
+    import dataclasses
 
     from stitchcuda import manifest as mf
+    from stitchcuda.device import DEFAULT
     from stitchcuda.pipeline import build_program
-    from stitchcuda.precision import get
-    from stitchcuda.program import Program
 
-    row = {"reference": ref, "policy": policy}
     old_src = before / f"{name}_{policy}.cu"
     if not old_src.is_file():
-        row["error"] = f"no earlier program {old_src.name}"
-        return row
+        raise FileNotFoundError(f"no earlier program {old_src.name}")
     new_dir = out / f"{name}_{policy}"
-    from stitchcuda.device import DEFAULT
-
     # The earlier programs were planned against the default ceilings: plan against them too.
-    o = build_program(ref, precision=policy, out=new_dir, quiet=True, seed=0, ceilings=DEFAULT)
-    if not o.ok:
-        row["error"] = f"build failed: {o.build.message if o.build else '?'}"
-        return row
+    build_program(ref, precision=policy, out=new_dir, quiet=True, seed=0, ceilings=DEFAULT, compile=False)
     old_dir = out / f"{name}_{policy}_before"
     old_dir.mkdir(parents=True, exist_ok=True)
     text = old_src.read_text()
     (old_dir / mf.PROGRAM_SOURCE).write_text(text)
     m = mf.Manifest.from_json((new_dir / mf.MANIFEST_FILE).read_text())
-    import dataclasses
-
     m = dataclasses.replace(m, source_hash=mf.hash_source(text), generator="an earlier stitchcuda Coder")
     (old_dir / mf.MANIFEST_FILE).write_text(m.to_json())
     shutil.copyfile(new_dir / mf.WEIGHTS_FILE, old_dir / mf.WEIGHTS_FILE)
+    return new_dir, old_dir
+
+
+def one(ref: str, policy: str, new_dir: Path, old_dir: Path, trials: int, seed: int) -> dict:
+    import torch
+
+    from stitchcuda.precision import get
+    from stitchcuda.program import Program
+
+    row = {"reference": ref, "policy": policy}
     progs = [Program.load(new_dir), Program.load(old_dir)]
     dev = torch.device("cuda")
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -120,29 +122,45 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     jobs = [(f"kernelbench:{p}", "L" + p.replace(":", "_")) for p in args.problems.split(",") if p] + \
            [(str(Path(__file__).resolve().parents[1] / "models" / f"{m}.py"), m) for m in args.models.split(",") if m]
-    print("| reference | policy | outputs | new ms | before ms | new / before |")
-    print("|---|---|---|---|---|---|")
-    rows = []
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stitchcuda import build as B
+    from stitchcuda import manifest as mf
+
+    pairs, rows = [], []
     for ref, name in jobs:
         for policy in args.policies.split(","):
-            t0 = time.monotonic()
             try:
-                row = one(ref, name, policy, args.before, args.out, args.trials, args.seed)
+                pairs.append((ref, name, policy) + prepare(ref, name, policy, args.before, args.out))
             except Exception as e:  # noqa: BLE001 - one pair's failure is a row
-                row = {"reference": ref, "policy": policy, "error": f"{type(e).__name__}: {e}"}
-            row["seconds"] = round(time.monotonic() - t0, 1)
-            rows.append(row)
-            if args.json:
-                with args.json.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-            label = name
-            if "error" in row:
-                print(f"| {label} | {policy} | ERROR {row['error'][:80]} | | | |", flush=True)
-                continue
-            outs = "identical" if row["identical"] else \
-                f"max diff {row['max_abs_diff']:.2g} ({'within' if row['within_tolerance'] else 'OUTSIDE'} tol)"
-            print(f"| {label} | {policy} | {outs} | {row['new_ms']:.4f} | {row['old_ms']:.4f} | {row['ratio']:.3f} |",
-                  flush=True)
+                rows.append({"reference": ref, "policy": policy, "error": f"{type(e).__name__}: {e}"})
+    # Compile every program at once (nvcc is single-threaded); the runs below find them built.
+    sources = [d / mf.PROGRAM_SOURCE for p in pairs for d in p[3:]]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
+        built = list(pool.map(lambda src: B.build(src.read_text(), arch=None), sources))
+    print(f"compiled {sum(b.ok for b in built)}/{len(built)} programs in {time.monotonic() - t0:.0f} s", flush=True)
+    print("| reference | policy | outputs | new ms | before ms | new / before |")
+    print("|---|---|---|---|---|---|")
+    for ref, name, policy, new_dir, old_dir in pairs:
+        t0 = time.monotonic()
+        try:
+            row = one(ref, policy, new_dir, old_dir, args.trials, args.seed)
+        except Exception as e:  # noqa: BLE001 - one pair's failure is a row
+            row = {"reference": ref, "policy": policy, "error": f"{type(e).__name__}: {e}"}
+        row["seconds"] = round(time.monotonic() - t0, 1)
+        rows.append(row)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+        if "error" in row:
+            print(f"| {name} | {policy} | ERROR {row['error'][:80]} | | | |", flush=True)
+            continue
+        outs = "identical" if row["identical"] else \
+            f"max diff {row['max_abs_diff']:.2g} ({'within' if row['within_tolerance'] else 'OUTSIDE'} tol)"
+        print(f"| {name} | {policy} | {outs} | {row['new_ms']:.4f} | {row['old_ms']:.4f} | {row['ratio']:.3f} |",
+              flush=True)
     ok = [r for r in rows if "ratio" in r]
     if ok:
         worst = max(ok, key=lambda r: abs(r["ratio"] - 1))

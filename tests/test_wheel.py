@@ -85,8 +85,9 @@ def test_wheel_contents_and_metadata(built):
     assert f"Requires-Dist: stitchcuda-runtime=={rt_version}" in meta
     rt_meta = next(v for k, v in rt.items() if k.endswith("METADATA")).decode()
     assert "Requires-Dist: numpy" in rt_meta and "Requires-Dist: nvidia-cublas>=13.0,<14" in rt_meta
+    assert "Requires-Dist: nvidia-cudnn-cu13>=9.0,<10" in rt_meta  # the runtime links cuDNN (convolutions)
     requires = [ln for ln in (meta + rt_meta).splitlines() if ln.startswith("Requires-Dist")]
-    assert len(requires) == 3 and not any("torch" in ln.lower() for ln in requires)
+    assert len(requires) == 4 and not any("torch" in ln.lower() for ln in requires)
     assert "Tag: py3-none-" in prog["mlp-0.1.0.dist-info/WHEEL"].decode()
     assert set(rt) >= {"stitchrt/__init__.py", "stitchrt/lib/libstitchrt.so"}
     # the program finds the runtime beside it, not in the install that built it

@@ -87,20 +87,22 @@ _KDL_CPU, _KDL_CUDA = 1, 2
 _RT = None
 
 
-def _preload_cublaslt() -> None:
-    """cuBLASLt from NVIDIA's wheel (``nvidia-cublas``), wherever that is installed."""
+def _preload_nvidia() -> None:
+    """cuBLASLt and cuDNN from NVIDIA's wheels (``nvidia-cublas``, ``nvidia-cudnn-cu13``), wherever
+    those are installed: the runtime links both."""
     try:
         import nvidia
     except ImportError:
         return
-    for base in nvidia.__path__:
-        lib = Path(base) / "cu13" / "lib" / "libcublasLt.so.13"
-        if lib.is_file():
-            try:
-                ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
-                return
-            except OSError:
-                continue
+    for rel in ("cu13/lib/libcublasLt.so.13", "cudnn/lib/libcudnn.so.9"):
+        for base in nvidia.__path__:
+            lib = Path(base) / rel
+            if lib.is_file():
+                try:
+                    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+                    break
+                except OSError:
+                    continue
 
 
 def runtime() -> ctypes.CDLL:
@@ -108,11 +110,12 @@ def runtime() -> ctypes.CDLL:
     global _RT
     if _RT is not None:
         return _RT
-    _preload_cublaslt()
+    _preload_nvidia()
     try:
         lib = ctypes.CDLL(str(LIBRARY), mode=ctypes.RTLD_GLOBAL)
     except OSError as e:
-        hint = "pip install 'nvidia-cublas>=13,<14'" if "cublas" in str(e) else "reinstall stitchcuda-runtime"
+        hint = "pip install 'nvidia-cublas>=13,<14'" if "cublas" in str(e) else \
+            "pip install 'nvidia-cudnn-cu13>=9,<10'" if "cudnn" in str(e) else "reinstall stitchcuda-runtime"
         raise StitchError(f"cannot load the stitchcuda runtime {LIBRARY} ({e}); {hint}") from None
     lib.st_last_error.restype = ctypes.c_char_p
     lib.st_status_name.restype = ctypes.c_char_p

@@ -8,7 +8,7 @@ serves every Python 3 version):
   a few lines (``NAME.load(device=None)``);
 * ``stitchcuda_runtime-<stitchcuda version>+rt<hash>``: the package ``stitchrt``,
   ``libstitchrt.so`` and :mod:`stitchcuda.ship.loader` (ctypes over the program ABI, DLPack in
-  and out), depending on NumPy and ``nvidia-cublas`` only.
+  and out), depending on NumPy, ``nvidia-cublas`` and ``nvidia-cudnn-cu13`` only.
 
 Why a runtime wheel of its own rather than libstitchrt bundled into each program wheel: a
 process loads one library per soname, so two program wheels each carrying a ``libstitchrt.so``
@@ -171,7 +171,7 @@ def runtime_wheel(out: Path) -> Path:
     files = {f"{RUNTIME_PACKAGE}/__init__.py": loader, f"{RUNTIME_PACKAGE}/lib/libstitchrt.so": lib}
     meta = ["Summary: The stitchcuda runtime: runs stitchcuda programs with NumPy, CuPy or PyTorch arrays, "
             "no PyTorch needed", "Requires-Python: >=3.8", "Requires-Dist: numpy>=1.23",
-            "Requires-Dist: nvidia-cublas>=13.0,<14"]
+            "Requires-Dist: nvidia-cublas>=13.0,<14", "Requires-Dist: nvidia-cudnn-cu13>=9.0,<10"]
     return write_wheel(out / f"{RUNTIME_DIST}-{version}-py3-none-{platform_tag()}.whl", RUNTIME_DIST, version,
                        files, meta)
 

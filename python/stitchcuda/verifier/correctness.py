@@ -205,6 +205,7 @@ class Session:
         self.calls = 0
         self.trials: list[TrialResult] = []
         self.failures: dict[str, str] = {}  # dynamic check -> first failure's detail
+        self.left_at_fill: list[torch.Tensor] = []  # outputs equal to the caller's fill value, last call
         self.passes: dict[str, str] = {}  # dynamic check -> what it established
         self.notes: list[str] = []
         self.warnings: list[str] = []
@@ -262,17 +263,32 @@ class Session:
                 self.fail("inputs_unchanged", f"input {spec.name} changed by the run ({what}){where}")
                 if c is not None:
                     t.copy_(c)  # the reference gets the inputs the program was given, not what it left
+        self.left_at_fill = []
         if fill in ("poison0", "poison1", "const"):
             for spec, y in zip(self.out_specs, outputs):
                 if fill == "const" and is_float(y):
-                    left = y == value
-                    how = f"left at the value {value:.6g} the caller filled them with"
-                else:
-                    left = poisoned(y, 1 if fill == "poison1" else 0)
-                    how = "never written"
+                    # Judged after the call, against the reference (see left_unwritten): an honest
+                    # output of hundreds of millions of elements equals any finite value somewhere.
+                    self.left_at_fill.append(y == value)
+                    continue
+                left = poisoned(y, 1 if fill == "poison1" else 0)
+                how = "never written"
                 if bool(left.any().item()):
                     self.fail("outputs_written", f"output {spec.name}: {int(left.sum().item())} of {y.numel()} "
                                                  f"elements {how} ({what}; first at {fmt_index(_first(left))})")
+
+    def left_unwritten(self, bad: Sequence[torch.Tensor | None], what: str, value: float) -> None:
+        """After a call whose outputs the caller filled with ``value``: the elements still holding
+        it where the reference differs (``bad``, from :meth:`judge`) were never written."""
+        for spec, left, b in zip(self.out_specs, self.left_at_fill, bad):
+            if b is None:
+                continue
+            wrong = left & b.reshape(left.shape)
+            if bool(wrong.any().item()):
+                self.fail("outputs_written", f"output {spec.name}: {int(wrong.sum().item())} of {left.numel()} elements "
+                                             f"left at the value {value:.6g} the caller filled them with, where the "
+                                             f"reference differs ({what}; first at {fmt_index(_first(wrong))})")
+        self.left_at_fill = []
 
     # -------------------------------------------------------------- judging
 

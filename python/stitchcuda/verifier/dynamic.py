@@ -113,6 +113,8 @@ def repeated_calls(s: Session) -> None:
         xs = x1 if which == "x1" else x2
         s.run(xs, y, fill=fill, what=what, value=value)
         jd = s.judge(f"repeat {k + 1}", y, d, xs)  # computed again for call 5: never before a call
+        if fill == "const":
+            s.left_unwritten(jd.bad, what, value)
         if not jd.trial.passed:
             _classify(s, what, jd, y, prev if fill == "keep" else None, stale_check or "repeat_calls",
                       value if fill == "const" else None)

@@ -5,7 +5,8 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh seam            # task seam, op harness, generated programs
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh verifier        # the Verifier: adversarial set, large problems
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh bench           # convolutions, the dev set, the wheel
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh bench           # convolutions, the wheel
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh suite           # stitchcuda bench over the dev set (tf32)
 #
 # setup installs Python wheels found in .whl/ (packages the machine lacks) into /tmp/site and the
 # project with --no-build-isolation; later phases reuse both on the same machine. The KernelBench
@@ -100,5 +101,11 @@ if want bench; then
   log "the wheel without PyTorch; the README's commands"
   timeout 200 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_wheel.py tests/test_cli_readme.py > "$OUT/wheel.log" 2>&1
   echo "wheel: exit $? — $(tail -1 "$OUT/wheel.log")"
+fi
+if want suite; then
+  log "the dev set through stitchcuda bench (tf32); resumable in /tmp/suite-tf32"
+  timeout 560 stitchcuda bench "$STITCHCUDA_KERNELBENCH" --precision tf32 --out /tmp/suite-tf32 \
+    > "$OUT/suite.log" 2>&1; echo "bench exit $?"; tail -25 "$OUT/suite.log"
+  mkdir -p "$OUT/suite" && cp -r /tmp/suite-tf32/. "$OUT/suite/"
 fi
 log "done"

@@ -20,7 +20,8 @@ export STITCHCUDA_SHARED=${STITCHCUDA_SHARED:-$PWD/shared}
 export STITCHCUDA_KERNELBENCH=${STITCHCUDA_KERNELBENCH:-$STITCHCUDA_SHARED/kernelbench/dev.jsonl}
 export STITCHCUDA_CACHE=${STITCHCUDA_CACHE:-/tmp/stitchcuda-cache}
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat .carry/commit 2>/dev/null || echo unknown)
+# .carry/commit first: a copied working tree may carry a .git that is not the one it was copied from
+COMMIT=$(cat .carry/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 phases=${*:-setup core}
 want() { [[ " $phases " == *" $1 "* ]]; }
 log() { echo "== $* ($(date -u +%H:%M:%S))"; }

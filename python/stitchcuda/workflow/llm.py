@@ -45,9 +45,14 @@ class LLMProposer:
     name = "llm"
     routes = ("optimize", "repair", "replan")
 
-    def __init__(self, client: Any, max_tokens: int = 1024):
+    def __init__(self, client: Any, max_tokens: int = 1024, budget_tokens: int = 6000,
+                 max_bodies: int = MAX_BODIES_PER_TASK, max_decisions: int = MAX_DECISIONS):
         self.client = client
         self.max_tokens = max_tokens
+        self.budget_tokens = budget_tokens
+        self.max_bodies, self.max_decisions = max_bodies, max_decisions
+        #: every planner decision asked for: (reply, the parsed decision or the DecisionFailure)
+        self.decisions: list[tuple[str, Any]] = []
 
     def propose(self, ctx: Context, route: Route) -> list[Proposal]:
         if route.kind == "replan" and route.target is None:
@@ -65,11 +70,12 @@ class LLMProposer:
         except KeyError:
             return []
         earlier = [x for x in ctx.state.candidates if x.proposer == self.name and x.meta.get("task") == task]
-        if len(earlier) >= MAX_BODIES_PER_TASK:
+        if len(earlier) >= self.max_bodies:
             return []
         attempts = [Attempt(x.overrides.get(task, {}).get("source", x.meta.get("reply", "")),
                             x.judgement.summary if x.judgement else "") for x in earlier]
         prompt = code_prompt(c.function, c.describe(), subgraph_text(ctx.problem.graph, c.covers), attempts=attempts,
+                             budget_tokens=self.budget_tokens, api_budget_tokens=min(2000, self.budget_tokens // 3),
                              count_tokens=self.client.count_tokens)
         try:
             done = self.client.complete(prompt, max_tokens=self.max_tokens)
@@ -90,15 +96,14 @@ class LLMProposer:
         from ..llm import DecisionFailure, DecisionSpec, decision_prompt, parse_constraints
         from ..plan import Constraints
 
-        earlier = [x for x in ctx.state.candidates if x.proposer == self.name and x.meta.get("decision")]
-        if len(earlier) >= MAX_DECISIONS:
+        if len(self.decisions) >= self.max_decisions:
             return []
         ch = ctx.problem.choices()
         spec = DecisionSpec.make(ch.nodes, None, dict(ch.strategies), ch.rewrites)
         feedback = [f"{x.id} ({x.description}): {x.judgement.summary}" for x in ctx.state.candidates[-6:]
                     if x.judgement is not None]
         prompt = decision_prompt(graph_text(ctx.problem.graph), spec, plan=str(ctx.plan), feedback=feedback,
-                                 count_tokens=self.client.count_tokens)
+                                 budget_tokens=self.budget_tokens, count_tokens=self.client.count_tokens)
         g = spec.grammar()
         try:
             done = self.client.complete(prompt, grammar=g, max_tokens=max(self.max_tokens, g.max_chars))
@@ -108,6 +113,7 @@ class LLMProposer:
         meta = {"decision": True, "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
                 "llm_s": done.generated_wall_s, "cached": done.cached, "reply": done.text[:2000]}
         d = parse_constraints(done.text, spec)
+        self.decisions.append((done.text, d))
         if isinstance(d, DecisionFailure):
             return [Proposal(self.name, "planner decision", dict(ctx.base.constraints), dict(ctx.base.overrides), meta,
                              refused=f"LLM decision: {d}")]

@@ -12,6 +12,9 @@ import torch
 import torch.nn as nn
 
 
+#: Policies at which one attempt (`stitchcuda build`) misses the tolerance: the loop must repair them.
+PRECISION_SENSITIVE = ("tf32", "bf16", "fp16")
+
 class Model(nn.Module):
     def __init__(self, head_dim: int):
         super().__init__()

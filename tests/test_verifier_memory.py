@@ -195,3 +195,61 @@ def test_a_reference_writing_its_inputs_gets_a_copy_or_is_named():
     _force(P, "host")
     with pytest.raises(problem.ProblemError, match="writes its inputs in place"):
         P.forward(d)
+
+
+# ------------------------------------------------------------------ on the device
+
+
+class _MulRunner:
+    """``y = 2 x`` on one stream, with no temporaries of its own (GPU)."""
+
+    def __init__(self, stream):
+        self.stream, self.device = stream, stream.device
+
+    def context(self):
+        return torch.cuda.stream(self.stream)
+
+    def run(self, inputs, outputs):
+        with torch.cuda.stream(self.stream):
+            torch.mul(inputs[0], 2.0, out=outputs[0])
+
+    def sync(self):
+        self.stream.synchronize()
+
+    def sync_device(self):
+        torch.cuda.synchronize(self.device)
+
+    def hold(self):
+        with torch.cuda.stream(self.stream):
+            torch.cuda._sleep(200_000_000)
+
+    def ordered(self, fn):
+        with torch.cuda.stream(self.stream):
+            fn()
+
+
+@pytest.mark.gpu
+def test_peak_device_memory_is_the_working_set_and_a_bounded_rest():
+    """A 2 GiB input and a 2 GiB output: the Verifier's peak is two input sets (the repeated calls'
+    two buffers, or a draw and its copy), the program's and the reference's outputs, and at most
+    3 GiB of chunked temporaries and small copies; never several input-sized copies."""
+    rows, cols = 16384, 32768  # 2 GiB of fp32
+    src = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+           f"def get_inputs():\n    return [torch.rand({rows}, {cols})]\ndef get_init_inputs():\n    return []\n")
+    spec = problem.ReferenceSpec("double.py", "double", source=src)
+    m = mf.Manifest.from_dict({
+        "format": "stitchcuda-program", "version": 1, "name": "double", "abi_version": 1, "precision": "fp32",
+        "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [rows, cols]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [rows, cols]}]})
+    P = problem.Problem(spec, m, "cuda:0", weights_seed=SEED)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    res = check_correctness(_MulRunner(torch.cuda.Stream()), P, precision="fp32", seed=SEED)
+    peak = torch.cuda.max_memory_allocated() - base
+    assert res.passed, [c for c in res.checks if c.status == "fail"]
+    assert any("kept on the host" in n for n in res.notes), res.notes
+    size = rows * cols * 4
+    assert peak <= 4 * size + 3 * GiB, (peak / GiB, res.notes)

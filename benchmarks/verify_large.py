@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time", action="store_true", help="verify built programs with timing too")
     ap.add_argument("--reference-side", action="store_true", help="never build: measure the reference side")
     ap.add_argument("--seed", type=int, default=20261122)
-    ap.add_argument("--child-timeout", type=float, default=540.0, help="seconds for one problem's process")
+    ap.add_argument("--child-timeout", type=float, default=300.0, help="seconds for one problem's process")
     ap.add_argument("--json")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # kernelbench:L:ID, measured in this process (the child)
     ap.add_argument("--out", help=argparse.SUPPRESS)

@@ -12,8 +12,7 @@ from stitchcuda.verifier import build_result, compare, problem  # noqa: E402
 from stitchcuda.verifier import memory as vm  # noqa: E402
 from stitchcuda.verifier.correctness import check_correctness, count_where  # noqa: E402
 
-from .test_verifier_run import SEED, FakeRunner, _programs  # noqa: E402
-from .test_verifier_run import adv_problem  # noqa: E402, F401 - the fixture
+from .test_verifier_run import ADV, SEED, FakeRunner, _programs  # noqa: E402
 
 GiB = 1 << 30
 
@@ -119,6 +118,12 @@ def test_the_reference_checksum_sees_a_write_and_a_swap():
 # ------------------------------------------------------------------ the checks, copies on the host or nowhere
 
 
+@pytest.fixture
+def adv_problem():
+    m = mf.Manifest.load(ADV / "correct")
+    return problem.Problem(problem.resolve_reference(None, ADV / "correct", m), m, "cpu", weights_seed=SEED)
+
+
 def _force(P, where: str):
     """The problem and a budget as on a small card: every copy over 0 bytes goes to the host, or
     (``none``) nowhere."""
@@ -141,13 +146,10 @@ CHEATS = [
 
 
 @pytest.mark.parametrize("name, failed_check", CHEATS)
-def test_with_copies_on_the_host_every_cheat_gets_its_reason(adv_problem, name, failed_check):  # noqa: F811
+def test_with_copies_on_the_host_every_cheat_gets_its_reason(adv_problem, name, failed_check):
     budget = _force(adv_problem, "host")
-    try:
-        res = check_correctness(FakeRunner(_programs(adv_problem)[name]), adv_problem, precision="fp32", seed=SEED,
-                                budget=budget)
-    finally:
-        adv_problem.budget = vm.Budget("cpu")
+    res = check_correctness(FakeRunner(_programs(adv_problem)[name]), adv_problem, precision="fp32", seed=SEED,
+                            budget=budget)
     v = build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance)
     assert any("kept on the host" in n for n in res.notes), res.notes
     if failed_check is None:
@@ -158,13 +160,10 @@ def test_with_copies_on_the_host_every_cheat_gets_its_reason(adv_problem, name, 
 
 
 @pytest.mark.parametrize("name, failed_check", CHEATS)
-def test_with_no_room_for_copies_every_cheat_is_still_rejected(adv_problem, name, failed_check):  # noqa: F811
+def test_with_no_room_for_copies_every_cheat_is_still_rejected(adv_problem, name, failed_check):
     budget = _force(adv_problem, "none")
-    try:
-        res = check_correctness(FakeRunner(_programs(adv_problem)[name]), adv_problem, precision="fp32", seed=SEED,
-                                budget=budget)
-    finally:
-        adv_problem.budget = vm.Budget("cpu")
+    res = check_correctness(FakeRunner(_programs(adv_problem)[name]), adv_problem, precision="fp32", seed=SEED,
+                            budget=budget)
     v = build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance)
     assert any("done without a copy" in n for n in res.notes), res.notes
     if failed_check is None:

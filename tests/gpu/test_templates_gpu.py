@@ -165,6 +165,37 @@ def test_row_reduce_hooks(reduce_lib, op, dtype, cols):
     _row_case(reduce_lib, op, dtype, 19, cols, hooks=True)
 
 
+@pytest.mark.parametrize("rows,cols,ldi,hooks", [(1, 1 << 20, None, False), (3, 40000, None, False),
+                                                (16, 65537, None, False), (5, 50000, 50003, False),
+                                                (7, 131072, None, True)], ids=str)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
+def test_norm_split_rows(reduce_lib, op, dtype, rows, cols, ldi, hooks):
+    """Few, long rows with a workspace: each row cut over many blocks (two passes), vector and
+    scalar paths (odd cols, a leading dim past cols), hooks; the same answer as one block per row."""
+    if hooks and op == "rms_norm":
+        pytest.skip("the harness instantiates hooks for layer norm only")
+    seed = _seed()
+    ldi = cols if ldi is None else ldi
+    x = _randn(rows * ldi, dtype=dtype, scale=2.0).as_strided((rows, cols), (ldi, 1)) + 3.0  # mean far from 0
+    w, b = _randn(cols, dtype=dtype), _randn(cols, dtype=dtype) if op == "layer_norm" else None
+    ws_floats = reduce_lib.row_workspace_floats(rows, cols)
+    assert ws_floats == rows * 256 * 3
+    ws = torch.full((ws_floats,), NAN, device="cuda")
+    out_base = torch.full((rows, ldi), NAN, device="cuda", dtype=dtype)
+    out = out_base[:, :cols]
+    _run(reduce_lib.row_norm_ws, OP_CODE[op], DT_CODE[dtype], x.data_ptr(), ldi, out.data_ptr(), ldi,
+         w.data_ptr(), None if b is None else b.data_ptr(), rows, cols, EPS, ws.data_ptr(), ws_floats,
+         int(hooks), _stream())
+    xd = x.double() * (0.5 if hooks else 1.0)
+    ref = _row_ref(op, xd, w.double(), None if b is None else b.double())
+    if hooks:
+        ref = F.gelu(ref)
+    _close(out, ref, _tol(dtype), f"{op} {DT_IDS[dtype]} {rows}x{cols} split seed={seed}")
+    assert torch.isnan(out_base[:, cols:]).all(), "wrote outside the output view"
+    assert not torch.isnan(ws[: rows * 3]).any(), "a row too long to split was not split"
+
+
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
 def test_norm_without_weights(reduce_lib, op, dtype):

@@ -141,6 +141,11 @@ MUTANTS: tuple[Mutant, ...] = (
       VERIFIER_PY + "dynamic.py", "stale = bad & same_bits(o, p) & ~any_poison(o) if p is not None else None",
       "stale = None",
       (RUN, "-k", "dynamic_cheats_get_their_reason and (pointer_cache or same_buffers_skip)")),
+    M("outputs-follow-inputs-unnamed", "verifier", "outputs kept from the last call on new input buffers not named so",
+      VERIFIER_PY + "dynamic.py",
+      '("x2", 3, "keep", "new input buffers into outputs holding call 3\'s", "outputs_follow_inputs"),',
+      '("x2", 3, "keep", "new input buffers into outputs holding call 3\'s", ""),',
+      (RUN, "-k", "dynamic_cheats_get_their_reason and input_bound_to_output")),
     M("sensitivity-skipped", "verifier", "the single-element sensitivity check never fails",
       VERIFIER_PY + "dynamic.py",
       's.fail("sensitivity", f"{what}: output {spec.name} did not follow the change as the reference\'s did: '

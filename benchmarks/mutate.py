@@ -249,30 +249,54 @@ def _commit() -> str:
         return "unknown"
 
 
-def markdown(kind: str, results: list[Outcome], command: str, seconds: float) -> str:
-    ran = [r for r in results if r.status in ("caught", "survived")]
-    caught = [r for r in ran if r.status == "caught"]
+_ROW = re.compile(r"^\| `(?P<name>[^`]+)` \|.*\| (?P<status>caught|survived|error|not run)\b")
+
+
+def _row(r: Outcome, command: str) -> str:
+    m = BY_NAME[r.name]
+    return (f"| `{m.name}` | {m.area} | {m.fault} | `{m.path}` | {r.status} ({r.summary}) | {r.seconds:.0f} | "
+            f"`{' '.join(m.tests)}` |")
+
+
+def markdown(kind: str, results: list[Outcome], command: str, seconds: float, old: str = "") -> str:
+    """This kind's section: the rows of ``results``, and the rows of ``old`` (the section as it
+    was) for mutants not run now, so a run split over several commands (``--only``) adds up."""
+    rows: dict[str, tuple[str, str]] = {}
+    runs = [ln for ln in old.splitlines() if ln.startswith("- ")]
+    for ln in old.splitlines():
+        m = _ROW.match(ln)
+        if m and m.group("name") in BY_NAME:
+            rows[m.group("name")] = (ln, m.group("status"))
+    for r in results:
+        rows[r.name] = (_row(r, command), r.status)
+    runs.append(f"- {datetime.date.today().isoformat()}, commit {_commit()}, {os.cpu_count()} CPU cores, "
+                f"{seconds / 60:.1f} min: `{command}`")
+    order = [m.name for m in MUTANTS if m.name in rows]
+    ran = [n for n in order if rows[n][1] in ("caught", "survived")]
+    caught = [n for n in ran if rows[n][1] == "caught"]
     lines = [f"<!-- mutate:{kind} -->",
-             f"### {'CPU' if kind == 'cpu' else 'GPU'} run: {len(caught)} of {len(ran)} mutants caught",
-             "",
-             f"{datetime.date.today().isoformat()}, commit {_commit()}, {os.cpu_count()} CPU cores, "
-             f"{seconds / 60:.1f} min in all: `{command}`",
-             "",
+             f"### {'CPU' if kind == 'cpu' else 'GPU'} run: {len(caught)} of {len(ran)} mutants caught", "",
+             *runs, "",
              "| mutant | area | fault | file | result | s | tests |",
              "|---|---|---|---|---|---|---|"]
-    for r in results:
-        m = BY_NAME[r.name]
-        lines.append(f"| `{m.name}` | {m.area} | {m.fault} | `{m.path}` | {r.status} ({r.summary}) | "
-                     f"{r.seconds:.0f} | `{' '.join(m.tests)}` |")
+    lines += [rows[n][0] for n in order]
     lines.append(f"<!-- /mutate:{kind} -->")
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, kind: str, text: str) -> None:
-    """Replace this kind's section of ``path`` (the other kind's section is kept)."""
+def _section(text: str, kind: str) -> re.Pattern[str]:
+    return re.compile(rf"<!-- mutate:{kind} -->.*?<!-- /mutate:{kind} -->\n?", re.S)
+
+
+def write_section(path: Path, kind: str, results: list[Outcome], command: str, seconds: float,
+                  fresh: bool = False) -> None:
+    """Replace this kind's section of ``path`` (the other kind's section, and the text around, kept);
+    ``fresh``: a run of every mutant of its kind, which replaces the rows of earlier runs."""
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    pat = re.compile(rf"<!-- mutate:{kind} -->.*?<!-- /mutate:{kind} -->\n?", re.S)
-    new = pat.sub(lambda _: text, old) if pat.search(old) else old.rstrip("\n") + ("\n\n" if old else "") + text
+    pat = _section(old, kind)
+    found = pat.search(old)
+    text = markdown(kind, results, command, seconds, found.group(0) if found and not fresh else "")
+    new = pat.sub(lambda _: text, old) if found else old.rstrip("\n") + ("\n\n" if old else "") + text
     path.write_text(new, encoding="utf-8")
 
 
@@ -333,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; not caught: {', '.join(bad)}" if bad else ""))
     if a.write:
         command = "python benchmarks/mutate.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        write_section(a.write, kind, markdown(kind, results, command.strip(), took))
+        write_section(a.write, kind, results, command.strip(), took, fresh=not (a.only or a.fast))
         print(f"written: {a.write}")
     return 0 if not bad else 1
 

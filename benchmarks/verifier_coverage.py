@@ -12,6 +12,7 @@ record nothing: their lines count only when another child ran them too.
     python benchmarks/verifier_coverage.py                           # pytest -m gpu tests/gpu/test_verifier_gpu.py
     python benchmarks/verifier_coverage.py --write benchmarks/verifier_coverage.md
     python benchmarks/verifier_coverage.py -- -m gpu tests/gpu        # other pytest arguments
+    python benchmarks/verifier_coverage.py --out DIR -- -m gpu ...    # keep the traces: runs split over commands
     python benchmarks/verifier_coverage.py --traces DIR               # report traces already written
 """
 
@@ -126,13 +127,16 @@ def main(argv: list[str] | None = None) -> int:
         argv, pytest_args = argv[:k], argv[k + 1:]
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--traces", type=Path, help="report the traces in this folder instead of running pytest")
+    ap.add_argument("--out", type=Path, help="write the traces here (kept; several runs add up) instead of a "
+                                             "temporary folder")
     ap.add_argument("--write", type=Path, metavar="FILE", help="also write the table (with date and command) here")
     a = ap.parse_args(argv)
 
     t0 = time.monotonic()
     rc = None
     if a.traces is None:
-        folder = Path(tempfile.mkdtemp(prefix="stitchcuda-childtrace-"))
+        folder = a.out.resolve() if a.out else Path(tempfile.mkdtemp(prefix="stitchcuda-childtrace-"))
+        folder.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["STITCHCUDA_COVERAGE_DIR"] = str(folder)
         env["PYTHONPATH"] = os.pathsep.join([str(TRACER)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)

@@ -5,7 +5,7 @@ Verifier's worker child included: ``isolate.clean_env`` keeps PYTHONPATH and ``S
 Standard library only (the GPU machine may have no coverage.py): ``sys.monitoring`` on Python 3.12
 and later (each line reported once, then its event disabled: near-zero cost), ``sys.settrace``
 before. Only files under a ``stitchcuda`` folder are recorded. Each process writes
-``trace-<pid>.json`` (its argv and the lines it ran) at exit, and also on ``os._exit``, which the
+``trace-<pid>-<ns>.json`` (its argv and the lines it ran) at exit, and also on ``os._exit``, which the
 worker leaves by; a process killed by a signal (a crash, a timeout) writes nothing.
 """
 
@@ -19,6 +19,7 @@ if _OUT:
     import atexit
     import json
     import sys
+    import time
 
     _MARK = os.sep + "stitchcuda" + os.sep
     _hits: dict[str, set[int]] = {}
@@ -32,7 +33,7 @@ if _OUT:
             data = {"pid": os.getpid(), "argv": list(sys.argv),
                     "files": {f: sorted(lines) for f, lines in _hits.items()}}
             os.makedirs(_OUT, exist_ok=True)
-            path = os.path.join(_OUT, f"trace-{os.getpid()}.json")
+            path = os.path.join(_OUT, f"trace-{os.getpid()}-{time.time_ns()}.json")  # runs may share a folder
             with open(path + ".tmp", "w") as fh:
                 json.dump(data, fh)
             os.replace(path + ".tmp", path)

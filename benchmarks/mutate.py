@@ -310,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", type=Path, metavar="FILE", help="write the score into FILE's section for this run")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant (default 900)")
     ap.add_argument("--keep", action="store_true", help="keep the staged copies (their folder is printed)")
+    ap.add_argument("--cache", type=Path, metavar="DIR",
+                    help="the build cache to use (default: a fresh one for the run); entries are keyed by source "
+                         "and every header, so an existing cache serves only what is unchanged")
     a = ap.parse_args(argv)
 
     if a.list:
@@ -330,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
 
     package = installed_package()
     work = Path(tempfile.mkdtemp(prefix="stitchcuda-mutate-"))
-    cache = work / "cache"
+    cache = a.cache.resolve() if a.cache else work / "cache"
     t0 = time.monotonic()
     results: list[Outcome] = []
     try:

@@ -216,7 +216,9 @@ def run_child(ref: str, args: argparse.Namespace, out: Path) -> dict:
     cmd += ["--time"] if args.time else []
     cmd += ["--reference-side"] if args.reference_side else []
     t = time.monotonic()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=args.child_timeout)
+    env = {**os.environ}
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # as the Verifier's child has it
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=args.child_timeout, env=env)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
         return {"how": "?", "phases": {}, "correctness_s": float("nan"), "peak_gib": float("nan"),

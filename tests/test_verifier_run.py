@@ -142,7 +142,11 @@ def test_clean_env_keeps_only_what_a_run_needs():
 
     root = str(Path(stitchcuda.__file__).resolve().parents[1])
     assert env["PYTHONPATH"].split(os.pathsep) == [root, "/x"]
-    assert set(env) <= set(base) | {"PYTHONUNBUFFERED"}
+    assert set(env) <= set(base) | {"PYTHONUNBUFFERED", "PYTORCH_CUDA_ALLOC_CONF"}
+    # expandable segments unless the caller chose an allocator setting
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert clean_env(base={**base, "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})["PYTORCH_CUDA_ALLOC_CONF"] \
+        == "max_split_size_mb:64"
 
 
 def test_child_sees_the_clean_env(tmp_path, monkeypatch):

@@ -110,6 +110,7 @@ def repeated_calls(s: Session) -> None:
     for k, (which, di, fill, what, stale_check) in enumerate(steps):
         if which == "x1" and x2:
             x2 = []  # done with the second buffers (before the next draw: two input sets at most)
+        xs = None  # it may still name the second buffers
         if k == 0 or di != steps[k - 1][1]:
             d = None  # noqa: F841 - one draw alive at a time (multi-GiB problems)
             d = ref.draw(secret.seed_for(f"repeat{di}"))

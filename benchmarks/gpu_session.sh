@@ -134,6 +134,32 @@ if want optsuite; then
   cp /tmp/opt-suite/table.md "$OUT/optimize_table.md" 2>/dev/null
 fi
 
+if want sixteen; then
+  log "bf16 and fp16 programs built, run and verified"
+  pt sixteen 400 tests/gpu/test_verifier_gpu.py -k 16bit
+fi
+
+if want wheel; then
+  log "the wheel without PyTorch; the README's commands"
+  timeout 240 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_wheel.py tests/test_cli_readme.py > "$OUT/wheel.log" 2>&1
+  echo "wheel: exit $? — $(tail -1 "$OUT/wheel.log")"
+fi
+
+if want mutants; then  # the device-only faults; MUTANTS names them (benchmarks/mutants.py)
+  log "device-only mutants: ${MUTANTS:-}"
+  timeout 560 python3 benchmarks/mutate.py --only ${MUTANTS:-} --no-baseline --cache /tmp/mutcache --timeout 200 \
+    --write benchmarks/mutation.md > "$OUT/mutants.log" 2>&1; echo "mutate exit $?"; tail -12 "$OUT/mutants.log"
+  cp benchmarks/mutation.md "$OUT/mutation.md"
+fi
+
+if want coverage; then  # the Verifier's child-side lines under the GPU tests; COV_K selects them
+  log "Verifier child coverage: ${COV_K:-all}"
+  timeout 500 python3 benchmarks/verifier_coverage.py --out /tmp/childtrace -- -m gpu tests/gpu/test_verifier_gpu.py \
+    ${COV_K:+-k "$COV_K"} > "$OUT/coverage_run.log" 2>&1; echo "coverage run exit $?"; tail -3 "$OUT/coverage_run.log"
+  python3 benchmarks/verifier_coverage.py --traces /tmp/childtrace --write benchmarks/verifier_coverage.md \
+    > "$OUT/coverage.log" 2>&1; tail -15 "$OUT/coverage.log"; cp benchmarks/verifier_coverage.md "$OUT/" 2>/dev/null
+fi
+
 if want suite; then
   log "the dev set through stitchcuda bench (tf32); resumable in /tmp/suite-tf32"
   timeout 560 stitchcuda bench "$STITCHCUDA_KERNELBENCH" --precision tf32 --out /tmp/suite-tf32 \

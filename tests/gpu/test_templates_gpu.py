@@ -188,7 +188,7 @@ def test_norm_split_rows(reduce_lib, op, dtype, rows, cols, ldi, hooks):
         pytest.skip("the harness instantiates hooks for layer norm only")
     seed = _seed()
     ldi = cols if ldi is None else ldi
-    x = _randn(rows * ldi, dtype=dtype, scale=2.0).as_strided((rows, cols), (ldi, 1)) + 3.0  # mean far from 0
+    x = (_randn(rows * ldi, dtype=dtype, scale=2.0) + 3.0).as_strided((rows, cols), (ldi, 1))  # mean far from 0
     w, b = _randn(cols, dtype=dtype), _randn(cols, dtype=dtype) if op == "layer_norm" else None
     ws_floats = reduce_lib.row_workspace_floats(rows, cols)
     assert ws_floats == rows * 256 * 3

@@ -474,9 +474,11 @@ class Matcher:
                               mode="batch" if training else "running", x=x, weight=w, bias=b, rm=rm, rv=rv, eps=eps,
                               scale=scale, shift=shift))
         # The normalisation itself is elementwise and fuses with what follows; the synthetic
-        # node that does it covers the batch-norm node too.
+        # node that does it covers the batch-norm node too. In training the statistics task
+        # reads x as well: the batch-norm node stays among x's users, so no elementwise group
+        # swallows the producer of x (x must be materialised for the statistics).
         syn = Node(f"{n.name}_affine", "stitch.affine_channel", (x, scale, shift), (n.outputs[0],), (), n.source)
-        ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.5, takes_from=n.name, take_inputs=[x])
+        ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.5, takes_from=n.name, take_inputs=[] if training else [x])
 
 
 def _storage(policy: str) -> str:

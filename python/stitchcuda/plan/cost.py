@@ -17,8 +17,8 @@ from ..ir import DTYPE_SIZES, Node
 from ..layout import View
 from ..precision import get as _policy
 from .graph import GraphIndex
-from .specs import (AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec, CopySpec, EwSpec, GemmSpec, NodeCost,
-                    RowSpec)
+from .specs import (ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec, CopySpec, EwSpec,
+                    GatherSpec, GemmSpec, GroupStatsSpec, IotaSpec, NodeCost, PoolSpec, RowSpec, ScanSpec)
 
 A = ops.A
 
@@ -78,6 +78,26 @@ def spec_cost(spec: Any, policy: str, ceil: Ceilings) -> tuple[float, float, flo
     if isinstance(spec, BnStatsSpec):
         n = spec.n * spec.c * spec.s
         return float(4 * n), float(_view_bytes(spec.x) + 2 * spec.c * 4), ceil.fp32
+    if isinstance(spec, GroupStatsSpec):
+        return float(4 * spec.rows * spec.cols), float(_view_bytes(spec.x) + _view_bytes(spec.scale) * 2), ceil.fp32
+    if isinstance(spec, PoolSpec):
+        window = math.prod(spec.kernel) if not spec.adaptive else max(1, math.ceil(
+            math.prod(spec.x.shape[1:]) / max(1, math.prod(spec.out.shape[1:]))))
+        n = math.prod(spec.out.shape)
+        return float(n * (window + len(spec.prologue) * window + len(spec.epilogue))), \
+            float(_view_bytes(spec.x) + _view_bytes(spec.out)), ceil.fp32
+    if isinstance(spec, ScanSpec):
+        n = spec.outer * spec.n * spec.inner
+        return float(n * (1 + len(spec.prologue) + len(spec.epilogue))), \
+            float(_view_bytes(spec.x) + _view_bytes(spec.out)), ceil.fp32
+    if isinstance(spec, ArgSpec):
+        return float(spec.outer * spec.red * spec.inner), float(_view_bytes(spec.x) + _view_bytes(spec.out)), ceil.fp32
+    if isinstance(spec, GatherSpec):
+        n = math.prod(spec.out.shape)
+        x_bytes = min(_view_bytes(spec.x), n * spec.x.itemsize)
+        return 0.0, float(x_bytes + sum(_view_bytes(v) for v in spec.inputs) + _view_bytes(spec.out)), ceil.fp32
+    if isinstance(spec, IotaSpec):
+        return float(math.prod(spec.out.shape)), float(_view_bytes(spec.out)), ceil.fp32
     return 0.0, 0.0, ceil.fp32
 
 
@@ -147,9 +167,19 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         return per * bh * qs[-2] * ks[-2] * qs[-1] + 5.0 * bh * qs[-2] * ks[-2], float(in_bytes + out_bytes)
     if kind == "row":
         return float(per * ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
-    if kind == "batch_norm":
+    if kind in ("batch_norm", "group_norm"):
         x = ix.spec(n.inputs[0])
         return float(per * x.numel), float(in_bytes + out_bytes + x.nbytes)
+    if kind in ("arg", "scan"):
+        return float(per * ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
+    if kind == "pool":
+        return float(ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
+    if kind in ("gather", "iota"):
+        out_elems = math.prod(n.outputs[0].shape)
+        idx_bytes = sum(ix.spec(t).nbytes for t in dict.fromkeys(n.inputs[1:]))
+        x_bytes = min(ix.spec(n.inputs[0]).nbytes, out_elems * ix.spec(n.inputs[0]).nbytes //
+                      max(1, ix.spec(n.inputs[0]).numel)) if n.inputs else 0
+        return float(out_elems if kind == "iota" else 0), float(x_bytes + idx_bytes + out_bytes)
     if kind == "cat":
         return 0.0, float(in_bytes + out_bytes)
     if kind == "elementwise":

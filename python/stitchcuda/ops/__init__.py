@@ -16,7 +16,7 @@ import functools
 from typing import Any, Callable, Sequence
 
 from .elementwise import Lowering, num  # (importing .elementwise registers its entries)
-from . import pointwise as _pointwise  # noqa: F401  (registers the long tail of pointwise entries)
+from . import pointwise  # noqa: F401  (importing .pointwise registers the long tail of pointwise entries)
 from .epilogue import EPILOGUES, EpKind
 from .registry import A, ATEN, INSTRS, AtenOp, Domain, Instr, elementwise, registered, version
 from .structural import TRANSPARENT  # (importing .structural registers its entries)

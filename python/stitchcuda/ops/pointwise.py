@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .elementwise import BOOL, INT, POS, UNIT, Lowering, binary, num
+from .elementwise import BOOL, INT, POS, UNIT, Lowering, binary
 from .registry import A, AtenOp, Domain, add_aten, elementwise
 
 

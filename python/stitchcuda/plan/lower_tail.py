@@ -10,7 +10,6 @@ in place of its placement target goes to a fresh buffer (a copy puts it back).
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 from .. import layout as L

@@ -145,6 +145,8 @@ _aten(("ones_like.default",), _fill(None, 1.0), args=("self",))
 _aten(("fill.Scalar",), _fill("value"), args=("self",))
 _aten(("empty_permuted.default", "empty.memory_format"), _fill(None, 0.0), args=())
 _aten(("pow.Scalar",), _pow_scalar_base, args=("exponent",))
+# copy(self, src): src broadcast into self's shape and dtype (a functionalised ``copy_``).
+_aten(("copy.default",), lambda lw: bool(lw.emit("copy", lw.val("src"))), args=("self", "src"))
 _aten(("masked_fill.Scalar",),
       lambda lw: bool(lw.emit("where", lw.val("mask"), lw.c("value"), lw.val("self"))), args=("self", "mask"))
 

@@ -27,13 +27,14 @@ _FLOAT = ("float32", "float16", "bfloat16")
 
 
 def claim(fz: "Fuser") -> None:
-    """Claim every free node of the tail kinds, in graph order."""
+    """Claim every free node of the tail kinds: kind by kind (scans before gathers, which would
+    take a scan's flips), in graph order within a kind."""
     ix, cl = fz.ix, fz.cl
-    handlers = {"arg": _arg, "pool": _pool, "scan": _scan, "gather": _gather, "iota": _iota}
-    for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
-        h = handlers.get(ops.kind(n.op) or "")
-        if h is not None and cl.free(n):
-            h(fz, n)
+    nodes = sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name])
+    for kind, handler in (("arg", _arg), ("pool", _pool), ("scan", _scan), ("gather", _gather), ("iota", _iota)):
+        for n in nodes:
+            if ops.kind(n.op) == kind and cl.free(n):
+                handler(fz, n)
 
 
 def _used(fz: "Fuser", t: str) -> bool:

@@ -212,3 +212,31 @@ def _uses(o: Outcome, kind: str) -> bool:
     header = {"GroupStatsSpec": "launch_group_stats", "PoolSpec": "launch_pool", "ScanSpec": "launch_scan",
               "ArgSpec": "launch_arg_reduce", "GatherSpec": "launch_gather", "IotaSpec": "launch_iota"}[kind]
     return header in o.source.program_cu
+
+
+#: Small references of the families, under both storage types: hooks, integer and boolean data,
+#: 16-bit storage, several outputs, in-place slice assignment.
+CASE_SAMPLE = ("pool_hooks", "adaptive_max2d", "groupnorm_2d_swish", "instancenorm_affine", "cumsum_int",
+               "logcumsumexp", "max_dim_both", "embedding", "upsample_nearest", "any_all_var", "slice_assign",
+               "integer_bits")
+
+
+def test_case_programs_compile(nvcc, tmp_path):
+    from stitchcuda import build as B
+    from stitchcuda import code as C
+    from stitchcuda import frontend
+    from stitchcuda import plan as P
+    from tests.test_coverage_cases import CASES
+
+    sources = []
+    for i, name in enumerate(CASE_SAMPLE):
+        model, inputs = CASES[name][1]()
+        graph = frontend.capture(model, inputs, name).graph
+        policy = ("fp32", "bf16")[i % 2]
+        sources.append((f"{name}-{policy}", C.code(P.plan(graph, policy), graph, None, arch="sm_90").program_cu))
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda kv: (kv[0], B.build(kv[1], arch="sm_90", cache=tmp_path)), sources))
+    bad = [f"{k}: {r.compile.output[:2000] if r.compile else r.message}" for k, r in results if not r.ok]
+    assert not bad, "\n".join(bad)
+

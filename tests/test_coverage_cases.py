@@ -43,6 +43,12 @@ def _i(high: int, *shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(seed + high))
 
 
+def _assign(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x[:, 2:5] = y          # slice_scatter
+    x[1] = 0.5             # select_scatter (of a fill)
+    return x + 1
+
+
 #: name -> (family, builder of (module, inputs)). Builders, so every test gets fresh objects.
 CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     # pooling (1-3 d, padding, dilation, ceil mode, adaptive, global) with hooks around it
@@ -138,6 +144,9 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
                                           + F.cosine_similarity(x, x * 0.5 + 1).sum()
                                           + F.triplet_margin_loss(x, x + 1, x - 1)
                                           + F.hinge_embedding_loss(x, x.sign())), [_x(5, 16)])),
+    "slice_assign": ("gather", lambda: (Fn(lambda s, x, y: _assign(x * 2, y)), [_x(5, 16), _x(5, 3)])),
+    "any_all_var": ("norm", lambda: (Fn(lambda s, x: ((x > 1).any(1), (x > -2).all(), torch.var(x, 1, unbiased=False),
+                                                     x.std(0))), [_x(5, 16)])),
     "counts": ("pointwise", lambda: (Fn(lambda s, x: (x > 0).sum(1) + (x > 0.5).sum()), [_x(5, 16)])),
 }
 

@@ -112,3 +112,21 @@ def test_unsupported_arguments_are_named():
 
     with pytest.raises(Exception):  # data-dependent shape: refused at capture or plan, never wrong
         P.plan(frontend.capture(Mask(), [torch.randn(4)], "mask").graph)
+
+
+def test_programs_pass_the_static_rules():
+    """The Verifier's static rules hold for programs of every new kind (the templates are
+    included where the tasks instantiate them), under fp32 and bf16 storage."""
+    from stitchcuda import code as C
+    from stitchcuda.verifier import check_manifest, check_source
+
+    for name in ("pool_hooks", "groupnorm", "cumsum_reverse", "argmax_middle", "max_dim_both", "index_split_dims",
+                 "arange", "slice_assign", "any_all_var"):
+        model, inputs = CASES[name][1]()
+        graph = frontend.capture(model, inputs, name).graph
+        for policy in ("fp32", "bf16"):
+            src = C.code(P.plan(graph, policy), graph, None, arch="sm_90")
+            findings = check_source(src.program_cu, manifest=src.manifest) + \
+                check_manifest(src.manifest, source=src.program_cu)
+            assert not findings, f"{name} {policy}: " + "; ".join(str(f) for f in findings)
+

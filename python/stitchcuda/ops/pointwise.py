@@ -131,6 +131,8 @@ _aten(("remainder.Scalar", "fmod.Scalar", "copysign.Scalar"),
       lambda lw: bool(lw.emit(lw.node.op.split(".")[1], lw.val("self"), lw.val("other"))), args=("self",))
 _aten(("remainder.Tensor", "fmod.Tensor", "copysign.Tensor"),
       lambda lw: bool(lw.emit(lw.node.op.split(".")[1], lw.val("self"), lw.val("other"))))
+_aten(("div.Scalar_mode",), lambda lw: bool(lw.emit({None: "div", "trunc": "div_trunc", "floor": "div_floor"}[
+    lw.node.attr("rounding_mode")], lw.val("self"), lw.val("other"))), args=("self",))
 _aten(("logical_xor.default",), binary("xor"))
 _aten(("bitwise_and.Tensor",), _bitwise("and", "bitand"))
 _aten(("bitwise_or.Tensor",), _bitwise("or", "bitor"))

@@ -145,12 +145,17 @@ class Fuser:
             dims = n.attr("dim")
             if op in (A + "sum.default", A + "mean.default") or dims is None or dims == ():
                 dims = list(range(len(xs)))
+            dims = [dims] if isinstance(dims, int) else dims
             dims = sorted({L.norm_dim(int(d), len(xs)) for d in dims}) if xs else []
             rop = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "logsumexp": "logsumexp",
-                   "var": "var", "max": "max", "min": "min"}[base]
+                   "var": "var", "max": "max", "min": "min", "any": "max"}[base]
+            if base == "any":  # any: the largest of x != 0
+                op_pro = (EwInstr("to_bool", ("a0",)),)
             if base == "var":
                 corr = n.attr("correction")
                 correction = 1.0 if corr is None else float(corr)
+                if op == A + "var.dim":
+                    correction = 1.0 if n.attr("unbiased", True) else 0.0
             if n.attr("dtype") not in (None,):
                 raise cl.fail(n, "reductions with a dtype argument")
         if ix.spec(x).dtype not in _FLOAT_DTYPES and (writes_row or rop not in ("sum", "mean", "max", "min")):

@@ -1,5 +1,5 @@
 """Pass 3, *fuse* (continued): the single-node task kinds — arg reductions, pooling, scans,
-gathers and ``arange``.
+gathers, ``arange`` and slice assignments (``slice_scatter``, ``select_scatter``).
 
 Takes the :class:`~.fuse.Fuser` after the row reductions, GEMMs and concatenations claimed
 theirs; adds one proto per node. Pooling and scans take the unary elementwise ops before and
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 from .. import layout as L
 from .. import ops
 from ..ir import Node
-from .protos import ArgProto, GatherProto, IotaProto, PoolProto, ScanProto
+from .protos import ArgProto, GatherProto, IotaProto, PoolProto, ScanProto, ScatterProto
 
 if TYPE_CHECKING:
     from .fuse import Fuser
@@ -31,7 +31,8 @@ def claim(fz: "Fuser") -> None:
     take a scan's flips), in graph order within a kind."""
     ix, cl = fz.ix, fz.cl
     nodes = sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name])
-    for kind, handler in (("arg", _arg), ("pool", _pool), ("scan", _scan), ("gather", _gather), ("iota", _iota)):
+    for kind, handler in (("arg", _arg), ("pool", _pool), ("scan", _scan), ("gather", _gather), ("iota", _iota),
+                          ("scatter", _scatter)):
         for n in nodes:
             if ops.kind(n.op) == kind and cl.free(n):
                 handler(fz, n)
@@ -176,6 +177,13 @@ def _gather(fz: "Fuser", n: Node) -> None:
         raise cl.fail(n, "upsampling without a size")
     cl.claim(GatherProto(cl.name([n.name]), (n.name,), (n.outputs[0].name,), (x,) + tuple(indices), node=n.name,
                          x=x, indices=tuple(indices), out=n.outputs[0].name))
+
+
+def _scatter(fz: "Fuser", n: Node) -> None:
+    cl = fz.cl
+    x, src = n.inputs[0], n.inputs[1]
+    cl.claim(ScatterProto(cl.name([n.name]), (n.name,), (n.outputs[0].name,), (x, src), node=n.name, x=x, src=src,
+                          out=n.outputs[0].name))
 
 
 def _iota(fz: "Fuser", n: Node) -> None:

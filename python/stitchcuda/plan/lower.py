@@ -262,7 +262,8 @@ class Lowerer:
                    "BnStatsProto": lower_ops.emit_bn_stats, "CatProto": lower_ops.emit_cat,
                    "GroupStatsProto": lower_tail.emit_group_stats, "PoolProto": lower_tail.emit_pool,
                    "ScanProto": lower_tail.emit_scan, "ArgProto": lower_tail.emit_arg,
-                   "GatherProto": lower_tail.emit_gather, "IotaProto": lower_tail.emit_iota}[type(pr).__name__]
+                   "GatherProto": lower_tail.emit_gather, "IotaProto": lower_tail.emit_iota,
+                   "ScatterProto": lower_tail.emit_scatter}[type(pr).__name__]
         emitter(self, pr, pre)
         new = self.tasks[before:]
         del self.tasks[before:]

@@ -14,9 +14,9 @@ from typing import Sequence
 
 from .. import layout as L
 from ..layout import View
-from .lower import Lowerer
-from .protos import ArgProto, GatherProto, GroupStatsProto, IotaProto, PoolProto, ScanProto
-from .specs import ArgSpec, EwInstr, GatherSpec, GroupStatsSpec, IotaSpec, PoolSpec, ScanSpec, Task
+from .lower import Lowerer, copy_item
+from .protos import ArgProto, GatherProto, GroupStatsProto, IotaProto, PoolProto, ScanProto, ScatterProto
+from .specs import ArgSpec, CopySpec, EwInstr, GatherSpec, GroupStatsSpec, IotaSpec, PoolSpec, ScanSpec, Task
 
 #: Most dims a gather walks (index.cuh: kGatherMaxDims), and index tensors it reads.
 GATHER_MAX_DIMS = 8
@@ -340,11 +340,29 @@ def emit_gather(lw: Lowerer, pr: GatherProto, pre: list[Task]) -> None:
     _copy_back(lw, pr, post)
 
 
+def emit_scatter(lw: Lowerer, pr: ScatterProto, pre: list[Task]) -> None:
+    n = lw.ix.node(pr.node)
+    vx = lw.read(pr.x, pre, pr.phase)
+    vs = lw.read(pr.src, pre, pr.phase)
+    vo = lw.out_view(pr, pr.out, lambda tv: all(s >= 0 for s in tv.strides), inplace=[pr.x])
+    dim = L.norm_dim(int(n.attr("dim", 0) or 0), vo.ndim)
+    if n.op.endswith("select_scatter.default"):
+        slot = L.select(vo, dim, int(n.attr("index")))
+    else:
+        slot = L.slice_(vo, dim, n.attr("start"), n.attr("end"), int(n.attr("step", 1) or 1))
+    items = []
+    if not (vx.buffer == vo.buffer and vx.offset == vo.offset and L.same_strides(vx.shape, vx.strides, vo.strides)):
+        items.append(copy_item(vx, vo))  # x everywhere, then src into its slot (in this order)
+    items.append(copy_item(L.broadcast_to(vs, slot.shape), slot))
+    lw.add(pr, pr.name, "copy", CopySpec("copy", tuple(items)), [vx, vs], [vo], touched=list(pr.ins) + [pr.out])
+
+
 def emit_iota(lw: Lowerer, pr: IotaProto, pre: list[Task]) -> None:
     vo = lw.out_view(pr, pr.out, lambda tv: tv.ndim == 1 and tv.strides[0] >= 0)
     spec = IotaSpec("iota", vo, float(pr.start), float(pr.step))
     lw.add(pr, pr.name, "elementwise_kernel", spec, [], [vo], touched=[pr.out])
 
 
-__all__ = ["emit_group_stats", "emit_pool", "emit_scan", "emit_arg", "emit_gather", "emit_iota", "chain",
+__all__ = ["emit_group_stats", "emit_pool", "emit_scan", "emit_arg", "emit_gather", "emit_iota", "emit_scatter",
+           "chain",
            "group_splits", "GATHER_MAX_DIMS", "GATHER_MAX_INDICES"]

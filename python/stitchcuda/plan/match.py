@@ -458,7 +458,8 @@ class Matcher:
         if len(xs) < 2:
             raise cl.fail(n, "batch norm needs at least 2 dims")
         no_stats = n.op == A + "_native_batch_norm_legit.no_stats"
-        training = no_stats or (n.op.endswith("functional.default") and bool(n.attr("training")))
+        training = no_stats or (n.op in (A + "_native_batch_norm_legit_functional.default",
+                                         A + "_native_batch_norm_legit.default") and bool(n.attr("training")))
         c = xs[1]
         eps = float(n.attr("eps"))
         for extra in n.outputs[1:]:

@@ -222,6 +222,17 @@ class GatherProto(Proto):
 
 
 @dataclass(frozen=True)
+class ScatterProto(Proto):
+    """``out`` = ``x`` with the slice ``node`` names (slice_scatter / select_scatter) replaced by
+    ``src``: two copies, the first skipped when out is written over x in place."""
+
+    node: str = ""
+    x: str = ""
+    src: str = ""
+    out: str = ""
+
+
+@dataclass(frozen=True)
 class IotaProto(Proto):
     out: str = ""
     start: float = 0.0
@@ -229,7 +240,7 @@ class IotaProto(Proto):
 
 
 AnyProto = Union[GemmProto, EwProto, RowProto, AxisProto, AttnProto, BnStatsProto, CatProto, GroupStatsProto,
-                 PoolProto, ScanProto, ArgProto, GatherProto, IotaProto]
+                 PoolProto, ScanProto, ArgProto, GatherProto, IotaProto, ScatterProto]
 
 
 @dataclass(frozen=True)
@@ -252,4 +263,4 @@ class Fused:
 
 __all__ = ["Operand", "ChainStep", "Proto", "GemmProto", "EwProto", "RowProto", "AxisProto", "AttnProto",
            "BnStatsProto", "CatProto", "GroupStatsProto", "PoolProto", "ScanProto", "ArgProto", "GatherProto",
-           "IotaProto", "AnyProto", "Fused"]
+           "IotaProto", "ScatterProto", "AnyProto", "Fused"]

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from stitchcuda.manifest import ManifestError
     from stitchcuda.verifier.problem import ProblemError
-    from stitchcuda.verifier.run import VerifyOptions, verify_program
+    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
 
     opts = VerifyOptions(trials=args.trials, compile=not args.no_compile, profile=not args.no_profile,
                          command="python benchmarks/verify_cost.py " + " ".join(argv or sys.argv[1:]))
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         try:
             v = verify_program(args.dir, args.reference, opts)
-        except (ManifestError, ProblemError) as e:
+        except (ManifestError, ProblemError, VerifyEnvironmentError) as e:
             print(f"verify_cost: {e}", file=sys.stderr)
             return 2
         wall = time.monotonic() - t0

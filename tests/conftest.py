@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("STITCHCUDA_SHARED") or REPO.parent / "shared")
 DEV_SET = SHARED / "kernelbench" / "dev.jsonl"
 
 
@@ -52,3 +52,59 @@ def dev_set_path() -> Path:
     if not DEV_SET.is_file():
         pytest.skip("KernelBench dev set not present beside the checkout")
     return DEV_SET
+
+
+# ---------------------------------------------------------------------- what the run is doing
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line saying why tests were skipped, grouped by reason (instead of a bare count)."""
+    reasons: dict[str, int] = {}
+    for rep in terminalreporter.stats.get("skipped", []):
+        longrepr = rep.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        parts = [f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+        terminalreporter.write_line("skipped: " + "; ".join(parts))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A module or session fixture still setting up after 3 s says what it is doing (the first
+    line of its docstring), and how long it took when done: no silent minutes of dots."""
+    if fixturedef.scope not in ("module", "session", "package"):
+        yield
+        return
+    import threading
+    import time
+
+    doc = (fixturedef.func.__doc__ or "").strip().splitlines()
+    what = doc[0].rstrip(".") if doc else "setting up"
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    announced = []
+
+    def say(text: str) -> None:
+        if reporter is None:
+            return
+        if capture is None:
+            reporter.write_line(text)
+            return
+        with capture.global_and_fixture_disabled():  # past the output capture of the running test
+            reporter.write_line(text)
+
+    def announce():
+        say(f"\n[{fixturedef.argname}] {what} ...")
+        announced.append(True)
+
+    timer = threading.Timer(3.0, announce)
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if announced:
+            say(f"[{fixturedef.argname}] done in {time.monotonic() - t0:.0f} s")

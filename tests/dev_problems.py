@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from pathlib import Path
 
@@ -14,7 +15,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = sorted((REPO / "models").glob("*.py"))
-DEV_SET = REPO.parent / "shared" / "kernelbench" / "dev.jsonl"
+#: The shared data beside the checkout (or where STITCHCUDA_SHARED says: e.g. a copy carried to
+#: a GPU machine).
+SHARED = Path(os.environ.get("STITCHCUDA_SHARED") or REPO.parent / "shared")
+DEV_SET = SHARED / "kernelbench" / "dev.jsonl"
+ALL_SET = SHARED / "kernelbench" / "all.jsonl"
 
 #: The development problems stitchcuda covers (level, id).
 SUPPORTED = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (2, 76), (2, 86), (2, 99),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import time
 from pathlib import Path
 
@@ -39,7 +40,8 @@ from stitchcuda.ir import Graph
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = sorted((REPO / "models").glob("*.py"))
-DEV_SET = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "dev.jsonl"
+DEV_SET = Path(os.environ.get("STITCHCUDA_SHARED") or Path(__file__).resolve().parents[2] / "shared") / \
+    "kernelbench" / "dev.jsonl"
 
 SUPPORTED_DEV = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (2, 76), (2, 86), (2, 99), (3, 1), (3, 3), (3, 43), (3, 44)]
 # problem -> (what the error must name, module path, a snippet of the line it must point at)

@@ -160,6 +160,76 @@ def test_c_abi_names(lib):
     assert lib.st_version() == 100
 
 
+# --------------------------------------------------------------------------- CUDA-graph runner
+
+GRAPH_BODY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _graph_abi(lib):
+    lib.st_graph_cache_create.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)]
+    lib.st_graph_cache_destroy.argtypes = [ctypes.c_void_p]
+    lib.st_graph_cache_destroy.restype = None
+    lib.st_graph_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32,
+                                 GRAPH_BODY, ctypes.c_void_p]
+    lib.st_graph_cache_stats.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(ctypes.c_int64)] * 3
+    return lib
+
+
+def _graph_stats(lib, g) -> tuple[int, int, int]:
+    e, c, r = ctypes.c_int64(-1), ctypes.c_int64(-1), ctypes.c_int64(-1)
+    assert lib.st_graph_cache_stats(g, ctypes.byref(e), ctypes.byref(c), ctypes.byref(r)) == ST_OK
+    return e.value, c.value, r.value
+
+
+def test_c_abi_graph_runner_checks_arguments_before_running_anything(lib):
+    lib = _graph_abi(lib)
+    out = ctypes.c_void_p(0x1234)
+    assert lib.st_graph_cache_create(0, ctypes.byref(out)) == ST_ERR_INVALID_ARGUMENT
+    assert "st_graph_cache_create: slots must be >= 1, got 0" in lib.st_last_error().decode()
+    assert out.value is None, "out is cleared on failure"
+    assert lib.st_graph_cache_create(4, None) == ST_ERR_INVALID_ARGUMENT
+    assert "out is null" in lib.st_last_error().decode()
+    assert lib.st_graph_cache_create(4, ctypes.byref(out)) == ST_OK and out.value
+    g = out.value
+    calls = []
+    body = GRAPH_BODY(lambda ctx, stream: calls.append(stream) or ST_OK)
+    key = (ctypes.c_void_p * 2)(0x1000, 0x2000)
+    for args, message in [
+        ((None, None, key, 2, body, None), "st_graph_run: cache is null"),
+        ((g, None, key, -1, body, None), "st_graph_run: n_key must be >= 0, got -1"),
+        ((g, None, None, 2, body, None), "st_graph_run: key is null but n_key is 2"),
+        ((g, None, key, 2, GRAPH_BODY(), None), "st_graph_run: body is null"),
+    ]:
+        assert lib.st_graph_run(*args) == ST_ERR_INVALID_ARGUMENT, message
+        assert message in lib.st_last_error().decode()
+    assert calls == [], "a refused call must not run its body"
+    assert _graph_stats(lib, g) == (0, 0, 0)
+    assert lib.st_graph_cache_stats(None, None, None, None) == ST_ERR_INVALID_ARGUMENT
+    assert "st_graph_cache_stats: cache is null" in lib.st_last_error().decode()
+    lib.st_graph_cache_destroy(g)
+    lib.st_graph_cache_destroy(None)
+
+
+def test_c_abi_graph_runner_legacy_stream_runs_eagerly(lib):
+    """The legacy default stream cannot be captured: every run is eager, with no device work of
+    the runner's own (so this holds without a GPU too), and the body's status comes back as is."""
+    lib = _graph_abi(lib)
+    out = ctypes.c_void_p()
+    assert lib.st_graph_cache_create(2, ctypes.byref(out)) == ST_OK
+    g = out.value
+    calls = []
+    body = GRAPH_BODY(lambda ctx, stream: calls.append((ctx, stream)) or ST_OK)
+    key = (ctypes.c_void_p * 3)(0x1000, 0x2000, 0x3000)
+    for _ in range(3):
+        assert lib.st_graph_run(g, None, key, 3, body, ctypes.c_void_p(0xC0FFEE)) == ST_OK
+    assert calls == [(0xC0FFEE, None)] * 3
+    assert _graph_stats(lib, g) == (3, 0, 0)
+    failing = GRAPH_BODY(lambda ctx, stream: 6)  # ST_ERR_NOT_SUPPORTED
+    assert lib.st_graph_run(g, None, key, 0, failing, None) == 6
+    assert _graph_stats(lib, g) == (4, 0, 0)
+    lib.st_graph_cache_destroy(g)
+
+
 # --------------------------------------------------------------------------- compile checks
 
 
@@ -219,6 +289,52 @@ def test_program_loader_rejects_a_non_program(nvcc, tmp_path):
         rt.ProgramLibrary(str(so))
     with pytest.raises(stitchcuda.ArgumentError, match="cannot load program"):
         rt.ProgramLibrary(str(tmp_path / "missing.so"))
+
+
+# How a generated program's st_program_run hands its run to the runtime's graph runner (the
+# snippet the Coder emits): it must compile against the installed headers.
+GRAPH_RUNNER_PROGRAM = r"""
+#include <cuda_runtime.h>
+#include "stitchrt/program.h"
+
+namespace {
+constexpr int kNumInputs = 2, kNumOutputs = 1, kGraphKeys = kNumInputs + kNumOutputs + 1, kGraphSlots = 4;
+struct Io { const void* in[kNumInputs]; void* out[kNumOutputs]; char* arena; };
+struct st_program_state { st_graph_cache* graphs; };
+st_status run_tasks(st_program_state*, const Io&, cudaStream_t) { return ST_OK; }
+
+struct GraphRun { st_program_state* p; const Io* io; };
+st_status graph_body(void* ctx, void* stream) {
+  const GraphRun* r = static_cast<const GraphRun*>(ctx);
+  return run_tasks(r->p, *r->io, static_cast<cudaStream_t>(stream));
+}
+st_status run_graph(st_program_state* p, const Io& io, void* stream) {
+  const void* key[kGraphKeys];
+  for (int i = 0; i < kNumInputs; ++i) key[i] = io.in[i];
+  for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];
+  key[kGraphKeys - 1] = io.arena;
+  GraphRun r{p, &io};
+  return st_graph_run(p->graphs, stream, key, kGraphKeys, graph_body, &r);
+}
+}  // namespace
+
+extern "C" st_status run_example(void* stream) {
+  st_program_state p{};
+  st_status s = st_graph_cache_create(kGraphSlots, &p.graphs);
+  if (s != ST_OK) return s;
+  Io io{};
+  s = run_graph(&p, io, stream);
+  st_graph_cache_destroy(p.graphs);
+  return s;
+}
+"""
+
+
+def test_graph_runner_snippet_compiles_and_links(nvcc, tmp_path):
+    src = tmp_path / "graph_runner_program.cu"
+    src.write_text(GRAPH_RUNNER_PROGRAM)
+    nvcc_compile(nvcc, src, tmp_path / "graph_runner_program.so", "-shared", "-Xcompiler", "-fPIC",
+                 f"-L{stitchcuda.LIB_DIR}", "-lstitchrt")
 
 
 def _cublas_include() -> Path | None:

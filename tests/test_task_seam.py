@@ -75,16 +75,40 @@ def test_check_task_applies_the_static_rules(mlp):
     assert not r.ok and r.stage == "static" and "dynamic-loading" in r.reason, r
 
 
+def test_interpreter_state_around_a_task_is_what_the_body_reads(mlp):
+    """The inputs check_task hands a body, and the outputs it compares with, are the plan
+    interpreter's: an fp32 emulation of the hand-written body matches them within tolerance."""
+    import torch
+
+    from stitchcuda.check.interp import Simulator
+    from stitchcuda.check.task import _random, _view
+
+    graph, plan = mlp
+    weights = _random(graph.weights, 3, scale_by_fan_in=True)
+    inputs = list(_random(graph.inputs, 4).values())
+    sim = Simulator(plan)
+    sim.create(weights)
+    before, after = sim.around("linear_2", inputs, weights)
+    p = {q.name: q for q in contract(plan, "linear_2").params}
+    a, b, bias = (_view(before.bufs[p[k].buffer], p[k]) for k in ("a", "b", "bias"))
+    want = _view(after.bufs[p["out"].buffer], p["out"]).double()
+    assert torch.allclose((a.double() @ b.double() + bias.double()), want, rtol=1e-6, atol=1e-7)  # stored as fp32
+    got = (a @ b + bias).double()  # fp32, as the body computes it
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.gpu
 def test_check_task_runs_the_body_against_the_interpreter(mlp):
     graph, plan = mlp
-    r = check_task(plan, "linear_2", BODY, graph=graph, device="cuda", seed=7)
+    weights = frontend.capture_reference(frontend.load_reference(REPO / "models" / "mlp.py"), device="cpu",
+                                         seed=0).weights  # the model's own
+    r = check_task(plan, "linear_2", BODY, graph=graph, weights=weights, device="cuda", seed=7)
     print(r)
     assert r.ok and r.ran and r.stage == "done" and r.trials == 3, r
     wrong = BODY.replace("acc + bias[j]", "acc")  # forgets the bias
-    r = check_task(plan, "linear_2", wrong, graph=graph, device="cuda", seed=7)
+    r = check_task(plan, "linear_2", wrong, graph=graph, weights=weights, device="cuda", seed=7)
     assert not r.ok and r.ran and r.stage == "compare" and "output out differs" in r.reason, r
     half = BODY.replace("if (i >= 256 || j >= 256) return;", "if (i >= 128 || j >= 256) return;")  # writes half
-    r = check_task(plan, "linear_2", half, graph=graph, device="cuda", seed=7)
+    r = check_task(plan, "linear_2", half, graph=graph, weights=weights, device="cuda", seed=7)
     assert not r.ok and r.stage == "compare", r
-    assert check_task(plan, "linear_relu", None, graph=graph, device="cuda", seed=7).ok  # the template's own body
+    assert check_task(plan, "linear_relu", None, graph=graph, device="cuda", seed=7).ok  # the template's, random weights

@@ -25,7 +25,8 @@ from stitchcuda.verifier.timeline import render_timeline_png
 REPO = Path(__file__).resolve().parents[1]
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
 CHECKS_PASS = tuple(DynamicCheck(n, "pass") for n in
-                    ("outputs_follow_inputs", "no_output_reuse", "inputs_unchanged", "outputs_written"))
+                    ("outputs_follow_inputs", "no_output_reuse", "inputs_unchanged", "outputs_written", "repeat_calls",
+                     "sensitivity", "varied_inputs"))
 
 # ------------------------------------------------------------------ nvcc diagnostics on real output
 

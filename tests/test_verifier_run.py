@@ -1,7 +1,8 @@
 """The GPU Verifier's machinery, on the CPU: child isolation (crash, hang, CUDA error 700, OOM ->
-typed verdicts within the limit, and the next child still runs), the clean environment, the CLI's
-bad-input errors, report writing with phase timings, the correctness procedure with a fake program
-for every dynamic cheat, the timing loop, and the CUPTI record analysis."""
+typed verdicts within the limit, and the next child still runs; an empty folder and a report pipe),
+the clean environment, the CLI's bad-input errors, report writing with phase timings, the
+correctness procedure with a fake program for every dynamic cheat, the timing loop and its checked
+calls, and the CUPTI record analysis. Seeds are fixed (SEED) and printed on failure."""
 
 from __future__ import annotations
 
@@ -24,13 +25,14 @@ from stitchcuda.verifier import (DynamicCheck, KernelRecord, OutputCheck, Timing
 from stitchcuda.verifier import cupti_profile as cp  # noqa: E402
 from stitchcuda.verifier import isolate, problem  # noqa: E402
 from stitchcuda.verifier import run as vrun  # noqa: E402
-from stitchcuda.verifier.correctness import check_correctness  # noqa: E402
-from stitchcuda.verifier.isolate import Limits, clean_env, run_child  # noqa: E402
+from stitchcuda.verifier.correctness import CorrectnessResult, check_correctness  # noqa: E402
+from stitchcuda.verifier.isolate import CHANNEL, Limits, clean_env, run_child  # noqa: E402
 from stitchcuda.verifier.records import (GpuDetails, PhaseTiming, ProfileDetails, RefOpTime, SpeedupRecheck,  # noqa: E402
                                          TimingDetails)
 from stitchcuda.verifier.timing import LoopSettings, matched_baseline, measure, recheck_speedup  # noqa: E402
 
 ADV = Path(__file__).resolve().parent / "adversarial"
+SEED = 20261122  # every verification below draws from it: a failure names it, and reruns the same
 
 # ------------------------------------------------------------------ isolation
 
@@ -40,10 +42,12 @@ FAST = Limits({"setup": 5.0, "correctness": 1.5}, default=5.0, total=8.0)
 def _child(tmp_path: Path, body: str, limits: Limits = FAST, name: str = "c") -> isolate.ChildOutcome:
     code = textwrap.dedent("""
         import json, os, signal, sys, time
-        def progress(p): json.dump({"phase": p}, open("progress.json.tmp", "w")); os.replace("progress.json.tmp", "progress.json")
-        def result(**d): json.dump(d, open("result.json.tmp", "w")); os.replace("result.json.tmp", "result.json")
+        FD = int(sys.argv[1])
+        def send(**m): os.write(FD, (json.dumps(m) + "\\n").encode())
+        def progress(p): send(phase=p)
+        def result(**d): send(result=d)
     """) + textwrap.dedent(body)
-    return run_child([sys.executable, "-c", code], tmp_path / name, limits=limits, env=clean_env(), poll=0.02)
+    return run_child([sys.executable, "-c", code, CHANNEL], tmp_path / name, limits=limits, env=clean_env(), poll=0.02)
 
 
 def test_crash_by_signal_is_a_segfault_verdict(tmp_path):
@@ -146,6 +150,42 @@ def test_child_sees_the_clean_env(tmp_path, monkeypatch):
     assert out.ok and "MY_SECRET_TOKEN" not in out.result["env"]
 
 
+def test_child_runs_in_an_empty_folder_and_reads_its_job_from_stdin(tmp_path):
+    """No control file for the candidate to read: the job comes over stdin, the result goes back
+    over a pipe, and a line without the job's token is not taken for a result."""
+    code = textwrap.dedent("""
+        import json, os, sys
+        fd = int(sys.argv[1])
+        job = json.loads(sys.stdin.read())
+        os.write(fd, (json.dumps({"t": "forged", "result": {"status": "done", "verdict": "passed"}}) + "\\n").encode())
+        os.write(fd, (json.dumps({"t": job["token"], "result": {"cwd": sorted(os.listdir(".")), "got": job["x"]}})
+                      + "\\n").encode())
+    """)
+    token = "0123456789abcdef0123"
+    out = run_child([sys.executable, "-c", code, CHANNEL], stdin=json.dumps({"token": token, "x": 7}), limits=FAST,
+                    env=clean_env(), token=token)
+    assert out.ok and out.result == {"cwd": [], "got": 7}
+
+
+def test_worker_job_is_typed_and_validated():
+    from stitchcuda.verifier.job import JobError, WorkerJob
+
+    m = mf.Manifest.load(ADV / "correct")
+    spec = problem.resolve_reference(None, ADV / "correct", m)
+    job = WorkerJob("verify", "/x/program.so", m, spec, "tf32", seed=SEED, weights_seed=3, token="t" * 32)
+    back = WorkerJob.from_json(job.to_json())
+    assert back == job
+    data = json.loads(job.to_json())
+    for field, bad, needle in (("precision", "tf16", "job.precision"), ("trials", 0, "job.trials"),
+                               ("seed", -1, "job.seed"), ("mode", "run", "job.mode"), ("token", "short", "job.token")):
+        with pytest.raises(JobError, match=needle):
+            WorkerJob.from_json(json.dumps({**data, field: bad}))
+    with pytest.raises(JobError, match="unknown field"):
+        WorkerJob.from_json(json.dumps({**data, "weights_file": "w.safetensors"}))
+    with pytest.raises(JobError, match="missing field"):
+        WorkerJob.from_json(json.dumps({k: v for k, v in data.items() if k != "seed"}))
+
+
 # ------------------------------------------------------------------ correctness with a fake program
 
 
@@ -186,7 +226,7 @@ class FakeRunner:
 def adv_problem():
     m = mf.Manifest.load(ADV / "correct")
     spec = problem.resolve_reference(None, ADV / "correct", m)
-    return problem.Problem(spec, m, "cpu")
+    return problem.Problem(spec, m, "cpu", weights_seed=SEED)
 
 
 def _programs(P):
@@ -195,7 +235,7 @@ def _programs(P):
     def f(x):
         return torch.relu(x @ w.T + b)
 
-    cache = {}
+    cache, memo, last = {}, {}, {}
 
     def honest(i, o, r):
         r.enqueue(lambda: o[0].copy_(f(i[0])))
@@ -229,40 +269,64 @@ def _programs(P):
     def value_range(i, o, r):
         r.enqueue(lambda: o[0].copy_(f(i[0]).clamp(max=3.0)))
 
+    def fingerprint_memo(i, o, r):  # replays its output when the first 8 input elements match
+        def go():
+            key = tuple(i[0].reshape(-1)[:8].tolist())
+            if key not in memo:
+                memo.clear()
+                memo[key] = f(i[0]).clone()
+            o[0].copy_(memo[key])
+        r.enqueue(go)
+
+    def same_buffers_skip(i, o, r):  # nothing to do when the buffers are the last call's
+        def go():
+            k = (i[0].data_ptr(), o[0].data_ptr())
+            if last.get("k") != k:
+                last["k"] = k
+                o[0].copy_(f(i[0]))
+        r.enqueue(go)
+
     return locals()
 
 
 @pytest.mark.parametrize("name, failed_check, wrong", [
     ("honest", None, False),
     ("pointer_cache", "no_output_reuse", None),
+    ("same_buffers_skip", "no_output_reuse", None),
+    ("fingerprint_memo", "sensitivity", None),
+    ("value_range", "varied_inputs", None),
     ("partial_output", "outputs_written", True),
     ("zero_inputs", "inputs_unchanged", False),
-    ("constant", "outputs_follow_inputs", True),
     ("nondeterministic", "deterministic", True),
     ("side_stream", "stream_ordered", False),
 ])
 def test_dynamic_cheats_get_their_reason(adv_problem, name, failed_check, wrong):
     prog = _programs(adv_problem)[name]
-    res = check_correctness(FakeRunner(prog), adv_problem, precision="fp32")
-    failed = [c.name for c in res.checks if c.status == "fail"]
-    if failed_check is None:
-        assert res.passed and not failed, failed
-        assert {c.name for c in res.checks} == {"outputs_written", "inputs_unchanged", "outputs_follow_inputs",
-                                                "no_output_reuse", "deterministic", "stream_ordered"}
-        assert len(res.trials) == 7 and [t.label for t in res.trials[5:]] == ["x8", "x1e-3"]
-        assert all(o.max_abs_err_f64 is not None for t in res.trials for o in t.outputs)
-        v = build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance)
-        assert v.ok
-        return
-    assert failed[0] == failed_check, failed
-    if wrong is not None:
-        assert any(not t.passed for t in res.trials) == wrong
+    res = check_correctness(FakeRunner(prog), adv_problem, precision="fp32", seed=SEED)
     v = build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance)
-    assert v.kind == "rejected" and f"dynamic check {failed_check} failed" in v.verdict.reasons[0]
+    if failed_check is None:
+        assert res.passed and v.ok, (SEED, [c for c in res.checks if c.status == "fail"])
+        assert {c.name for c in res.checks} == {"outputs_written", "inputs_unchanged", "outputs_follow_inputs",
+                                                "no_output_reuse", "repeat_calls", "sensitivity", "varied_inputs",
+                                                "deterministic", "precision_claim", "stream_ordered"}
+        assert [t.label for t in res.trials[:5]] == [""] * 5
+        assert res.trials[5].label.startswith("scaled_up x") and len(res.trials) == 5 + 4 + 6 + 3
+        return
+    assert v.kind == "rejected" and v.verdict.checks[0].name == failed_check, (SEED, v.verdict.reasons)
+    assert v.verdict.reasons[0].startswith(f"dynamic check {failed_check} failed")
+    if wrong is not None:
+        assert any(not t.passed for t in res.trials[:5]) == wrong, SEED
+
+
+def test_a_constant_output_is_a_wrong_answer(adv_problem):
+    """Wrong on the plain trials already: a wrong answer, not a named cheat."""
+    res = check_correctness(FakeRunner(_programs(adv_problem)["constant"]), adv_problem, seed=SEED)
+    v = build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance)
+    assert v.kind == "wrong_answer" and v.verdict.trial == 0, v.verdict
 
 
 def test_partial_output_names_the_unwritten_rows(adv_problem):
-    res = check_correctness(FakeRunner(_programs(adv_problem)["partial_output"]), adv_problem)
+    res = check_correctness(FakeRunner(_programs(adv_problem)["partial_output"]), adv_problem, seed=SEED)
     (c,) = [c for c in res.checks if c.name == "outputs_written"]
     assert "4096 of 8192 elements never written" in c.detail and "[32, 0]" in c.detail
     bad = [o for t in res.trials for o in t.outputs if not o.passed]
@@ -270,16 +334,17 @@ def test_partial_output_names_the_unwritten_rows(adv_problem):
 
 
 def test_rounding_noise_passes_with_a_warning(adv_problem):
-    res = check_correctness(FakeRunner(_programs(adv_problem)["rounding_jitter"]), adv_problem)
-    assert res.passed
+    res = check_correctness(FakeRunner(_programs(adv_problem)["rounding_jitter"]), adv_problem, seed=SEED)
+    assert res.passed, SEED
     assert res.warnings and "within rounding" in res.warnings[0]
 
 
-def test_value_range_trick_fails_the_scaled_trial(adv_problem):
-    res = check_correctness(FakeRunner(_programs(adv_problem)["value_range"]), adv_problem)
-    assert [t.label for t in res.trials if not t.passed] == ["x8"]
-    v = build_result(trials=res.trials, checks=res.checks)
-    assert v.kind == "wrong_answer" and v.verdict.trial == 5
+def test_value_range_trick_fails_a_varied_trial(adv_problem):
+    res = check_correctness(FakeRunner(_programs(adv_problem)["value_range"]), adv_problem, seed=SEED)
+    assert all(t.passed for t in res.trials[:5])
+    assert [t.label for t in res.trials if not t.passed][0].startswith("scaled_up x")
+    (c,) = [c for c in res.checks if c.name == "varied_inputs"]
+    assert c.status == "fail" and "assumes properties of its inputs" in c.detail
 
 
 def test_nan_where_the_reference_is_finite_fails(adv_problem):
@@ -288,20 +353,19 @@ def test_nan_where_the_reference_is_finite_fails(adv_problem):
     def nan_corner(i, o, r):
         r.enqueue(lambda: (o[0].copy_(torch.relu(i[0] @ w.T + b)), o[0].__setitem__((3, 5), float("nan"))))
 
-    res = check_correctness(FakeRunner(nan_corner), adv_problem, trials=1, value_range=False, dynamic=False)
+    res = check_correctness(FakeRunner(nan_corner), adv_problem, trials=1, varied=0, dynamic=False, seed=SEED)
     (o,) = res.trials[0].outputs
     assert not o.passed and o.nan_count == 1 and o.where == (3, 5)
 
 
-def test_float64_reference_rescues_an_accurate_program(adv_problem):
-    """A program closer to the float64 truth than the fp32 reference's tolerance still passes."""
-    w, b = adv_problem.weights
-
-    def exact(i, o, r):
-        r.enqueue(lambda: o[0].copy_(torch.relu(i[0].double() @ w.double().T + b.double()).float()))
-
-    res = check_correctness(FakeRunner(exact), adv_problem, trials=2, value_range=False, dynamic=False)
-    assert res.passed
+def test_seeds_decide_every_draw(adv_problem):
+    """The same seed gives the same trials; another seed other inputs (the seeds are the secret)."""
+    prog = _programs(adv_problem)["honest"]
+    a = check_correctness(FakeRunner(prog), adv_problem, trials=2, varied=2, dynamic=False, seed=SEED)
+    b = check_correctness(FakeRunner(prog), adv_problem, trials=2, varied=2, dynamic=False, seed=SEED)
+    c = check_correctness(FakeRunner(prog), adv_problem, trials=2, varied=2, dynamic=False, seed=SEED + 1)
+    assert [t.seed for t in a.trials] == [t.seed for t in b.trials] != [t.seed for t in c.trials]
+    assert [t.label for t in a.trials] == [t.label for t in b.trials]
 
 
 # ------------------------------------------------------------------ the reference side
@@ -331,22 +395,33 @@ def test_kernelbench_lookup(tmp_path, monkeypatch):
     assert problem.validate_reference(spec, m) == []
 
 
-def test_problem_uses_the_weights_file(tmp_path):
+def test_problem_draws_its_own_weights(tmp_path):
+    """The Verifier builds the reference model with its own seed and hands the same tensors to the
+    reference and the program; a weights file in the program folder plays no part."""
     m = mf.Manifest.load(ADV / "correct")
-    w = torch.full((128, 256), 0.5)
-    b = torch.arange(128, dtype=torch.float32)
-    mf.write_safetensors(tmp_path / "weights.safetensors", {
-        "fc.weight": ("float32", (128, 256), w.numpy().tobytes()), "fc.bias": ("float32", (128,), b.numpy().tobytes())})
-    P = problem.Problem(problem.resolve_reference(None, ADV / "correct", m), m, "cpu",
-                        weights_file=tmp_path / "weights.safetensors")
-    assert torch.equal(P.weights[0], w) and torch.equal(P.weights[1], b)
-    assert torch.equal(P.model.fc.bias.detach(), b)
+    spec = problem.resolve_reference(None, ADV / "correct", m)
+    P = problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    torch.manual_seed(SEED)
+    model = torch.nn.Linear(256, 128)
+    assert torch.equal(P.weights[0], model.weight.detach()) and torch.equal(P.weights[1], model.bias.detach())
+    assert not torch.equal(problem.Problem(spec, m, "cpu", weights_seed=SEED + 1).weights[0], P.weights[0])
     d = P.draw(5)
     (y,) = P.forward(d)
-    assert torch.allclose(y, torch.relu(d.program[0] @ w.T + b), atol=1e-4)
-    d2 = P.draw(5)
-    assert torch.equal(d.program[0], d2.program[0]) and not torch.equal(d.program[0], P.draw(6).program[0])
-    assert torch.allclose(P.draw(5, 8.0).program[0], d.program[0] * 8)
+    assert torch.allclose(y, torch.relu(d.program[0] @ P.weights[0].T + P.weights[1]), atol=1e-5)
+    assert torch.equal(P.draw(5).program[0], d.program[0]) and not torch.equal(P.draw(6).program[0], d.program[0])
+
+
+def test_non_persistent_buffers_are_weights():
+    """A causal-mask-like buffer registered with persistent=False is not in state_dict(), yet it is a
+    weight: validated against the manifest and handed to the program (the gpt_block bug)."""
+    m = mf.Manifest.load(ADV / "masked_honest")
+    spec = problem.resolve_reference(None, ADV / "masked_honest", m)
+    assert problem.validate_reference(spec, m) == []
+    P = problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    (mask,) = P.weights
+    assert torch.equal(mask, torch.tril(torch.ones(256, 256)))
+    d = P.draw(1)
+    assert torch.allclose(P.forward(d)[0], torch.cumsum(d.program[0], dim=1), atol=1e-4)
 
 
 # ------------------------------------------------------------------ the CLI on bad input
@@ -451,6 +526,17 @@ def _fake_build(prog, arch):
     return vrun.BuildOutcome(True, lib, "", 0.01)
 
 
+@pytest.fixture
+def fake_build(monkeypatch):
+    """No nvcc: a fake library, an honest baseline, a sandbox that finds nothing."""
+    from stitchcuda.verifier import sandbox
+
+    monkeypatch.setattr(vrun, "build_program", _fake_build)
+    monkeypatch.setattr(vrun, "build_baseline", lambda arch: vrun.BuildOutcome(True, Path("baseline.so"), "", 0.0))
+    monkeypatch.setattr(sandbox, "baseline_of", lambda lib: None)
+    monkeypatch.setattr(sandbox, "check_library", lambda lib, out, base: sandbox.SandboxResult(()))
+
+
 def _corr_json(ok: bool = True):
     from stitchcuda.verifier import serde
     from stitchcuda.verifier.correctness import CorrectnessResult
@@ -462,14 +548,14 @@ def _corr_json(ok: bool = True):
                                                warnings=("not bit-identical (within rounding)",)))
 
 
-def test_verify_assembles_a_report_with_phase_timings(prog_dir, monkeypatch):
+def test_verify_assembles_a_report_with_phase_timings(prog_dir, monkeypatch, fake_build):
     from stitchcuda.verifier import serde
 
     calls = []
 
     def fake_worker(job, limits, **kw):
-        calls.append(job["mode"])
-        if job["mode"] == "verify":
+        calls.append((job.mode, job.precision, job.seed, job.weights_seed))
+        if job.mode == "verify":
             table = TimingTable(Timing(0.05, 0.001, 120), Timing(0.2, 0.01, 100), Timing(0.2, 0.01, 100),
                                 Timing(0.1, 0.01, 100), Timing(0.1, 0.01, 100))
             res = {"status": "done", "phases": {"setup": 2.5, "correctness": 0.8, "timing": 3.0,
@@ -483,10 +569,12 @@ def test_verify_assembles_a_report_with_phase_timings(prog_dir, monkeypatch):
                "profile": serde.to_jsonable({"kernels": recs, "details": ProfileDetails("cupti", 20), "ceilings": None})}
         return isolate.ChildOutcome("ok", 0, res, "profile", 3.0)
 
-    monkeypatch.setattr(vrun, "build_program", _fake_build)
     monkeypatch.setattr(vrun, "run_worker", fake_worker)
-    v = vrun.verify_program(prog_dir)
-    assert calls == ["verify", "profile"]
+    v = vrun.verify_program(prog_dir, options=vrun.VerifyOptions(precision="tf32", seed=SEED, weights_seed=7))
+    assert calls == [("verify", "tf32", SEED, 7), ("profile", "tf32", SEED, 7)]
+    assert v.report.precision == "tf32" and v.report.precision_source == "requested"
+    assert v.report.claimed_precision == "fp32" and v.report.seed == SEED and v.report.weights_seed == 7
+    assert "judged at tf32 (requested); the manifest claims fp32" in v.report.notes
     assert v.result.ok and "within rounding" in v.result.verdict.warnings[-1]
     names = [p.name for p in v.phases]
     for want in ("inputs", "static", "build", "correctness", "timing", "profile"):
@@ -498,10 +586,9 @@ def test_verify_assembles_a_report_with_phase_timings(prog_dir, monkeypatch):
     assert "aten::addmm" in md and (prog_dir / "timeline.png").is_file()
 
 
-def test_verify_crash_and_timeout_are_verdicts(prog_dir, monkeypatch):
+def test_verify_crash_and_timeout_are_verdicts(prog_dir, monkeypatch, fake_build):
     from stitchcuda.verifier.verdict import Crash, Timeout
 
-    monkeypatch.setattr(vrun, "build_program", _fake_build)
     monkeypatch.setattr(vrun, "run_worker", lambda job, limits, **kw: isolate.ChildOutcome(
         "crash", -11, None, "correctness", 1.0, crash=Crash("illegal_address", "CUDA error 700")))
     v = vrun.verify_program(prog_dir, options=vrun.VerifyOptions(profile=False))
@@ -515,8 +602,7 @@ def test_verify_crash_and_timeout_are_verdicts(prog_dir, monkeypatch):
     assert load_report(prog_dir).result.kind == "timeout"
 
 
-def test_verify_reports_a_child_input_error(prog_dir, monkeypatch):
-    monkeypatch.setattr(vrun, "build_program", _fake_build)
+def test_verify_reports_a_child_input_error(prog_dir, monkeypatch, fake_build):
     monkeypatch.setattr(vrun, "run_worker", lambda job, limits, **kw: isolate.ChildOutcome(
         "crash", 3, {"status": "input_error", "input_error": {"file": "ref.py", "problem": "outputs differ"}},
         "correctness", 1.0))
@@ -750,14 +836,22 @@ def fake_cuda(monkeypatch):
     return SimpleNamespace(cuda_stream=0, device=torch.device("cpu"))
 
 
+def _job(**kw):
+    from stitchcuda.verifier.job import WorkerJob
+
+    m = mf.Manifest.load(ADV / "correct")
+    spec = problem.resolve_reference(None, ADV / "correct", m)
+    return WorkerJob("verify", "/nowhere/program.so", m, spec, kw.pop("precision", "tf32"), seed=SEED, weights_seed=0,
+                     token="t" * 32, **kw)
+
+
 def test_worker_verify_path_with_cuda_faked(adv_problem, fake_cuda):
     from stitchcuda.verifier import worker
 
-    m = mf.Manifest.load(ADV / "correct")
     rep = _Rep()
-    job = {"trials": 2, "seed": 3, "compile": False, "reference_profile": True,
-           "timing_settings": {"min_trials": 5, "min_seconds": 0.0, "max_seconds": 1.0}}
-    worker._verify(job, rep, FakeRunner(_programs(adv_problem)["honest"]), adv_problem, m, fake_cuda, 0, "tf32",
+    job = _job(trials=2, compile=False, reference_profile=True,
+               timing=LoopSettings(min_trials=5, min_seconds=0.0, max_seconds=1.0))
+    worker._verify(job, rep, worker._Guarded(FakeRunner(_programs(adv_problem)["honest"])), adv_problem, fake_cuda, 0,
                    lambda: 1 << 20, 0)
     assert rep.phases == ["correctness", "timing", "reference_profile"]
     s = rep.saved
@@ -766,12 +860,38 @@ def test_worker_verify_path_with_cuda_faked(adv_problem, fake_cuda):
     assert table["program"]["n"] >= 5 and table["eager_fp32"]["n"] >= 5 and table["eager_policy"]["n"] >= 5
     assert table["compile_fp32"] is None
     assert "torch.compile baselines not measured (disabled)" in s["timing"]["details"]["notes"]
+    timed = s["timing"]["details"]["timed_calls"]
+    assert timed["checked"] >= 3 and timed["failed"] == 0 and timed["calls"] >= 5
     assert isinstance(s["reference_ops"], list)
     from stitchcuda.verifier import serde
     from stitchcuda.verifier.correctness import CorrectnessResult
 
     corr = serde.from_jsonable(CorrectnessResult, s["correctness"])
-    assert corr.passed and len(corr.trials) == 4
+    assert corr.passed and len(corr.trials) == 2 + 4 + 6 + 3 and corr.tolerance == 1e-2
+
+
+def test_worker_catches_work_skipped_when_timed(adv_problem, fake_cuda):
+    """A program right on its first 40 calls and idle after: the correctness trials pass, a sampled
+    timed call does not."""
+    from stitchcuda.verifier import serde, worker
+    from stitchcuda.verifier.records import TimingDetails
+
+    w, b = adv_problem.weights
+    calls = {"n": 0}
+
+    def count_calls(i, o, r):
+        calls["n"] += 1
+        if calls["n"] <= 40:
+            r.enqueue(lambda: o[0].copy_(torch.relu(i[0] @ w.T + b)))
+
+    rep = _Rep()
+    job = _job(trials=2, compile=False, reference_profile=False,
+               timing=LoopSettings(min_trials=30, min_seconds=0.0, max_seconds=2.0, warmup_max_calls=3))
+    worker._verify(job, rep, worker._Guarded(FakeRunner(count_calls)), adv_problem, fake_cuda, 0, lambda: 0, 0)
+    assert serde.from_jsonable(CorrectnessResult, rep.saved["correctness"]).passed
+    det = serde.from_jsonable(TimingDetails, rep.saved["timing"]["details"])
+    assert det.timed_calls.failed >= 1 and not det.timed_calls.passed, (SEED, det.timed_calls)
+    assert "timed call" in det.timed_calls.detail
 
 
 def test_worker_memory_cap_is_an_oom(adv_problem, fake_cuda):
@@ -779,8 +899,8 @@ def test_worker_memory_cap_is_an_oom(adv_problem, fake_cuda):
 
     rep = _Rep()
     with pytest.raises(SystemExit) as e:
-        worker._verify({"trials": 1}, rep, FakeRunner(_programs(adv_problem)["honest"]), adv_problem,
-                       mf.Manifest.load(ADV / "correct"), fake_cuda, 0, "fp32", lambda: 3 << 30, 1 << 30)
+        worker._verify(_job(trials=1, precision="fp32"), rep, worker._Guarded(FakeRunner(
+            _programs(adv_problem)["honest"])), adv_problem, fake_cuda, 0, lambda: 3 << 30, 1 << 30)
     assert e.value.code == ("crash", 1) and "over its cap" in rep.saved["crash"]["message"]
 
 
@@ -794,8 +914,8 @@ def test_speedup_recheck_runs_inside_time_all(adv_problem, fake_cuda):
 
     settings = LoopSettings(min_trials=5, min_seconds=0.0, max_seconds=1.0)
     d = adv_problem.draw(1)
-    table, det = time_all(program, adv_problem.model, d.model_args, precision="fp32", stream=fake_cuda, compile=False,
-                          settings=settings, recheck_outputs=lambda: True)
+    table, det = time_all(program, adv_problem.model, adv_problem.model_args(d), precision="fp32", stream=fake_cuda,
+                          compile=False, settings=settings, recheck_outputs=lambda: True)
     assert table.speedup(table.eager_fp32) > 10  # an empty "program" is very fast
     assert det.recheck is not None and det.recheck.outputs_ok and det.matched_baseline == "eager at fp32"
 
@@ -853,22 +973,40 @@ def test_lifted_random_inputs_are_drawn_by_the_harness(tmp_path):
     assert not res.passed and any(not t.passed for t in res.trials)
 
 
-def test_value_range_trials_judge_by_norm_relative_error():
-    """A scaled-input trial passes on ||out - ref|| / ||ref|| <= tol: a few ill-conditioned
-    elements off by 3e-3 pass at tol 1e-4 when the norm error is small, a clamp does not."""
-    import torch
+def test_varied_trials_fall_back_to_norm_relative_only_when_ill_conditioned():
+    """A varied trial is judged on ||out - ref|| / ||ref|| only where the fp32 reference itself misses
+    the float64 one at those inputs (ill-conditioned there); elsewhere elementwise, like any trial."""
+    from stitchcuda.verifier.correctness import Draw, Session
+    from stitchcuda.verifier.inputs import Secret
 
-    from stitchcuda.verifier.correctness import _compare
+    class Ref:
+        input_specs = (mf.TensorSpec("x", "float32", (4096,)),)
+        output_specs = (mf.TensorSpec("y", "float32", (4096,)),)
+        lifted_indices = ()
 
-    g = torch.Generator().manual_seed(0)
-    ref = torch.randn(4096, generator=g, dtype=torch.float64) * 8
-    out = ref.clone().float()
-    out[:3] += 3e-3  # pointwise over atol+rtol*|ref| for small |ref|, tiny in norm
-    strict, _ = _compare("y", out, ref.float(), ref, 1e-4)
-    loose, _ = _compare("y", out, ref.float(), ref, 1e-4, norm_relative=True)
-    clamped, _ = _compare("y", out.clamp(-4, 4), ref.float(), ref, 1e-4, norm_relative=True)
-    assert loose.passed and not clamped.passed
-    assert strict.passed == bool(((out.double() - ref).abs() <= 1e-4 + 1e-4 * ref.abs()).all())
+        def __init__(self, ref32, ref64):
+            self.ref32, self.ref64 = ref32, ref64
+
+        def forward(self, draw, inputs=None):
+            return [self.ref32]
+
+        def forward64(self, draw, inputs=None):
+            return [self.ref64]
+
+    g = torch.Generator().manual_seed(SEED)
+    ref64 = torch.randn(4096, generator=g, dtype=torch.float64) * 8
+    out = ref64.float().clone()
+    out[:3] += 3e-3  # pointwise over atol + rtol |ref| for small |ref|, tiny in norm
+    d = Draw([], [], 0)
+    runner = FakeRunner(lambda i, o, r: None)
+    conditioned = Session(runner, Ref(ref64.float(), ref64), "fp32", Secret(SEED))
+    assert not conditioned.judge("v", [out], d, [], varied=True).trial.passed
+    noisy32 = ref64.float() + torch.randn(4096, generator=g) * 1e-2  # the fp32 reference misses float64 here
+    ill = Session(runner, Ref(noisy32, ref64), "fp32", Secret(SEED))
+    j = ill.judge("v", [out], d, [], varied=True)
+    assert j.trial.passed and j.trial.outputs[0].judged == "norm-relative"
+    assert not ill.judge("v", [out.clamp(-4, 4)], d, [], varied=True).trial.passed
+    assert not ill.judge("plain", [out], d, [], varied=False).trial.passed  # plain trials: never
 
 
 def test_child_dies_with_its_parent(tmp_path):

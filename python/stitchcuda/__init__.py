@@ -13,32 +13,34 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 
-def _preload_cublaslt() -> None:
-    """Load cuBLASLt from NVIDIA's wheel before the runtime asks the loader for it.
+def _preload_nvidia_libraries() -> None:
+    """Load cuBLASLt and cuDNN from NVIDIA's wheels before the runtime asks the loader for them.
 
-    libstitchrt carries an rpath to the wheel's folder; this covers layouts where that
-    relative path does not hold (editable installs, vendored site-packages).
+    libstitchrt carries rpaths to the wheels' folders; this covers layouts where those relative
+    paths do not hold (editable installs, vendored site-packages).
     """
     try:
         import nvidia  # namespace package of NVIDIA's wheels
     except ImportError:
         return
-    for base in nvidia.__path__:
-        lib = Path(base) / "cu13" / "lib" / "libcublasLt.so.13"
-        if lib.is_file():
-            try:
-                ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
-            except OSError:
-                continue
-            return
+    for rel in ("cu13/lib/libcublasLt.so.13", "cudnn/lib/libcudnn.so.9"):
+        for base in nvidia.__path__:
+            lib = Path(base) / rel
+            if lib.is_file():
+                try:
+                    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+                except OSError:
+                    continue
+                break
 
 
-_preload_cublaslt()
+_preload_nvidia_libraries()
 
 from . import _rt as rt  # noqa: E402
 from ._rt import (  # noqa: E402
     ArgumentError,
     CublasError,
+    CudnnError,
     CudaError,
     NoDeviceError,
     NotSupportedError,
@@ -78,6 +80,7 @@ __all__ = [
     "ArgumentError",
     "CudaError",
     "CublasError",
+    "CudnnError",
     "NoDeviceError",
     "OutOfMemoryError",
     "NotSupportedError",

@@ -110,8 +110,19 @@ def _slug(text: str, limit: int = 48) -> str:
     return s[:limit]
 
 
+def _flags(flags: tuple[str, ...], export_all: bool) -> tuple[str, ...]:
+    """Every program is linked as the Verifier links it (-z defs, the sandbox's traced names), so
+    that building and verifying share one cache entry; test harnesses (``export_all``) are not."""
+    if export_all:
+        return flags
+    from .verifier.sandbox import LINK_FLAGS
+
+    return LINK_FLAGS + tuple(f for f in flags if f not in LINK_FLAGS)
+
+
 def cache_key(source: str, arch: str, flags: tuple[str, ...] = (), export_all: bool = False) -> str:
     """The hash of everything a library built from ``source`` for ``arch`` depends on."""
+    flags = _flags(tuple(flags), export_all)
     h = hashlib.sha256()
     for part in (f"schema={SCHEMA_VERSION}", f"arch={arch}", "flags=" + " ".join(flags), f"export_all={export_all}",
                  f"nvcc={_nvcc_release()}", f"runtime={_runtime_version()}", f"headers={_headers_hash()}",
@@ -158,6 +169,7 @@ def build(source: str | os.PathLike, *, arch: str | None = None, flags: tuple[st
     t0 = time.monotonic()
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and source.endswith(".cu")):
         source = Path(source).read_text(encoding="utf-8")
+    flags = _flags(tuple(flags), export_all)
     arch = arch or toolchain.default_arch()
     root = Path(cache).expanduser() if cache is not None else cache_dir()
     key = cache_key(source, arch, tuple(flags), export_all)

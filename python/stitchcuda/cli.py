@@ -1,4 +1,13 @@
-"""The `stitchcuda` command."""
+"""The ``stitchcuda`` command: every subcommand, its help with examples, and its exit code.
+
+argparse, with rich for the display (:mod:`stitchcuda.ship.ui`): the parser is the standard
+library's, so the command starts fast and its subcommands stay plain functions that tests call
+with a list of arguments; rich draws the progress (a spinner per step on a terminal, one line per
+finished step elsewhere) and the tables. typer would add a dependency and a second way to declare
+what argparse already declares. Every failure ends in one line naming the cause and what to do,
+with the exit codes of :mod:`stitchcuda.ship.errors` (2 bad input, 3 this machine cannot, 1 the
+candidate failed); ``STITCHCUDA_DEBUG=1`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +17,33 @@ import tempfile
 import time
 from pathlib import Path
 
+from .ship import errors
+from .ship.errors import CommandError
+from .ship.ui import UI
 
-def _selfcheck(args: argparse.Namespace) -> int:
+EXAMPLES = """examples:
+  stitchcuda build models/gpt_block.py --precision tf32 --out run/gpt_block
+  stitchcuda verify run/gpt_block
+  stitchcuda wheel run/gpt_block --name gpt_block --arch sm_90 --arch sm_80
+  stitchcuda bench ../shared/kernelbench/dev.jsonl --precision tf32 --gpus 2 --out bench/dev
+  stitchcuda cache list
+  stitchcuda doctor
+
+exit codes: 0 done, 1 the program failed (compile or verdict), 2 bad input,
+3 this machine cannot (missing package, no GPU, no nvcc, out of memory), 130 interrupted.
+"""
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# ---------------------------------------------------------------------- selfcheck
+
+
+def _selfcheck(args: argparse.Namespace, ui: UI) -> int:
     """Check the install end to end: runtime, toolchain, a program built and (with a GPU) run."""
     import stitchcuda
     from stitchcuda import rt, toolchain
@@ -17,9 +51,9 @@ def _selfcheck(args: argparse.Namespace) -> int:
     ok = True
 
     def line(status: str, what: str, detail: str = "") -> None:
-        print(f"  [{status:4s}] {what}" + (f": {detail}" if detail else ""), flush=True)
+        ui.line(f"  [{status:4s}] {what}" + (f": {detail}" if detail else ""))
 
-    print(f"stitchcuda {stitchcuda.__version__}, runtime {rt.version()}")
+    ui.line(f"stitchcuda {stitchcuda.__version__}, runtime {rt.version()}")
     nvcc = toolchain.find_nvcc()
     line("ok" if nvcc else "FAIL", "nvcc", f"{nvcc} ({toolchain.nvcc_version(nvcc)})" if nvcc else "not found")
     ok &= nvcc is not None
@@ -46,7 +80,8 @@ def _selfcheck(args: argparse.Namespace) -> int:
                     ok &= _run_example(lib, line)
     if gpus:
         ok &= _gemm_check(line)
-    print("selfcheck " + ("passed" if ok else "FAILED"))
+    ui.line("selfcheck " + ("passed" if ok else "FAILED"))
+    ui.result({"ok": ok})
     return 0 if ok else 1
 
 
@@ -77,6 +112,8 @@ def _run_example(lib, line) -> bool:
 
 
 def _gemm_check(line) -> bool:
+    from math import erf
+
     import numpy as np
 
     from stitchcuda import rt
@@ -94,8 +131,6 @@ def _gemm_check(line) -> bool:
     rt.d2h(y, out)
     rt.synchronize()
     dt = time.perf_counter() - t0
-    from math import erf
-
     ref = a.astype(np.float64) @ b
     ref = 0.5 * ref * (1 + np.vectorize(erf)(ref / np.sqrt(2)))
     err = float(np.abs(y - ref).max() / np.abs(ref).max())
@@ -104,124 +139,330 @@ def _gemm_check(line) -> bool:
     return good
 
 
+# ---------------------------------------------------------------------- build
+
+
+def _build(args: argparse.Namespace, ui: UI) -> int:
+    """reference -> program folder: capture, plan, generate CUDA, compile."""
+    from . import manifest as mf
+    from .pipeline import build_program
+
+    with ui.step("build") as step:
+        o = build_program(args.reference, precision=args.precision, out=args.out, arch=args.arch, seed=args.seed,
+                          compile=not args.no_compile, quiet=True, progress=step)
+    m = o.manifest
+    ui.table(f"plan: {m.name} ({m.precision}, {m.arch}), {len(m.tasks)} task(s)",
+             ["task", "strategy", "covers", "MFLOP", "MB moved"],
+             [[t.name, t.strategy, ", ".join(t.covers), f"{t.flops / 1e6:,.1f}", f"{t.bytes / 1e6:,.2f}"]
+              for t in m.tasks], justify=["left", "left", "left", "right", "right"])
+    b = o.build
+    data = {"program": m.name, "precision": m.precision, "arch": m.arch, "seconds": o.seconds,
+            "tasks": [t.to_dict() for t in m.tasks]}
+    if b is not None and not b.ok:
+        from .paths import cache_dir
+
+        first = b.message
+        where = f"; nvcc's output: {cache_dir() / b.entry / 'build.json'}" if b.entry else ""
+        ui.error(f"{m.name}: the generated program does not compile ({first}){where}; nothing was written")
+        if b.compile is not None and not ui.quiet:
+            sys.stderr.write("".join("    " + ln + "\n" for ln in b.compile.output.strip().splitlines()[:20]))
+        ui.result({**data, "ok": False, "error": first})
+        return errors.FAILED
+    how = "not compiled" if b is None else ("from the build cache" if b.cached else f"compiled in {b.seconds:.1f} s")
+    ui.line(f"program {m.name} written to {o.directory} (library {how}; total {o.seconds.get('total', 0):.1f} s)")
+    if b is not None:
+        ui.line(f"next: stitchcuda verify {o.directory}")
+    ui.result({**data, "ok": True, "directory": str(o.directory),
+               "library": str(o.directory / mf.LIBRARY_FILE) if b is not None else None,
+               "cached": bool(b and b.cached)})
+    return errors.OK
+
+
+# ---------------------------------------------------------------------- verify and profile
+
+
 def _verify_options(args: argparse.Namespace, **extra):
     from stitchcuda.verifier.run import VerifyOptions
 
     return VerifyOptions(trials=args.trials, time=not args.no_time, profile=not args.no_profile,
-                         compile=not args.no_compile, seed=args.seed, arch=args.arch,
+                         compile=not args.no_compile, seed=args.seed, arch=args.arch, precision=args.precision,
                          command="stitchcuda " + " ".join(sys.argv[1:]), **extra)
 
 
-def _input_error(e: Exception) -> int:
-    print(f"stitchcuda: error: {e}", file=sys.stderr)
-    return 2
-
-
-def _verify(args: argparse.Namespace) -> int:
+def _verify(args: argparse.Namespace, ui: UI) -> int:
     """Verify a program folder; write report.json / report.md / timeline.png into it."""
-    from stitchcuda.manifest import ManifestError
-    from stitchcuda.verifier.problem import ProblemError
     from stitchcuda.verifier.run import VerifyEnvironmentError, verify_program
 
     if args.trials < 1:
-        return _input_error(ValueError("--trials must be at least 1"))
-    try:
-        v = verify_program(args.dir, args.reference, _verify_options(args))
-    except (ManifestError, ProblemError) as e:
-        return _input_error(e)
-    except VerifyEnvironmentError as e:
-        print(f"stitchcuda: cannot verify here: {e}", file=sys.stderr)
-        return 3
+        raise CommandError("--trials must be at least 1")
+    from .pipeline import _need_torch
+
+    _need_torch("verify")
+    with ui.step("verify") as step:
+        step("static rules, build, correctness, timing, profile")
+        try:
+            v = verify_program(args.dir, args.reference, _verify_options(args))
+        except VerifyEnvironmentError as e:
+            part = e.verification.files.markdown if e.verification is not None and e.verification.files else None
+            raise CommandError(f"cannot verify here: {e}" + (f" (partial report: {part})" if part else ""),
+                               errors.ENVIRONMENT) from None
     r = v.report
-    print(f"{r.program}: {v.result.verdict.summary()}")
+    ui.line(f"{r.program}: {v.result.verdict.summary()}")
+    if r.phases:
+        ui.table(None, ["phase", "seconds"], [[p.name, f"{p.seconds:.1f}"] for p in r.phases], justify=["left", "right"])
+    rows, speedups = [], {}
     if r.timings is not None:
         t = r.timings
-        parts = [f"{t.program.median_ms:.4g} ms"]
+        rows.append(["program", f"{t.program.median_ms:.4g}", ""])
         for name, b in t.baselines():
             s = t.speedup(b)
-            if s is not None:
-                parts.append(f"{name.replace('at policy', r.precision)} {s:.2f}x")
-        print("  time: " + "; ".join(parts))
-    if r.phases:
-        print("  cost: " + ", ".join(f"{p.name.split(' (')[0]} {p.seconds:.1f} s" for p in r.phases))
+            if b is not None and s is not None:
+                label = name.replace("at policy", f"at {r.precision}")
+                rows.append([label, f"{b.median_ms:.4g}", f"{s:.2f}x"])
+                speedups[label] = s
+        ui.table(f"time ({r.device or 'GPU'})", ["", "median ms", "speedup"], rows, justify=["left", "right", "right"])
     if v.files is not None:
-        print(f"  report: {v.files.markdown}")
-    return 0 if v.result.ok else 1
+        ui.line(f"report: {v.files.markdown}")
+    ui.result({"program": r.program, "ok": v.result.ok, "verdict": v.result.verdict.summary(),
+               "speedups": speedups, "report": str(v.files.json) if v.files else None})
+    return v.exit_code  # 0 passed, 1 a verdict against the candidate, 3 inconclusive
 
 
-def _profile(args: argparse.Namespace) -> int:
+def _profile(args: argparse.Namespace, ui: UI) -> int:
     """CUPTI-profile a program folder (no correctness trials); write profile.json into it."""
     import json
 
     from stitchcuda.fsutil import atomic_write_text
-    from stitchcuda.manifest import ManifestError, load_program_dir
+    from stitchcuda.manifest import load_program_dir
     from stitchcuda.verifier import serde
-    from stitchcuda.verifier.problem import ProblemError
     from stitchcuda.verifier.profile import format_ns, summarise
     from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, profile_program_dir
 
-    try:
-        opts = VerifyOptions(arch=args.arch, profile_runs=args.runs, command="stitchcuda " + " ".join(sys.argv[1:]))
-        res = profile_program_dir(args.dir, args.reference, opts)
-        manifest = load_program_dir(args.dir).manifest
-    except (ManifestError, ProblemError) as e:
-        return _input_error(e)
-    except VerifyEnvironmentError as e:
-        print(f"stitchcuda: cannot profile here: {e}", file=sys.stderr)
-        return 3
+    from .pipeline import _need_torch
+
+    _need_torch("profile")
+    with ui.step("profile") as step:
+        step("build, profile")
+        try:
+            opts = VerifyOptions(arch=args.arch, profile_runs=args.runs, precision=args.precision,
+                                 command="stitchcuda " + " ".join(sys.argv[1:]))
+            res = profile_program_dir(args.dir, args.reference, opts)
+        except VerifyEnvironmentError as e:
+            raise CommandError(f"cannot profile here: {e}", errors.ENVIRONMENT) from None
+    manifest = load_program_dir(args.dir).manifest
     if res.verdict is not None:
-        print(f"{manifest.name}: {res.verdict.summary()}")
-        return 1
+        ui.line(f"{manifest.name}: {res.verdict.summary()}")
+        return errors.FAILED
     summary = summarise(res.kernels, res.ceilings, manifest.precision)
     src = res.details.source if res.details else "?"
-    print(f"{manifest.name}: {summary.launches} launches, {format_ns(summary.busy_ns)} busy ({src})")
-    for k in summary.top(10):
-        print(f"  {format_ns(k.total_ns):>10}  {k.share:5.0%}  x{k.calls:<4} {k.name[:70]}  {k.describe_bound()}")
+    ui.line(f"{manifest.name}: {summary.launches} launches, {format_ns(summary.busy_ns)} busy ({src})")
+    ui.table(None, ["time", "share", "calls", "kernel", "bound"],
+             [[format_ns(k.total_ns), f"{k.share:.0%}", k.calls, k.name[:70], k.describe_bound()]
+              for k in summary.top(10)], justify=["right", "right", "right", "left", "left"])
     if res.details:
-        for t in res.details.tasks:
-            print(f"  task {t.task}: {format_ns(t.per_run_ns)} per run ({t.share:.0%}), {t.bound}")
+        ui.table(None, ["task", "per run", "share", "bound"],
+                 [[t.task, format_ns(t.per_run_ns), f"{t.share:.0%}", t.bound] for t in res.details.tasks])
     out = Path(args.dir) / "profile.json"
     atomic_write_text(out, json.dumps(serde.to_jsonable({"kernels": res.kernels, "details": res.details,
                                                           "ceilings": res.ceilings}), indent=1) + "\n")
-    print(f"  written: {out}")
-    return 0
+    ui.line(f"written: {out}")
+    ui.result({"program": manifest.name, "profile": str(out)})
+    return errors.OK
 
 
-def _add_verify_commands(sub) -> None:
-    p = sub.add_parser("verify", help="verify a program folder: correctness, anti-hacking, timing, CUPTI profile")
+# ---------------------------------------------------------------------- wheel, bench, cache, doctor
+
+
+def _wheel(args: argparse.Namespace, ui: UI) -> int:
+    from .ship.wheel import make_wheels
+
+    with ui.step("wheel") as step:
+        w = make_wheels(args.dir, name=args.name, archs=args.arch, out=args.out, version=args.wheel_version,
+                        progress=step)
+    for p in (w.program, w.runtime):
+        ui.line(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB)")
+    ui.line(f"install: pip install {w.program} {w.runtime}")
+    ui.line(f"use:     import {w.name}; m = {w.name}.load(); y = m(x)   # NumPy, CuPy or PyTorch arrays")
+    ui.result({"name": w.name, "program_wheel": str(w.program), "runtime_wheel": str(w.runtime),
+               "archs": list(w.archs)})
+    return errors.OK
+
+
+def _bench(args: argparse.Namespace, ui: UI) -> int:
+    from .ship import bench
+
+    mode = "optimize" if args.optimize else "build"
+    opts = bench.BenchOptions(precision=args.precision, mode=mode, budget=args.budget, gpus=args.gpus,
+                              limit=args.limit, ray=args.ray, only=tuple(args.only or ()), solver=args.solver,
+                              trials=args.trials, profile=not args.no_profile, compile=not args.no_compile)
+    summary = bench.run_suite(args.suite, args.out, opts, log=ui.info)
+    ui.table(f"{summary.suite}: {summary.total} problem(s), {summary.precision}",
+             ["", "value"], summary.rows(), justify=["left", "right"])
+    for note in summary.notes:
+        ui.info(note)
+    ui.line(f"report: {summary.markdown}  {summary.html}")
+    ui.result(summary.to_dict())
+    return errors.OK
+
+
+def _cache(args: argparse.Namespace, ui: UI) -> int:
+    from . import build as B
+    from .paths import cache_dir
+
+    if args.action == "list":
+        es = B.entries()
+        ui.table(f"build cache {cache_dir()}: {len(es)} entr{'y' if len(es) == 1 else 'ies'}, "
+                 f"{sum(e.bytes for e in es) / 1e6:.1f} MB",
+                 ["program", "policy", "arch", "built", "MB", "age"],
+                 [[e.program, e.policy, e.arch, "yes" if e.ok else "FAILED", f"{e.bytes / 1e6:.1f}",
+                   _age(time.time() - e.modified)] for e in es], justify=["left", "left", "left", "left", "right", "right"])
+        ui.result({"cache": str(cache_dir()), "entries": [
+            {"name": e.name, "program": e.program, "policy": e.policy, "arch": e.arch, "ok": e.ok, "bytes": e.bytes,
+             "modified": e.modified} for e in es]})
+        return errors.OK
+    older = args.older_than * 86400 if args.older_than is not None else None
+    n, freed = B.clean(older_than_s=older, failed_only=args.failed, program=args.program)
+    ui.line(f"removed {n} entr{'y' if n == 1 else 'ies'}, {freed / 1e6:.1f} MB freed from {cache_dir()}")
+    ui.result({"removed": n, "bytes": freed})
+    return errors.OK
+
+
+def _age(s: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.0f} {unit}"
+    return f"{s:.0f} s"
+
+
+def _doctor(args: argparse.Namespace, ui: UI) -> int:
+    from .ship.doctor import run_checks
+
+    checks = run_checks()
+    ui.table("stitchcuda doctor", ["", "check", "found", "fix"],
+             [[c.mark, c.name, c.detail, c.fix] for c in checks])
+    bad = [c for c in checks if c.status == "missing" and c.needed_for == "all"]
+    ui.result({"checks": [c.to_dict() for c in checks], "ok": not bad})
+    return errors.ENVIRONMENT if bad else errors.OK
+
+
+# ---------------------------------------------------------------------- the parser
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every subcommand takes (also before the subcommand: ``stitchcuda --json build ...``)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
+                   help="only results and errors")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print one JSON object (the result) on stdout and nothing else")
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    from .precision import NAMES
+
+    common = _common()
+    top = argparse.ArgumentParser(prog="stitchcuda", parents=[common],
+                                  description="PyTorch reference -> verified, self-contained CUDA program.",
+                                  epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action="version", version=f"stitchcuda {_version()}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, help: str, func, example: str):
+        p = sub.add_parser(name, help=help, description=help, parents=[common], epilog=f"example:\n  {example}",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("selfcheck", "check the install: runtime, nvcc, example program, GPU", _selfcheck, "stitchcuda selfcheck")
+    p.add_argument("--arch", help="target for the example build (default: the GPU's, else sm_90)")
+
+    p = add("build", "reference -> program folder: capture, plan, generate CUDA, compile", _build,
+            "stitchcuda build models/gpt_block.py --precision tf32 --out run/gpt_block")
+    p.add_argument("reference", metavar="FILE", help="a KernelBench-format .py file, or kernelbench:LEVEL:ID")
+    p.add_argument("--precision", "-p", default="fp32", choices=NAMES,
+                   help="precision policy (default fp32: exact fp32 math)")
+    p.add_argument("--out", "-o", help="program folder (default run/<name>); replaced whole when the build succeeds")
+    p.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
+    p.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building the model (default 0)")
+    p.add_argument("--no-compile", action="store_true", help="write the folder only")
+
+    p = add("verify", "verify a program folder: correctness, anti-hacking, timing, CUPTI profile", _verify,
+            "stitchcuda verify run/gpt_block --trials 5")
     p.add_argument("dir", help="the program folder (manifest.json, program.cu, weights.safetensors)")
     p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
     p.add_argument("--trials", type=int, default=5, help="random trials (default 5)")
-    p.add_argument("--seed", type=int, default=1000, help="seed of the first trial (default 1000)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the first trial (default: drawn fresh, written to the report after the run)")
+    p.add_argument("--precision", "-p", default=None, choices=NAMES,
+                   help="the policy to judge at (default: the one the manifest states; the report says which)")
     p.add_argument("--no-time", action="store_true", help="skip timing")
     p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     p.add_argument("--arch", help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
-    p.set_defaults(func=_verify)
-    p = sub.add_parser("profile", help="CUPTI-profile a program folder (kernels, tasks, roofline)")
+
+    p = add("profile", "CUPTI-profile a program folder (kernels, tasks, roofline)", _profile,
+            "stitchcuda profile run/gpt_block --runs 20")
     p.add_argument("dir", help="the program folder")
     p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
     p.add_argument("--runs", type=int, default=20, help="profiled runs (default 20)")
+    p.add_argument("--precision", "-p", default=None, choices=NAMES, help="the policy to judge at (default: the manifest's)")
     p.add_argument("--arch", help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
-    p.set_defaults(func=_profile)
+
+    p = add("wheel", "package a program folder as a wheel that runs without PyTorch", _wheel,
+            "stitchcuda wheel run/gpt_block --name gpt_block --arch sm_90 --arch sm_80  "
+            "# then: import gpt_block; m = gpt_block.load(); y = m(x)")
+    p.add_argument("dir", help="a built program folder")
+    p.add_argument("--name", help="the Python package name (default: the program's name)")
+    p.add_argument("--arch", action="append", help="a target to include, repeatable (default: the folder's)")
+    p.add_argument("--out", default="dist", help="folder for the wheels (default dist)")
+    p.add_argument("--wheel-version", default="0.1.0", help="the program wheel's version (default 0.1.0)")
+
+    p = add("bench", "run a suite: one worker per GPU, resumable, report.md / report.html with plots", _bench,
+            "stitchcuda bench ../shared/kernelbench/dev.jsonl --precision tf32 --gpus 2 --out bench/dev")
+    p.add_argument("suite", help="a .jsonl of KernelBench problems, or a folder of reference .py files")
+    p.add_argument("--precision", "-p", default="fp32", choices=NAMES, help="precision policy (default fp32)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--build", action="store_true", help="build_program then verify each problem (the default)")
+    how.add_argument("--optimize", action="store_true", help="run the optimisation loop on each problem")
+    p.add_argument("--budget", type=float, default=None, help="--optimize: budget per problem (seconds)")
+    p.add_argument("--gpus", type=int, default=None, help="worker processes, one per GPU (default: every visible GPU)")
+    p.add_argument("--out", "-o", default=None, help="results folder (default bench/<suite>-<precision>); "
+                                                    "a rerun skips the problems already there")
+    p.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    p.add_argument("--trials", type=int, default=5, help="verification trials per problem (default 5)")
+    p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile of each program")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    p.add_argument("--only", action="append", help="only problems whose id contains this text (repeatable)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the problems as Ray tasks of one GPU each (pip install ray; "
+                                                   "'auto', host:port, or 'local' for a new local instance)")
+    p.add_argument("--solver", help=argparse.SUPPRESS)  # module:attribute of another solver (tests)
+
+    p = add("cache", "list or clean the build cache", _cache, "stitchcuda cache clean --older-than 30")
+    p.add_argument("action", choices=["list", "clean"])
+    p.add_argument("--older-than", type=float, metavar="DAYS", help="clean: only entries older than this")
+    p.add_argument("--failed", action="store_true", help="clean: only failed builds")
+    p.add_argument("--program", help="clean: only this program's entries")
+
+    add("doctor", "check this machine: driver, GPU, nvcc, cuBLAS, cuDNN, CUPTI, PyTorch, the LLM", _doctor,
+        "stitchcuda doctor")
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stitchcuda", description="PyTorch reference -> verified CUDA program")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("selfcheck", help="check the install: runtime, nvcc, example program, GPU")
-    p.add_argument("--arch", help="target architecture for the example build (default: the GPU's, else sm_90)")
-    p.set_defaults(func=_selfcheck)
-    _add_verify_commands(sub)
-    from stitchcuda.pipeline import add_build_command
-
-    add_build_command(sub)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
+    ui = UI(quiet=getattr(args, "quiet", False), json_mode=getattr(args, "json", False))
     try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return args.func(args, ui)
+    except BaseException as e:  # noqa: BLE001 - every failure ends in one line and an exit code
+        if isinstance(e, SystemExit):
+            raise
+        if errors.debug():
+            raise
+        f = errors.explain(e)
+        ui.error(f.message)
+        ui.result({"ok": False, "error": f.message, "exit_code": f.code})
+        return f.code
 
 
 if __name__ == "__main__":

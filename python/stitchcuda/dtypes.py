@@ -69,6 +69,14 @@ def ctype(name: str) -> str:
     return c
 
 
+def torch_dtype(name: str):
+    """The PyTorch dtype of ``name`` (imports PyTorch)."""
+    import torch
+
+    get(name)
+    return getattr(torch, name)
+
+
 def st_enum(name: str) -> str:
     e = get(name).st_enum
     if not e:
@@ -76,4 +84,5 @@ def st_enum(name: str) -> str:
     return e
 
 
-__all__ = ["DType", "DTYPES", "SIZES", "ABI_SIZES", "FROM_SAFETENSORS", "COMPUTE_FLOATS", "get", "ctype", "st_enum"]
+__all__ = ["DType", "DTYPES", "SIZES", "ABI_SIZES", "FROM_SAFETENSORS", "COMPUTE_FLOATS", "get", "ctype", "st_enum",
+           "torch_dtype"]

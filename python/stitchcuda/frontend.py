@@ -44,10 +44,15 @@ an input, so the record of draws (and their order) is complete.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import logging
 import os
 import re
+import sys
 import time
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -328,10 +333,12 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = F
     that changes a plain tensor attribute is refused, or (``lift``) reported to the caller by
     :class:`_StateFound` with every such attribute; the ``lifted`` ones are inputs already."""
     attributes = _plain_tensor_attributes(model)
+    noise = io.StringIO()  # what export prints on a failure (graph dumps): replaced by one message
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, _quiet_torch(noise):
             warnings.simplefilter("always")
             exported = torch.export.export(model, inputs, strict=False)
+        sys.stderr.write(noise.getvalue())
         # Forward that assigns a tensor attribute keeps state between calls. Recent torch
         # puts the attribute back itself and only warns; older torch leaves it changed.
         assigned = [m.group(1) for w in caught if (m := _ASSIGNED.search(str(w.message)))]
@@ -366,7 +373,32 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = F
                 raise _StateFound([mutated.group(1)] + _stateful.changed_by_forward(model, inputs), error) from err
             raise error from err
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "data-dependent" in first or "DataDependent" in type(err).__name__:
+            raise CaptureError(f"torch.export could not capture {name!r}: forward {_data_dependent_hint(err)}") from err
         raise CaptureError(f"torch.export could not capture {name!r}: {type(err).__name__}: {first}") from err
+
+
+@contextlib.contextmanager
+def _quiet_torch(sink: io.StringIO):
+    """Hold back what torch prints and logs while exporting (it dumps the partial graph on a
+    failure, which the CaptureError replaces with one line)."""
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _data_dependent_hint(err: BaseException) -> str:
+    """Where forward branches on a tensor's value, and what to do instead."""
+    user = [f for f in traceback.extract_tb(err.__traceback__)
+            if not f.filename.startswith((_TORCH_DIR, os.path.dirname(os.__file__), os.path.dirname(__file__)))]
+    where = f" at {_short_file(user[-1].filename)}:{user[-1].lineno} (`{(user[-1].line or '').strip()}`)" if user else ""
+    return (f"branches on a tensor's value{where}: a program is one static graph; compute both sides and "
+            "pick with torch.where, or branch on shapes only")
 
 
 def _refuse_recurrent(model: nn.Module, name: str) -> None:

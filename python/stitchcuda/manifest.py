@@ -70,7 +70,7 @@ LIBRARY_FILE = "program.so"
 
 _ARCH_RE = re.compile(r"^sm_\d{2,3}[a-z]?$")
 _HASH_RE = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_IDENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
 class ManifestError(ValueError):

@@ -8,24 +8,34 @@
 2. build the model on the CPU with ``torch.manual_seed(seed)`` first — exactly as the
    Verifier and KernelBench's harness do — and take its weights by ``state_dict`` name;
 3. :func:`stitchcuda.plan.plan` under the precision policy, :func:`stitchcuda.code.code`;
-4. write the program folder atomically: ``program.cu``, ``manifest.json``,
-   ``weights.safetensors``, ``plan.json`` and a copy of the reference (``reference.py``);
+4. write the program folder into a staging folder beside the target (``.<name>.staging-*``):
+   ``program.cu``, ``manifest.json``, ``weights.safetensors``, ``plan.json`` and a copy of the
+   reference (``reference.py``);
 5. compile through the build cache (:mod:`stitchcuda.build`) for ``arch`` (the GPU's, else
    ``STITCHCUDA_ARCH`` or sm_90: a machine without a GPU builds too) and copy the library
-   into the folder with a build record, so the folder is self-contained.
+   into the staging folder with a build record, so the folder is self-contained;
+6. check the staged folder loads (:func:`stitchcuda.manifest.load_program_dir`), then put it in
+   place of the target with two renames. The target is whole or absent: a failed, refused or
+   interrupted build leaves the previous folder as it was (with its report) or nothing, and a
+   rebuild never keeps a report of an older program.
 
-Failures before the program exists raise (``UnsupportedOpError`` names every unsupported
-operator and its line; ``PlanError`` what the planner cannot map); a compile failure is a
-value in the returned :class:`BuildOutcome`.
+Failures are typed, each one line naming the cause and the fix: bad input raises
+:class:`BuildInputError` (an unusable ``out`` or ``arch``), ``CaptureError`` /
+``UnsupportedOpError`` (the reference, with its line), ``PlanError`` or ``FileNotFoundError``;
+a machine that cannot build raises :class:`BuildEnvironmentError` (no PyTorch, no nvcc, an
+unwritable build cache) or ``MemoryError``. A compile failure is a value in the returned
+:class:`BuildOutcome` (``ok`` False, nothing written).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import functools
+import importlib
 import os
 import re
 import shutil
-import sys
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +46,15 @@ from . import manifest as mf
 from .precision import NAMES as _POLICY_NAMES
 
 DEFAULT_OUT = "run"
+_ARCH_RE = re.compile(r"^sm_\d{2,3}[a-z]?$")
+
+
+class BuildInputError(ValueError):
+    """An argument ``build_program`` cannot use (``out``, ``arch``, ``precision``); one line."""
+
+
+class BuildEnvironmentError(RuntimeError):
+    """The machine cannot build (no PyTorch, no nvcc, an unwritable build cache); one line with the fix."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +114,14 @@ def _weights(ref: Any, graph: Any, seed: int) -> dict[str, Any]:
     from . import frontend
 
     torch.manual_seed(seed)
-    model = ref.Model(*ref.get_init_inputs())
+    try:
+        model = ref.Model(*ref.get_init_inputs())
+    except (MemoryError, RuntimeError) as e:
+        if isinstance(e, MemoryError) or "can't allocate memory" in str(e):
+            need = sum(w.nbytes for w in graph.weights)
+            raise MemoryError(f"out of host memory building {graph.name}'s weights on the CPU ({need / 2**30:.1f} GiB "
+                              "of weights): free memory or build on a machine with more") from None
+        raise
     w = model_weights(model, graph)
     if w or not graph.weights:
         return w
@@ -138,20 +164,33 @@ def _write_if_changed(path: Path, text: str) -> None:
 def build_program(reference: Any, *, precision: str = "fp32", out: str | os.PathLike | None = None,
                   arch: str | None = None, seed: int = 0, name: str | None = None, model: Any = None,
                   example_inputs: Sequence[Any] | None = None, weights: bool = True, compile: bool = True,
-                  ceilings: Any = None, quiet: bool = False, cache: str | os.PathLike | None = None) -> BuildOutcome:
+                  ceilings: Any = None, quiet: bool = False, cache: str | os.PathLike | None = None,
+                  progress: Any = None, constraints: Any = None, overrides: Any = None) -> BuildOutcome:
     """Turn a reference into a program folder and compile it (see the module docstring).
 
     ``reference``: a path, ``kernelbench:LEVEL:ID``, a ``frontend.Reference``, or — with
     ``example_inputs`` — an ``nn.Module``. ``model``: take the weights from this instance
     instead of building one (its state must be the reference's architecture).
     ``weights=False`` skips them (capture and build only: no weights file is written).
+    ``progress(stage)`` is called as each stage starts (capture, weights, plan, code, write,
+    compile, check), for a command's progress display. ``constraints`` go to the planner
+    (:class:`stitchcuda.plan.Constraints`: per-node precision, fusion boundaries, strategies,
+    rewrites); ``overrides`` to the Coder (task name -> a body in place of the template's).
     """
+    step = progress or (lambda stage: None)
+    if precision not in _POLICY_NAMES:
+        raise BuildInputError(f"unknown precision {precision!r}: use one of {', '.join(_POLICY_NAMES)}")
+    if arch is not None:
+        arch = check_arch(arch, compiling=compile)
+    target = _check_out(Path(out)) if out is not None else None
+    _need_torch("build")
     from . import code as coder
     from . import frontend, ops, toolchain
     from . import plan as planner
 
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
+    step("capture")
     if example_inputs is not None:
         module = reference
         gname = name or type(module).__name__
@@ -164,53 +203,195 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
         captured = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported())
         tensors = {}
         if weights:
+            step("weights")
             tensors = model_weights(model, captured.graph) if model is not None else _weights(ref, captured.graph, seed)
     graph = captured.graph
     seconds["capture"] = time.monotonic() - t0
 
     t1 = time.monotonic()
+    step("plan")
     if ceilings is None:
         from .device import for_planning
 
         ceilings = for_planning()
-    p = planner.plan(graph, precision, ceilings)
+    p = planner.plan(graph, precision, ceilings, constraints=constraints)
     seconds["plan"] = time.monotonic() - t1
     t1 = time.monotonic()
-    arch = arch or toolchain.default_arch()
-    src = coder.code(p, graph, tensors if weights else None, reference=ref_source, arch=arch)
+    step("code")
+    arch = arch or check_arch(toolchain.default_arch(), compiling=compile)
+    src = coder.code(p, graph, tensors if weights else None, reference=ref_source, arch=arch, overrides=overrides)
     seconds["code"] = time.monotonic() - t1
 
     t1 = time.monotonic()
-    directory = Path(out) if out is not None else Path(DEFAULT_OUT) / graph.name
-    directory.mkdir(parents=True, exist_ok=True)
-    _write_if_changed(directory / mf.PROGRAM_SOURCE, src.program_cu)
-    _write_if_changed(directory / mf.MANIFEST_FILE, src.manifest.to_json())
-    _write_if_changed(directory / "plan.json", p.to_json() + "\n")
-    if source_text is not None and ref_source.path:
-        _write_if_changed(directory / ref_source.path, source_text)
-    if weights:
-        _write_weights(directory / mf.WEIGHTS_FILE, tensors, graph)
-    seconds["write"] = time.monotonic() - t1
+    step("write")
+    directory = target if target is not None else _check_out(Path(DEFAULT_OUT) / graph.name)
+    with staged_folder(directory) as staging:
+        stage = staging.path
+        _write_if_changed(stage / mf.PROGRAM_SOURCE, src.program_cu)
+        _write_if_changed(stage / mf.MANIFEST_FILE, src.manifest.to_json())
+        _write_if_changed(stage / "plan.json", p.to_json() + "\n")
+        if source_text is not None and ref_source.path:
+            _write_if_changed(stage / ref_source.path, source_text)
+        if weights:
+            _write_weights(stage / mf.WEIGHTS_FILE, tensors, graph)
+        seconds["write"] = time.monotonic() - t1
 
-    result = None
-    if compile:
-        t1 = time.monotonic()
-        result = _build.build(src.program_cu, arch=arch, cache=cache)
-        if result.ok:
-            from .program import write_build_record
+        result = None
+        if compile:
+            t1 = time.monotonic()
+            step("compile")
+            result = _build.build(src.program_cu, arch=arch, cache=cache)
+            if not result.ok and result.compile is None:  # nothing compiled: the machine's problem
+                raise BuildEnvironmentError(result.message)
+            if result.ok:
+                from .program import write_build_record
 
-            lib = directory / mf.LIBRARY_FILE
-            tmp = directory / f".{mf.LIBRARY_FILE}.tmp"
-            shutil.copyfile(result.library, tmp)
-            os.replace(tmp, lib)
-            write_build_record(directory, src.manifest, result)
-        seconds["compile"] = time.monotonic() - t1
+                shutil.copyfile(result.library, stage / mf.LIBRARY_FILE)
+                write_build_record(stage, src.manifest, result)
+            seconds["compile"] = time.monotonic() - t1
+        if result is None or result.ok:
+            step("check")
+            # The folder must open as a program before it replaces anything.
+            mf.load_program_dir(stage, require_weights=weights)
+            staging.publish()
     seconds["total"] = time.monotonic() - t0
     outcome = BuildOutcome(directory, p, src.manifest, result, seconds)
     if not quiet:
         print(p)
         _report(outcome)
     return outcome
+
+
+# ---------------------------------------------------------------------- checks before any work
+
+
+def check_arch(arch: str, *, compiling: bool = True) -> str:
+    """``arch`` when it names a CUDA target this nvcc can build (``sm_90``); else BuildInputError
+    with the names it can (checked before anything is captured or written)."""
+    if not _ARCH_RE.match(arch):
+        digits = re.sub(r"\D", "", arch)
+        hint = f"sm_{digits}" if digits and re.fullmatch(r"\d{2,3}", digits) else "sm_90"
+        raise BuildInputError(f"--arch {arch}: not a CUDA target name; use the sm_XY form, e.g. {hint}")
+    known = _nvcc_targets() if compiling else ()
+    if known and arch not in known:
+        raise BuildInputError(f"--arch {arch}: this nvcc cannot build it; it builds {', '.join(known)}")
+    return arch
+
+
+@functools.lru_cache(maxsize=None)
+def _nvcc_targets() -> tuple[str, ...]:
+    """The sm_XY targets of the nvcc in use (``nvcc --list-gpu-code``), () when unknown."""
+    from .toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return ()
+    try:
+        r = subprocess.run([str(nvcc), "--list-gpu-code"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(dict.fromkeys(t for t in r.stdout.split() if _ARCH_RE.match(t)))
+
+
+def _check_out(target: Path) -> Path:
+    """The program folder to write, refused (BuildInputError) when it is a file, a folder that is
+    not a program folder (it would be replaced), or in a place that cannot be written."""
+    if target.exists() and not target.is_dir():
+        raise BuildInputError(f"--out {target}: is a file, not a folder; give a folder path for the program")
+    if target.is_dir() and any(target.iterdir()) and not (target / mf.MANIFEST_FILE).is_file():
+        raise BuildInputError(f"--out {target}: holds files that are not a program (no {mf.MANIFEST_FILE}); "
+                              "a build replaces its folder whole, so give an empty or new folder")
+    parent = target.resolve().parent
+    blocker = next((a for a in (parent, *parent.parents) if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise BuildInputError(f"--out {target}: {blocker} is a file, not a folder; choose another --out")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        probe = parent / f".{target.name}.probe-{os.getpid()}"
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as e:
+        raise BuildInputError(f"--out {target}: cannot write in {parent} ({e.strerror or e}); "
+                              "choose a writable folder") from None
+    return target
+
+
+def _need_torch(what: str) -> None:
+    try:
+        importlib.import_module("torch")
+    except ImportError:
+        raise BuildEnvironmentError(f"{what} needs PyTorch to capture the reference, and it is not installed: "
+                                    "pip install torch  (a built program runs without it)") from None
+
+
+# ---------------------------------------------------------------------- the folder, whole or absent
+
+
+class Staging:
+    """The staging folder of :func:`staged_folder` (``path``) and the target it replaces."""
+
+    def __init__(self, path: Path, target: Path):
+        self.path, self.target, self.published = path, target, False
+
+    def publish(self) -> None:
+        """Put the staged folder in the target's place (the previous one, if any, is removed)."""
+        old = None
+        if self.target.exists():
+            old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
+            os.rename(self.target, old)
+        try:
+            os.rename(self.path, self.target)
+        except BaseException:
+            if old is not None:
+                os.rename(old, self.target)
+            raise
+        self.published = True
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_folder(target: Path):
+    """A :class:`Staging` folder beside ``target`` to write into; ``publish()`` renames it into place.
+
+    Whatever happens before ``publish`` (an exception, Ctrl-C, a failed compile that skips it),
+    the staging folder is removed and ``target`` is untouched. Staging folders left by killed
+    processes are removed the next time.
+    """
+    target = Path(target)
+    _remove_stale(target)
+    stage = Staging(target.parent / f".{target.name}.staging-{os.getpid()}-{time.monotonic_ns() % 10**9}", target)
+    stage.path.mkdir(parents=True)
+    try:
+        yield stage
+    finally:
+        if not stage.published:
+            shutil.rmtree(stage.path, ignore_errors=True)
+
+
+def _remove_stale(target: Path) -> None:
+    if not target.parent.is_dir():
+        return
+    for d in target.parent.glob(f".{glob_escape(target.name)}.*-*"):
+        m = re.fullmatch(rf"\.{re.escape(target.name)}\.(staging|old)-(\d+)(-\d+)?", d.name)
+        if m and not _alive(int(m.group(2))):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _report(o: BuildOutcome) -> None:
@@ -228,38 +409,5 @@ def _report(o: BuildOutcome) -> None:
             print("\n".join("    " + ln for ln in o.build.compile.output.strip().splitlines()[:20]))
 
 
-# ---------------------------------------------------------------------- the command
-
-
-def add_build_command(sub: Any) -> None:
-    """Register ``stitchcuda build`` on an argparse subparsers object."""
-    p = sub.add_parser("build", help="reference -> program folder: capture, plan, generate CUDA, compile")
-    p.add_argument("reference", metavar="FILE", help="a KernelBench-format .py file, or kernelbench:LEVEL:ID")
-    p.add_argument("--precision", "-p", default="fp32", choices=_POLICY_NAMES,
-                   help="precision policy (default fp32: exact fp32 math)")
-    p.add_argument("--out", "-o", help=f"program folder (default {DEFAULT_OUT}/<name>)")
-    p.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
-    p.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building the model (default 0)")
-    p.add_argument("--no-compile", action="store_true", help="write the folder only")
-    p.set_defaults(func=_build_command)
-
-
-def _build_command(args: argparse.Namespace) -> int:
-    from .frontend import CaptureError
-    from .plan import PlanError
-
-    try:
-        o = build_program(args.reference, precision=args.precision, out=args.out, arch=args.arch, seed=args.seed,
-                          compile=not args.no_compile)
-    except (CaptureError, PlanError, FileNotFoundError) as e:
-        print(f"stitchcuda build: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # a bad KernelBench id, an unreadable file: say so, briefly
-        if type(e).__name__ == "ProblemError":
-            print(f"stitchcuda build: {e}", file=sys.stderr)
-            return 2
-        raise
-    return 0 if o.ok else 1
-
-
-__all__ = ["BuildOutcome", "build_program", "model_weights", "add_build_command"]
+__all__ = ["BuildOutcome", "BuildInputError", "BuildEnvironmentError", "build_program", "check_arch",
+           "model_weights", "staged_folder", "Staging"]

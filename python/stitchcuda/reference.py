@@ -12,6 +12,7 @@ import linecache
 import os
 import re
 import sys
+import traceback
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,9 +61,23 @@ class Reference:
         if seed is not None:
             torch.manual_seed(seed)
         if device is None:
-            return self.Model(*self.get_init_inputs()), self.get_inputs()
+            return self._build_model(), self._call("get_inputs()", self.get_inputs)
         with torch.device(device):
-            return self.Model(*self.get_init_inputs()), self.get_inputs()
+            return self._build_model(), self._call("get_inputs()", self.get_inputs)
+
+    def _build_model(self) -> nn.Module:
+        init = self._call("get_init_inputs()", self.get_init_inputs)
+        return self._call("Model(*get_init_inputs())", lambda: self.Model(*init))
+
+    def _call(self, what: str, fn: Any) -> Any:
+        """``fn()``; a failure becomes a CaptureError naming the reference's line (an
+        allocation failure stays a MemoryError: the machine's problem, not the reference's)."""
+        try:
+            return fn()
+        except CaptureError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the reference's own code: say where it failed
+            raise _reference_error(self, what, err) from err
 
 
 def load_reference(path_or_source: str | os.PathLike, *, name: str | None = None) -> Reference:
@@ -99,6 +114,23 @@ def load_reference(path_or_source: str | os.PathLike, *, name: str | None = None
     if missing:
         raise CaptureError(f"{filename} is not a KernelBench-format program: it lacks {', '.join(missing)}")
     return Reference(name=name, source=source, filename=filename, module=module)
+
+
+def _reference_error(ref: Reference, what: str, err: BaseException) -> BaseException:
+    """One line for an exception raised by the reference's own code: where, what, and a hint
+    for the usual causes (``.cuda()`` in ``get_inputs``, not enough host memory)."""
+    text = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}".rstrip(": ")
+    if "can't allocate memory" in str(err) or isinstance(err, MemoryError):
+        return MemoryError(f"{ref.filename}: {what} ran out of host memory ({text})")
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == ref.filename]
+    short = Path(ref.filename).name if not ref.filename.startswith("<") else ref.filename
+    where = f"{short}:{frames[-1].lineno}" if frames else short
+    line = frames[-1].line.strip() if frames and frames[-1].line else ""
+    hint = ""
+    if re.search(r"\.cuda\(|\.to\(\s*['\"]cuda|device\s*=\s*['\"]cuda", line) or "CUDA" in text:
+        hint = ("; the reference puts tensors on the GPU itself: create them on the CPU (drop .cuda() / "
+                "device='cuda'), stitchcuda places them where they run")
+    return CaptureError(f"{where}: {what} raised {text}" + (f" (in `{line}`)" if line else "") + hint)
 
 
 def _names_a_file(text: str) -> bool:

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "context.hpp"
+#include "conv.hpp"
 #include "error.hpp"
 #include "gemm.hpp"
 #include "memory.hpp"
@@ -52,6 +53,7 @@ const char* st_status_name(st_status s) {
     case ST_ERR_OUT_OF_MEMORY: return "out of memory";
     case ST_ERR_NOT_SUPPORTED: return "not supported";
     case ST_ERR_INTERNAL: return "internal error";
+    case ST_ERR_CUDNN: return "cuDNN error";
   }
   return "unknown status";
 }
@@ -234,6 +236,35 @@ st_status st_gemm_epilogue(const st_gemm_args* args, const st_ep_op* ops, int32_
     // g is a copy of *args: g.bias is the caller's bias for a bias_add op cuBLASLt did not absorb.
     st::apply_ops_to_out(g, ops + first, rest, residual, ldr, as_stream(stream));
   });
+}
+
+st_status st_conv(const st_conv_args* args, void* stream) {
+  return guarded([&] {
+    ST_REQUIRE(args, "st_conv: args is null");
+    st::conv(*args, as_stream(stream));
+  });
+}
+
+st_status st_conv_output_size(const st_conv_args* args, int64_t* out_size) {
+  return guarded([&] {
+    ST_REQUIRE(args, "st_conv_output_size: args is null");
+    ST_REQUIRE(out_size, "st_conv_output_size: out_size is null");
+    st::conv_output_size(*args, out_size);
+  });
+}
+
+st_status st_conv_plan_cache_stats(void* stream, uint64_t* hits, uint64_t* misses, uint64_t* size) {
+  return guarded([&] {
+    st::Context& ctx = st::context_for(as_stream(stream));
+    std::lock_guard<std::mutex> lock(ctx.mutex());
+    if (hits) *hits = ctx.conv_hits;
+    if (misses) *misses = ctx.conv_misses;
+    if (size) *size = ctx.conv_plans.size();
+  });
+}
+
+st_status st_conv_plan_cache_clear(void* stream) {
+  return guarded([&] { st::conv_plan_cache_clear(as_stream(stream)); });
 }
 
 st_status st_check_tensor(const st_tensor* t, const char* what, st_dtype dtype, int32_t ndim,

@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "conv.hpp"
 #include "error.hpp"
 
 namespace st {
@@ -54,7 +55,10 @@ Context::~Context() {
   int prev = -1;
   cudaGetDevice(&prev);
   cudaSetDevice(device_);
+  conv_plans.clear();  // before the cuDNN handle they were built with
+  if (cudnn_) cudnnDestroy(cudnn_);
   if (workspace_) cudaFree(workspace_);
+  for (void* w : retired_workspaces_) cudaFree(w);
   if (arena_) cudaFree(arena_);
   if (lt_) cublasLtDestroy(lt_);
   if (prev >= 0) cudaSetDevice(prev);
@@ -63,6 +67,34 @@ Context::~Context() {
 cublasLtHandle_t Context::lt() {
   if (!lt_) ST_CUBLAS_CHECK(cublasLtCreate(&lt_));
   return lt_;
+}
+
+cudnnContext* Context::cudnn() {
+  if (!cudnn_) {
+    cudnnHandle_t h = nullptr;
+    ST_CUDNN_CHECK(cudnnCreate(&h));
+    const cudnnStatus_t s = cudnnSetStream(h, stream_);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      cudnnDestroy(h);
+      ST_CUDNN_CHECK(s);
+    }
+    cudnn_ = h;
+  }
+  return cudnn_;
+}
+
+void* Context::workspace_at_least(size_t bytes, size_t* got) {
+  size_t have = 0;
+  workspace(&have);
+  if (bytes > have) {
+    void* fresh = nullptr;
+    ST_CUDA_CHECK(cudaMalloc(&fresh, bytes));
+    if (workspace_) retired_workspaces_.push_back(workspace_);
+    workspace_ = fresh;
+    workspace_bytes_ = bytes;
+  }
+  if (got) *got = workspace_bytes_;
+  return workspace_;
 }
 
 void* Context::workspace(size_t* bytes) {

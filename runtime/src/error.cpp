@@ -1,5 +1,7 @@
 #include "error.hpp"
 
+#include <cudnn_graph.h>
+
 namespace st {
 
 namespace {
@@ -49,6 +51,20 @@ void throw_cublas(cublasStatus_t err, const char* expr, const char* file, int li
                      : err == CUBLAS_STATUS_ALLOC_FAILED ? ST_ERR_OUT_OF_MEMORY
                                                          : ST_ERR_CUBLAS;
   throw Error(status, cat(cublas_status_string(err), " in ", expr, " at ", base_name(file), ":", line));
+}
+
+void throw_cudnn(int err, const char* expr, const char* file, int line) {
+  const auto status = static_cast<cudnnStatus_t>(err);
+  const int category = err / 1000 * 1000;
+  const st_status st = category == CUDNN_STATUS_NOT_SUPPORTED ? ST_ERR_NOT_SUPPORTED
+                       : (err == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+                          err == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED) ? ST_ERR_OUT_OF_MEMORY
+                                                                                        : ST_ERR_CUDNN;
+  // cuDNN's own account of the failure (which attribute, which check), when it kept one.
+  char detail[512] = {0};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  throw Error(st, cat(cudnnGetErrorString(status), " in ", expr, " at ", base_name(file), ":", line,
+                      detail[0] ? cat(" (", detail, ")") : std::string()));
 }
 
 }  // namespace st

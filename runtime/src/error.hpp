@@ -27,6 +27,8 @@ class Error : public std::runtime_error {
 
 [[noreturn]] void throw_cuda(cudaError_t err, const char* expr, const char* file, int line);
 [[noreturn]] void throw_cublas(cublasStatus_t err, const char* expr, const char* file, int line);
+// A cudnnStatus_t as int, so that only the files that call cuDNN include its headers.
+[[noreturn]] void throw_cudnn(int err, const char* expr, const char* file, int line);
 const char* cublas_status_string(cublasStatus_t s);
 
 template <class... Args>
@@ -73,6 +75,12 @@ st_status guarded(F&& f) noexcept {
   do {                                                                       \
     cublasStatus_t st_err_ = (expr);                                         \
     if (st_err_ != CUBLAS_STATUS_SUCCESS) ::st::throw_cublas(st_err_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+#define ST_CUDNN_CHECK(expr)                                                 \
+  do {                                                                       \
+    const int st_err_ = static_cast<int>(expr);                              \
+    if (st_err_ != 0) ::st::throw_cudnn(st_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // Argument checks: ST_REQUIRE(cond, "what", ...) -> ST_ERR_INVALID_ARGUMENT naming the argument.

@@ -36,7 +36,7 @@ struct EpCtx {
 struct Scale { float s; __device__ float operator()(float x, const EpCtx&) const { return x * s; } };
 struct DivScalar { float s; __device__ float operator()(float x, const EpCtx&) const { return x / s; } };
 struct AddScalar { float s; __device__ float operator()(float x, const EpCtx&) const { return x + s; } };
-struct Relu { __device__ float operator()(float x, const EpCtx&) const { return fmaxf(x, 0.f); } };
+struct Relu { __device__ float operator()(float x, const EpCtx&) const { return op::relu(x); } };
 struct LeakyRelu {
   float slope;
   __device__ float operator()(float x, const EpCtx&) const { return x >= 0.f ? x : x * slope; }
@@ -49,7 +49,7 @@ struct Mish { __device__ float operator()(float x, const EpCtx&) const { return 
 struct Softplus { __device__ float operator()(float x, const EpCtx&) const { return op::softplus(x, 1.f, 20.f); } };
 struct Clamp {
   float lo, hi;
-  __device__ float operator()(float x, const EpCtx&) const { return fminf(fmaxf(x, lo), hi); }
+  __device__ float operator()(float x, const EpCtx&) const { return op::clamp(x, lo, hi); }
 };
 using Hardtanh = Clamp;
 struct Hardswish { __device__ float operator()(float x, const EpCtx&) const { return op::hardswish(x); } };
@@ -102,7 +102,7 @@ struct RuntimeChain {
         case ST_EP_CLAMP: x = Clamp{o.a, o.b}(x, c); break;
         case ST_EP_GELU_TANH: x = GeluTanh{}(x, c); break;
         case ST_EP_GELU_ERF: x = GeluErf{}(x, c); break;
-        case ST_EP_RELU: x = fmaxf(x, 0.f); break;
+        case ST_EP_RELU: x = op::relu(x); break;
         case ST_EP_RESIDUAL_ADD: x = x + o.a * c.residual; break;
         case ST_EP_BIAS_ADD: x = x + c.bias; break;
         case ST_EP_HARDSWISH: x = Hardswish{}(x, c); break;

@@ -16,6 +16,15 @@ namespace op {
 
 #define ST_OP __host__ __device__ __forceinline__
 
+// PyTorch's NaN semantics: relu, max, min and clamp of NaN are NaN (fmaxf / fminf alone would
+// return the other operand).
+ST_OP float relu(float x) { return x > 0.f ? x : (x == x ? 0.f : x); }
+ST_OP float max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+ST_OP float min(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+ST_OP float clamp(float x, float lo, float hi) {
+  return (x != x || lo != lo || hi != hi) ? x + lo + hi : fminf(fmaxf(x, lo), hi);
+}
+
 ST_OP float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 ST_OP float silu(float x) { return x / (1.f + expf(-x)); }
 ST_OP float tanh(float x) { return tanhf(x); }
@@ -30,8 +39,8 @@ ST_OP float gelu_tanh(float x) {
   const float k = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
-ST_OP float hardswish(float x) { return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f); }
-ST_OP float hardsigmoid(float x) { return fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f); }
+ST_OP float hardswish(float x) { return x * clamp(x + 3.f, 0.f, 6.f) * (1.f / 6.f); }
+ST_OP float hardsigmoid(float x) { return clamp(x + 3.f, 0.f, 6.f) * (1.f / 6.f); }
 
 // Python's remainder (PyTorch's for floats): the sign of the divisor, from fmod.
 ST_OP float remainder(float a, float b) {

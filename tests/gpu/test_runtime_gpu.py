@@ -412,3 +412,241 @@ print('OK')
     env = dict(os.environ, STITCHCUDA_GEMM_GELU=strategy)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------- the CUDA-graph runner
+
+GRAPH_PROGRAM = r"""
+// A tiny program around st_graph_run: y = 2 x + 1, and a device counter of the launches that ran.
+#include <cuda_runtime.h>
+#include "stitchrt/program.h"
+
+namespace {
+__global__ void affine(const float* x, float* y, int64_t n, int* launches) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i == 0) atomicAdd(launches, 1);
+  if (i < n) y[i] = 2.f * x[i] + 1.f;
+}
+struct Run { const float* x; float* y; int64_t n; int* launches; int sync_inside; };
+st_status body(void* ctx, void* stream) {
+  const Run* r = static_cast<const Run*>(ctx);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  affine<<<unsigned((r->n + 255) / 256), 256, 0, s>>>(r->x, r->y, r->n, r->launches);
+  if (cudaGetLastError() != cudaSuccess) { st_set_error(ST_ERR_CUDA, "affine: launch failed"); return ST_ERR_CUDA; }
+  // Synchronising a stream is illegal while it is captured: this body makes every capture fail.
+  if (r->sync_inside && cudaStreamSynchronize(s) != cudaSuccess) {
+    cudaGetLastError();
+    st_set_error(ST_ERR_CUDA, "affine: synchronize failed");
+    return ST_ERR_CUDA;
+  }
+  return ST_OK;
+}
+}  // namespace
+
+extern "C" {
+st_status graph_test_create(int32_t slots, st_graph_cache** out) { return st_graph_cache_create(slots, out); }
+void graph_test_destroy(st_graph_cache* g) { st_graph_cache_destroy(g); }
+st_status graph_test_stats(st_graph_cache* g, int64_t* e, int64_t* c, int64_t* r) { return st_graph_cache_stats(g, e, c, r); }
+st_status graph_test_run(st_graph_cache* g, const float* x, float* y, int64_t n, int* launches, int sync_inside,
+                         void* stream) {
+  Run r{x, y, n, launches, sync_inside};
+  const void* key[2] = {x, y};
+  return st_graph_run(g, stream, key, 2, body, &r);
+}
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def graph_lib():
+    import ctypes
+
+    from stitchcuda import build
+
+    res = build.build(GRAPH_PROGRAM, export_all=True, name="graph_runner_test")
+    assert res.ok, res.message + "\n" + (res.compile.output if res.compile else "")
+    lib = ctypes.CDLL(res.library)
+    vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
+    lib.graph_test_create.argtypes = [ctypes.c_int32, ctypes.POINTER(vp)]
+    lib.graph_test_destroy.argtypes = [vp]
+    lib.graph_test_destroy.restype = None
+    lib.graph_test_stats.argtypes = [vp, i64p, i64p, i64p]
+    lib.graph_test_run.argtypes = [vp, vp, vp, ctypes.c_int64, vp, ctypes.c_int, vp]
+    lib.st_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+class _Cache:
+    """One st_graph_cache of the test program, with its counters."""
+
+    def __init__(self, lib, slots: int):
+        import ctypes
+
+        self.lib, self.ptr = lib, ctypes.c_void_p()
+        assert lib.graph_test_create(slots, ctypes.byref(self.ptr)) == 0
+
+    def run(self, x, y, launches, stream: int, sync_inside: bool = False) -> None:
+        st = self.lib.graph_test_run(self.ptr, x.data_ptr(), y.data_ptr(), x.numel(), launches.data_ptr(),
+                                     int(sync_inside), stream)
+        assert st == 0, self.lib.st_last_error().decode()
+
+    def stats(self) -> tuple[int, int, int]:
+        import ctypes
+
+        e, c, r = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+        assert self.lib.graph_test_stats(self.ptr, ctypes.byref(e), ctypes.byref(c), ctypes.byref(r)) == 0
+        return e.value, c.value, r.value
+
+    def close(self) -> None:
+        self.lib.graph_test_destroy(self.ptr)
+
+
+def _fresh(x, s) -> None:
+    with torch.cuda.stream(s):
+        x.copy_(torch.randn_like(x))
+
+
+def _check_affine(x, y, s, what: str) -> None:
+    s.synchronize()
+    assert torch.equal(y, x * 2 + 1), f"{what}: y != 2x + 1 (max err {(y - (x * 2 + 1)).abs().max().item()})"
+
+
+def test_graph_runner_eager_capture_replay_and_new_addresses(graph_lib):
+    torch.manual_seed(11)
+    s = torch.cuda.Stream()
+    g = _Cache(graph_lib, 4)
+    x, y = torch.empty(3000, device="cuda"), torch.empty(3000, device="cuda")
+    launches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    expected = [(1, 0, 0), (1, 1, 0), (1, 1, 1), (1, 1, 2)]
+    for i, want in enumerate(expected):
+        _fresh(x, s)  # the graph reads the inputs' current values: a graph holds work, not results
+        g.run(x, y, launches, s.cuda_stream)
+        _check_affine(x, y, s, f"run {i}")
+        assert g.stats() == want, f"run {i}: (eager, captures, replays) = {g.stats()}, expected {want}"
+    assert launches.item() == 4, "every run ran the kernel exactly once"
+    y2 = torch.empty_like(y)  # other addresses: another entry, eager first
+    for want in [(2, 1, 2), (2, 2, 2), (2, 2, 3)]:
+        _fresh(x, s)
+        g.run(x, y2, launches, s.cuda_stream)
+        _check_affine(x, y2, s, "new output address")
+        assert g.stats() == want
+    _fresh(x, s)
+    g.run(x, y, launches, s.cuda_stream)  # the first entry is still there: a replay
+    _check_affine(x, y, s, "first entry again")
+    assert g.stats() == (2, 2, 4)
+    s2 = torch.cuda.Stream()  # the same addresses on another stream: another entry
+    _fresh(x, s)
+    s.synchronize()
+    g.run(x, y, launches, s2.cuda_stream)
+    _check_affine(x, y, s2, "other stream")
+    assert g.stats() == (3, 2, 4)
+    assert launches.item() == 4 + 3 + 1 + 1
+    g.close()
+
+
+def test_graph_runner_lru_slots(graph_lib):
+    s = torch.cuda.Stream()
+    g = _Cache(graph_lib, 2)
+    x = torch.randn(512, device="cuda")
+    ys = [torch.empty_like(x) for _ in range(3)]
+    launches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    for y in [ys[0], ys[1], ys[2], ys[0]]:  # the third evicts the first, so the first is new again
+        g.run(x, y, launches, s.cuda_stream)
+    assert g.stats() == (4, 0, 0)
+    g.run(x, ys[0], launches, s.cuda_stream)  # second sighting since it came back: captured
+    assert g.stats() == (4, 1, 0)
+    for y in ys:
+        _check_affine(x, y, s, "lru")
+    g.close()
+
+
+def test_graph_runner_legacy_default_stream_is_eager(graph_lib):
+    g = _Cache(graph_lib, 4)
+    x, y = torch.randn(100, device="cuda"), torch.empty(100, device="cuda")
+    launches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+    for _ in range(3):
+        g.run(x, y, launches, 0)
+    torch.cuda.synchronize()
+    assert torch.equal(y, x * 2 + 1)
+    assert g.stats() == (3, 0, 0) and launches.item() == 3
+    g.close()
+
+
+def test_graph_runner_inside_a_callers_capture_runs_eagerly_into_it(graph_lib):
+    """A stream the caller is capturing takes our kernels into the caller's graph."""
+    g = _Cache(graph_lib, 4)
+    x, y = torch.randn(700, device="cuda"), torch.empty(700, device="cuda")
+    launches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+    outer = torch.cuda.CUDAGraph()
+    cs = torch.cuda.Stream()
+    for _ in range(2):  # the same key twice: still eager, the runner never nests a capture
+        with torch.cuda.graph(outer if _ == 0 else torch.cuda.CUDAGraph(), stream=cs):
+            g.run(x, y, launches, torch.cuda.current_stream().cuda_stream)
+    assert g.stats() == (2, 0, 0)
+    torch.cuda.synchronize()
+    assert launches.item() == 0, "nothing ran during the caller's capture"
+    for trial in range(3):
+        x.copy_(torch.randn_like(x))
+        outer.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, x * 2 + 1), f"replay {trial}"
+    assert launches.item() == 3
+    g.close()
+
+
+def test_graph_runner_failed_capture_runs_for_real_and_turns_graphs_off(graph_lib):
+    s = torch.cuda.Stream()
+    g = _Cache(graph_lib, 4)
+    x, y = torch.empty(2048, device="cuda"), torch.empty(2048, device="cuda")
+    launches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    _fresh(x, s)
+    g.run(x, y, launches, s.cuda_stream, sync_inside=True)  # first sighting: eager
+    _check_affine(x, y, s, "eager")
+    _fresh(x, s)
+    g.run(x, y, launches, s.cuda_stream, sync_inside=True)  # capture fails, then runs eagerly
+    _check_affine(x, y, s, "after the failed capture")
+    assert g.stats() == (2, 0, 0)
+    assert launches.item() == 2, "the failed capture ran nothing; the eager rerun ran once"
+    y2 = torch.empty_like(y)
+    for i in range(3):  # graphs are off for this cache, even for a body that could be captured
+        _fresh(x, s)
+        g.run(x, y2, launches, s.cuda_stream)
+        _check_affine(x, y2, s, f"graphs off, run {i}")
+    assert g.stats() == (5, 0, 0) and launches.item() == 5
+    g.close()
+
+
+def test_graph_runner_threads_share_one_cache(graph_lib):
+    import threading
+
+    g = _Cache(graph_lib, 8)
+    n_threads, runs = 4, 10
+    streams = [torch.cuda.Stream() for _ in range(n_threads)]
+    xs = [torch.randn(4096, device="cuda") for _ in range(n_threads)]
+    ys = [torch.empty(4096, device="cuda") for _ in range(n_threads)]
+    launches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(runs):
+                g.run(xs[i], ys[i], launches, streams[i].cuda_stream)
+            streams[i].synchronize()
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    torch.cuda.synchronize()
+    for i in range(n_threads):
+        assert torch.equal(ys[i], xs[i] * 2 + 1), f"thread {i}"
+    assert g.stats() == (n_threads, n_threads, n_threads * (runs - 2))
+    assert launches.item() == n_threads * runs
+    g.close()

@@ -101,8 +101,6 @@ class Skeleton:
         u = self.uses
         lines = ["#include <cuda_runtime.h>", "", "#include <cmath>", "#include <cstdint>", "#include <cstdio>",
                  "#include <new>"]
-        if self.plan.cuda_graph:
-            lines.insert(5, "#include <mutex>")
         if self.overrides:
             lines.insert(3, "#include <cstddef>")
         lines += ["", '#include "stitchrt/program.h"']
@@ -149,16 +147,7 @@ class Skeleton:
         if plan.cuda_graph:
             lines += [
                 "constexpr int kGraphKeys = kNumInputs + kNumOutputs + 1;",
-                f"constexpr int kGraphSlots = {GRAPH_SLOTS};", "",
-                "// One captured run: which stream and device addresses it was captured with. The key is",
-                "// addresses only; a graph holds the work of a run, never its results.",
-                "struct GraphSlot {",
-                "  cudaStream_t stream;",
-                "  const void* key[kGraphKeys];",
-                "  cudaGraphExec_t exec;  // null: seen once and run eagerly, not captured yet",
-                "  uint64_t last_use;",
-                "  bool used;",
-                "};", ""]
+                f"constexpr int kGraphSlots = {GRAPH_SLOTS};", ""]
         lines += ["}  // namespace", ""]
         return lines
 
@@ -170,10 +159,7 @@ class Skeleton:
                  "  void* w[kNumWeights > 0 ? kNumWeights : 1];",
                  "  void* c[kNumConsts > 0 ? kNumConsts : 1];"]
         if self.plan.cuda_graph:
-            lines += ["  GraphSlot graphs[kGraphSlots];",
-                      "  uint64_t tick;",
-                      "  bool graphs_off;  // a capture failed: run eagerly from then on",
-                      "  std::mutex mu;"]
+            lines += ["  st_graph_cache* graphs;  // the runtime's cache of captured runs (stitchrt/graph.h)"]
         lines += ["};", ""]
         return lines
 
@@ -307,8 +293,7 @@ class Skeleton:
         lines = ["// Frees everything an instance holds (weights, constants, graphs) and the instance.",
                  "void release(st_program* p) {"]
         if plan.cuda_graph:
-            lines += ["  for (GraphSlot& g : p->graphs)",
-                      "    if (g.exec) cudaGraphExecDestroy(g.exec);"]
+            lines += ["  if (p->graphs) st_graph_cache_destroy(p->graphs);"]
         lines += ["  for (void* w : p->w) if (w) st_device_free(w, nullptr);",
                   "  for (void* c : p->c) if (c) st_device_free(c, nullptr);",
                   "  st_stream_synchronize(nullptr);",
@@ -390,6 +375,7 @@ class Skeleton:
                   "  p->device = device;",
                   "  st_status s = upload_weights(p, weights);",
                   "  if (s == ST_OK) s = alloc_consts(p);",
+                  *(["  if (s == ST_OK) s = st_graph_cache_create(kGraphSlots, &p->graphs);"] if plan.cuda_graph else []),
                   "  if (s == ST_OK) s = create_tasks(p);",
                   "  if (s == ST_OK) s = st_stream_synchronize(nullptr);",
                   "  if (s != ST_OK) {",
@@ -425,7 +411,7 @@ class Skeleton:
         else:
             lines += ["  io.arena = nullptr;"]
         if plan.cuda_graph:
-            lines += ["  return run_graph(p, io, static_cast<cudaStream_t>(stream));"]
+            lines += ["  return run_graph(p, io, stream);"]
         else:
             lines += ["  return run_tasks(p, io, static_cast<cudaStream_t>(stream));"]
         lines += ["}", "",
@@ -465,67 +451,28 @@ def _cstr(s: str) -> str:
 
 
 _GRAPH_RUNNER = """\
-// Runs through a CUDA graph where one can be captured. The first run with a given stream and
-// set of addresses is eager (it builds and autotunes the GEMM plans and sizes the arena, which
-// capture cannot); the second is captured and launched; later ones replay the graph. The
-// legacy default stream cannot be captured, and a stream the caller is capturing already takes
-// our kernels into its own graph: both run eagerly. A failed capture turns graphs off for the
-// instance and runs eagerly.
-st_status run_graph(st_program* p, const Io& io, cudaStream_t stream) {
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (stream == nullptr || p->graphs_off || cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
-      capturing != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return run_tasks(p, io, stream);
-  }
+// Runs through a CUDA graph where one can be captured (the runtime's st_graph_run): the first
+// run with a given stream and set of addresses is eager (it builds and autotunes the GEMM plans
+// and sizes the arena, which capture cannot); the second is captured and launched; later ones
+// replay it. The legacy default stream, a stream the caller is capturing already, and a failed
+// capture run eagerly.
+struct GraphRun {
+  st_program* p;
+  const Io* io;
+};
+
+st_status graph_body(void* ctx, void* stream) {
+  const GraphRun* r = static_cast<const GraphRun*>(ctx);
+  return run_tasks(r->p, *r->io, static_cast<cudaStream_t>(stream));
+}
+
+st_status run_graph(st_program* p, const Io& io, void* stream) {
   const void* key[kGraphKeys];
   for (int i = 0; i < kNumInputs; ++i) key[i] = io.in[i];
   for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];
   key[kGraphKeys - 1] = io.arena;
-  std::lock_guard<std::mutex> lock(p->mu);
-  GraphSlot* slot = nullptr;
-  for (GraphSlot& g : p->graphs) {
-    bool same = g.used && g.stream == stream;
-    for (int i = 0; same && i < kGraphKeys; ++i) same = g.key[i] == key[i];
-    if (same) slot = &g;
-  }
-  if (slot && slot->exec) {
-    slot->last_use = ++p->tick;
-    return cuda_check(cudaGraphLaunch(slot->exec, stream), "graph replay");
-  }
-  if (!slot) {
-    // First sighting: remember the addresses in the least recently used slot and run eagerly.
-    slot = &p->graphs[0];
-    for (GraphSlot& g : p->graphs)
-      if (!g.used || g.last_use < slot->last_use) slot = &g;
-    if (slot->exec) cudaGraphExecDestroy(slot->exec);
-    slot->exec = nullptr;
-    slot->used = true;
-    slot->stream = stream;
-    for (int i = 0; i < kGraphKeys; ++i) slot->key[i] = key[i];
-    slot->last_use = ++p->tick;
-    return run_tasks(p, io, stream);
-  }
-  slot->last_use = ++p->tick;
-  cudaGraph_t graph = nullptr;
-  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-    cudaGetLastError();
-    p->graphs_off = true;
-    return run_tasks(p, io, stream);
-  }
-  const st_status s = run_tasks(p, io, stream);
-  const cudaError_t e = cudaStreamEndCapture(stream, &graph);
-  if (s != ST_OK || e != cudaSuccess ||
-      cudaGraphInstantiate(&slot->exec, graph, 0) != cudaSuccess) {
-    // Nothing ran during the capture: run the tasks for real, eagerly from now on.
-    if (graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-    slot->exec = nullptr;
-    p->graphs_off = true;
-    return run_tasks(p, io, stream);
-  }
-  cudaGraphDestroy(graph);
-  return cuda_check(cudaGraphLaunch(slot->exec, stream), "graph launch");
+  GraphRun r{p, &io};
+  return st_graph_run(p->graphs, stream, key, kGraphKeys, graph_body, &r);
 }
 """.splitlines() + [""]
 

@@ -90,7 +90,7 @@ elementwise("sqrt", "sqrtf({0})", lambda x: _t().sqrt(x), domain=POS)
 elementwise("exp", "expf({0})", lambda x: _t().exp(x), epilogue="EXP")
 elementwise("log", "logf({0})", lambda x: _t().log(x), domain=POS)
 elementwise("tanh", "stitch::op::tanh({0})", lambda x: _t().tanh(x), flops=4, epilogue="TANH")
-elementwise("relu", "fmaxf({0}, 0.f)", lambda x: _t().clamp_min(x, 0), epilogue="RELU")
+elementwise("relu", "stitch::op::relu({0})", lambda x: _t().clamp_min(x, 0), epilogue="RELU")
 elementwise("sigmoid", "stitch::op::sigmoid({0})", lambda x: _t().sigmoid(x), flops=4, epilogue="SIGMOID")
 elementwise("silu", "stitch::op::silu({0})", lambda x: x * _t().sigmoid(x), flops=4, epilogue="SILU")
 elementwise("abs", "fabsf({0})", lambda x: x.abs(), epilogue="ABS")
@@ -112,7 +112,7 @@ elementwise("gelu_tanh", "stitch::op::gelu_tanh({0})", lambda x: _F().gelu(x, ap
             epilogue="GELU_TANH")
 elementwise("hardswish", "stitch::op::hardswish({0})", lambda x: _F().hardswish(x), flops=4, epilogue="HARDSWISH")
 elementwise("hardsigmoid", "stitch::op::hardsigmoid({0})", lambda x: _F().hardsigmoid(x))
-elementwise("relu6", "fminf(fmaxf({0}, 0.f), 6.f)", lambda x: _t().clamp(x, 0, 6))
+elementwise("relu6", "stitch::op::clamp({0}, 0.f, 6.f)", lambda x: _t().clamp(x, 0, 6))
 elementwise("mish", "stitch::op::mish({0})", lambda x: _F().mish(x), flops=6, epilogue="MISH")
 elementwise("not", "({0} != 0.f ? 0.f : 1.f)", lambda x: _one(x == 0), aten=(), domain=BOOL)
 elementwise("to_bool", "({0} != 0.f ? 1.f : 0.f)", lambda x: _one(x != 0), aten=())
@@ -128,8 +128,8 @@ elementwise("sub", "{0} - {1}", lambda x, y: x - y, arity=2)
 elementwise("mul", "{0} * {1}", lambda x, y: x * y, arity=2)
 elementwise("div", "{0} / {1}", lambda x, y: x / y, arity=2)
 elementwise("pow", "powf({0}, {1})", lambda x, y: _t().pow(x, y), arity=2, domain=Domain(1e-3, 4.0))
-elementwise("max", "fmaxf({0}, {1})", lambda x, y: _t().maximum(x, y), arity=2)
-elementwise("min", "fminf({0}, {1})", lambda x, y: _t().minimum(x, y), arity=2)
+elementwise("max", "stitch::op::max({0}, {1})", lambda x, y: _t().maximum(x, y), arity=2)
+elementwise("min", "stitch::op::min({0}, {1})", lambda x, y: _t().minimum(x, y), arity=2)
 for _cmp, _sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
     elementwise(_cmp, f"({{0}} {_sym} {{1}} ? 1.f : 0.f)",
                 (lambda s: lambda x, y: _one(getattr(_t(), s)(x, y)))(_cmp), arity=2, domain=INT)
@@ -144,7 +144,7 @@ elementwise("elu", "({0} > 0.f ? {0} : {1} * expm1f({0}))", lambda x, a: _t().wh
 elementwise("softplus", "stitch::op::softplus({0}, {1}, {2})",
             lambda x, b, th: _t().where(x * b > th, x, _t().log1p(_t().exp(x * b)) / b), arity=3, flops=4,
             epilogue="SOFTPLUS", epilogue_params=lambda c: (0.0, 0.0) if tuple(c) == (1.0, 20.0) else None)
-elementwise("clamp", "fminf(fmaxf({0}, {1}), {2})", lambda x, lo, hi: _t().minimum(_t().maximum(x, lo), hi),
+elementwise("clamp", "stitch::op::clamp({0}, {1}, {2})", lambda x, lo, hi: _t().minimum(_t().maximum(x, lo), hi),
             arity=3, epilogue="CLAMP")
 elementwise("where", "({0} != 0.f ? {1} : {2})", lambda c, x, y: _t().where(c != 0, x, y), arity=3)
 elementwise("div_trunc", "truncf({0} / {1})", lambda x, y: _t().trunc(x / y), arity=2)

@@ -1,13 +1,17 @@
 """The Verifier: proves a candidate program correct, catches cheating, times and profiles it.
 
-Entry point: ``verify(program_dir, reference)`` (:mod:`.run`, imported lazily: it needs PyTorch).
+Entry point: ``verify(program_dir, reference, precision=...)`` (:mod:`.run`, imported lazily: it needs
+PyTorch).
 
 The parts that need no GPU, each usable alone:
 
 =============  =====================================================================
-``static``     the static anti-hacking rules over program.cu + manifest (``check_program``)
-``verdict``    typed verdicts (CompileError, WrongAnswer, Crash, Timeout, Rejected, Passed),
-               the nvcc diagnostic parser, ``build_result`` from parts
+``static``     the static anti-hacking rules over program.cu + manifest (``check_program``);
+               ``cxx`` and ``decls`` are the just-enough C++ reading they stand on
+``verdict``    typed verdicts (CompileError, WrongAnswer, Crash, Timeout, Rejected, Inconclusive,
+               Passed), the nvcc diagnostic parser, ``build_result`` from parts
+``sandbox``    what the built library may call: ``-z defs``, traced forbidden names, imports against
+               an honest baseline, raw system calls
 ``rubric``     the four scored dimensions of every report
 ``profile``    kernel records, timings, ceilings, roofline classification
 ``feedback``   the short text (and one next step) for the Coder
@@ -18,12 +22,16 @@ The parts that need no GPU, each usable alone:
 The GPU half, filling the same dataclasses:
 
 =================  ==================================================================
-``problem``        the reference: loading, weights, fresh inputs, fp32 and float64 outputs
-``correctness``    trials, poisoning, the dynamic anti-hacking checks (device-agnostic)
+``problem``        the reference: loading, the Verifier's own weights, fresh inputs, its outputs
+``compare``        outputs against the reference, on the device, in chunks, scale-aware tolerance
+``inputs``         the secret seed, varied distributions, single-element changes
+``correctness``    trials and poisoning (device-agnostic)
+``dynamic``        the dynamic anti-hacking checks (repeated calls, sensitivity, stream order, precision)
 ``timing``         CUDA events on one stream, L2 flush, baselines, the >10x re-check
 ``cupti_profile``  CUPTI activity records -> tasks, roofline, gaps, launch accounting
-``isolate``        child processes: clean environment, phase limits, typed outcomes
-``worker``         the child (``python -m stitchcuda.verifier.worker JOB.json``)
+``isolate``        child processes: clean environment, empty folder, report pipe, phase limits
+``job``            the child's typed job (JSON over stdin, validated)
+``worker``         the child (``python -m stitchcuda.verifier.worker FD``)
 ``run``            ``verify`` / ``verify_program`` / ``profile_program_dir``
 =================  ==================================================================
 """
@@ -38,9 +46,9 @@ from .rubric import (AntiHacking, CudaEngineering, OperatorCoverage, Rubric, Ski
                      detect_techniques, score_anti_hacking, score_cuda_engineering, score_operator_coverage,
                      score_skill_compliance)
 from .static import RULES, Finding, Rule, StaticResult, check_manifest, check_program, check_source
-from .verdict import (DYNAMIC_CHECKS, CompileError, Crash, Diagnostic, DynamicCheck, OutputCheck, Passed, Rejected,
-                      Timeout, TrialResult, VerificationResult, Verdict, WrongAnswer, build_result, classify_crash,
-                      parse_nvcc_output)
+from .verdict import (DYNAMIC_CHECKS, CompileError, Crash, Diagnostic, DynamicCheck, Inconclusive, OutputCheck, Passed,
+                      Rejected, Timeout, TrialResult, VerificationResult, Verdict, WrongAnswer, build_result,
+                      classify_crash, parse_nvcc_output)
 
 _LAZY = {"verify": "run", "verify_program": "run", "VerifyOptions": "run", "Verification": "run",
          "profile_program_dir": "run", "VerifyEnvironmentError": "run", "ProblemError": "problem"}
@@ -62,7 +70,7 @@ __all__ = [
     "RULES", "Rule", "Finding", "StaticResult", "check_program", "check_source", "check_manifest",
     # verdicts
     "Diagnostic", "parse_nvcc_output", "CompileError", "WrongAnswer", "Crash", "classify_crash", "Timeout",
-    "Rejected", "Passed", "Verdict", "DYNAMIC_CHECKS", "DynamicCheck", "OutputCheck", "TrialResult",
+    "Rejected", "Inconclusive", "Passed", "Verdict", "DYNAMIC_CHECKS", "DynamicCheck", "OutputCheck", "TrialResult",
     "VerificationResult", "build_result",
     # measurements
     "KernelRecord", "Timing", "TimingTable", "Ceilings", "H100_SXM", "H200", "KernelSummary", "ProfileSummary",

@@ -1,35 +1,29 @@
-"""Correctness and the dynamic anti-hacking checks: a candidate run against its PyTorch reference.
+"""Correctness: a candidate program run against its PyTorch reference, trial by trial.
 
 The procedure (MEASURING.md, "Correct first"), on a :class:`Runner` (the program on one stream)
-and a :class:`ReferenceLike` (fresh inputs and the reference's outputs for them):
+and a :class:`ReferenceLike` (fresh inputs and the reference's outputs for them), every random
+choice from the verification's :class:`~.inputs.Secret`:
 
-1. ``trials`` trials (default 5), each on fresh random inputs from the reference's
-   ``get_inputs()`` under its own seed. Reference and candidate get separate copies. Outputs are
-   poisoned with a NaN bit pattern before every run; after it, every element must have been
-   written, the inputs must be bit-identical to a saved copy, and every output must pass
-   ``allclose(out, ref, atol=tol, rtol=tol)`` (tol 1e-4 for fp32, 1e-2 for tf32/bf16/fp16: the
-   KernelBench values) against the reference run in fp32 eager with TF32 off, or against the
-   reference in float64 where the model can be cast. A NaN or Inf where the reference is finite
-   always fails.
-2. Trial 0 runs twice on the same inputs (with a second poison): results that differ are a
-   race, unless the difference is within rounding (noted, not refused).
-3. Two value-range trials scale the random inputs by 8 and by 1e-3. They are there to catch
-   programs that assume a range of values (clamps, tables, saturating shortcuts), not to grade
-   precision on an ill-conditioned problem (a softmax of logits 64x larger): they pass on the
-   norm-relative error ||out - ref|| / ||ref|| <= tol against the float64 reference (fp32 when
-   there is none), which a range trick misses by orders of magnitude.
-4. Dynamic anti-hacking checks, each failing only on its own signature so a program that is
-   merely wrong stays a WrongAnswer:
+1. ``trials`` plain trials (default 5) on fresh inputs from the reference's ``get_inputs()``.
+   Outputs are filled with a NaN poison before every run; after it every element must have been
+   written and the inputs must be unchanged (a keyed hash of their bits). Trial 0 runs twice
+   (a race shows as a difference beyond rounding).
+2. ``varied`` trials (default 4) on inputs of other distributions (:mod:`.inputs`: scaled,
+   offset, heavy-tailed, sparse, structured), kinds and parameters drawn per verification.
+3. The dynamic anti-hacking sequences of :mod:`.dynamic`: repeated calls on the same buffers with
+   new contents, single-element sensitivity, stream order, the precision claim.
 
-   ``no_output_reuse``        same input buffers, new contents, poisoned outputs: elements equal to
-                              the previous call's output where the reference moved (cache keyed by
-                              address, state kept between calls)
-   ``outputs_follow_inputs``  new input buffers into the same, unpoisoned, output buffers: elements
-                              that did not change although the reference did (constant output)
-   ``stream_ordered``         the stream is held by a sleep kernel, the new inputs are copied in and
-                              the outputs poisoned *on the stream*, the program runs, a snapshot of the
-                              outputs is taken on the stream: it must match the reference (work on
-                              another stream reads stale inputs or is overwritten by the poison)
+Every output is judged by :func:`.compare.errors`: KernelBench's ``allclose`` at the requested
+policy's tolerance (:mod:`stitchcuda.precision`, never the manifest's), with the absolute tolerance
+scaled down for outputs that live below 1, against the reference in fp32 eager (TF32 off). Only
+where that fails is the reference computed in float64 (where a float64 copy fits) and the output
+judged against it: float64 only where it pays. A varied trial on which the fp32 reference itself
+misses the float64 one is ill-conditioned at those inputs and is judged on the norm-relative
+error instead. NaN or Inf where the reference is finite never passes.
+
+Ordering is a defence: the candidate always runs *before* the reference's outputs for the same
+inputs exist in the process, so no program can copy them out of device memory. Each set of
+inputs gets its reference computed once.
 
 Everything here is device-agnostic PyTorch: the CPU tests drive it with a fake runner whose
 "program" is a Python callable.
@@ -37,36 +31,29 @@ Everything here is device-agnostic PyTorch: the CPU tests drive it with a fake r
 
 from __future__ import annotations
 
-from ..precision import POLICIES
-
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
 from ..manifest import TensorSpec
+from ..precision import get as get_policy
+from .compare import bits, errors, norm_relative, torch_dtype
+from .inputs import Secret, choose_variations, vary
 from .verdict import DynamicCheck, OutputCheck, TrialResult
 
-#: allclose tolerance (atol = rtol) per precision policy, the KernelBench values.
-TOLERANCES = {p.name: p.tolerance for p in POLICIES.values()}
-
-#: Output elements past which no float64 reference is computed (memory).
-FLOAT64_MAX_ELEMENTS = 1 << 28
-
-#: Input scales of the value-range trials.
-VALUE_RANGE_SCALES = (("x8", 8.0), ("x1e-3", 1e-3))
-
-_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # Two poison bit patterns per element size. In every float format of that size both are NaNs with
 # a payload no arithmetic produces (fp32 0x7FD5A5A5, bf16/fp16 0x7FA5 / 0x7FDA, fp64 0x7FF8A5..).
 _POISON = {1: (0xA5, 0x5A), 2: (0x7FA5, 0x7FDA), 4: (0x7FD5A5A5, 0x7FC35A5B),
            8: (0x7FF8A5A5A5A5A5A5, 0x7FF95A5A5A5A5A5A)}
 
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                "float64": torch.float64, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
-                "bool": torch.bool, "int8": torch.int8}
+#: Default number of varied-distribution trials.
+VARIED_TRIALS = 4
+
+#: Inputs up to this many bytes are also kept as a copy, so a changed input can be located.
+LOCATE_BYTES = 64 << 20
 
 
 class Runner(Protocol):
@@ -88,21 +75,27 @@ class Runner(Protocol):
 @dataclass
 class Draw:
     """One set of inputs: ``program`` in manifest order and dtypes, on the runner's device;
-    ``model_args`` what the reference's forward takes (non-tensor arguments included)."""
+    ``model_args`` what the reference's forward takes (non-tensor arguments included), the tensors
+    at ``arg_index`` being replaced by whatever program inputs the reference is asked about."""
 
     program: list[torch.Tensor]
-    model_args: list[Any]
+    model_args: list[Any]  # tensor positions (arg_index) hold None: the reference gets the inputs it is asked about
     seed: int
     label: str = ""
+    arg_index: tuple[int, ...] = ()
+    arg_dtypes: tuple[torch.dtype, ...] = ()  # the dtype the reference drew at each of arg_index
 
 
 class ReferenceLike(Protocol):
     input_specs: tuple[TensorSpec, ...]
     output_specs: tuple[TensorSpec, ...]
+    lifted_indices: tuple[int, ...]
 
-    def draw(self, seed: int, scale: float | None = None) -> Draw: ...
-    def forward(self, draw: Draw) -> list[torch.Tensor]: ...
-    def forward64(self, draw: Draw) -> list[torch.Tensor] | None: ...
+    def draw(self, seed: int) -> Draw: ...
+    def forward(self, draw: Draw, inputs: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]: ...
+    def forward64(self, draw: Draw, inputs: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor] | None: ...
+    def forward_at(self, policy: str, draw: Draw,
+                   inputs: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor] | None: ...
 
 
 @dataclass(frozen=True)
@@ -113,18 +106,20 @@ class CorrectnessResult:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0
+    calls: int = 0  # program calls made
+    inconclusive: str = ""  # set when a check could not be judged for a reason not the candidate's
 
     @property
     def passed(self) -> bool:
-        return all(t.passed for t in self.trials) and not any(c.status == "fail" for c in self.checks)
+        return (all(t.passed for t in self.trials) and not any(c.status == "fail" for c in self.checks)
+                and not self.inconclusive)
+
+
+class ReferenceMismatch(ValueError):
+    """The reference's outputs do not match the manifest (a problem of the inputs, not the candidate)."""
 
 
 # ------------------------------------------------------------------ element-level helpers
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's raw bits as a same-size integer tensor (NaN-safe equality)."""
-    return t.view(_INT_VIEW[t.element_size()])
 
 
 def poison_(t: torch.Tensor, which: int = 0) -> torch.Tensor:
@@ -141,417 +136,381 @@ def any_poison(t: torch.Tensor) -> torch.Tensor:
     return poisoned(t, 0) | poisoned(t, 1)
 
 
-def close_mask(out: torch.Tensor, ref: torch.Tensor, tol: float) -> torch.Tensor:
-    """Elementwise ``allclose``: |out - ref| <= tol + tol |ref|; non-finite reference values must be
-    matched exactly (same infinity, or NaN for NaN); a non-finite output where the reference is
-    finite never passes. Computed in chunks (see ERROR_CHUNK)."""
-    of, rf = out.reshape(-1), ref.reshape(-1)
-    mask = torch.empty(of.shape, dtype=torch.bool, device=out.device)
-    for lo in range(0, of.numel(), ERROR_CHUNK):
-        o, r = of[lo:lo + ERROR_CHUNK].double(), rf[lo:lo + ERROR_CHUNK].double()
-        fin_r, fin_o = torch.isfinite(r), torch.isfinite(o)
-        both = fin_r & fin_o
-        err = torch.where(both, (o - r).abs(), torch.zeros_like(o))
-        ok = both & (err <= tol + tol * r.abs())
-        nonfinite_match = ~fin_r & ((o == r) | (torch.isnan(o) & torch.isnan(r)))
-        mask[lo:lo + ERROR_CHUNK] = ok | nonfinite_match
-    return mask.reshape(out.shape)
-
-
 def is_float(t: torch.Tensor) -> bool:
     return t.dtype.is_floating_point
 
 
-def _index(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+def _first(mask: torch.Tensor) -> tuple[int, ...]:
+    flat = int(torch.nonzero(mask.reshape(-1))[0].item())
     out = []
-    for s in reversed(shape):
+    for s in reversed(tuple(mask.shape)):
         out.append(flat % s if s else 0)
         flat = flat // s if s else 0
     return tuple(reversed(out))
 
 
-def _scalar(x: torch.Tensor) -> float:
-    return float(x.item())
-
-
-@dataclass(frozen=True)
-class _Errors:
-    passed: bool
-    max_abs: float
-    mean_abs: float
-    where: tuple[int, ...]
-    expected: float | None
-    got: float | None
-    bad_nonfinite: int
-
-
-#: Elements compared at a time: float64 temporaries of a multi-GiB output must not all coexist
-#: (a 6 GiB fp32 output once ran an H200 out of memory here).
-ERROR_CHUNK = 1 << 25
-
-
-def _errors(out: torch.Tensor, ref: torch.Tensor, tol: float) -> _Errors:
-    """Max / mean error and the worst element of ``out`` against ``ref``, in chunks."""
-    if out.numel() == 0:
-        return _Errors(True, 0.0, 0.0, (), None, None, 0)
-    of = out.detach().reshape(-1)
-    rf = ref.detach().to(out.device).reshape(-1)
-    max_err, sum_err, n_both, n_bad = 0.0, 0.0, 0, 0
-    first_bad = worst_viol = worst_err = None  # flat indices
-    worst_ratio, worst_abs = -1.0, -1.0
-    for lo in range(0, of.numel(), ERROR_CHUNK):
-        o, r = of[lo:lo + ERROR_CHUNK].double(), rf[lo:lo + ERROR_CHUNK].double()
-        fin_r, fin_o = torch.isfinite(r), torch.isfinite(o)
-        both = fin_r & fin_o
-        err = torch.where(both, (o - r).abs(), torch.zeros_like(o))
-        bound = tol + tol * torch.where(fin_r, r.abs(), torch.zeros_like(r))
-        bad = (fin_r & ~fin_o) | (~fin_r & ~((o == r) | (torch.isnan(o) & torch.isnan(r))))
-        nb = int(bad.sum().item())
-        if nb and first_bad is None:
-            first_bad = lo + int(torch.nonzero(bad)[0].item())
-        n_bad += nb
-        ratio = torch.where(both, err / bound, torch.zeros_like(err))
-        i = int(ratio.argmax().item())
-        if ratio[i].item() > 1.0 and ratio[i].item() > worst_ratio:
-            worst_ratio, worst_viol = ratio[i].item(), lo + i
-        j = int(err.argmax().item())
-        if err[j].item() > worst_abs:
-            worst_abs, worst_err = err[j].item(), lo + j
-        max_err = max(max_err, err[j].item())
-        sum_err += float(err.sum().item())
-        n_both += int(both.sum().item())
-    passed = n_bad == 0 and worst_viol is None
-    flat = first_bad if first_bad is not None else worst_viol if worst_viol is not None else worst_err
-    where = _index(flat, tuple(out.shape))
-    mean = sum_err / n_both if n_both else 0.0
-    return _Errors(passed, max_err, mean, where, _scalar(rf[flat].double()), _scalar(of[flat].double()), n_bad)
-
-
-def compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, ref64: torch.Tensor | None,
-                   tol: float) -> OutputCheck:
-    """One output against the fp32 reference (and the float64 one when there is one). It passes when
-    it is within tolerance of either: the float64 reference is the truth, the fp32 one the
-    KernelBench convention. NaN/Inf where the reference is finite fails both."""
-    return _compare(name, out, ref, ref64, tol)[0]
-
-
-def _norm_relative_ok(out: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
-    of, rf = out.detach().reshape(-1), ref.detach().to(out.device).reshape(-1)
-    num2 = den2 = 0.0
-    for lo in range(0, of.numel(), ERROR_CHUNK):
-        o, r = of[lo:lo + ERROR_CHUNK].double(), rf[lo:lo + ERROR_CHUNK].double()
-        if not bool(torch.isfinite(o).all().item()) and bool(torch.isfinite(r).all().item()):
-            return False
-        num2 += float(((o - r) ** 2).sum().item())
-        den2 += float((r ** 2).sum().item())
-    return num2 ** 0.5 <= tol * max(den2 ** 0.5, 1e-30)
-
-
-def _compare(name: str, out: torch.Tensor, ref: torch.Tensor, ref64: torch.Tensor | None,
-             tol: float, norm_relative: bool = False) -> tuple[OutputCheck, bool]:
-    e32 = _errors(out, ref, tol)
-    e64 = _errors(out, ref64, tol) if ref64 is not None else None
-    passed = e32.passed or (e64 is not None and e64.passed)
-    if norm_relative and not passed and e32.bad_nonfinite == 0:
-        passed = _norm_relative_ok(out, ref64 if ref64 is not None else ref, tol)
-    check = OutputCheck(name=name, max_abs_err=e32.max_abs, mean_abs_err=e32.mean_abs, tolerance=tol, where=e32.where,
-                        expected=e32.expected, got=e32.got, nan_count=e32.bad_nonfinite, passed=passed,
-                        max_abs_err_f64=e64.max_abs if e64 else None, mean_abs_err_f64=e64.mean_abs if e64 else None)
-    return check, e32.passed
-
-
-def _first(mask: torch.Tensor) -> tuple[int, ...]:
-    flat = int(torch.nonzero(mask.flatten())[0].item())
-    return _index(flat, tuple(mask.shape))
-
-
-def _fmt_index(ix: tuple[int, ...]) -> str:
+def fmt_index(ix: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, ix)) + "]"
 
 
-def _value(t: torch.Tensor, ix: tuple[int, ...]) -> str:
-    v = t[ix].item() if t.dim() else t.item()
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
+def empty_outputs(specs: Sequence[TensorSpec], device: torch.device) -> list[torch.Tensor]:
+    return [torch.empty(s.shape, dtype=torch_dtype(s.dtype), device=device) for s in specs]
 
 
-# ------------------------------------------------------------------ the procedure
-
-
-@dataclass
-class _State:
-    tol: float
-    inputs_changed: str = ""
-    unwritten: str = ""
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-
-def _empty_outputs(specs: Sequence[TensorSpec], device: torch.device) -> list[torch.Tensor]:
-    return [torch.empty(s.shape, dtype=TORCH_DTYPES[s.dtype], device=device) for s in specs]
-
-
-class ReferenceMismatch(ValueError):
-    """The reference's outputs do not match the manifest (a problem of the inputs, not the candidate)."""
-
-
-def _check_shapes(ref: list[torch.Tensor], specs: Sequence[TensorSpec]) -> None:
-    if len(ref) != len(specs):
-        raise ReferenceMismatch(f"the reference returns {len(ref)} tensor(s); the manifest lists {len(specs)} output(s) "
-                         f"({', '.join(s.name for s in specs)})")
-    for r, s in zip(ref, specs):
-        if tuple(r.shape) != tuple(s.shape):
-            raise ReferenceMismatch(f"the reference's output {s.name} has shape {list(r.shape)}; the manifest says "
-                             f"{list(s.shape)}")
-
-
-class _Session:
-    """One candidate's correctness run; keeps the findings of every run for the dynamic checks."""
-
-    def __init__(self, runner: Runner, reference: ReferenceLike, tol: float):
-        self.runner, self.ref, self.st = runner, reference, _State(tol)
-        self.in_specs, self.out_specs = reference.input_specs, reference.output_specs
-        self.device = runner.device
-
-    # one run: poisoned outputs, inputs compared to a saved copy afterwards
-    def run(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor], *, poison: int | None = 0,
-            what: str = "") -> None:
-        saved = [x.clone() for x in inputs]
-        if poison is not None:
-            for y in outputs:
-                poison_(y, poison)
-        self.runner.run(inputs, outputs)
-        self.runner.sync()
-        self.note_inputs(inputs, saved, what)
-        if poison is not None:
-            for spec, y in zip(self.out_specs, outputs):
-                if is_float(y):
-                    self.note_unwritten(spec.name, poisoned(y, poison), what)
-
-    def note_inputs(self, inputs: list[torch.Tensor], saved: list[torch.Tensor], what: str) -> None:
-        if self.st.inputs_changed:
-            return
-        for spec, x, s in zip(self.in_specs, inputs, saved):
-            diff = bits(x) != bits(s)
-            if bool(diff.any().item()):
-                ix = _first(diff)
-                self.st.inputs_changed = (f"input {spec.name}: {int(diff.sum().item())} of {x.numel()} elements "
-                                          f"changed by the run ({what}; first at {_fmt_index(ix)}: "
-                                          f"{_value(s, ix)} -> {_value(x, ix)})")
-                return
-
-    def note_unwritten(self, name: str, mask: torch.Tensor, what: str) -> None:
-        if self.st.unwritten or not bool(mask.any().item()):
-            return
-        self.st.unwritten = (f"output {name}: {int(mask.sum().item())} of {mask.numel()} elements never written "
-                             f"({what}; first at {_fmt_index(_first(mask))})")
-
-    def reference(self, d: Draw) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-        ref = self.ref.forward(d)
-        _check_shapes(ref, self.out_specs)
-        # A float64 reference doubles every tensor of the model; past FLOAT64_MAX_ELEMENTS output
-        # elements (2 GiB of float64 outputs) the fp32 reference alone is used, or a 6 GiB-tensor
-        # problem runs the device out of memory (seen on an H200 with KernelBench level 1 #23).
-        if sum(r.numel() for r in ref) > FLOAT64_MAX_ELEMENTS:
-            if not any("float64 reference skipped" in n for n in self.st.notes):
-                self.st.notes.append("float64 reference skipped: outputs too large; compared with fp32 only")
-            return ref, None
-        ref64 = self.ref.forward64(d)
-        return ref, ref64
-
-    def trial(self, index: int, d: Draw, *, determinism: bool = False):
-        ref, ref64 = self.reference(d)
-        x = [t.clone() for t in d.program]
-        y = _empty_outputs(self.out_specs, self.device)
-        what = f"trial {index}" + (f" ({d.label})" if d.label else "")
-        self.run(x, y, poison=0, what=what)
-        compared = [_compare(spec.name, o, r, r64, self.st.tol, norm_relative=bool(d.label))
-                    for spec, o, r, r64 in zip(self.out_specs, y, ref, ref64 or [None] * len(ref))]
-        outs = tuple(c for c, _ in compared)
-        for o, fp32_ok in compared:
-            if o.passed and not fp32_ok and o.max_abs_err_f64 is not None:
-                self.st.notes.append(f"{what}: output {o.name} is within tolerance of the float64 reference "
-                                     f"(max |err| {o.max_abs_err_f64:.3g}) but not of the fp32 one "
-                                     f"({o.max_abs_err:.3g})")
-            elif o.passed and not fp32_ok:
-                self.st.notes.append(f"{what}: output {o.name} passes on norm-relative error (value-range trial; "
-                                     f"max |err| {o.max_abs_err:.3g})")
-        det = None
-        if determinism:
-            for xi, di in zip(x, d.program):
-                xi.copy_(di)
-            y2 = _empty_outputs(self.out_specs, self.device)
-            self.run(x, y2, poison=1, what=f"{what}, second run")
-            for spec, a, b in zip(self.out_specs, y, y2):
-                if not is_float(a):  # integer outputs: unwritten when both poisons survived
-                    self.note_unwritten(spec.name, poisoned(a, 0) & poisoned(b, 1), what)
-            det = self.determinism(y, y2)
-        return TrialResult(index=index, outputs=outs, seed=d.seed, label=d.label), x, y, ref, det
-
-    def determinism(self, a: list[torch.Tensor], b: list[torch.Tensor]) -> DynamicCheck:
-        worst, name = 0.0, ""
-        for spec, p, q in zip(self.out_specs, a, b):
-            unwritten = any_poison(p) & any_poison(q)  # the outputs_written check's business
-            if bool(((bits(p) == bits(q)) | unwritten).all().item()):
-                continue
-            fin = torch.isfinite(p.double()) & torch.isfinite(q.double())
-            d = ((p.double() - q.double()).abs() * fin).max().item() if fin.any() else float("inf")
-            if not bool(close_mask(q, p, self.st.tol).all().item()):
-                return DynamicCheck("deterministic", "fail",
-                                    f"output {spec.name} differs between two runs on the same inputs by up to "
-                                    f"{d:.3g} (> tol {self.st.tol:.0e}): a race or uninitialised read")
-            if d >= worst:
-                worst, name = d, spec.name
-        if name:
-            msg = (f"not bit-identical between two runs on the same inputs (output {name} max diff {worst:.3g}, "
-                   f"within rounding: atomics or another reduction order)")
-            self.st.warnings.append(msg)
-            return DynamicCheck("deterministic", "pass", msg)
-        return DynamicCheck("deterministic", "pass", "bit-identical between two runs on the same inputs")
-
-    def reused(self, new: list[torch.Tensor], prev: list[torch.Tensor], ref_new: list[torch.Tensor],
-               ref_prev: list[torch.Tensor]) -> tuple[int, int, str]:
-        """Elements of ``new`` bit-equal to ``prev`` where the reference moved beyond tolerance and
-        ``new`` is wrong (poison excluded: unwritten elements are another check's business)."""
-        total, count, name = 0, 0, ""
-        for spec, n, p, rn, rp in zip(self.out_specs, new, prev, ref_new, ref_prev):
-            moved = ~close_mask(rp.to(n.device), rn.to(n.device), self.st.tol)
-            same = (bits(n) == bits(p)) & ~any_poison(n)
-            wrong = ~close_mask(n, rn.to(n.device), self.st.tol)
-            c = int((same & moved & wrong).sum().item())
-            total += n.numel()
-            if c > count:
-                count, name = c, spec.name
-        return count, total, name
-
-
-def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: str = "fp32", trials: int = 5,
-                      seed: int = 1000, value_range: bool = True, dynamic: bool = True) -> CorrectnessResult:
-    """Run the trials and the dynamic checks (module docstring). Raises only on a broken reference
-    (ReferenceMismatch: outputs that do not match the manifest); exceptions from the program propagate."""
-    if trials < 1:
-        raise ValueError("check_correctness: trials must be >= 1")
-    tol = TOLERANCES[precision]
-    t0 = time.monotonic()
-    s = _Session(runner, reference, tol)
-    results: list[TrialResult] = []
-    checks: list[DynamicCheck] = []
-    det: DynamicCheck | None = None
-    with runner.context(), torch.no_grad():
-        last = None
-        for k in range(trials):
-            tr, x, y, ref, d = s.trial(k, reference.draw(seed + k), determinism=dynamic and k == 0)
-            results.append(tr)
-            det = det or d
-            last = (x, [t.clone() for t in y], y, ref)
-        if value_range:
-            for j, (label, scale) in enumerate(VALUE_RANGE_SCALES):
-                d = reference.draw(seed + 100 + j, scale)
-                d.label = label
-                tr, *_ = s.trial(trials + j, d)
-                results.append(tr)
-        if dynamic:
-            x_last, out_last, y_buf, ref_last = last
-            checks += _dynamic_checks(s, x_last, out_last, y_buf, ref_last, seed)
-    written = DynamicCheck("outputs_written", "fail" if s.st.unwritten else "pass",
-                           s.st.unwritten or "every element of every poisoned output was written")
-    unchanged = DynamicCheck("inputs_unchanged", "fail" if s.st.inputs_changed else "pass",
-                             s.st.inputs_changed or "inputs bit-identical after every run")
-    by_name = {c.name: c for c in checks}
-    all_checks = [written, unchanged] + [by_name[n] for n in ("outputs_follow_inputs", "no_output_reuse") if n in by_name]
-    if det is not None:
-        all_checks.append(det)
-    all_checks += [c for c in checks if c.name == "stream_ordered"]
-    if not dynamic:
-        all_checks = [written, unchanged]
-    return CorrectnessResult(tuple(results), tuple(all_checks), tol, tuple(s.st.notes), tuple(s.st.warnings),
-                             time.monotonic() - t0)
-
-
-def _fresh_copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy at an address no earlier buffer had: a view 256 bytes into a larger block (an
-    allocator hands freed addresses back, and a cache keyed by address would hit)."""
-    pad = max(1, 256 // t.element_size())
+def fresh_copy(t: torch.Tensor, k: int = 0) -> torch.Tensor:
+    """A copy at an address the previous call's buffer did not have: a view ``256 * (1 + k % 31)``
+    bytes into a new block (an allocator hands freed blocks back, so without the offset the copy
+    of call ``k`` would often sit where call ``k - 1``'s was, and a cache keyed by address would
+    hit)."""
+    pad = max(1, 256 * (1 + k % 31) // t.element_size())
     block = torch.empty(t.numel() + pad, dtype=t.dtype, device=t.device)
     out = block[pad:].view(t.shape)
     out.copy_(t)
     return out
 
 
-def _dynamic_checks(s: _Session, x_last: list[torch.Tensor], out_last: list[torch.Tensor],
-                    y_buf: list[torch.Tensor], ref_last: list[torch.Tensor], seed: int) -> list[DynamicCheck]:
-    runner, out_specs, tol = s.runner, s.out_specs, s.st.tol
-    checks = []
+def check_shapes(ref: list[torch.Tensor], specs: Sequence[TensorSpec]) -> None:
+    if len(ref) != len(specs):
+        raise ReferenceMismatch(f"the reference returns {len(ref)} tensor(s); the manifest lists {len(specs)} "
+                                f"output(s) ({', '.join(s.name for s in specs)})")
+    for r, s in zip(ref, specs):
+        if tuple(r.shape) != tuple(s.shape):
+            raise ReferenceMismatch(f"the reference's output {s.name} has shape {list(r.shape)}; the manifest says "
+                                    f"{list(s.shape)}")
 
-    # no_output_reuse: the last trial's input buffers get new contents in place; outputs poisoned.
-    db = s.ref.draw(seed + 200)
-    ref_b, _ = s.reference(db)
-    for xi, new in zip(x_last, db.program):
-        xi.copy_(new)
-    s.run(x_last, y_buf, poison=0, what="same input buffers, new contents")
-    out_b = [t.clone() for t in y_buf]
-    n, total, name = s.reused(out_b, out_last, ref_b, ref_last)
-    checks.append(DynamicCheck("no_output_reuse", "fail" if n else "pass",
-                               f"{n} of {total} output elements (output {name}) repeat the previous call's values "
-                               "although the inputs changed (same input buffers, new contents)" if n else
-                               "new contents in the same input buffers gave new outputs"))
 
-    # outputs_follow_inputs: new input buffers, the same output buffers, not poisoned.
-    dc = s.ref.draw(seed + 300)
-    ref_c, _ = s.reference(dc)
-    x_c = [_fresh_copy(t) for t in dc.program]
-    s.run(x_c, y_buf, poison=None, what="new input buffers")
-    out_c = [t.clone() for t in y_buf]
-    n, total, name = s.reused(out_c, out_b, ref_c, ref_b)
-    checks.append(DynamicCheck("outputs_follow_inputs", "fail" if n else "pass",
-                               f"{n} of {total} output elements (output {name}) did not change when the inputs "
-                               "did (a constant or cached output)" if n else "outputs changed with the inputs"))
+# ------------------------------------------------------------------ one session
 
-    # stream_ordered: hold the stream, then (in stream order) new inputs, poisoned outputs, the
-    # program, a snapshot. Work the program queued elsewhere runs early, on stale inputs, and the
-    # poison lands after it.
-    dd = s.ref.draw(seed + 400)
-    ref_d, _ = s.reference(dd)
-    snap = [torch.empty_like(t) for t in y_buf]
-    new_inputs = [t.clone() for t in dd.program]
-    runner.sync()
 
-    def load():
-        for xi, v in zip(x_c, new_inputs):
-            xi.copy_(v)
-        for yi in y_buf:
-            poison_(yi, 0)
+@dataclass
+class Judged:
+    """A trial's verdict and what the dynamic checks need from it."""
 
-    def take():
-        for si, yi in zip(snap, y_buf):
-            si.copy_(yi)
+    trial: TrialResult
+    ref: list[torch.Tensor]
+    bad: list[torch.Tensor | None]  # per output: mask of elements out of tolerance (None when it passed)
 
-    runner.hold()
-    runner.ordered(load)
-    runner.run(x_c, y_buf)
-    runner.ordered(take)
-    runner.sync()
-    ok_snap = all(bool(close_mask(a, r.to(a.device), tol).all().item()) for a, r in zip(snap, ref_d))
-    if ok_snap:
-        checks.append(DynamicCheck("stream_ordered", "pass", "outputs complete when the stream's work completed"))
+
+class Session:
+    """One candidate's correctness run: every call, every failure of a dynamic check, the notes."""
+
+    def __init__(self, runner: Runner, reference: ReferenceLike, policy: str, secret: Secret):
+        self.runner, self.ref, self.secret = runner, reference, secret
+        self.policy = get_policy(policy).name
+        self.tol = get_policy(policy).tolerance
+        self.in_specs, self.out_specs = reference.input_specs, reference.output_specs
+        self.device = runner.device
+        self.lifted = tuple(getattr(reference, "lifted_indices", ()))
+        self.key = secret.seed_for("fingerprint")
+        self.calls = 0
+        self.trials: list[TrialResult] = []
+        self.failures: dict[str, str] = {}  # dynamic check -> first failure's detail
+        self.left_at_fill: list[torch.Tensor] = []  # outputs equal to the caller's fill value, last call
+        self.passes: dict[str, str] = {}  # dynamic check -> what it established
+        self.notes: list[str] = []
+        self.warnings: list[str] = []
+        self.inconclusive = ""
+        self.plain_ok = True  # every plain trial passed: only then are later failures named as cheats
+        self.plain_nonfinite = False  # the reference itself gives NaN/Inf on get_inputs()'s inputs
+
+    # -------------------------------------------------------------- bookkeeping
+
+    def fail(self, check: str, detail: str) -> None:
+        self.failures.setdefault(check, detail)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def next_index(self) -> int:
+        return len(self.trials)
+
+    # -------------------------------------------------------------- one call
+
+    def fill(self, outputs: Sequence[torch.Tensor], how: str, value: float = 0.0) -> None:
+        """``poison0`` / ``poison1`` (NaN patterns), ``const`` (a finite value: a program that checks
+        its outputs for poison cannot tell), ``keep`` (the previous call's outputs stay)."""
+        for y in outputs:
+            if how == "poison0":
+                poison_(y, 0)
+            elif how == "poison1":
+                poison_(y, 1)
+            elif how == "const":
+                if is_float(y):
+                    y.fill_(value)
+                else:
+                    poison_(y, 0)
+
+    def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *, fill: str, what: str,
+            value: float = 0.0) -> None:
+        """One program call: outputs filled, the program run and awaited, inputs checked unchanged,
+        outputs checked written (when they were poisoned or filled)."""
+        before = [_hash(t, self.key) for t in inputs]
+        copies = [t.clone() if t.numel() * t.element_size() <= LOCATE_BYTES else None for t in inputs]
+        self.fill(outputs, fill, value)
+        self.runner.run(list(inputs), list(outputs))
+        self.runner.sync()
+        self.calls += 1
+        for spec, t, h, c in zip(self.in_specs, inputs, before, copies):
+            if _hash(t, self.key) != h:
+                where = ""
+                if c is not None:
+                    diff = bits(t) != bits(c)
+                    if bool(diff.any().item()):
+                        ix = _first(diff)
+                        where = (f": {int(diff.sum().item())} of {t.numel()} elements, first at {fmt_index(ix)} "
+                                 f"({c[ix].item():.6g} -> {t[ix].item():.6g})")
+                self.fail("inputs_unchanged", f"input {spec.name} changed by the run ({what}){where}")
+                if c is not None:
+                    t.copy_(c)  # the reference gets the inputs the program was given, not what it left
+        self.left_at_fill = []
+        if fill in ("poison0", "poison1", "const"):
+            for spec, y in zip(self.out_specs, outputs):
+                if fill == "const" and is_float(y):
+                    # Judged after the call, against the reference (see left_unwritten): an honest
+                    # output of hundreds of millions of elements equals any finite value somewhere.
+                    self.left_at_fill.append(y == value)
+                    continue
+                left = poisoned(y, 1 if fill == "poison1" else 0)
+                how = "never written"
+                if bool(left.any().item()):
+                    self.fail("outputs_written", f"output {spec.name}: {int(left.sum().item())} of {y.numel()} "
+                                                 f"elements {how} ({what}; first at {fmt_index(_first(left))})")
+
+    def left_unwritten(self, bad: Sequence[torch.Tensor | None], what: str, value: float) -> None:
+        """After a call whose outputs the caller filled with ``value``: the elements still holding
+        it where the reference differs (``bad``, from :meth:`judge`) were never written."""
+        for spec, left, b in zip(self.out_specs, self.left_at_fill, bad):
+            if b is None:
+                continue
+            wrong = left & b.reshape(left.shape)
+            if bool(wrong.any().item()):
+                self.fail("outputs_written", f"output {spec.name}: {int(wrong.sum().item())} of {left.numel()} elements "
+                                             f"left at the value {value:.6g} the caller filled them with, where the "
+                                             f"reference differs ({what}; first at {fmt_index(_first(wrong))})")
+        self.left_at_fill = []
+
+    # -------------------------------------------------------------- judging
+
+    def reference(self, draw: Draw, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        ref = self.ref.forward(draw, list(inputs))
+        check_shapes(ref, self.out_specs)
+        return ref
+
+    def judge(self, label: str, outputs: Sequence[torch.Tensor], draw: Draw, inputs: Sequence[torch.Tensor], *,
+              varied: bool = False, ref: list[torch.Tensor] | None = None, record: bool = True) -> Judged:
+        """The outputs against the reference for ``inputs`` (computed now, after the call, unless
+        given); appended to the trials when ``record``. ``varied``: inputs unlike get_inputs()'s (a
+        varied distribution, a changed element), where :meth:`_ill_conditioned` may apply."""
+        ref = self.reference(draw, inputs) if ref is None else ref
+        extra: dict[str, list[torch.Tensor] | None] = {}
+
+        def lazy(what: str) -> list[torch.Tensor]:
+            if what not in extra:
+                if what == "f64":
+                    extra[what] = self.ref.forward64(draw, list(inputs))
+                else:
+                    extra[what] = self.ref.forward_at(self.policy, draw, list(inputs))
+            return extra[what] or []
+
+        checks, bad = [], []
+        for i, (spec, o, r) in enumerate(zip(self.out_specs, outputs, ref)):
+            e = errors(o, r, self.tol)
+            e64, how, passed = None, "elementwise", e.passed
+            if not passed and is_float(o) and e.bad_nonfinite == 0:
+                ref64 = lazy("f64")
+                if i < len(ref64):
+                    e64 = errors(o, ref64[i], self.tol, e.atol)
+                    passed = e64.passed
+                    how = "float64" if passed else how
+                if not passed and varied:
+                    at = lazy("at") if self.policy != "fp32" else []
+                    passed, how = self._ill_conditioned(label, spec.name, o, r, ref64[i] if i < len(ref64) else None,
+                                                        at[i] if i < len(at) else None, e.atol)
+            if passed and how == "float64":
+                self.note(f"{label or 'a trial'}: output {spec.name} is within tolerance of the float64 reference "
+                          f"(max |err| {e64.max_abs:.3g}) but not of the fp32 one ({e.max_abs:.3g})")
+            checks.append(OutputCheck(name=spec.name, max_abs_err=e.max_abs, mean_abs_err=e.mean_abs,
+                                      tolerance=self.tol, where=e.where, expected=e.expected, got=e.got,
+                                      nan_count=e.bad_nonfinite, passed=passed,
+                                      max_abs_err_f64=e64.max_abs if e64 else None,
+                                      mean_abs_err_f64=e64.mean_abs if e64 else None, atol=e.atol, judged=how))
+            bad.append(None if passed else _bad_mask(o, r, self.tol, e.atol))
+        tr = TrialResult(index=self.next_index(), outputs=tuple(checks), seed=draw.seed, label=label)
+        if record:
+            self.trials.append(tr)
+        return Judged(tr, ref, bad)
+
+    def _ill_conditioned(self, label: str, name: str, out: torch.Tensor, ref32: torch.Tensor,
+                         ref64: torch.Tensor | None, at: torch.Tensor | None, atol: float) -> tuple[bool, str]:
+        """An output failing elementwise on unusual inputs passes only where the policy itself could not
+        do better: the reference computed at the policy (PyTorch with TF32 or autocast; at fp32 the fp32
+        reference) misses the truth (float64) elementwise too. It is then judged on its norm-relative
+        error: within the tolerance, or within 4x the error of the reference at the policy."""
+        truth = ref64 if ref64 is not None else ref32
+        at = at if at is not None else ref32
+        if ref64 is None and at is ref32:
+            rel = norm_relative(out, ref32)  # no float64 here: conditioning unknown, the norm is the judge
+            self.note(f"{label}: output {name} judged on norm-relative error {rel:.2g} against the fp32 reference "
+                      "(no float64 reference here)")
+            return rel <= self.tol, "norm-relative"
+        if errors(at, truth, self.tol, atol).passed:
+            return False, "elementwise"
+        rel, rel_at = norm_relative(out, truth), norm_relative(at, truth)
+        self.note(f"{label}: output {name} judged on norm-relative error {rel:.2g} (the reference at {self.policy} "
+                  f"itself misses the truth here, by {rel_at:.2g})")
+        return rel <= max(self.tol, 4 * rel_at), "norm-relative"
+
+    def determinism(self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> DynamicCheck:
+        worst, name = 0.0, ""
+        for spec, p, q in zip(self.out_specs, a, b):
+            unwritten = any_poison(p) & any_poison(q)  # the outputs_written check's business
+            if bool(((bits(p) == bits(q)) | unwritten).all().item()):
+                continue
+            e = errors(q, p, self.tol)
+            if not e.passed:
+                return DynamicCheck("deterministic", "fail",
+                                    f"output {spec.name} differs between two runs on the same inputs by up to "
+                                    f"{e.max_abs:.3g} (> tol {self.tol:.0e}): a race or an uninitialised read")
+            if e.max_abs >= worst:
+                worst, name = e.max_abs, spec.name
+        if name:
+            msg = (f"not bit-identical between two runs on the same inputs (output {name} max diff {worst:.3g}, "
+                   f"within rounding: atomics or another reduction order)")
+            self.warnings.append(msg)
+            return DynamicCheck("deterministic", "pass", msg)
+        return DynamicCheck("deterministic", "pass", "bit-identical between two runs on the same inputs")
+
+
+def _bad_mask(out: torch.Tensor, ref: torch.Tensor, tol: float, atol: float) -> torch.Tensor:
+    from .compare import close_mask
+
+    return ~close_mask(out, ref, tol, atol)
+
+
+def _hash(t: torch.Tensor, key: int) -> int:
+    from .compare import fingerprint
+
+    return fingerprint(t, key) if t.numel() else 0
+
+
+# ------------------------------------------------------------------ the procedure
+
+
+def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: str = "fp32", trials: int = 5,
+                      seed: int = 0, varied: int = VARIED_TRIALS, dynamic: bool = True) -> CorrectnessResult:
+    """Run the trials and the dynamic checks (module docstring) at ``precision``'s tolerance.
+    Raises only on a broken reference (ReferenceMismatch: outputs that do not match the manifest);
+    exceptions from the program propagate."""
+    from . import dynamic as dyn
+
+    if trials < 1:
+        raise ValueError("check_correctness: trials must be >= 1")
+    t0 = time.monotonic()
+    secret = Secret(seed)
+    s = Session(runner, reference, precision, secret)
+    extra: list[DynamicCheck] = []
+    with runner.context(), torch.no_grad():
+        last: tuple[Draw, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] | None = None
+        for k in range(trials):
+            last = d = x = y = j = None  # noqa: F841 - the previous trial's tensors go before the next are drawn
+            d = reference.draw(secret.seed_for(f"trial{k}"))
+            x = _own(d, s.calls)
+            y = empty_outputs(s.out_specs, s.device)
+            s.run(x, y, fill=f"poison{k % 2}", what=f"trial {k}")
+            y2 = None
+            if dynamic and k == 0:
+                y2 = empty_outputs(s.out_specs, s.device)
+                s.run(x, y2, fill="poison1", what="trial 0, second run")
+                extra.append(s.determinism(y, y2))
+                del y2
+            j = s.judge("", y, d, x)
+            s.plain_nonfinite |= any(is_float(r) and not bool(torch.isfinite(r).all().item()) for r in j.ref)
+            if dynamic and k == 0:
+                extra.append(dyn.precision_claim(s, d, x, y, j.ref))
+            last = (d, x, y, j.ref)
+        s.plain_ok = all(t.passed for t in s.trials) and not s.failures
+        if varied > 0:
+            _varied_trials(s, varied, s.plain_ok)
+        if dynamic and last is not None:
+            extra += dyn.dynamic_checks(s, *last)
+    checks = _collect(s, extra, dynamic)
+    return CorrectnessResult(tuple(s.trials), tuple(checks), s.tol, tuple(s.notes), tuple(s.warnings),
+                             time.monotonic() - t0, s.calls, s.inconclusive)
+
+
+def _own(d: Draw, k: int) -> list[torch.Tensor]:
+    """The draw's inputs at addresses the previous call did not use (the draw gives its copies up)."""
+    x = [fresh_copy(t, k) for t in d.program]
+    d.program = []
+    return x
+
+
+def _varied_trials(s: Session, n: int, plain_ok: bool) -> None:
+    ref = s.ref
+    variations = choose_variations(s.secret.rng("varied"), n)
+    failed: list[str] = []
+    judged = 0
+    for j, v in enumerate(variations):
+        d = x = y = r = None  # noqa: F841 - the previous trial's tensors go before the next are drawn
+        d = ref.draw(s.secret.seed_for(f"varied{j}"))
+        gen = torch.Generator(device=s.device).manual_seed(s.secret.seed_for(f"varied{j}:gen"))
+        x = [t if i in s.lifted else vary(t, v, gen) for i, t in enumerate(d.program)]
+        if all(a is b for a, b in zip(x, d.program)):
+            s.note("varied trials not applicable: no floating-point input")
+            return
+        d.program = x
+        x = _own(d, s.calls)
+        y = empty_outputs(s.out_specs, s.device)
+        s.run(x, y, fill="poison0", what=f"varied trial ({v.label})")
+        r = s.reference(d, x)
+        if not s.plain_nonfinite and any(is_float(t) and not bool(torch.isfinite(t).all().item()) for t in r):
+            s.note(f"varied trial ({v.label}) skipped: the reference itself gives NaN or Inf on these inputs")
+            continue
+        if any(_beyond_range(t, spec.dtype) for t, spec in zip(r, s.out_specs)):
+            s.note(f"varied trial ({v.label}) skipped: the reference's outputs exceed what the program's output dtype "
+                   "can hold")
+            continue
+        jd = s.judge(v.label, y, d, x, varied=True, ref=r)
+        judged += 1
+        if not jd.trial.passed:
+            failed.append(f"trial {jd.trial.index} ({v.label})")
+    if failed and plain_ok:
+        s.fail("varied_inputs", "right on get_inputs()'s distribution, wrong on " + ", ".join(failed) +
+               ": the program assumes properties of its inputs")
+    elif judged:
+        s.passes["varied_inputs"] = f"{judged} varied trials: " + ", ".join(v.label for v in variations)
     else:
-        runner.sync_device()
-        for yi in y_buf:
-            poison_(yi, 0)
-        runner.sync_device()  # the poison must land before the program, wherever it runs
-        runner.run(x_c, y_buf)
-        runner.sync_device()
-        ok_sync = all(bool(close_mask(a, r.to(a.device), tol).all().item()) for a, r in zip(y_buf, ref_d))
-        if ok_sync:
-            bad = sum(int((~close_mask(a, r.to(a.device), tol)).sum().item()) for a, r in zip(snap, ref_d))
-            checks.append(DynamicCheck("stream_ordered", "fail",
-                                       f"{bad} output elements were not final when the work queued on the given "
-                                       "stream had completed (right only after a device-wide synchronise): work "
-                                       "runs on another stream"))
-        else:
-            checks.append(DynamicCheck("stream_ordered", "pass", "inconclusive: the outputs are wrong even after a "
-                                                                 "device-wide synchronise (see the trials)"))
-    del out_specs
-    return checks
+        s.note("no varied trial could be judged (the reference gives NaN or Inf on every variation)")
+
+
+def _beyond_range(t: torch.Tensor, dtype: str) -> bool:
+    """Whether finite values of ``t`` exceed the largest finite value of ``dtype`` (a float16 output
+    cannot hold 1e5, whatever the program does)."""
+    want = torch_dtype(dtype)
+    if not (is_float(t) and want.is_floating_point) or torch.finfo(want).max >= torch.finfo(t.dtype).max:
+        return False
+    from .compare import max_finite_abs
+
+    return max_finite_abs(t) > torch.finfo(want).max
+
+
+def _collect(s: Session, extra: list[DynamicCheck], dynamic: bool) -> list[DynamicCheck]:
+    """Every dynamic check once: failures first by name, then the passes and what each established."""
+    out = [DynamicCheck("outputs_written", "fail" if "outputs_written" in s.failures else "pass",
+                        s.failures.get("outputs_written", "every element of every output was written")),
+           DynamicCheck("inputs_unchanged", "fail" if "inputs_unchanged" in s.failures else "pass",
+                        s.failures.get("inputs_unchanged", "inputs bit-identical after every run"))]
+    if not dynamic:
+        return out
+    names = ("no_output_reuse", "outputs_follow_inputs", "repeat_calls", "sensitivity", "varied_inputs")
+    for name in names:
+        if name in s.failures:
+            out.append(DynamicCheck(name, "fail", s.failures[name]))
+        elif name in s.passes:
+            out.append(DynamicCheck(name, "pass", s.passes[name]))
+    out += extra
+    return out
 
 
 # ------------------------------------------------------------------ a runner over the real program
@@ -596,6 +555,6 @@ class StreamRunner:
             fn()
 
 
-__all__ = ["ReferenceMismatch", "TOLERANCES", "VALUE_RANGE_SCALES", "Runner", "Draw", "ReferenceLike", "CorrectnessResult",
-           "check_correctness", "compare_output", "close_mask", "bits", "poison_", "poisoned", "StreamRunner",
-           "TORCH_DTYPES"]
+__all__ = ["ReferenceMismatch", "VARIED_TRIALS", "Runner", "Draw", "ReferenceLike", "CorrectnessResult", "Session",
+           "Judged", "check_correctness", "poison_", "poisoned", "any_poison", "empty_outputs", "fresh_copy",
+           "StreamRunner"]

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from .profile import ProfileSummary, TimingTable, format_bytes, format_ns
 from .static import RULES, Finding
-from .verdict import (CompileError, Crash, DynamicCheck, Rejected, Timeout, VerificationResult, WrongAnswer,
-                      trim)
+from .verdict import (CompileError, Crash, DynamicCheck, Inconclusive, Rejected, Timeout, VerificationResult,
+                      WrongAnswer, trim)
 
 DEFAULT_BUDGET = 1200
 
 StepKind = str  # fix_compile | fix_rejection | fix_crash | fix_timeout | fix_correctness | vectorise | fuse |
-#                 tensor_cores | graph_capture | tile_shared | tune
+#                 tensor_cores | graph_capture | tile_shared | tune | none (inconclusive)
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,14 @@ _RULE_ADVICE = {
     "input-write": "never write inputs; use arena scratch for temporaries",
     "abi-exports": "define all five st_program_* entry points inside extern \"C\"",
     "provenance-coverage": "add the missing op to a task (and compute it), or list the task that covers it",
+    "sandbox-host-symbol": "call only the runtime, the CUDA runtime and the C/C++ libraries: nothing the host "
+                           "process (Python, PyTorch) provides",
+    "sandbox-dynamic-loading": "drop dlopen/dlsym and run-time code loading: all code must be in program.cu",
+    "sandbox-driver-entry-point": "use the CUDA runtime on the given stream; no driver entry-point lookups",
+    "sandbox-file-access": "remove the file access: inputs and weights arrive through the ABI",
+    "sandbox-environment": "do not read the environment: a program computes from its inputs and weights alone",
+    "sandbox-thread": "remove the threads, processes and host callbacks; enqueue all work on the caller's stream",
+    "sandbox-system": "remove the system calls, sockets and inter-process memory",
 }
 
 _CHECK_ADVICE = {
@@ -82,6 +90,15 @@ _CHECK_ADVICE = {
                      "overlapping writes, atomics on shared partial results)",
     "stream_ordered": "enqueue every kernel, copy and library call on the stream passed to st_program_run; the "
                       "outputs must be complete when that stream's work is",
+    "timed_calls": "do the whole computation on every call: the calls that were timed left wrong outputs",
+    "repeat_calls": "a repeated call on the same buffers (a replayed CUDA graph) must compute what a first call "
+                    "does: capture every task, and refresh the graph when the buffers change",
+    "sensitivity": "read every input element on every call: no memo keyed by a few elements, no subsampled "
+                   "reduction",
+    "varied_inputs": "do not assume get_inputs()'s value range: subtract the row maximum before exp, accumulate in "
+                     "fp32, keep no table valid on one range",
+    "precision_claim": "compute at the precision the manifest claims (TF32 tensor cores for tf32, not bf16), or "
+                       "claim the one you compute at",
 }
 
 
@@ -221,6 +238,9 @@ def next_step(result: VerificationResult, *, profile: ProfileSummary | None = No
     if isinstance(v, Timeout):
         return NextStep("fix_timeout", f"the {v.stage} hung past {v.seconds:g} s: look for a loop that never ends, a "
                                        "grid-wide wait, or a grid far too large", target=v.stage)
+    if isinstance(v, Inconclusive):
+        return NextStep("none", f"nothing to change yet: the Verifier could not finish ({trim(v.reason, 160)}); "
+                                "verify again where it can")
     if isinstance(v, WrongAnswer):
         at = f" near [{', '.join(map(str, v.where))}]" if v.where else ""
         if v.nan_count:

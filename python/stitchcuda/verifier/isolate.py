@@ -1,14 +1,19 @@
 """Running untrusted candidates in a child process: clean environment, time limits, typed outcomes.
 
 A candidate runs in ``python -m stitchcuda.verifier.worker`` (or any command given), in its own
-process group, with a clean environment (:func:`clean_env`). The child reports through two files
-it writes atomically: ``progress.json`` (``{"phase": ...}``, rewritten when a phase starts) and
-``result.json`` (rewritten after each phase, so what was finished survives a later crash). The
-parent watches the phase: each phase has a budget, and a child over budget — or over the total
-limit — has its whole process group killed. Whatever happens to the child becomes a value:
+process group, with a clean environment (:func:`clean_env`), in an empty working directory of
+its own. It reads its job from stdin and reports over a pipe (the write end's number is put in
+its argv where ``{channel}`` stands): JSON lines, ``{"t": TOKEN, "phase": NAME}`` when a phase
+starts and ``{"t": TOKEN, "result": {...}}`` after each phase (the whole result so far, so what
+was finished survives a later crash). Lines without the job's token are ignored. No file the
+candidate could read or forge carries the job or the results; its output goes to a log the
+parent keeps outside that directory.
+
+The parent watches the phase: each phase has a budget, and a child over budget — or over the
+total limit — has its whole process group killed. Whatever happens to the child becomes a value:
 
 =================  =============================================================================
-``ok``             exit status 0 and a result file
+``ok``             exit status 0 and a result
 ``crash``          killed by a signal, or a non-zero exit: ``verdict.classify_crash`` on the
                    output (illegal address / CUDA error 700, segfault, abort, out of memory ...)
 ``timeout``        a phase or the whole run over its limit: ``verdict.Timeout(stage=phase)``
@@ -23,16 +28,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..fsutil import atomic_write_text
 from .verdict import Crash, Timeout, classify_crash, trim
 
 #: Variables a child may inherit besides the prefixes below.
@@ -41,9 +48,7 @@ ENV_KEEP = ("PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "PYTHONPA
 #: Triton settings that keep a run safe or its caches in place (NCCL_NVLS_ENABLE=0, TORCHINDUCTOR_CACHE_DIR ...).
 ENV_PREFIXES = ("STITCHCUDA_", "NCCL_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_")
 
-PROGRESS_FILE = "progress.json"
-RESULT_FILE = "result.json"
-LOG_FILE = "child.log"
+CHANNEL = "{channel}"
 
 
 def clean_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -97,16 +102,68 @@ class ChildOutcome:
         return self.status == "ok"
 
 
-def write_json(path: str | os.PathLike, data: Any) -> None:
-    """Atomic JSON write (the child's reporting channel)."""
-    atomic_write_text(path, json.dumps(data, allow_nan=False, default=str) + "\n")
+class Channel:
+    """The child's end of the report pipe: JSON lines marked with the job's token."""
+
+    def __init__(self, fd: int, token: str = ""):
+        self.fd, self.token = fd, token
+
+    def send(self, **message: Any) -> None:
+        data = (json.dumps({"t": self.token, **message}, allow_nan=False, default=str) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
 
 
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+class _Reader:
+    """The parent's end: splits the pipe into lines, keeps the last phase and the last result."""
+
+    def __init__(self, fd: int, token: str | None):
+        self.fd, self.token = fd, token
+        self.buf = b""
+        self.phase: str | None = None
+        self.result: dict[str, Any] | None = None
+        self.ignored = 0
+
+    def pump(self, timeout: float) -> None:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            return
+        self.buf += chunk
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            self._line(line)
+
+    def drain(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.fd], [], [], 0)
+            if not ready:
+                return
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                return
+            self.buf += chunk
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                self._line(line)
+
+    def _line(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            self.ignored += 1
+            return
+        if not isinstance(msg, dict) or (self.token is not None and msg.get("t") != self.token):
+            self.ignored += 1
+            return
+        if isinstance(msg.get("phase"), str):
+            self.phase = msg["phase"]
+        if isinstance(msg.get("result"), dict):
+            self.result = msg["result"]
 
 
 def _die_with_parent() -> None:
@@ -143,63 +200,72 @@ def _tail(path: Path, chars: int = 8000) -> str:
         return ""
 
 
-def run_child(argv: Sequence[str], workdir: str | os.PathLike, *, limits: Limits = Limits(),
-              env: Mapping[str, str] | None = None, poll: float = 0.05, first_phase: str = "setup") -> ChildOutcome:
-    """Run ``argv`` in ``workdir`` (which receives progress.json, result.json, child.log) under
-    ``limits``; never raises for anything the child does."""
-    wd = Path(workdir)
+def run_child(argv: Sequence[str], workdir: str | os.PathLike | None = None, *, stdin: str = "",
+              limits: Limits = Limits(), env: Mapping[str, str] | None = None, token: str | None = None,
+              poll: float = 0.05, first_phase: str = "setup") -> ChildOutcome:
+    """Run ``argv`` (``{channel}`` replaced by the report pipe's descriptor) in an empty working
+    directory (``workdir``, created and removed here, or a fresh temporary one), ``stdin`` written
+    to it, under ``limits``; never raises for anything the child does."""
+    wd = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="stitchcuda-child-"))
     wd.mkdir(parents=True, exist_ok=True)
-    progress, result, log = wd / PROGRESS_FILE, wd / RESULT_FILE, wd / LOG_FILE
-    for p in (progress, result):
-        if p.exists():
-            p.unlink()
+    logdir = Path(tempfile.mkdtemp(prefix="stitchcuda-log-"))
+    log = logdir / "child.log"
+    r_fd, w_fd = os.pipe()
+    reader = _Reader(r_fd, token)
+    args = [str(w_fd) if a == CHANNEL else a for a in argv]
     t0 = time.monotonic()
     phase, phase_t0 = first_phase, t0
     seen: list[tuple[str, float]] = []
     timeout: Timeout | None = None
-    with log.open("wb") as logf:
-        proc = subprocess.Popen(list(argv), cwd=str(wd), env=dict(env) if env is not None else clean_env(),
-                                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_die_with_parent)
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=poll)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                now = time.monotonic()
-                p = read_json(progress)
-                if isinstance(p, dict) and p.get("phase") and p["phase"] != phase:
-                    seen.append((phase, now - phase_t0))
-                    phase, phase_t0 = str(p["phase"]), now
-                if now - phase_t0 > limits.budget(phase):
-                    timeout = Timeout(round(limits.budget(phase), 3), phase)
-                elif now - t0 > limits.total:
-                    timeout = Timeout(round(limits.total, 3), phase)
-                if timeout is not None:
-                    _kill_group(proc)
-                    proc.wait()
-                    break
-        except BaseException:
-            _kill_group(proc)
-            proc.wait()
-            raise
-        finally:
-            # nothing the child started may outlive it
+    try:
+        with log.open("wb") as logf:
+            proc = subprocess.Popen(args, cwd=str(wd), env=dict(env) if env is not None else clean_env(),
+                                    stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT, pass_fds=(w_fd,),
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+            os.close(w_fd)
+            w_fd = -1
+            feeder = threading.Thread(target=_feed, args=(proc, stdin), daemon=True)
+            feeder.start()
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    end = time.monotonic()
-    last = read_json(progress)  # a phase the child entered after the last poll
-    if isinstance(last, dict) and last.get("phase") and last["phase"] != phase and timeout is None:
+                while proc.poll() is None:
+                    reader.pump(poll)
+                    now = time.monotonic()
+                    if reader.phase and reader.phase != phase:
+                        seen.append((phase, now - phase_t0))
+                        phase, phase_t0 = reader.phase, now
+                    if now - phase_t0 > limits.budget(phase):
+                        timeout = Timeout(round(limits.budget(phase), 3), phase)
+                    elif now - t0 > limits.total:
+                        timeout = Timeout(round(limits.total, 3), phase)
+                    if timeout is not None:
+                        _kill_group(proc)
+                        proc.wait()
+                        break
+            except BaseException:
+                _kill_group(proc)
+                proc.wait()
+                raise
+            finally:
+                # nothing the child started may outlive it
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        end = time.monotonic()
+        reader.drain()
+        if reader.phase and reader.phase != phase and timeout is None:  # entered after the last poll
+            seen.append((phase, end - phase_t0))
+            phase, phase_t0 = reader.phase, end
         seen.append((phase, end - phase_t0))
-        phase, phase_t0 = str(last["phase"]), end
-    seen.append((phase, end - phase_t0))
-    data = read_json(result)
-    data = data if isinstance(data, dict) else None
-    tail = _tail(log)
+        tail = _tail(log)
+    finally:
+        if w_fd >= 0:
+            os.close(w_fd)
+        os.close(r_fd)
+        shutil.rmtree(logdir, ignore_errors=True)
+        if workdir is None:
+            shutil.rmtree(wd, ignore_errors=True)
+    data = reader.result
     rc = proc.returncode
     common = dict(returncode=rc, result=data, phase=phase, seconds=end - t0, log_tail=trim(tail, 8000),
                   phase_seconds=tuple(seen))
@@ -220,10 +286,19 @@ def run_child(argv: Sequence[str], workdir: str | os.PathLike, *, limits: Limits
             except ValueError:
                 msg = f"killed by signal {-rc}\n" + tail
         elif rc == 0:
-            msg = "the child exited without writing its result\n" + tail
+            msg = "the child exited without reporting its result\n" + tail
         crash = classify_crash(rc, msg)
         crash = Crash(crash.kind, trim(_key_line(msg) or crash.message, 600), crash.trial)
     return ChildOutcome("crash", crash=crash, **common)
+
+
+def _feed(proc: subprocess.Popen, text: str) -> None:
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(text.encode())
+        proc.stdin.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
 
 
 _KEY = re.compile(r"CUDA error|illegal (memory|address)|out of memory|MemoryError|Segmentation fault|Aborted|"
@@ -240,13 +315,9 @@ def _key_line(text: str) -> str:
     return (strong or hits)[-1]
 
 
-def new_workdir(prefix: str = "stitchcuda-verify-") -> Path:
-    return Path(tempfile.mkdtemp(prefix=prefix))
+def worker_argv() -> list[str]:
+    return [sys.executable, "-m", "stitchcuda.verifier.worker", CHANNEL]
 
 
-def worker_argv(job: str | os.PathLike) -> list[str]:
-    return [sys.executable, "-m", "stitchcuda.verifier.worker", str(job)]
-
-
-__all__ = ["ENV_KEEP", "ENV_PREFIXES", "clean_env", "Limits", "ChildOutcome", "run_child", "write_json",
-           "read_json", "new_workdir", "worker_argv", "PROGRESS_FILE", "RESULT_FILE", "LOG_FILE"]
+__all__ = ["ENV_KEEP", "ENV_PREFIXES", "CHANNEL", "Channel", "clean_env", "Limits", "ChildOutcome", "run_child",
+           "worker_argv"]

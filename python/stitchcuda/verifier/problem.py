@@ -5,13 +5,16 @@ A reference is named by a file (KernelBench format: ``Model``, ``get_inputs``,
 ``$STITCHCUDA_KERNELBENCH`` or ``shared/kernelbench/dev.jsonl`` beside the checkout), or by the
 manifest's own ``reference`` field.
 
-:func:`validate_reference` is cheap and CPU-only (the model is built on the meta device): it
+:func:`validate_reference` is cheap and CPU-only (inputs and model on the meta device): it
 catches a reference that does not load, whose ``get_inputs`` fails or returns non-tensors, or
 whose inputs or parameters do not match the manifest, before anything is built or run.
-:class:`Problem` is the real thing, on the verification device: the model with the program's
-weights, fresh inputs per seed in manifest order, and the reference's outputs in fp32 eager (TF32
-off, the KernelBench setting) and in float64. Every problem raises :class:`ProblemError`, whose
-message names the file and the problem.
+:class:`Problem` is the real thing, on the verification device: the model built with the
+Verifier's own seed, every parameter and buffer the manifest names taken from it (non-persistent
+buffers included) and handed to both the reference and the program, fresh inputs per seed drawn
+on the device, and the reference's outputs in fp32 eager (TF32 off, the KernelBench setting), in
+float64 where it fits, and at a precision policy. Nothing in the program folder (its weights file)
+flows into the reference. Every problem raises :class:`ProblemError`, whose message names the
+file and the problem.
 
 Random draws inside the reference's forward (manifest ``lifted_random``) are program inputs: the
 harness draws them (``frontend.sample_random_inputs``) and the reference is evaluated from its
@@ -25,7 +28,6 @@ import copy
 import json
 import math
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,25 +67,28 @@ class ReferenceSpec:
 
 
 def kernelbench_candidates(start: Path | None = None) -> list[Path]:
-    """Where a KernelBench development set may be: $STITCHCUDA_KERNELBENCH, then
-    ``shared/kernelbench/dev.jsonl`` in or beside the working directory and ``start``'s parents."""
+    """Where a KernelBench set may be: $STITCHCUDA_KERNELBENCH, then ``shared/kernelbench/dev.jsonl``
+    and ``all.jsonl`` in or beside the working directory and ``start``'s parents."""
     out: list[Path] = []
     if os.environ.get(KERNELBENCH_ENV):
         out.append(Path(os.environ[KERNELBENCH_ENV]))
     bases = [Path.cwd()] + ([start.resolve()] if start else [])
     for base in bases:
         for d in (base, *base.parents):
-            for cand in (d / "shared" / "kernelbench" / "dev.jsonl", d.parent / "shared" / "kernelbench" / "dev.jsonl"):
-                if cand not in out:
-                    out.append(cand)
+            for name in ("dev.jsonl", "all.jsonl"):
+                for cand in (d / "shared" / "kernelbench" / name, d.parent / "shared" / "kernelbench" / name):
+                    if cand not in out:
+                        out.append(cand)
     return out
 
 
 def load_kernelbench(level: int, problem_id: int, start: Path | None = None) -> ReferenceSpec:
     label = f"kernelbench:{level}:{problem_id}"
+    searched: list[Path] = []
     for path in kernelbench_candidates(start):
         if not path.is_file():
             continue
+        searched.append(path)
         with path.open(encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 if not line.strip():
@@ -95,7 +100,9 @@ def load_kernelbench(level: int, problem_id: int, start: Path | None = None) -> 
                 if int(rec.get("level", -1)) == level and int(rec.get("problem_id", -1)) == problem_id:
                     name = str(rec.get("name") or f"level{level}_{problem_id}")
                     return ReferenceSpec(f"{label} ({name}, {path})", name, source=rec["source"])
-        raise ProblemError(path, f"no problem level {level} id {problem_id} in the KernelBench set")
+    if searched:
+        raise ProblemError(searched[0], f"no problem level {level} id {problem_id} in the KernelBench set"
+                                        + (f" (nor in {', '.join(map(str, searched[1:]))})" if searched[1:] else ""))
     raise ProblemError(label, f"no KernelBench set found: set {KERNELBENCH_ENV} to a dev.jsonl "
                               "(one {level, problem_id, name, source} object per line)")
 
@@ -176,16 +183,39 @@ def _program_inputs(manifest: mf.Manifest) -> list[mf.TensorSpec]:
     return [t for t in manifest.inputs if t.name not in lifted]
 
 
+def model_state(model: Any) -> dict[str, Any]:
+    """Every parameter and buffer of ``model`` by its qualified name, non-persistent buffers included
+    (a causal mask registered with ``persistent=False`` is not in ``state_dict()`` but is a weight of
+    the program all the same)."""
+    state = dict(model.named_parameters(remove_duplicate=False))
+    state.update(dict(model.named_buffers(remove_duplicate=False)))
+    return state
+
+
+def _inputs_on(spec: ReferenceSpec, module: Any, device: Any) -> list[Any]:
+    """``get_inputs()`` with factory functions on ``device`` (the meta device gives shapes without
+    data; a CUDA device draws on the GPU, where a multi-GiB input takes milliseconds, not the seconds
+    the CPU's generator takes); tensors made elsewhere are moved there."""
+    import torch
+
+    with torch.device(device):
+        args = _call(spec, module.get_inputs, "get_inputs()")
+    return [a.to(device) if isinstance(a, torch.Tensor) and a.device != torch.device(device) else a for a in args]
+
+
 def validate_reference(spec: ReferenceSpec, manifest: mf.Manifest, *, manifest_file: str | os.PathLike = "",
                        weights_file: str | os.PathLike | None = None) -> list[str]:
-    """Load the reference and check it against the manifest on the CPU (no forward pass, model on the
-    meta device). Returns notes; raises ProblemError on a mismatch."""
+    """Load the reference and check it against the manifest on the CPU (no forward pass; inputs and
+    model on the meta device where they can be). Returns notes; raises ProblemError on a mismatch."""
     import torch
 
     ref = load_module(spec)
     torch.manual_seed(0)
     init = _call(spec, ref.module.get_init_inputs, "get_init_inputs()")
-    args = _call(spec, ref.module.get_inputs, "get_inputs()")
+    try:
+        args = _inputs_on(spec, ref.module, "meta")
+    except ProblemError:
+        args = _call(spec, ref.module.get_inputs, "get_inputs()")  # the error, or the values, on the CPU
     idx = _split_args(spec, args, "get_inputs()")
     want = _program_inputs(manifest)
     mfile = manifest_file or mf.MANIFEST_FILE
@@ -209,43 +239,20 @@ def validate_reference(spec: ReferenceSpec, manifest: mf.Manifest, *, manifest_f
     try:
         with torch.device("meta"):
             model = ref.Model(*init)
-        state = model.state_dict()
+        state = model_state(model)
     except Exception as e:  # noqa: BLE001 - some models cannot be built on meta; checked on the device later
         return notes + [f"parameters not checked before the run (the model cannot be built on the meta device: "
                         f"{type(e).__name__})"]
-    wfile = weights_file or mfile
     for w in manifest.weights:
         if w.name not in state:
-            raise ProblemError(wfile, f"weight {w.name!r} is not a parameter or buffer of the reference model "
+            raise ProblemError(mfile, f"weight {w.name!r} is not a parameter or buffer of the reference model "
                                       f"(it has {', '.join(list(state)[:6])}{' ...' if len(state) > 6 else ''})")
         have = tuple(state[w.name].shape)
         if have != w.shape:
-            raise ProblemError(wfile, f"weight {w.name!r} is {list(w.shape)}; the reference's parameter is "
+            raise ProblemError(mfile, f"weight {w.name!r} is {list(w.shape)}; the reference's parameter is "
                                       f"{list(have)}")
+    del weights_file  # the Verifier draws the weights itself: the folder's file plays no part
     return notes
-
-
-# ------------------------------------------------------------------ weights file (no safetensors package needed)
-
-
-def read_weights(path: str | os.PathLike) -> dict[str, Any]:
-    """All tensors of a safetensors file, as CPU torch tensors."""
-    import torch
-
-    from .correctness import TORCH_DTYPES
-
-    header = mf.read_safetensors_header(path)
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        data = f.read()[n:]
-    out = {}
-    for name, t in header.items():
-        begin, end = t.offsets
-        dtype = TORCH_DTYPES[t.dtype]
-        raw = bytearray(data[begin:end])
-        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-        out[name] = flat.reshape(t.shape).clone()
-    return out
 
 
 # ------------------------------------------------------------------ the problem on a device
@@ -269,19 +276,25 @@ def _flatten(out: Any) -> list[Any]:
 
 
 class Problem:
-    """The reference on ``device`` with the program's weights (see the module docstring).
+    """The reference on ``device`` with weights the Verifier drew itself (module docstring).
 
-    ``weights`` (manifest order, manifest dtypes, contiguous, on the device) is what the program's
-    create() gets. ``draw(seed, scale)`` gives fresh inputs; ``forward``/``forward64`` the
-    reference's outputs for them. Implements ``correctness.ReferenceLike``.
+    The model is built with ``weights_seed`` (``torch.manual_seed`` then ``Model(*get_init_inputs())``)
+    and every tensor the manifest lists as a weight is taken from it by name: parameters, buffers,
+    non-persistent buffers. ``weights`` (manifest order and dtypes, contiguous, on the device) is what
+    the program's create() gets; the reference computes with the same values. Nothing of the program
+    folder (its weights file) flows into the reference.
+
+    ``draw(seed)`` gives fresh inputs (drawn on the device); ``forward`` the reference's outputs in
+    fp32 eager with TF32 off, ``forward64`` in float64 (None when the model cannot be cast or the
+    device has no room), ``forward_at(policy)`` with PyTorch allowed that policy's precision.
+    Implements ``correctness.ReferenceLike``.
     """
 
-    def __init__(self, spec: ReferenceSpec, manifest: mf.Manifest, device: Any, *,
-                 weights_file: str | os.PathLike | None = None, weights_seed: int = 0,
+    def __init__(self, spec: ReferenceSpec, manifest: mf.Manifest, device: Any, *, weights_seed: int = 0,
                  manifest_file: str | os.PathLike = mf.MANIFEST_FILE):
         import torch
 
-        from .correctness import TORCH_DTYPES
+        from .compare import torch_dtype
 
         self.spec, self.manifest, self.device = spec, manifest, torch.device(device)
         self.input_specs, self.output_specs = manifest.inputs, manifest.outputs
@@ -290,31 +303,25 @@ class Problem:
         torch.manual_seed(weights_seed)
         init = _call(spec, self.module.module.get_init_inputs, "get_init_inputs()")
         try:
-            model = self.module.Model(*init)
+            with torch.device(self.device):  # initialised where it runs: a GiB of weights in milliseconds
+                model = self.module.Model(*init)
         except Exception as e:  # noqa: BLE001
             raise ProblemError(spec.label, f"Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from None
-        state = model.state_dict()
-        loaded = read_weights(weights_file) if weights_file else {}
+        model = model.to(self.device)
+        state = model_state(model)
         weights = []
         for w in manifest.weights:
-            if w.name in loaded:
-                value = loaded[w.name]
-                if w.name in state:
-                    state[w.name].copy_(value.to(state[w.name].dtype))
-                else:
-                    raise ProblemError(weights_file or manifest_file,
-                                       f"weight {w.name!r} is not a parameter or buffer of the reference model")
-            elif w.name in state:
-                value = state[w.name]
-            else:
+            if w.name not in state:
                 raise ProblemError(manifest_file, f"weight {w.name!r} is not a parameter or buffer of the reference "
-                                                  "model, and there is no weights file holding it")
+                                                  f"model (it has {', '.join(list(state)[:6])}"
+                                                  f"{' ...' if len(state) > 6 else ''})")
+            value = state[w.name].detach()
             if tuple(value.shape) != w.shape:
-                raise ProblemError(weights_file or manifest_file,
-                                   f"weight {w.name!r} is {list(value.shape)}; the manifest says {list(w.shape)}")
-            weights.append(value.detach().to(TORCH_DTYPES[w.dtype]).contiguous().to(self.device))
+                raise ProblemError(manifest_file, f"weight {w.name!r} is {list(value.shape)} in the reference; the "
+                                                  f"manifest says {list(w.shape)}")
+            weights.append(value.to(torch_dtype(w.dtype)).contiguous().clone())
         self.weights = weights
-        self.model = model.to(self.device)
+        self.model = model
         self._model64: Any = None
         self._no64 = ""
         self._graph = None
@@ -322,10 +329,13 @@ class Problem:
         lifted = {r.input for r in manifest.lifted_random}
         self._lifted = [t for t in manifest.inputs if t.name in lifted]
         self._plain = [t for t in manifest.inputs if t.name not in lifted]
+        self.lifted_indices = tuple(i for i, t in enumerate(manifest.inputs) if t.name in lifted)
         if self._lifted:
             self._capture()
 
-    # -------------------------------------------------------------- inputs
+    def nbytes(self) -> int:
+        """Bytes of one set of inputs, outputs and weights (what a float64 copy would double)."""
+        return sum(t.nbytes for t in (*self.manifest.inputs, *self.manifest.outputs, *self.manifest.weights))
 
     def _capture(self) -> None:
         import torch
@@ -350,77 +360,130 @@ class Problem:
         self.notes.append("the reference draws random numbers in forward: its outputs come from the captured graph "
                           "evaluated on the harness's draws")
 
-    def draw(self, seed: int, scale: float | None = None):
+    def draw(self, seed: int):
+        """Fresh inputs under ``seed``: ``get_inputs()`` drawn on the device, in manifest order and
+        dtypes (a Draw), with the draws lifted from forward made by the harness."""
         import torch
 
-        from .correctness import TORCH_DTYPES, Draw
+        from .compare import torch_dtype
+        from .correctness import Draw
 
         torch.manual_seed(seed)
-        args = _call(self.spec, self.module.module.get_inputs, "get_inputs()")
+        args = _inputs_on(self.spec, self.module.module, self.device)
         idx = _split_args(self.spec, args, "get_inputs()")
         if len(idx) != len(self._plain):
             raise ProblemError(mf.MANIFEST_FILE, f"lists {len(self._plain)} input(s); get_inputs() gave {len(idx)} "
                                                  "tensor(s)")
         program: dict[str, Any] = {}
         model_args = list(args)
+        dtypes = []
         for i, spec in zip(idx, self._plain):
             a = args[i]
-            if scale is not None and a.dtype.is_floating_point:
-                a = a * scale
-            p = a.to(device=self.device, dtype=TORCH_DTYPES[spec.dtype]).contiguous()
+            p = a.to(device=self.device, dtype=torch_dtype(spec.dtype)).contiguous()
             if tuple(p.shape) != spec.shape:
                 raise ProblemError(mf.MANIFEST_FILE, f"input {spec.name} is {list(spec.shape)}; get_inputs() gave "
                                                      f"{list(p.shape)}")
             program[spec.name] = p
-            model_args[i] = p.to(a.dtype) if p.dtype != a.dtype else p
+            model_args[i] = None  # filled with whatever inputs the reference is asked about
+            dtypes.append(a.dtype)
+        del args
         if self._lifted:
             from ..frontend import sample_random_inputs
 
             drawn = sample_random_inputs(self._graph, seed=seed, device=self.device)
             for spec in self._lifted:
-                program[spec.name] = drawn[spec.name].to(TORCH_DTYPES[spec.dtype]).contiguous()
-        model_args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in model_args]
-        return Draw(program=[program[t.name] for t in self.manifest.inputs], model_args=model_args, seed=seed)
+                program[spec.name] = drawn[spec.name].to(torch_dtype(spec.dtype)).contiguous()
+        return Draw(program=[program[t.name] for t in self.manifest.inputs], model_args=model_args, seed=seed,
+                    arg_index=tuple(idx), arg_dtypes=tuple(dtypes))
 
     # -------------------------------------------------------------- outputs
 
-    def forward(self, draw) -> list[Any]:
+    def model_args(self, draw, inputs=None) -> list[Any]:
+        """The reference's forward arguments for program ``inputs`` (default: the draw's), each in the
+        dtype the reference drew; copies where the device has room (a reference may write its inputs)."""
+        inputs = list(draw.program if inputs is None else inputs)
+        plain = [t for spec, t in zip(self.manifest.inputs, inputs) if spec.name not in {s.name for s in self._lifted}]
+        args = list(draw.model_args)
+        copy_ok = _room_for(sum(t.numel() * t.element_size() for t in plain), 4, self.device)
+        for pos, want, t in zip(draw.arg_index, draw.arg_dtypes, plain):
+            args[pos] = t.to(want) if t.dtype != want else (t.clone() if copy_ok else t)
+        return args
+
+    def forward(self, draw, inputs=None) -> list[Any]:
+        """The reference's outputs for ``inputs`` (default: the draw's), fp32 eager, TF32 off."""
         import torch
 
         with torch.no_grad(), fp32_exact():
             if self._graph is not None:
-                return self._graph_forward(draw, self._graph_weights, torch.float32)
-            out = self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in draw.model_args])
+                return self._graph_forward(draw, inputs, self._graph_weights, torch.float32)
+            out = self.model(*self.model_args(draw, inputs))
         return [t.detach() for t in _flatten(out)]
 
-    def forward64(self, draw) -> list[Any] | None:
+    def forward_at(self, policy: str, draw, inputs=None) -> list[Any] | None:
+        """The reference's outputs with PyTorch allowed ``policy``'s precision (TF32 flags, autocast),
+        as a program honestly computing at that policy would get them; None where that means nothing
+        here (a CPU device, where neither TF32 nor CUDA autocast applies)."""
+        import torch
+
+        from ..precision import get
+
+        if self.device.type != "cuda":
+            return None
+        with torch.no_grad(), get(policy).baseline():
+            if self._graph is not None:
+                return [t.float() for t in self._graph_forward(draw, inputs, self._graph_weights, torch.float32)]
+            out = self.model(*self.model_args(draw, inputs))
+        return [t.detach().float() if t.is_floating_point() else t.detach() for t in _flatten(out)]
+
+    def forward64(self, draw, inputs=None) -> list[Any] | None:
+        """The reference in float64, or None (with a note) when the model cannot be cast or a float64
+        copy of its inputs, outputs and weights does not fit on the device."""
         import torch
 
         if self._no64:
+            return None
+        if not _room_for(2 * self.nbytes(), 3, self.device):
+            self._no64 = "no float64 reference: a float64 copy of inputs, outputs and weights does not fit on the device"
+            self.notes.append(self._no64)
             return None
         try:
             with torch.no_grad():
                 if self._graph is not None:
                     w64 = {k: (v.double() if v.is_floating_point() else v) for k, v in self._graph_weights.items()}
-                    return self._graph_forward(draw, w64, torch.float64)
+                    return self._graph_forward(draw, inputs, w64, torch.float64)
                 if self._model64 is None:
                     self._model64 = copy.deepcopy(self.model).double()
-                args = [a.clone().double() if isinstance(a, torch.Tensor) and a.is_floating_point() else
-                        (a.clone() if isinstance(a, torch.Tensor) else a) for a in draw.model_args]
+                args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                        for a in self.model_args(draw, inputs)]
                 return [t.detach() for t in _flatten(self._model64(*args))]
-        except Exception as e:  # noqa: BLE001 - some ops have no float64 kernel: compare with fp32 only
+        except Exception as e:  # noqa: BLE001 - some ops have no float64 kernel, or no room: fp32 only
             self._no64 = f"no float64 reference ({type(e).__name__}: {str(e)[:120]})"
             self.notes.append(self._no64)
             self._model64 = None
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
             return None
 
-    def _graph_forward(self, draw, weights, float_dtype) -> list[Any]:
+    def _graph_forward(self, draw, inputs, weights, float_dtype) -> list[Any]:
         from ..frontend import evaluate_graph
 
-        inputs = {}
-        for spec, t in zip(self.manifest.inputs, draw.program):
-            inputs[spec.name] = t.to(float_dtype) if t.is_floating_point() else t
-        return [t.detach() for t in evaluate_graph(self._graph, inputs, weights)]
+        feed = {}
+        for spec, t in zip(self.manifest.inputs, draw.program if inputs is None else inputs):
+            feed[spec.name] = t.to(float_dtype) if t.is_floating_point() else t
+        return [t.detach() for t in evaluate_graph(self._graph, feed, weights)]
+
+
+def _room_for(nbytes: int, factor: float, device: Any) -> bool:
+    """Whether ``factor`` times ``nbytes`` fits in the device's free memory (always on the CPU)."""
+    import torch
+
+    if getattr(device, "type", str(device)) != "cuda":
+        return True
+    free, total = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # torch's own cache
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda d: 0.9)(device)
+    cap = fraction * total - torch.cuda.memory_allocated(device)  # what torch may still take in this process
+    return nbytes * factor <= 0.9 * min(free, cap)
 
 
 def tensor_bytes(shape: tuple[int, ...], dtype: str) -> int:
@@ -428,4 +491,4 @@ def tensor_bytes(shape: tuple[int, ...], dtype: str) -> int:
 
 
 __all__ = ["ProblemError", "ReferenceSpec", "resolve_reference", "load_kernelbench", "kernelbench_candidates",
-           "load_module", "validate_reference", "read_weights", "fp32_exact", "Problem", "KERNELBENCH_ENV"]
+           "load_module", "validate_reference", "model_state", "fp32_exact", "Problem", "KERNELBENCH_ENV"]

@@ -37,6 +37,21 @@ class SpeedupRecheck:
 
 
 @dataclass(frozen=True)
+class TimedCallCheck:
+    """The timed calls' check (``timing.TimedCalls``): of ``calls`` timed calls (warm-up included),
+    ``checked`` were compared with the reference, ``failed`` of them wrong."""
+
+    calls: int
+    checked: int
+    failed: int
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.failed == 0 and self.checked > 0
+
+
+@dataclass(frozen=True)
 class TimingDetails:
     """How the numbers in the TimingTable were taken."""
 
@@ -49,6 +64,7 @@ class TimingDetails:
     matched_baseline: str = ""  # the baseline the speedup check uses ("torch.compile at bf16", ...)
     recheck: SpeedupRecheck | None = None
     notes: tuple[str, ...] = ()
+    timed_calls: TimedCallCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -148,5 +164,5 @@ class GpuDetails:
     correctness_notes: tuple[str, ...] = ()
 
 
-__all__ = ["PhaseTiming", "SpeedupRecheck", "TimingDetails", "TaskTime", "GapStats", "LaunchCheck", "GraphCheck",
+__all__ = ["PhaseTiming", "SpeedupRecheck", "TimedCallCheck", "TimingDetails", "TaskTime", "GapStats", "LaunchCheck", "GraphCheck",
            "ProfileDetails", "RefOpTime", "MemoryUse", "GpuDetails"]

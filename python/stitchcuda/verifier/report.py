@@ -16,7 +16,7 @@ from . import serde
 from .profile import Ceilings, KernelRecord, ProfileSummary, TimingTable, format_bytes, format_ns, summarise
 from .records import GpuDetails, PhaseTiming
 from .rubric import Rubric
-from .verdict import CompileError, Crash, Passed, Rejected, Timeout, VerificationResult, WrongAnswer
+from .verdict import CompileError, Crash, Inconclusive, Passed, Rejected, Timeout, VerificationResult, WrongAnswer
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -43,6 +43,10 @@ class VerificationReport:
     notes: tuple[str, ...] = ()
     phases: tuple[PhaseTiming, ...] = ()  # seconds per verification phase (build, correctness, timing, profile)
     details: GpuDetails | None = None  # timing settings, profile attribution, reference top ops, memory
+    claimed_precision: str = ""  # the manifest's; ``precision`` is the one judged at
+    precision_source: str = ""  # "requested" (an argument of verify / --precision) or "manifest" (none given)
+    seed: int | None = None  # of the inputs and every random choice; written only after the run
+    weights_seed: int | None = None  # of the reference model the weights were drawn from
 
     def profile(self) -> ProfileSummary:
         return summarise(self.kernels, self.ceilings, self.precision)
@@ -131,8 +135,13 @@ def render_markdown(report: VerificationReport, *, timeline: str | None = None, 
     v = r.result.verdict
     lines = [f"# Verification report: {r.program}", ""]
     rest = v.summary().partition(": ")[2]
-    meta = [["verdict", f"**{v.VERDICT}**" + (f": {rest}" if rest else "")], ["precision", r.precision],
-            ["arch", r.arch]]
+    prec = r.precision
+    if r.precision_source:
+        prec += f" ({r.precision_source}" + (f"; the manifest claims {r.claimed_precision}"
+                                             if r.claimed_precision and r.claimed_precision != r.precision else "") + ")"
+    meta = [["verdict", f"**{v.VERDICT}**" + (f": {rest}" if rest else "")], ["precision", prec], ["arch", r.arch]]
+    if r.seed is not None:
+        meta.append(["seeds", f"inputs {r.seed}, weights {r.weights_seed}"])
     for k, val in (("device", r.device), ("date", r.created), ("commit", r.commit), ("command", f"`{r.command}`"
                                                                                                if r.command else "")):
         if val:
@@ -172,7 +181,7 @@ def _verdict_section(res: VerificationResult) -> list[str]:
         out += ["```", v.for_prompt(4000, limit=10), "```"]
     elif isinstance(v, Rejected):
         out += [f"- {reason}" for reason in v.reasons]
-    elif isinstance(v, (WrongAnswer, Crash, Timeout, Passed)):
+    elif isinstance(v, (WrongAnswer, Crash, Timeout, Passed, Inconclusive)):
         out += [v.summary()]
         if isinstance(v, Passed) and v.warnings:
             out += [""] + [f"- warning: {w}" for w in v.warnings]
@@ -187,15 +196,18 @@ def _correctness_section(res: VerificationResult) -> list[str]:
     rows = []
     for t in res.trials:
         for o in t.outputs:
+            tol = f"{o.tolerance:.0e}" + (f" (atol {o.atol:.1e})" if o.atol is not None and o.atol < o.tolerance else "")
             rows.append([str(t.index) + (f" ({t.label})" if t.label else ""), o.name, _err(o.max_abs_err),
                          _err(o.mean_abs_err), _err(o.max_abs_err_f64) if o.max_abs_err_f64 is not None else "n/a",
-                         "[" + ", ".join(map(str, o.where)) + "]" if o.where else "",
-                         f"{o.tolerance:.0e}", str(o.nan_count), "pass" if o.passed else "**FAIL**"])
+                         "[" + ", ".join(map(str, o.where)) + "]" if o.where else "", tol, str(o.nan_count),
+                         ("pass" if o.passed else "**FAIL**") + (f" ({o.judged})" if o.judged != "elementwise" else "")])
     out += [_table(["trial", "output", "max abs err", "mean abs err", "max abs err (f64 ref)", "worst at", "tol",
                     "NaN", "result"], rows), ""]
-    out += ["Errors against the reference run in PyTorch fp32 eager (TF32 off), the KernelBench convention, and "
-            "against the reference in float64 where the model could be cast; `allclose` with atol = rtol = tol. "
-            "Trials labelled x8 / x1e-3 scale the random inputs to catch value-range tricks.", ""]
+    out += ["Errors against the reference run in PyTorch fp32 eager (TF32 off), the KernelBench convention: "
+            "`allclose` with atol = rtol = tol of the policy judged at, atol scaled down to tol x RMS for an output "
+            "whose RMS is below 1. The reference is computed in float64 (where it fits) only for an output that "
+            "fails against fp32. Labelled trials are the varied-distribution trials, the repeated calls on the "
+            "same buffers and the single-element sensitivity trials.", ""]
     return out
 
 

@@ -2,8 +2,9 @@
 
 =================  ========================================================================
 anti_hacking       static findings plus the dynamic checks (outputs follow changed inputs, no
-                   reuse of previous outputs, inputs unchanged, outputs fully written, >10x
-                   speedup re-check). 0 on any rejection or failed check; otherwise half for a
+                   reuse of previous outputs, inputs unchanged, outputs fully written, repeated
+                   calls, single-element sensitivity, varied distributions; the timed calls and the
+                   >10x re-check when timed). 0 on any rejection or failed check; otherwise half for a
                    clean static pass (less 0.1 per warning) and half spread over the dynamic
                    checks that passed, so a CPU-only report honestly scores at most 0.5.
 cuda_engineering   techniques found in the source (cuBLASLt epilogue fusion, shared-memory
@@ -32,7 +33,8 @@ from .profile import KernelRecord, ProfileSummary
 from .static import Finding
 from .verdict import DynamicCheck
 
-REQUIRED_DYNAMIC = ("outputs_follow_inputs", "no_output_reuse", "inputs_unchanged", "outputs_written")
+REQUIRED_DYNAMIC = ("outputs_follow_inputs", "no_output_reuse", "inputs_unchanged", "outputs_written", "repeat_calls",
+                    "sensitivity", "varied_inputs")
 
 # ------------------------------------------------------------------ anti-hacking
 

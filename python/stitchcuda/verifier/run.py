@@ -1,54 +1,74 @@
-"""The Verifier end to end: ``verify(program_dir, reference)`` -> a verdict, and the written report.
+"""The Verifier end to end: ``verify(program_dir, reference, precision=...)`` -> a verdict, and the report.
 
-In order, each step timed (the phase timings go into the report, for BENCHMARKS.md):
+The Verifier's inputs are its own: the precision to judge at is an argument (the manifest's only
+when none is given, and the report says which), the seeds are drawn fresh for each verification
+(and written to the report only after the run), the weights are drawn from the reference model
+by the Verifier. In order, each step timed (the phase timings go into the report):
 
-1. **inputs**: the program folder (manifest, program.cu, weights) and the reference are loaded and
-   checked against each other on the CPU. A problem here is the caller's, not the candidate's: it
-   raises ``ManifestError`` / ``ProblemError`` naming the file and the problem, and nothing is
-   written.
+1. **inputs**: the program folder (manifest, program.cu) and the reference are loaded and checked
+   against each other on the CPU. A problem here is the caller's, not the candidate's: it raises
+   ``ManifestError`` / ``ProblemError`` naming the file and the problem, and nothing is written.
 2. **static**: ``static.check_program``; a rejected candidate is not built.
-3. **build**: through the project's one build cache (:func:`stitchcuda.build.build`). A failure is a
-   ``CompileError`` verdict; a machine that cannot build at all raises ``VerifyEnvironmentError``.
-4. **correctness + timing** in one child process (:mod:`.worker`, mode ``verify``), isolated by
-   :mod:`.isolate`: trials and dynamic checks, then (when correct) the program and its four
-   baselines timed on one stream, then the reference's own profile.
-5. **profile** in a second child (mode ``profile``): CUPTI records of the program, attributed to
-   tasks and placed against the device's ceilings. A separate process, so CUPTI and the
-   reference's torch.profiler never share one.
-6. rubric, feedback, report.json / report.md / timeline.png in the program folder.
+3. **build**: through the project's one build cache (:func:`stitchcuda.build.build`), linked with
+   ``-z defs`` and the traced names of :mod:`.sandbox`; an honest baseline program is built the
+   same way. A compile failure is a ``CompileError``; a link refused only for imports from the host
+   process is a rejection; a baseline that does not build either means the machine cannot build.
+4. **sandbox**: the built library's imports and system calls (:mod:`.sandbox`); a refused library
+   is not run.
+5. **correctness + timing** in one child process (:mod:`.worker`, mode ``verify``), isolated by
+   :mod:`.isolate`; the job is a :class:`~.job.WorkerJob`.
+6. **profile** in a second child (mode ``profile``): CUPTI records of the program.
+7. rubric, feedback, report.json / report.md / timeline.png in the program folder.
 
 A crash, illegal address, hang or out-of-memory in a child is a verdict on the candidate; the
-parent carries on (it never initialises CUDA itself).
+parent carries on (it never initialises CUDA itself). What is not the candidate's fault — no GPU,
+no compiler, a TMPDIR that does not exist, the harness out of memory — is never a verdict on it:
+the Verifier writes what it could judge (an ``Inconclusive`` report) and raises
+:class:`VerifyEnvironmentError` carrying it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
+import secrets
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from .. import manifest as mf
-from . import serde
+from ..precision import get as get_policy
+from . import sandbox, serde
 from .correctness import CorrectnessResult
 from .feedback import make_feedback
-from .isolate import ChildOutcome, Limits, clean_env, new_workdir, run_child, worker_argv, write_json
+from .inputs import fresh_seed
+from .isolate import ChildOutcome, Limits, clean_env, run_child, worker_argv
+from .job import WorkerJob
 from .problem import ProblemError, ReferenceSpec, resolve_reference, validate_reference
 from .profile import Ceilings, KernelRecord, TimingTable, summarise
 from .records import GpuDetails, MemoryUse, PhaseTiming, ProfileDetails, RefOpTime, TimingDetails
 from .report import ReportFiles, VerificationReport, now_utc, write_report
 from .rubric import build_rubric, detect_techniques
-from .static import check_program
+from .static import Finding, check_program
 from .timing import LoopSettings
-from .verdict import CompileError, Crash, DynamicCheck, Passed, Timeout, VerificationResult, build_result
+from .verdict import (CompileError, Crash, DynamicCheck, Inconclusive, Passed, Timeout, VerificationResult,
+                      build_result)
+
+#: Exit codes of ``stitchcuda verify`` (README, "Verifying a program").
+EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_VERIFY = 0, 1, 2, 3
 
 
 class VerifyEnvironmentError(RuntimeError):
-    """The machine cannot verify (no CUDA device, no nvcc): nobody's candidate is at fault."""
+    """The machine cannot finish verifying (no CUDA device, no nvcc, no usable TMPDIR): nobody's
+    candidate is at fault. ``verification`` holds the partial result (an ``Inconclusive`` verdict
+    and the report written) when the inputs could be read."""
+
+    def __init__(self, message: str, verification: "Verification | None" = None):
+        super().__init__(message)
+        self.verification = verification
 
 
 @dataclass(frozen=True)
@@ -60,8 +80,11 @@ class VerifyOptions:
     reference_profile: bool = True
     dynamic: bool = True
     static_gate: bool = True  # do not build a candidate the static rules reject
-    seed: int = 1000
-    weights_seed: int = 0
+    precision: str | None = None  # the policy to judge at; None: the manifest's
+    seed: int | None = None  # None: drawn fresh (and reported after the run)
+    weights_seed: int | None = None  # None: drawn fresh
+    varied: int = 4  # varied-distribution trials
+    sandbox: bool = True  # judge the built library's imports (and refuse what it may not call)
     limits: Limits = field(default_factory=Limits)
     timing: LoopSettings = field(default_factory=LoopSettings)
     profile_runs: int = 20
@@ -84,6 +107,13 @@ class Verification:
     phases: tuple[PhaseTiming, ...]
     library: Path | None = None
 
+    @property
+    def exit_code(self) -> int:
+        """0 passed, 1 a verdict against the candidate, 3 inconclusive (README)."""
+        if self.result.ok:
+            return EXIT_PASSED
+        return EXIT_CANNOT_VERIFY if self.result.kind == "inconclusive" else EXIT_FAILED
+
 
 # ------------------------------------------------------------------ build
 
@@ -98,59 +128,92 @@ class BuildOutcome:
 
 
 def build_program(prog: mf.ProgramDir, arch: str, timeout: float = 600.0) -> BuildOutcome:
-    """Build program.cu through the project's one build cache (:func:`stitchcuda.build.build`).
+    """Build program.cu through the project's one build cache, linked as :mod:`.sandbox` needs.
 
     Raises :class:`VerifyEnvironmentError` when nothing could be compiled for a reason that is
     not the candidate's (no nvcc, never-compile mode, an unwritable cache); a compile error is a
     failed :class:`BuildOutcome` (a verdict)."""
+    return _build(prog.source.read_text(encoding="utf-8"), arch, timeout, prog.manifest.name,
+                  prog.manifest.precision, str(prog.source))
+
+
+def _build(source: str, arch: str, timeout: float, name: str, policy: str, what: str) -> BuildOutcome:
     from .. import build as build_mod
 
     t0 = time.monotonic()
-    out = build_mod.build(prog.source, arch=arch, timeout=timeout, name=prog.manifest.name,
-                          policy=prog.manifest.precision)
+    out = build_mod.build(source, arch=arch, timeout=timeout, name=name, policy=policy, flags=sandbox.LINK_FLAGS)
     if out.ok and out.library:
-        text = out.compile.output if out.compile is not None else out.message
+        text = out.compile.output if out.compile is not None else _recorded_output(Path(out.library))
         return BuildOutcome(True, Path(out.library), text, time.monotonic() - t0, out.cached)
     if out.compile is None:  # nothing was compiled: no nvcc, never-compile mode, an unwritable cache
-        raise VerifyEnvironmentError(f"cannot build {prog.source}: {out.message}")
+        raise VerifyEnvironmentError(f"cannot build {what}: {out.message}")
     return BuildOutcome(False, None, out.compile.output, time.monotonic() - t0)
+
+
+def _recorded_output(library: Path) -> str:
+    """The compiler output a cached build recorded beside its library (build.json)."""
+    import json
+
+    try:
+        return str(json.loads((library.parent / "build.json").read_text()).get("output", ""))
+    except (OSError, ValueError):
+        return ""
+
+
+def build_baseline(arch: str) -> BuildOutcome:
+    """The honest program the sandbox rules compare with: the package's example, built the same way."""
+    from ..paths import EXAMPLES_DIR
+
+    src = EXAMPLES_DIR / "example_mlp.cu"
+    return _build(src.read_text(encoding="utf-8"), arch, 600.0, "sandbox_baseline", "fp32", str(src))
+
+
+def environment_problem() -> str:
+    """What keeps this machine from building and running candidates, or ""."""
+    tmp = os.environ.get("TMPDIR")
+    if tmp and not (os.path.isdir(tmp) and os.access(tmp, os.W_OK | os.X_OK)):
+        return f"TMPDIR={tmp} is not a writable folder: the compiler and the child processes need it"
+    try:
+        with tempfile.TemporaryFile():
+            pass
+    except OSError as e:
+        return f"no writable temporary folder ({e.strerror or e})"
+    return ""
 
 
 # ------------------------------------------------------------------ children
 
 
-def _job(prog: mf.ProgramDir, library: Path, spec: ReferenceSpec, o: VerifyOptions, mode: str) -> dict[str, Any]:
-    return {
-        "mode": mode, "library": str(library.resolve()), "manifest": str(prog.manifest_path.resolve()),
-        "program_dir": str(prog.root.resolve()), "reference": spec.to_dict(),
-        "weights_file": str(prog.weights.resolve()) if prog.weights else None, "weights_seed": o.weights_seed,
-        "trials": o.trials, "seed": o.seed, "time": o.time, "compile": o.compile, "dynamic": o.dynamic,
-        "reference_profile": o.reference_profile, "memory_fraction": o.memory_fraction,
-        "program_memory_cap": o.program_memory_cap,
-        "timing_settings": dataclasses.asdict(o.timing), "profile_runs": o.profile_runs, "device": o.device,
-        "cupti": o.cupti,
-    }
+def _job(prog: mf.ProgramDir, library: Path, spec: ReferenceSpec, o: VerifyOptions, mode: str, precision: str,
+         seed: int, weights_seed: int) -> WorkerJob:
+    return WorkerJob(mode=mode, library=str(library.resolve()), manifest=prog.manifest, reference=spec,
+                     precision=precision, seed=seed, weights_seed=weights_seed, token=secrets.token_hex(16),
+                     trials=o.trials, varied=o.varied, time=o.time, compile=o.compile, dynamic=o.dynamic,
+                     reference_profile=o.reference_profile, memory_fraction=o.memory_fraction,
+                     program_memory_cap=o.program_memory_cap, timing=o.timing, profile_runs=o.profile_runs,
+                     device=o.device, cupti=o.cupti)
 
 
-def run_worker(job: dict[str, Any], limits: Limits, *, keep: bool = False,
-               argv: Callable[[Path], list[str]] = worker_argv) -> ChildOutcome:
-    """Write the job into a fresh folder and run the worker on it under ``limits``."""
-    wd = new_workdir()
-    try:
-        write_json(wd / "job.json", job)
-        return run_child(argv(wd / "job.json"), wd, limits=limits, env=clean_env())
-    finally:
-        if not keep:
-            shutil.rmtree(wd, ignore_errors=True)
+def run_worker(job: WorkerJob, limits: Limits, *, argv: Callable[[], list[str]] = worker_argv) -> ChildOutcome:
+    """Run the worker on ``job`` (sent over its stdin) in an empty folder, under ``limits``."""
+    return run_child(argv(), stdin=job.to_json(), limits=limits, env=clean_env(), token=job.token)
 
 
-def _raise_input_problems(out: ChildOutcome) -> None:
+def _input_problem(out: ChildOutcome) -> None:
     r = out.result or {}
     if r.get("status") == "input_error" and isinstance(r.get("input_error"), dict):
         e = r["input_error"]
         raise ProblemError(e.get("file", "?"), e.get("problem", "?"))
+
+
+def _environment_of(out: ChildOutcome) -> str:
+    """Why a child could not judge, when it was not the candidate's fault ("" otherwise)."""
+    r = out.result or {}
     if r.get("status") == "error":
-        raise VerifyEnvironmentError(str(r.get("error", "the verification child could not start")))
+        return str(r.get("error", "the verification child could not start"))
+    if r.get("status") == "inconclusive":
+        return str(r.get("inconclusive", "the verification child could not finish"))
+    return ""
 
 
 def _get(data: dict[str, Any] | None, key: str, tp: Any) -> Any:
@@ -166,101 +229,207 @@ def _get(data: dict[str, Any] | None, key: str, tp: Any) -> Any:
 
 
 def verify(program_dir: str | os.PathLike, reference: str | os.PathLike | None = None, trials: int = 5,
-           time: bool = True, profile: bool = True, **options: Any) -> VerificationResult:
-    """Verify one program folder against its reference; write its report; return the verdict.
+           time: bool = True, profile: bool = True, precision: str | None = None, **options: Any) -> VerificationResult:
+    """Verify one program folder against its reference at ``precision``; write its report; return the
+    verdict.
 
-    ``reference``: a KernelBench-format file, ``kernelbench:LEVEL:ID``, or None for the
-    manifest's own. Other keyword options: the fields of :class:`VerifyOptions`."""
-    opts = VerifyOptions(trials=trials, time=time, profile=profile, **options)
+    ``reference``: a KernelBench-format file, ``kernelbench:LEVEL:ID``, or None for the manifest's
+    own. ``precision``: the policy whose tolerance (and claim) the program is judged at; None takes
+    the manifest's. Other keyword options: the fields of :class:`VerifyOptions`. Raises
+    :class:`VerifyEnvironmentError` (with the partial result) when the machine cannot finish."""
+    opts = VerifyOptions(trials=trials, time=time, profile=profile, precision=precision, **options)
     return verify_program(program_dir, reference, opts).result
+
+
+@dataclass
+class _Run:
+    """What one verification has gathered so far (for the report, whatever the end)."""
+
+    prog: mf.ProgramDir
+    options: VerifyOptions
+    arch: str
+    precision: str
+    source: str
+    seed: int
+    weights_seed: int
+    phases: list[PhaseTiming] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+
+    def finish(self, result: VerificationResult, **parts: Any) -> Verification:
+        return _finish(self, result, **parts)
+
+    def inconclusive(self, reason: str, **parts: Any) -> None:
+        """Write what could be judged and raise (a verdict is never a guess)."""
+        result = build_result(findings=self.findings, inconclusive=Inconclusive(reason, tuple(self.ran)),
+                              trials=parts.pop("trials", ()), checks=parts.pop("checks", ()))
+        v = self.finish(result, **parts)
+        if v.result.kind != "inconclusive":  # a definite verdict from what did run (a static rejection)
+            raise _Definite(v)
+        raise VerifyEnvironmentError(reason, v)
+
+
+class _Definite(Exception):
+    def __init__(self, v: Verification):
+        self.v = v
 
 
 def verify_program(program_dir: str | os.PathLike, reference: str | os.PathLike | None = None,
                    options: VerifyOptions = VerifyOptions()) -> Verification:
     """:func:`verify` with every product: the result, the report, the files, the phase timings."""
-    o = options
-    phases: list[PhaseTiming] = []
+    try:
+        return _verify_program(program_dir, reference, options)
+    except _Definite as d:
+        return d.v
+
+
+def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     clock = time.monotonic
     t = clock()
     prog = mf.load_program_dir(program_dir)  # ManifestError: bad input
     manifest = prog.manifest
     spec = resolve_reference(reference, prog.root, manifest)
-    input_notes = validate_reference(spec, manifest, manifest_file=prog.manifest_path, weights_file=prog.weights)
-    phases.append(PhaseTiming("inputs", clock() - t))
+    input_notes = validate_reference(spec, manifest, manifest_file=prog.manifest_path)
+    precision, source = (o.precision, "requested") if o.precision else (manifest.precision, "manifest")
+    try:
+        precision = get_policy(precision).name
+    except ValueError as e:
+        raise ProblemError("--precision", str(e)) from None
+    run = _Run(prog, o, o.arch or os.environ.get("STITCHCUDA_ARCH") or manifest.arch, precision, source,
+               o.seed if o.seed is not None else fresh_seed(),
+               o.weights_seed if o.weights_seed is not None else fresh_seed())
+    run.notes += input_notes + _input_notes(prog, spec, precision, source)
+    run.phases.append(PhaseTiming("inputs", clock() - t))
 
     t = clock()
     static = check_program(prog.root)
-    findings = static.findings
-    phases.append(PhaseTiming("static", clock() - t))
-    notes = list(input_notes)
-    arch = o.arch or os.environ.get("STITCHCUDA_ARCH") or manifest.arch
-
-    def finish(result: VerificationResult, **parts: Any) -> Verification:
-        return _finish(prog, result, phases, notes, o, arch, **parts)
-
+    run.findings += static.findings
+    run.phases.append(PhaseTiming("static", clock() - t))
+    run.ran.append("static rules")
     if static.rejected and o.static_gate:
-        notes.append("not built: the static rules reject it")
-        return finish(build_result(findings=findings))
+        run.notes.append("not built: the static rules reject it")
+        return run.finish(build_result(findings=run.findings))
+    problem = environment_problem()
+    if problem:
+        run.inconclusive(problem)
 
     t = clock()
-    built = build_program(prog, arch)
-    phases.append(PhaseTiming("build", clock() - t))
+    try:
+        baseline = build_baseline(run.arch) if o.sandbox else None
+        built = build_program(prog, run.arch)
+    except VerifyEnvironmentError as e:
+        run.phases.append(PhaseTiming("build", clock() - t))
+        run.inconclusive(str(e))
+    run.phases.append(PhaseTiming("build", clock() - t))
+    if baseline is not None and not baseline.ok:
+        first = next((ln for ln in baseline.output.splitlines() if "error" in ln.lower()), baseline.output[:200])
+        run.inconclusive(f"the honest baseline program does not build here either (the toolchain, not the "
+                         f"candidate): {first.strip()}")
     if built.cached:
-        notes.append("build: the library was already built from this source (cached)")
+        run.notes.append("build: the library was already built from this source (cached)")
     if not built.ok:
-        return finish(build_result(findings=findings, compile_error=CompileError.from_output(built.output)))
+        if sandbox.link_refused_only_imports(built.output):
+            run.findings += sandbox.refused_link(built.output).findings
+            run.notes.append("not run: the link refused symbols only the host process could provide")
+            return run.finish(build_result(findings=run.findings))
+        return run.finish(build_result(findings=run.findings, compile_error=CompileError.from_output(built.output)))
     assert built.library is not None
+    run.ran.append("build")
 
-    out = run_worker(_job(prog, built.library, spec, o, "verify"), o.limits)
-    _raise_input_problems(out)
-    _child_phases(phases, out, rename={"setup": "setup (child start, reference, program create)"})
+    if baseline is not None and baseline.library is not None:
+        t = clock()
+        sb = sandbox.check_library(built.library, built.output, sandbox.baseline_of(baseline.library))
+        run.findings += sb.findings
+        run.notes += list(sb.notes)
+        if sb.new_imports:
+            run.notes.append("imports beyond the honest baseline (allowed): " + ", ".join(sb.new_imports[:20]))
+        run.phases.append(PhaseTiming("sandbox", clock() - t))
+        run.ran.append("sandbox")
+        if any(f.severity == "reject" for f in sb.findings) and o.static_gate:
+            run.notes.append("not run: the built library calls what a program may not")
+            return run.finish(build_result(findings=run.findings))
+
+    out = run_worker(_job(prog, built.library, spec, o, "verify", precision, run.seed, run.weights_seed), o.limits)
+    _input_problem(out)
+    _child_phases(run.phases, out, rename={"setup": "setup (child start, reference, program create)"})
     r = out.result or {}
     corr: CorrectnessResult | None = _get(r, "correctness", CorrectnessResult)
     timing = r.get("timing") or {}
     table: TimingTable | None = _get(timing, "table", TimingTable)
     tdetails: TimingDetails | None = _get(timing, "details", TimingDetails)
-    ref_ops = _get(r, "reference_ops", tuple[RefOpTime, ...]) or ()
-    memory = _get(r, "memory", MemoryUse)
-    device = str(r.get("device", ""))
+    details = GpuDetails(device=str(r.get("device", "")), torch_version=str(r.get("torch_version", "")),
+                         timing=tdetails, reference_ops=tuple(_get(r, "reference_ops", tuple[RefOpTime, ...]) or ()),
+                         memory=_get(r, "memory", MemoryUse),
+                         correctness_notes=tuple(r.get("correctness_notes", ()) or ()))
+    checks = list(corr.checks) if corr else []
+    trials = corr.trials if corr else ()
+    why = _environment_of(out)
+    if why:
+        if corr is not None:
+            run.ran.append("correctness")
+        run.inconclusive(why, trials=trials, checks=checks, details=details, device=details.device)
     crash, timeout = out.crash, out.timeout
     if out.status == "timeout" and timeout is not None and timeout.stage == "timing" and corr is not None:
-        notes.append(f"timing did not finish in {timeout.seconds:g} s")
+        run.notes.append(f"timing did not finish in {timeout.seconds:g} s")
+    if tdetails is not None and tdetails.timed_calls is not None:
+        tc = tdetails.timed_calls
+        checks.append(DynamicCheck("timed_calls", "pass" if tc.passed else "fail",
+                                   f"{tc.failed} of {tc.checked} checked timed calls wrong (of {tc.calls}): {tc.detail}"
+                                   if tc.failed else f"{tc.checked} of {tc.calls} timed calls checked, all right"))
+    if tdetails is not None and tdetails.recheck is not None:
+        rc = tdetails.recheck
+        checks.append(DynamicCheck("speedup_recheck", "pass" if rc.passed else "fail",
+                                   f"{rc.event_speedup:.1f}x by events, {rc.wall_speedup:.1f}x by wall clock over "
+                                   f"{rc.baseline}" + (f": {rc.detail}" if rc.detail else "")))
     kernels: tuple[KernelRecord, ...] = ()
-    pdetails: ProfileDetails | None = None
     ceilings: Ceilings | None = None
-    correct = corr is not None and corr.passed and crash is None and timeout is None
+    correct = corr is not None and corr.passed and crash is None and timeout is None and \
+        not any(c.status == "fail" for c in checks)
     if o.profile and correct:
-        pout = run_worker(_job(prog, built.library, spec, o, "profile"), o.limits)
-        _raise_input_problems(pout)
-        _child_phases(phases, pout, rename={"setup": "profile setup (child start, reference, program create)"})
+        pout = run_worker(_job(prog, built.library, spec, o, "profile", precision, run.seed, run.weights_seed),
+                          o.limits)
+        _input_problem(pout)
+        _child_phases(run.phases, pout, rename={"setup": "profile setup (child start, reference, program create)"})
         pr = (pout.result or {}).get("profile") or {}
         kernels = tuple(_get(pr, "kernels", tuple[KernelRecord, ...]) or ())
-        pdetails = _get(pr, "details", ProfileDetails)
+        details = dataclasses.replace(details, profile=_get(pr, "details", ProfileDetails))
         ceilings = _get(pr, "ceilings", Ceilings)
         if pout.status == "crash":
             crash = pout.crash
         elif pout.status == "timeout":
             timeout = pout.timeout
     elif o.profile and not correct:
-        notes.append("not profiled: the candidate did not pass correctness")
-
-    checks = list(corr.checks) if corr else []
-    if tdetails is not None and tdetails.recheck is not None:
-        rc = tdetails.recheck
-        checks.append(DynamicCheck("speedup_recheck", "pass" if rc.passed else "fail",
-                                   f"{rc.event_speedup:.1f}x by events, {rc.wall_speedup:.1f}x by wall clock over "
-                                   f"{rc.baseline}" + (f": {rc.detail}" if rc.detail else "")))
-    result = build_result(findings=findings, crash=crash, timeout=timeout, trials=corr.trials if corr else (),
-                          checks=checks, tolerance=corr.tolerance if corr else None) \
-        if (corr is not None or crash is not None or timeout is not None) else \
-        build_result(findings=findings, crash=Crash("other", "the verification child produced no result"))
+        run.notes.append("not profiled: the candidate did not pass correctness")
+    if corr is not None or crash is not None or timeout is not None:
+        result = build_result(findings=run.findings, crash=crash, timeout=timeout, trials=trials, checks=checks,
+                              tolerance=corr.tolerance if corr else None)
+    else:
+        result = build_result(findings=run.findings, crash=Crash("other", "the verification child produced no result"))
     if isinstance(result.verdict, Passed) and corr is not None and corr.warnings:
         result = dataclasses.replace(result, verdict=dataclasses.replace(
             result.verdict, warnings=result.verdict.warnings + corr.warnings))
-    details = GpuDetails(device=device, torch_version=str(r.get("torch_version", "")), timing=tdetails,
-                         profile=pdetails, reference_ops=tuple(ref_ops), memory=memory,
-                         correctness_notes=tuple(r.get("correctness_notes", ()) or ()))
-    return finish(result, table=table, kernels=kernels, ceilings=ceilings, details=details, device=device)
+    return run.finish(result, table=table, kernels=kernels, ceilings=ceilings, details=details, device=details.device)
+
+
+def _input_notes(prog: mf.ProgramDir, spec: ReferenceSpec, precision: str, source: str) -> list[str]:
+    notes = []
+    claimed = prog.manifest.precision
+    if source == "requested" and claimed != precision:
+        notes.append(f"judged at {precision} (requested); the manifest claims {claimed}")
+    elif source == "manifest":
+        notes.append(f"judged at {precision}, the manifest's claim (no precision requested)")
+    if prog.weights is not None:
+        notes.append(f"{prog.weights.name} in the program folder is not used: the Verifier draws the weights from the "
+                     "reference model itself")
+    if spec.path is not None:
+        try:
+            Path(spec.path).resolve().relative_to(prog.root.resolve())
+            notes.append("the reference was taken from inside the program folder (the manifest's); pass a "
+                         "reference explicitly to verify against an independent copy")
+        except ValueError:
+            pass
+    return notes
 
 
 def _child_phases(phases: list[PhaseTiming], out: ChildOutcome, rename: dict[str, str]) -> None:
@@ -289,22 +458,25 @@ def _commit() -> str:
         return ""
 
 
-def _finish(prog: mf.ProgramDir, result: VerificationResult, phases: list[PhaseTiming], notes: list[str],
-            o: VerifyOptions, arch: str, *, table: TimingTable | None = None, kernels: tuple[KernelRecord, ...] = (),
-            ceilings: Ceilings | None = None, details: GpuDetails | None = None, device: str = "") -> Verification:
+def _finish(run: _Run, result: VerificationResult, *, table: TimingTable | None = None,
+            kernels: tuple[KernelRecord, ...] = (), ceilings: Ceilings | None = None, details: GpuDetails | None = None,
+            device: str = "") -> Verification:
+    prog, o = run.prog, run.options
     manifest = prog.manifest
     source = prog.read_source()
     rubric = build_rubric(source=source, manifest=manifest, findings=result.findings, checks=result.checks,
                           kernels=kernels)
-    summary = summarise(kernels, ceilings, manifest.precision) if kernels else None
-    fb = make_feedback(result, profile=summary, timings=table, precision=manifest.precision,
+    summary = summarise(kernels, ceilings, run.precision) if kernels else None
+    fb = make_feedback(result, profile=summary, timings=table, precision=run.precision,
                        techniques=tuple(detect_techniques(source)))
-    report = VerificationReport(program=manifest.name, precision=manifest.precision, arch=arch, result=result,
+    report = VerificationReport(program=manifest.name, precision=run.precision, arch=run.arch, result=result,
                                 rubric=rubric, timings=table, kernels=kernels, ceilings=ceilings, feedback=fb.text,
                                 device=device, created=now_utc(), commit=_commit(), command=o.command,
-                                notes=tuple(notes), phases=tuple(phases), details=details)
+                                notes=tuple(run.notes), phases=tuple(run.phases), details=details,
+                                claimed_precision=manifest.precision, precision_source=run.source, seed=run.seed,
+                                weights_seed=run.weights_seed)
     files = write_report(report, prog.root) if o.write else None
-    return Verification(result, report, files, tuple(phases), prog.library)
+    return Verification(result, report, files, tuple(run.phases), prog.library)
 
 
 # ------------------------------------------------------------------ profile only
@@ -324,18 +496,25 @@ def profile_program_dir(program_dir: str | os.PathLike, reference: str | os.Path
     """Build and CUPTI-profile a program without the correctness trials (``stitchcuda profile``)."""
     prog = mf.load_program_dir(program_dir)
     spec = resolve_reference(reference, prog.root, prog.manifest)
-    validate_reference(spec, prog.manifest, manifest_file=prog.manifest_path, weights_file=prog.weights)
+    validate_reference(spec, prog.manifest, manifest_file=prog.manifest_path)
     arch = options.arch or os.environ.get("STITCHCUDA_ARCH") or prog.manifest.arch
     built = build_program(prog, arch)
     if not built.ok or built.library is None:
         ce = CompileError.from_output(built.output)
         return ProfileOnly((), None, None, ChildOutcome("crash", None, None, "build", built.seconds), ce)
-    out = run_worker(_job(prog, built.library, spec, options, "profile"), options.limits)
-    _raise_input_problems(out)
+    precision = get_policy(options.precision or prog.manifest.precision).name
+    seed = options.seed if options.seed is not None else fresh_seed()
+    wseed = options.weights_seed if options.weights_seed is not None else fresh_seed()
+    out = run_worker(_job(prog, built.library, spec, options, "profile", precision, seed, wseed), options.limits)
+    _input_problem(out)
+    why = _environment_of(out)
+    if why:
+        raise VerifyEnvironmentError(why)
     pr = (out.result or {}).get("profile") or {}
     return ProfileOnly(tuple(_get(pr, "kernels", tuple[KernelRecord, ...]) or ()), _get(pr, "details", ProfileDetails),
                        _get(pr, "ceilings", Ceilings), out, out.crash or out.timeout)
 
 
 __all__ = ["VerifyOptions", "Verification", "VerifyEnvironmentError", "verify", "verify_program", "build_program",
-           "BuildOutcome", "run_worker", "profile_program_dir", "ProfileOnly"]
+           "build_baseline", "environment_problem", "BuildOutcome", "run_worker", "profile_program_dir", "ProfileOnly",
+           "EXIT_PASSED", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_CANNOT_VERIFY"]

@@ -18,10 +18,12 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from .. import manifest as mf
 from . import cxx
+from .decls import (aliases, analyse_decl, angle_close, declared_name, looks_like_function, plain_alias, prev_char,
+                    statement_end, statements)
 
 Severity = Literal["reject", "warn"]
 
@@ -97,6 +99,17 @@ _RULES = [
     Rule("provenance-unknown-node", "warn", "a task covers a node that is not among reference_ops"),
     Rule("provenance-empty", "warn", "the manifest lists no reference_ops (coverage cannot be checked)"),
     Rule("manifest-hash", "warn", "the manifest's source_hash does not match program.cu"),
+    # --- the built library (stitchcuda.verifier.sandbox): what it imports, not how the source spells it
+    Rule("sandbox-host-symbol", "reject",
+         "imports a symbol no linked library provides (resolved from the host process: Python, PyTorch)"),
+    Rule("sandbox-dynamic-loading", "reject", "the program's code calls dlopen / dlsym or loads code at run time"),
+    Rule("sandbox-driver-entry-point", "reject",
+         "the program's code looks up driver entry points (cuGetProcAddress, cudaGetDriverEntryPoint)"),
+    Rule("sandbox-file-access", "reject", "the program's code opens, reads or writes files or descriptors"),
+    Rule("sandbox-environment", "reject", "the program's code reads or changes the environment"),
+    Rule("sandbox-thread", "reject", "the program's code starts threads or processes, or enqueues host callbacks"),
+    Rule("sandbox-system", "reject", "the program makes raw system calls, or uses sockets, IPC or process control"),
+    Rule("sandbox-unchecked", "warn", "a check of the built library could not run (a tool is missing)"),
 ]
 
 #: Every rule the static checker can report, by id.
@@ -332,11 +345,11 @@ class _SourceChecker:
 
     def file_scope_state(self) -> None:
         for d in self.scan.decls:
-            verdict = _analyse_decl(d.text, class_member=d.scope == "class")
+            verdict = analyse_decl(d.text, class_member=d.scope == "class")
             if verdict is None:
                 continue
             rule, what = verdict
-            name = _declared_name(d.text)
+            name = declared_name(d.text)
             off = d.start + (len(d.text) - len(d.text.lstrip()))
             if rule == "host-state-global":
                 self.add(rule, off, f"{what} {name!r} at {'static-member' if d.scope == 'class' else 'file'} "
@@ -359,18 +372,18 @@ class _SourceChecker:
                 continue
             for m in re.finditer(r"\b(static|thread_local)\b", code[fn.open + 1:fn.close]):
                 at = fn.open + 1 + m.start()
-                prev = _prev_char(code, at)
+                prev = prev_char(code, at)
                 if prev and prev not in ";{}:" or (prev == ":" and code[:at].rstrip().endswith("::")):
                     continue
-                end = _statement_end(code, at)
+                end = statement_end(code, at)
                 text = code[at:end]
                 if re.match(r"(?:static|thread_local)\s+(?:__\w+__\s+)*[\w:<>,\s\*&]*\b\w+\s*\(", text) and \
-                        "=" not in text.split("(")[0] and _looks_like_function(text):
+                        "=" not in text.split("(")[0] and looks_like_function(text):
                     continue
-                res = _analyse_decl(text, class_member=False, local=True)
+                res = analyse_decl(text, class_member=False, local=True)
                 if res is not None:
                     self.add("host-state-static-local", at,
-                             f"static local {_declared_name(text)!r} in {fn.name or 'a function'} is mutable and "
+                             f"static local {declared_name(text)!r} in {fn.name or 'a function'} is mutable and "
                              "outlives the call")
 
     def macros(self) -> None:
@@ -384,7 +397,7 @@ class _SourceChecker:
         code = self.m.code
         for m in _CONTAINER.finditer(code):
             open_at = m.end() - 1
-            close = _angle_close(code, open_at)
+            close = angle_close(code, open_at)
             args = cxx.split_args(code[open_at + 1:close])
             key = args[0] if args else ""
             if _POINTERISH_KEY.search(key):
@@ -399,7 +412,7 @@ class _SourceChecker:
         for i, c in enumerate(code):
             if c != "{" or i < covered_until:
                 continue
-            prev = _prev_char(code, i)
+            prev = prev_char(code, i)
             if prev not in ("=", "]", ")") and not (prev.isalnum() or prev == "_"):
                 continue
             close = cxx.matching(code, i, "{", "}")
@@ -452,38 +465,72 @@ class _SourceChecker:
     # -------------------------------------------------------------- st_program_run
 
     def run_body(self) -> None:
+        """The rules on the work of a call: st_program_run's body and, transitively, every function of
+        the translation unit it calls, each with the names its parameters take on (an argument that
+        mentions an input makes that parameter an input, and so on)."""
         fn = self.scan.function("st_program_run")
         if fn is None:
             return
-        code = self.m.code_no_pp
-        a, b = fn.open + 1, fn.close
         params = cxx.params_of(fn.head)
         if len(params) != 6:
             return
         p_prog, p_in, _, p_out, _, p_stream = params
-        streams = _aliases(code[a:b], {p_stream})
-        ins = _aliases(code[a:b], {p_in}, plain_only=True)
-        outs = _aliases(code[a:b], {p_out}, plain_only=True)
-        file_names = {_declared_name(d.text) for d in self.scan.decls if d.scope == "file"}
+        self._walk(fn, {"in": {p_in}, "out": {p_out}, "stream": {p_stream}, "prog": {p_prog}}, 0, set())
+
+    def _walk(self, fn: cxx.Block, seeds: dict[str, set[str]], depth: int, seen: set) -> None:
+        key = (fn.open, tuple(sorted((k, tuple(sorted(v))) for k, v in seeds.items())))
+        if key in seen or depth > 8:
+            return
+        seen.add(key)
+        code = self.m.code_no_pp
+        a, b = fn.open + 1, fn.close
+        streams = aliases(code[a:b], seeds["stream"]) if seeds["stream"] else set()
+        ins = aliases(code[a:b], seeds["in"], plain_only=True) if seeds["in"] else set()
+        outs = aliases(code[a:b], seeds["out"], plain_only=True) if seeds["out"] else set()
+        where = "st_program_run" if depth == 0 else f"{fn.name} (called from st_program_run)"
+        self._check_body(code, a, b, ins, outs, streams, where)
+        prog = next(iter(seeds["prog"]), "")
+        if depth == 0:
+            self._output_only_memset(code, a, b, next(iter(seeds["out"])), outs)
+        self._io_pointer_kept(code, a, b, prog, ins | outs)
+        local = {f.name: f for f in self.scan.functions() if f.name and f.name not in ABI_SYMBOLS}
+        if not local:
+            return
+        for call in cxx.find_calls(code, sorted(local), a, b):
+            callee = local[call.name]
+            if callee.open == fn.open:
+                continue
+            names = cxx.params_of(callee.head)
+            new: dict[str, set[str]] = {"in": set(), "out": set(), "stream": set(), "prog": set()}
+            for arg, param in zip(call.args, names):
+                ids = cxx.identifiers(arg)
+                for role, have in (("in", ins), ("out", outs), ("stream", streams), ("prog", seeds["prog"])):
+                    if param and ids & have:
+                        new[role].add(param)
+            self._walk(callee, new, depth + 1, seen)
+
+    def _check_body(self, code: str, a: int, b: int, ins: set[str], outs: set[str], streams: set[str],
+                    where: str) -> None:
+        file_names = {declared_name(d.text) for d in self.scan.decls if d.scope == "file"}
 
         def mentions(expr: str, names: set[str]) -> bool:
             return bool(cxx.identifiers(expr) & names)
 
         for ln in cxx.find_launches(code, a, b):
             stream = ln.config[3] if len(ln.config) >= 4 else ""
-            self._check_stream(ln.start, f"launch of {ln.kernel}", stream, streams)
+            self._check_stream(ln.start, f"launch of {ln.kernel}", stream, streams, where)
         for call in cxx.find_calls(code, list(_STREAM_ARG), a, b):
             k = _STREAM_ARG[call.name]
             stream = call.args[k] if k < len(call.args) else ""
             if call.name in ("st_stream_synchronize",):
                 continue  # reported as host-sync-in-run
-            self._check_stream(call.start, call.name, stream, streams)
+            self._check_stream(call.start, call.name, stream, streams, where)
 
         for call in cxx.find_calls(code, list(_MEMSET) + list(_COPY), a, b):
             dst = call.args[0] if call.args else ""
             if mentions(dst, ins):
-                self.add("input-write", call.start, f"{call.name} writes into an input ({' '.join(dst.split())}); "
-                                                    "inputs are read-only")
+                self.add("input-write", call.start, f"{call.name} in {where} writes into an input "
+                                                    f"({' '.join(dst.split())}); inputs are read-only")
             if mentions(dst, outs) and call.name in _COPY:
                 src = call.args[1] if len(call.args) > 1 else ""
                 kinds = " ".join(call.args[3:])
@@ -495,23 +542,21 @@ class _SourceChecker:
                      and mentions(src, file_names))
                 if h2d:
                     self.add("const-copy-to-output", call.start,
-                             f"{call.name} copies host or symbol data into an output; outputs must be computed "
-                             "from the inputs on the device")
+                             f"{call.name} in {where} copies host or symbol data into an output; outputs must be "
+                             "computed from the inputs on the device")
         for call in cxx.find_calls(code, ("cudaMemcpyToSymbol", "cudaMemcpyToSymbolAsync"), a, b):
             src = call.args[1] if len(call.args) > 1 else ""
             if mentions(src, outs):
-                self.add("output-to-global", call.start, f"{call.name} saves an output into a device global")
+                self.add("output-to-global", call.start, f"{call.name} in {where} saves an output into a device global")
             else:
-                self.add("device-global-state", call.start, f"{call.name} in st_program_run writes a device global "
-                                                            "that every instance shares")
+                self.add("device-global-state", call.start, f"{call.name} in {where} writes a device global that "
+                                                            "every instance shares")
         for call in cxx.find_calls(code, _SYNC_IN_RUN, a, b):
-            self.add("host-sync-in-run", call.start, f"{call.name} in st_program_run blocks the host; the run "
-                                                     "must stay asynchronous on the caller's stream")
+            self.add("host-sync-in-run", call.start, f"{call.name} in {where} blocks the host; the run must stay "
+                                                     "asynchronous on the caller's stream")
         for call in cxx.find_calls(code, _ALLOC_IN_RUN, a, b):
-            self.add("alloc-in-run", call.start, f"{call.name} on every call; take intermediates from "
+            self.add("alloc-in-run", call.start, f"{call.name} in {where} on every call; take intermediates from "
                                                  "st_arena_reserve")
-        self._output_only_memset(code, a, b, p_out, outs)
-        self._io_pointer_kept(code, a, b, p_prog, ins | outs)
 
     def _io_pointer_kept(self, code: str, a: int, b: int, p_prog: str, io: set[str]) -> None:
         """``p->last_x = in[0].data`` or ``p->last_x == in[0].data``: an address remembered across
@@ -520,7 +565,7 @@ class _SourceChecker:
         if not p_prog:
             return
         member = re.escape(p_prog) + r"\s*(?:->|\.)\s*\w+"
-        for at, stmt in _statements(code, a, b):
+        for at, stmt in statements(code, a, b):
             s = " ".join(stmt.split())
             for m in re.finditer(member + r"\s*(==|!=|=)\s*([^;=]*)", s):
                 if cxx.identifiers(m.group(2)) & io and re.search(r"\.\s*data\b|\bdata\b", m.group(2)):
@@ -534,21 +579,21 @@ class _SourceChecker:
                              "compares an input/output address with one kept from an earlier call")
                     break
 
-    def _check_stream(self, at: int, what: str, stream: str, streams: set[str]) -> None:
+    def _check_stream(self, at: int, what: str, stream: str, streams: set[str], where: str = "st_program_run") -> None:
         s = " ".join(stream.split())
         bare = re.sub(r"^(?:\(\s*cudaStream_t\s*\)|static_cast\s*<\s*cudaStream_t\s*>|"
                       r"reinterpret_cast\s*<\s*cudaStream_t\s*>)\s*", "", s).strip()
         bare = bare[1:-1].strip() if bare.startswith("(") and bare.endswith(")") else bare
         if not s or _NULL_STREAM.match(bare):
-            self.add("foreign-stream", at, f"{what} in st_program_run runs on the default stream, not the "
-                                           "stream passed to run")
+            self.add("foreign-stream", at, f"{what} in {where} runs on the default stream, not the stream passed "
+                                           "to run")
         elif not (cxx.identifiers(s) & streams):
-            self.add("foreign-stream", at, f"{what} in st_program_run runs on {s}, not the stream passed to run")
+            self.add("foreign-stream", at, f"{what} in {where} runs on {s}, not the stream passed to run")
 
     def _output_only_memset(self, code: str, a: int, b: int, p_out: str, outs: set[str]) -> None:
         memsets: list[int] = []
         computes = 0
-        for stmt_start, stmt in _statements(code, a, b):
+        for stmt_start, stmt in statements(code, a, b):
             names = cxx.identifiers(stmt)
             if not names & outs:
                 continue
@@ -556,7 +601,7 @@ class _SourceChecker:
             if re.match(r"(?:return\s+|TRY\s*\(\s*|\w+\s*=\s*|if\s*\(.*?\)\s*)?(?:st_check_tensor)\s*\(", s) or \
                     "st_check_tensor" in s:
                 continue
-            if re.match(r"^(?:[\w:<>\s\*&]+?[\s\*&])?(\w+)\s*=\s*[^=]", s) and _plain_alias(s, outs):
+            if re.match(r"^(?:[\w:<>\s\*&]+?[\s\*&])?(\w+)\s*=\s*[^=]", s) and plain_alias(s, outs):
                 continue
             if re.match(r"^(?:if\s*\()?\s*\(?\s*!?\s*" + re.escape(p_out) + r"\s*(?:==|!=)", s):
                 continue
@@ -598,214 +643,6 @@ def _cap_per_rule(findings: list[Finding]) -> list[Finding]:
             more = len(group) - k - 1
             out.append(dataclasses.replace(f, message=f"{f.message} (and {more} more like it)"))
     return out
-
-
-# ------------------------------------------------------------------ declaration analysis
-
-_SKIP_DECL = re.compile(r"^(?:typedef|using|static_assert|friend|namespace|template\s*<[^;]*>\s*(?:struct|class|"
-                        r"union)\s+\w+\s*$|(?:struct|class|union|enum(?:\s+class)?)\s+[\w:]+\s*(?::[^{]*)?$|"
-                        r"public|private|protected)\b")
-
-
-def _analyse_decl(text: str, *, class_member: bool, local: bool = False) -> tuple[str, str] | None:
-    """None when the statement holds no mutable state; else (rule id, what it is)."""
-    t = " ".join(text.split())
-    t = re.sub(r"^(?:\[\[[^\]]*\]\]\s*|__attribute__\s*\(\(.*?\)\)\s*|alignas\s*\([^)]*\)\s*|ST_API\s+)+", "", t)
-    if not t:
-        return None
-    tmpl = re.match(r"^template\s*<", t)
-    if tmpl:
-        close = _angle_close(t, tmpl.end() - 1)
-        t = t[close + 1:].strip()
-    if _SKIP_DECL.match(t) or re.match(r'^extern\b(?!\s*"\s*"\s*\{)', t):
-        return None
-    if class_member and not re.search(r"\bstatic\b", t):
-        return None  # instance members are the program's own state
-    # struct/class/union/enum definitions: state only if a variable is declared after the body
-    body = re.match(r"^(?:(?:static|const|constexpr|volatile|inline)\s+)*(?:struct|class|union|enum)\b[^{;]*\{", t)
-    if body:
-        close = cxx.matching(t, body.end() - 1, "{", "}")
-        after = t[close + 1:].strip()
-        if not after:
-            return None
-        t = t[:body.end() - 1] + " " + after
-    eq = cxx._depth0(t, "=")
-    lhs, init = (t[:eq], t[eq + 1:].strip()) if eq >= 0 else (t, "")
-    if not init:
-        brace = re.search(r"\{.*\}\s*$", lhs)
-        if brace and not re.search(r"\)\s*$", lhs[:brace.start()]):
-            init = brace.group(0)
-            lhs = lhs[:brace.start()]
-    if eq < 0 and _looks_like_function(lhs):
-        return None
-    words = set(re.findall(r"[A-Za-z_]\w*", lhs))
-    if words & {"constexpr", "consteval", "__shared__"}:
-        return None
-    if "__managed__" in words:
-        return "host-state-global", "__managed__ variable"
-    top_const = _top_level_const(lhs)
-    if "__constant__" in words or "__device__" in words:
-        if top_const and "__constant__" not in words:
-            return None
-        if local:
-            return None
-        return "device-global-state", "__constant__ variable" if "__constant__" in words else "__device__ variable"
-    if "thread_local" in words:
-        return ("host-state-static-local" if local else "host-state-global"), "thread_local variable"
-    if top_const:
-        return None
-    if _string_literal_init(init) or init.startswith("["):
-        return None  # pointer to a string literal, or a captureless lambda
-    rule = "host-state-static-local" if local else "host-state-global"
-    return rule, "mutable variable"
-
-
-def _top_level_const(lhs: str) -> bool:
-    decl = re.sub(r"\[[^\]]*\]", "", lhs)
-    decl = re.sub(r"<[^<>]*(?:<[^<>]*>[^<>]*)*>", "", decl)  # template arguments say nothing of the object
-    if "*" in decl or "&" in decl:
-        last = max(decl.rfind("*"), decl.rfind("&"))
-        tail = decl[last + 1:]
-        if decl[last] == "&":
-            return bool(re.search(r"\bconst\b", decl[:last]))  # a reference to const
-        return bool(re.search(r"\bconst\b", tail))
-    return bool(re.search(r"\bconst\b", decl))
-
-
-def _string_literal_init(init: str) -> bool:
-    lit = r'(?:u8|[uUL])?R?"[^"]*"'
-    if re.fullmatch(rf"\s*(?:{lit}\s*)+", init):
-        return True
-    return bool(re.fullmatch(rf"\s*\{{\s*(?:(?:{lit}\s*)+,?\s*)*\}}\s*", init))
-
-
-def _looks_like_function(lhs: str) -> bool:
-    """``T name(params)`` with declarations as parameters (not ``Foo g(1, 2)``)."""
-    s = lhs.strip()
-    s = re.sub(r"^(?:static|thread_local)\s+", "", s)
-    m = re.search(r"([~\w:]+)\s*\((.*)\)\s*(?:const|noexcept|override|final|throw\s*\(\s*\)|\s)*(?:->\s*[\w:<>\*& ]+)?$",
-                  s, re.S)
-    if not m or re.search(r"\(\s*\*", s):
-        return False
-    if not re.search(r"[\w>\*&]\s+[\*&]*\s*[~\w:]+\s*\($", s[:m.end(1)] + "(") and "operator" not in s:
-        return False
-    inner = m.group(2).strip()
-    if inner in ("", "void"):
-        return True
-    for p in cxx.split_args(inner):
-        p = p.split("=")[0].strip()
-        if not p or p == "...":
-            continue
-        if re.fullmatch(r"[-+]?[\d.]+[fFlLuU]*|nullptr|NULL|true|false|\"[^\"]*\"|'.*'", p):
-            return False
-        toks = re.findall(r"[A-Za-z_][\w:]*|[\*&]", p)
-        if len(toks) < 2 and not re.fullmatch(r"[A-Za-z_][\w:]*(?:<.*>)?", p):
-            return False
-        if len(toks) < 2 and p not in ("int", "float", "double", "char", "bool", "size_t"):
-            # a single identifier: a type (unnamed parameter) or a variable (constructor argument);
-            # types start upper-case or end in _t by convention
-            if not re.fullmatch(r"(?:[A-Z]\w*|\w+_t|\w+::\w+)(?:<.*>)?", p):
-                return False
-    return True
-
-
-def _declared_name(text: str) -> str:
-    t = " ".join(text.split())
-    fp = re.search(r"\(\s*\*\s*([A-Za-z_]\w*)\s*\)", t)
-    if fp:
-        return fp.group(1)
-    eq = cxx._depth0(t, "=")
-    lhs = t[:eq] if eq >= 0 else t
-    lhs = re.sub(r"\{.*\}\s*$", "", lhs)
-    lhs = re.sub(r"\[[^\]]*\]", "", lhs)
-    lhs = re.sub(r"\(.*\)\s*$", "", lhs) if not re.search(r"\(\s*\*", lhs) else lhs
-    names = re.findall(r"[A-Za-z_]\w*", lhs)
-    return names[-1] if names else "?"
-
-
-def _prev_char(code: str, i: int) -> str:
-    """The last non-blank character before offset ``i`` ("" at the start)."""
-    j = i - 1
-    while j >= 0 and code[j].isspace():
-        j -= 1
-    return code[j] if j >= 0 else ""
-
-
-def _statement_end(code: str, at: int) -> int:
-    depth = 0
-    for k in range(at, len(code)):
-        c = code[k]
-        if c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-            if depth < 0:
-                return k
-        elif c == ";" and depth == 0:
-            return k
-    return len(code)
-
-
-def _angle_close(s: str, open_at: int) -> int:
-    depth = 0
-    for k in range(open_at, len(s)):
-        c = s[k]
-        if c == "<":
-            depth += 1
-        elif c == ">":
-            depth -= 1
-            if depth == 0:
-                return k
-        elif c in ";{":
-            return k
-    return len(s)
-
-
-def _statements(code: str, a: int, b: int) -> Iterable[tuple[int, str]]:
-    """Top-level-ish statements of a body: split on ; { } (good enough for uses of a name)."""
-    start = a
-    for k in range(a, b):
-        if code[k] in ";{}":
-            if code[start:k].strip():
-                yield start, code[start:k]
-            start = k + 1
-    if code[start:b].strip():
-        yield start, code[start:b]
-
-
-def _plain_alias(stmt: str, names: set[str]) -> bool:
-    m = re.match(r"^(?:[\w:<>\s\*&]+?[\s\*&])?(\w+)\s*=\s*(.*)$", stmt.strip(), re.S)
-    return bool(m) and bool(cxx.identifiers(m.group(2)) & names)
-
-
-def _aliases(body: str, base: set[str], *, plain_only: bool = False) -> set[str]:
-    """Names that hold (a value derived from) one of ``base``: ``T x = f(base)`` and ``x = base``.
-
-    With ``plain_only`` only plain variables count (not ``g.out = out[0].data``, whose root ``g``
-    then holds much else besides)."""
-    names = set(base)
-    for _ in range(3):
-        grew = False
-        for _, stmt in _statements(body, 0, len(body)):
-            s = " ".join(stmt.split())
-            eq = cxx._depth0(s, "=")
-            if eq <= 0:
-                continue
-            lhs, rhs = s[:eq].strip(), s[eq + 1:]
-            if not (cxx.identifiers(rhs) & names):
-                continue
-            if plain_only:
-                m = re.search(r"([A-Za-z_]\w*)\s*$", lhs)
-                if not m or re.search(r"(?:\.|->)\s*[A-Za-z_]\w*\s*$", lhs):
-                    continue
-            else:
-                m = re.search(r"([A-Za-z_]\w*)\s*(?:(?:\.|->)\s*\w+|\[[^\]]*\])*\s*$", lhs)
-            if m and m.group(1) not in names:
-                names.add(m.group(1))
-                grew = True
-        if not grew:
-            break
-    return names
 
 
 __all__ = ["Rule", "RULES", "Finding", "StaticResult", "Severity", "ABI_SYMBOLS",

@@ -5,12 +5,15 @@ timeout and a wrong answer are each a frozen dataclass carried in the report, ne
 exception. :func:`build_result` turns the parts the Verifier collected into one
 :class:`VerificationResult` with a single verdict, in this order of precedence:
 
-    Rejected (static rules)  >  CompileError  >  Crash  >  Timeout
-        >  Rejected (dynamic anti-hacking checks)  >  WrongAnswer  >  Passed
+    Rejected (static rules, the built library's imports)  >  CompileError  >  Crash  >  Timeout
+        >  Rejected (dynamic anti-hacking checks)  >  WrongAnswer  >  Inconclusive  >  Passed
 
-Static rejection comes first because the Verifier does not build a program it has refused;
-a failed dynamic anti-hacking check outranks a wrong answer because it names the cheat
-(a program that zeroes its inputs also answers wrongly on the next trial).
+Static rejection comes first because the Verifier does not build (or run) a program it has
+refused; a failed dynamic anti-hacking check outranks a wrong answer because it names the cheat
+(a program that zeroes its inputs also answers wrongly on the next trial). ``Inconclusive`` is
+what the Verifier says when it could not finish judging for a reason that is not the candidate's
+(no GPU, the harness itself out of memory): a verdict is never a guess, and an unfinished
+verification is never a pass.
 """
 
 from __future__ import annotations
@@ -181,15 +184,24 @@ def trim(text: str, limit: int) -> str:
 
 CheckStatus = Literal["pass", "fail", "not_run"]
 
-#: The dynamic anti-hacking checks the GPU Verifier runs (names used in reports and feedback).
+#: The dynamic anti-hacking checks the GPU Verifier runs (names used in reports and feedback), in
+#: the order a rejection lists them: the most specific reason first.
 DYNAMIC_CHECKS = {
-    "outputs_follow_inputs": "outputs change when the inputs change (no constant or cached answer)",
+    "timed_calls": "a random, unannounced sample of the timed calls (inputs changed, outputs refilled before each) "
+                   "computed the right outputs",
     "no_output_reuse": "a run on the same buffers with new contents gives new outputs (no reuse of previous outputs)",
-    "inputs_unchanged": "inputs are bit-identical after the run",
-    "outputs_written": "every element of every poisoned output was written",
-    "speedup_recheck": "a speedup over 10x holds up on fresh inputs with L2 flushed and outputs checked",
-    "deterministic": "the same inputs run twice give the same outputs (beyond rounding: a race)",
+    "outputs_follow_inputs": "outputs change when the inputs change (no constant or cached answer)",
+    "sensitivity": "changing one random input element changes the outputs that depend on it as the reference's change "
+                   "(no memoisation keyed by a fingerprint, no subsampled reduction)",
+    "repeat_calls": "repeated calls on the same buffers (the path a program's CUDA graph replays) are right",
+    "varied_inputs": "right on inputs drawn from other distributions (scale, offset, heavy tails, sparse, "
+                     "structured), not only on get_inputs()'s",
+    "precision_claim": "errors match the claimed precision, not a lower one",
     "stream_ordered": "the outputs are complete when the work queued on the given stream completes",
+    "inputs_unchanged": "inputs are bit-identical after the run",
+    "outputs_written": "every element of every output was written (poisoned or caller-filled outputs overwritten)",
+    "deterministic": "the same inputs run twice give the same outputs (beyond rounding: a race)",
+    "speedup_recheck": "a speedup over 10x holds up on fresh inputs with L2 flushed and outputs checked",
 }
 
 
@@ -213,9 +225,12 @@ class OutputCheck:
     got: float | None = None
     nan_count: int = 0
     passed: bool = True
-    # against the reference computed in float64, when the model could be cast (.double())
+    # against the reference computed in float64: only where the fp32 comparison failed and a float64
+    # copy of the model fits on the device
     max_abs_err_f64: float | None = None
     mean_abs_err_f64: float | None = None
+    atol: float | None = None  # the absolute tolerance applied: tol, or tol * RMS for an output below 1
+    judged: str = "elementwise"  # elementwise | float64 | norm-relative (an ill-conditioned varied trial)
 
 
 @dataclass(frozen=True)
@@ -223,7 +238,7 @@ class TrialResult:
     index: int
     outputs: tuple[OutputCheck, ...]
     seed: int | None = None
-    label: str = ""  # "" for a plain random trial; "x8" / "x1e-3" for the scaled-input (value-range) trials
+    label: str = ""  # "" for a plain random trial; else what the trial was (a varied distribution, ...)
 
     @property
     def passed(self) -> bool:
@@ -287,6 +302,8 @@ class WrongAnswer:
     nan_count: int = 0
     failed_trials: int = 1
     n_trials: int = 0
+    label: str = ""  # what the failing trial was ("" for a plain random trial)
+    atol: float | None = None
 
     def summary(self) -> str:
         at = f" at [{', '.join(map(str, self.where))}]" if self.where else ""
@@ -294,8 +311,12 @@ class WrongAnswer:
         if self.expected is not None and self.got is not None:
             pair = f" (expected {self.expected:.6g}, got {self.got:.6g})"
         nan = f", {self.nan_count} NaN" if self.nan_count else ""
-        return (f"wrong answer: output {self.output or '?'}, trial {self.trial}: max |err| {self.max_abs_err:.3g}"
-                f"{at}{pair} > tol {self.tolerance:.0e}, mean |err| {self.mean_abs_err:.3g}{nan}; "
+        trial = f"trial {self.trial}" + (f" ({self.label})" if self.label else "")
+        tol = f"tol {self.tolerance:.0e}"
+        if self.atol is not None and self.atol < self.tolerance:
+            tol += f" (atol {self.atol:.1e}: judged relative to the output's scale)"
+        return (f"wrong answer: output {self.output or '?'}, {trial}: max |err| {self.max_abs_err:.3g}"
+                f"{at}{pair} > {tol}, mean |err| {self.mean_abs_err:.3g}{nan}; "
                 f"{self.failed_trials}/{self.n_trials or '?'} trials failed")
 
 
@@ -358,6 +379,20 @@ class Rejected:
 
 
 @dataclass(frozen=True)
+class Inconclusive:
+    """The Verifier could not finish for a reason that is not the candidate's (no GPU, the harness out
+    of memory, a tool missing). ``ran`` says what was judged before it stopped."""
+
+    VERDICT: ClassVar[str] = "inconclusive"
+    reason: str
+    ran: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        done = f" (done: {', '.join(self.ran)})" if self.ran else ""
+        return f"inconclusive: {self.reason}{done}"
+
+
+@dataclass(frozen=True)
 class Passed:
     VERDICT: ClassVar[str] = "passed"
     trials: int
@@ -369,7 +404,7 @@ class Passed:
         return f"passed: {self.trials} trials, max |err| {self.max_abs_err:.3g} <= tol {self.tolerance:.0e}"
 
 
-Verdict = Union[Passed, WrongAnswer, Crash, Timeout, Rejected, CompileError]
+Verdict = Union[Passed, WrongAnswer, Crash, Timeout, Rejected, CompileError, Inconclusive]
 
 
 @dataclass(frozen=True)
@@ -399,8 +434,9 @@ def build_result(*, findings: tuple[Finding, ...] | list[Finding] = (), compile_
                  crash: Crash | None = None, timeout: Timeout | None = None,
                  trials: tuple[TrialResult, ...] | list[TrialResult] = (),
                  checks: tuple[DynamicCheck, ...] | list[DynamicCheck] = (),
-                 tolerance: float | None = None) -> VerificationResult:
-    """One verdict from the parts (precedence in the module docstring)."""
+                 tolerance: float | None = None, inconclusive: Inconclusive | None = None) -> VerificationResult:
+    """One verdict from the parts (precedence in the module docstring). Failed dynamic checks are
+    listed in the order of :data:`DYNAMIC_CHECKS` (the most specific reason first)."""
     findings, trials, checks = tuple(findings), tuple(trials), tuple(checks)
 
     def result(v: Verdict) -> VerificationResult:
@@ -415,7 +451,8 @@ def build_result(*, findings: tuple[Finding, ...] | list[Finding] = (), compile_
         return result(crash)
     if timeout is not None:
         return result(timeout)
-    failed = [c for c in checks if c.status == "fail"]
+    order = {name: k for k, name in enumerate(DYNAMIC_CHECKS)}
+    failed = sorted((c for c in checks if c.status == "fail"), key=lambda c: order.get(c.name, len(order)))
     if failed:
         return result(Rejected(tuple(f"dynamic check {c.name} failed" + (f": {c.detail}" if c.detail else "")
                                      for c in failed), (), tuple(failed)))
@@ -427,7 +464,10 @@ def build_result(*, findings: tuple[Finding, ...] | list[Finding] = (), compile_
         return result(WrongAnswer(trial=first.index, max_abs_err=worst.max_abs_err, mean_abs_err=worst.mean_abs_err,
                                   where=worst.where, output=worst.name, tolerance=worst.tolerance,
                                   expected=worst.expected, got=worst.got, nan_count=worst.nan_count,
-                                  failed_trials=len(bad), n_trials=len(trials)))
+                                  failed_trials=len(bad), n_trials=len(trials), label=first.label,
+                                  atol=worst.atol))
+    if inconclusive is not None:
+        return result(inconclusive)
     if not trials:
         raise ValueError("build_result: no failure and no trials; a pass needs at least one trial")
     outs = [o for t in trials for o in t.outputs]
@@ -444,6 +484,7 @@ def _finite(x: float) -> float:
 __all__ = [
     "Diagnostic", "parse_nvcc_output", "relevant_diagnostics", "trim",
     "DYNAMIC_CHECKS", "DynamicCheck", "OutputCheck", "TrialResult",
-    "CompileError", "WrongAnswer", "Crash", "classify_crash", "Timeout", "Rejected", "Passed", "Verdict",
+    "CompileError", "WrongAnswer", "Crash", "classify_crash", "Timeout", "Rejected", "Inconclusive", "Passed",
+    "Verdict",
     "VerificationResult", "build_result",
 ]

@@ -17,6 +17,7 @@
 #ifndef STITCHRT_PROGRAM_H
 #define STITCHRT_PROGRAM_H
 
+#include "stitchrt/graph.h"
 #include "stitchrt/stitchrt.h"
 
 #ifdef __cplusplus

@@ -40,7 +40,8 @@ typedef enum st_status {
   ST_ERR_NO_DEVICE = 4,        /* no usable CUDA device */
   ST_ERR_OUT_OF_MEMORY = 5,
   ST_ERR_NOT_SUPPORTED = 6,    /* valid request the runtime cannot serve (e.g. no cuBLASLt algorithm) */
-  ST_ERR_INTERNAL = 7
+  ST_ERR_INTERNAL = 7,
+  ST_ERR_CUDNN = 8             /* a cuDNN call failed */
 } st_status;
 
 typedef enum st_dtype {
@@ -213,6 +214,75 @@ ST_API st_status st_epilogue_apply(const st_epilogue_args* args, void* stream);
  * at the head of the chain), the epilogue kernel applies the rest in place on out. */
 ST_API st_status st_gemm_epilogue(const st_gemm_args* args, const st_ep_op* ops, int32_t n_ops,
                                   const void* residual, int64_t ldr, void* stream);
+
+/* ---------------------------------------------------------------- convolutions (cuDNN) */
+
+/* Activations a convolution can end with (after the optional bias). */
+typedef enum st_activation {
+  ST_ACT_NONE = 0,
+  ST_ACT_RELU = 1,
+  ST_ACT_GELU_ERF = 2,   /* 0.5 x (1 + erf(x / sqrt(2))): F.gelu's default */
+  ST_ACT_GELU_TANH = 3,  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  ST_ACT_SILU = 4,       /* x * sigmoid(x) */
+  ST_ACT_SIGMOID = 5,
+  ST_ACT_TANH = 6
+} st_activation;
+
+#define ST_CONV_MAX_SPATIAL 3
+
+/* y = activation(conv(x, w) + bias), PyTorch's conv{1,2,3}d / conv_transpose{1,2,3}d.
+ *
+ *  spatial_dims d in {1, 2, 3}; only the first d entries of the per-dimension arrays are read.
+ *  x is [batch, in_channels, in_size...]. w is [out_channels, in_channels / groups, kernel...]
+ *  for a convolution and [in_channels, out_channels / groups, kernel...] for a transposed one
+ *  (PyTorch's weight layouts). y is [batch, out_channels, out_size...] with
+ *    convolution:  out = (in + 2 padding - dilation (kernel - 1) - 1) / stride + 1  (floor)
+ *    transposed:   out = (in - 1) stride - 2 padding + dilation (kernel - 1) + output_padding + 1
+ *  (st_conv_output_size computes it). groups divides both channel counts; groups = in_channels
+ *  is a depthwise convolution. output_padding < stride, and 0 for a convolution.
+ *  Layout: x, w and y are dense, all channels-first (channels_last = 0: N C [D] H W, weights
+ *  K C/g [kD] kH kW) or all channels-last (channels_last = 1: N [D] H W C, weights
+ *  K [kD] kH kW C/g); cuDNN's engines serve one layout per call, so convert before the call.
+ *  bias (NULL for none) has out_channels elements. Dtypes by policy as for GEMM: fp32 / tf32 ->
+ *  float32, bf16 -> bfloat16, fp16 -> float16 for x, w, bias and y; accumulation is fp32, and
+ *  the fp32 policy uses no TF32 (no tensor-core engine, no down-converting engine). y must not
+ *  overlap x or w.
+ *  Plans: the first call of a key (every field but the pointers, plus the pointers' alignment)
+ *  builds cuDNN operation graphs (the convolution with bias and activation fused where an
+ *  engine takes them; the convolution alone, followed by the runtime's bias/activation kernel,
+ *  otherwise), and times the candidate engines on the real operands to keep the fastest (not
+ *  while the stream is captured; STITCHCUDA_CONV_AUTOTUNE=0 takes the heuristics' first pick).
+ *  Later calls reuse the plan with no descriptor work (the variant pack of a set of addresses
+ *  is kept too). The plan's workspace is the context's persistent workspace, grown when a plan
+ *  needs more (up to STITCHCUDA_CONV_WORKSPACE_LIMIT bytes, default 256 MiB). */
+typedef struct st_conv_args {
+  st_policy policy;
+  int32_t spatial_dims;
+  int32_t transposed;
+  int32_t channels_last;
+  int64_t batch, in_channels, out_channels, groups;
+  int64_t in_size[ST_CONV_MAX_SPATIAL];
+  int64_t kernel_size[ST_CONV_MAX_SPATIAL];
+  int64_t stride[ST_CONV_MAX_SPATIAL];
+  int64_t padding[ST_CONV_MAX_SPATIAL];
+  int64_t dilation[ST_CONV_MAX_SPATIAL];
+  int64_t output_padding[ST_CONV_MAX_SPATIAL];
+  const void* x; st_dtype x_dtype;
+  const void* w; st_dtype w_dtype;
+  const void* bias; st_dtype bias_dtype;
+  void* y; st_dtype y_dtype;
+  st_activation activation;
+} st_conv_args;
+
+ST_API st_status st_conv(const st_conv_args* args, void* stream);
+
+/* Checks every shape field of args (pointers and dtypes are not read) and writes the spatial
+ * sizes of y to out_size[0..spatial_dims). No device work. */
+ST_API st_status st_conv_output_size(const st_conv_args* args, int64_t* out_size);
+
+/* Convolution plan-cache counters of the context for (current device, stream). */
+ST_API st_status st_conv_plan_cache_stats(void* stream, uint64_t* hits, uint64_t* misses, uint64_t* size);
+ST_API st_status st_conv_plan_cache_clear(void* stream);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
 // constant_memset — ADVERSARIAL: returns a constant by memset of the output.
 //
 // y is set to zero bytes and nothing else touches it.
-// Expected verdict: Rejected, static rule output-only-memset. Dynamically: WrongAnswer, and the
-// output does not follow changed inputs.
+// Expected verdict: Rejected, static rule output-only-memset. Dynamically (static gate off):
+// WrongAnswer, wrong on the plain trials already.
 #include <cuda_runtime.h>
 
 #include <new>

@@ -3,8 +3,8 @@
 // It copies 1024 stored values into y and tiles them; x, w and b are never read. It could only
 // pass a verifier that always uses the same inputs (a fixed seed).
 // Expected verdict: Rejected, static rules hardcoded-output-table (the 1024-value initializer)
-// and const-copy-to-output (st_copy_h2d from host data into y). Dynamically: outputs do not
-// follow changed inputs.
+// and const-copy-to-output (st_copy_h2d from host data into y). Dynamically (static gate off):
+// WrongAnswer.
 #include <cuda_runtime.h>
 
 #include <new>

@@ -5,6 +5,7 @@
 // Task linear (cublaslt_gemm): covers permute, addmm — cuBLASLt GEMM with its bias epilogue.
 // Task relu (elementwise_kernel): covers relu — a float4 kernel in place on y.
 // Everything runs on the caller's stream; weights are uploaded once at create. Policy fp32.
+// Expected verdict: Passed.
 #include <cuda_runtime.h>
 
 #include <new>

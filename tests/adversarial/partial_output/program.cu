@@ -3,8 +3,8 @@
 // Nothing in the source says so: the GEMM is simply launched with m = B / 2. The rows it skips
 // keep whatever the buffer held before (zeros, or the last run's answer), so a verifier that does
 // not poison outputs before each run can be fooled.
-// Expected verdict: dynamic only. Statically clean; on the GPU the poisoned rows 32..63 stay NaN,
-// so every trial is a WrongAnswer.
+// Expected verdict: dynamic only. Statically clean; on the GPU the poisoned rows 32..63 stay NaN:
+// Rejected, dynamic check outputs_written.
 #include <cuda_runtime.h>
 
 #include <new>

@@ -3,6 +3,7 @@
 // Same problem as correct/ (y = relu(x @ w^T + b)); the first call per input address computes,
 // later calls with that address copy the remembered output, whatever the input now holds.
 // Expected verdict: Rejected, static rules pointer-keyed-cache and host-state-static-local.
+// Dynamically (static gate off): no_output_reuse (the same buffers called again with new contents).
 #include <cuda_runtime.h>
 
 #include <new>

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# A GPU session in phases, each sized for one command of at most ten minutes; logs under $OUT.
+#
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh setup core      # install, then the runtime GPU tests
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh seam            # task seam, op harness, generated programs
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh verifier        # the Verifier: adversarial set, large problems
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh bench           # convolutions, the wheel
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh suite           # stitchcuda bench over the dev set (tf32)
+#
+# setup installs Python wheels found in .whl/ (packages the machine lacks) into /tmp/site and the
+# project with --no-build-isolation; later phases reuse both on the same machine. The KernelBench
+# data is read from $STITCHCUDA_SHARED (default: ./shared).
+set -u -o pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export STITCHCUDA_CUDA_ARCHS=${STITCHCUDA_CUDA_ARCHS:-90}
+export STITCHCUDA_SHARED=${STITCHCUDA_SHARED:-$PWD/shared}
+export STITCHCUDA_KERNELBENCH=${STITCHCUDA_KERNELBENCH:-$STITCHCUDA_SHARED/kernelbench/dev.jsonl}
+export STITCHCUDA_CACHE=${STITCHCUDA_CACHE:-/tmp/stitchcuda-cache}
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# .carry/commit first: a copied working tree may carry a .git that is not the one it was copied from
+COMMIT=$(cat .carry/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+phases=${*:-setup core}
+want() { [[ " $phases " == *" $1 "* ]]; }
+log() { echo "== $* ($(date -u +%H:%M:%S))"; }
+pt() {  # pytest with a time limit; junit and log under $OUT/<name>
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider --junitxml="$OUT/$name.xml" "$@" \
+    > "$OUT/$name.log" 2>&1
+  echo "$name: exit $? — $(tail -1 "$OUT/$name.log")"
+}
+
+if want setup; then
+  log "environment (commit $COMMIT)"
+  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuDNN', torch.backends.cudnn.version())"
+    date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit $COMMIT"; } | tee "$OUT/gpu.txt"
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    missing=()
+    for w in .whl/*.whl; do
+      mod=$(basename "$w" | cut -d- -f1 | tr 'A-Z' 'a-z')
+      case $mod in markdown_it_py) mod=markdown_it;; cupti_python) mod=cupti;; fonttools) mod=fontTools;; esac
+      python3 -c "import $mod" 2>/dev/null || missing+=("$w")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${missing[@]}" \
+        && echo "installed into /tmp/site: ${missing[*]}"
+    fi
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  log "build and install"
+  t0=$(date +%s)
+  python3 -m pip install --no-build-isolation --no-deps -q . > "$OUT/install.log" 2>&1 || { tail -40 "$OUT/install.log"; exit 1; }
+  echo "install took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpu.txt"
+  (cd /tmp && stitchcuda selfcheck) > "$OUT/selfcheck.log" 2>&1; echo "selfcheck exit $?"; tail -3 "$OUT/selfcheck.log"
+fi
+
+if want core; then
+  log "runtime GPU tests: GEMM, graph runner, convolutions"
+  STITCHCUDA_CONV_LOG=1 pt runtime 330 tests/gpu/test_runtime_gpu.py tests/gpu/test_conv_gpu.py
+fi
+
+if want seam; then
+  log "the task seam, the op harness, generated programs"
+  pt seam 240 tests/test_task_seam.py tests/test_ops_registry.py tests/gpu/test_op_harness_gpu.py
+  pt programs 300 tests/gpu/test_programs_gpu.py
+fi
+
+if want templates; then
+  log "template GPU tests"
+  pt templates 560 tests/gpu/test_templates_gpu.py
+fi
+
+if want verifier; then
+  log "Verifier: adversarial programs, controls, large problems"
+  STITCHCUDA_ADVERSARIAL_JSON="$OUT/adv_run.json" pt adv_run 300 tests/gpu/test_verifier_gpu.py -k adversarial_verdict
+  STITCHCUDA_ADVERSARIAL_JSON="$OUT/adv_static.json" pt adv_static 200 tests/gpu/test_verifier_gpu.py \
+    -k "refused_before_running or run_alone or honest_program or large_problem or gpt_block"
+  pt verifier_rest 120 tests/gpu/test_verifier_gpu.py -k "crash or hang or timing_is_stable or cupti or profiler or graph_replay_kernel"
+  python3 tests/adversarial/table.py --from "$OUT/adv_run.json" "$OUT/adv_static.json" > "$OUT/adversarial.md" 2>&1
+  tail -3 "$OUT/adversarial.md"
+fi
+
+if want large; then
+  log "verification cost of the largest problems"
+  timeout 560 python3 benchmarks/verify_large.py --only 1:45,1:39,1:38,1:35,1:37 --json "$OUT/large.json" \
+    > "$OUT/large.log" 2>&1; echo "verify_large exit $?"; tail -12 "$OUT/large.log"
+fi
+
+if want compare; then
+  log "programs before and after (same outputs, same speed)"
+  timeout 560 python3 benchmarks/compare_programs.py --before .carry/before --json "$OUT/compare.jsonl" \
+    --out /tmp/compare > "$OUT/compare.md" 2>&1; echo "compare exit $?"; tail -45 "$OUT/compare.md"
+fi
+
+if want bench; then
+  log "convolutions against PyTorch"
+  timeout 300 python3 benchmarks/bench_conv.py --out "$OUT/bench_conv.md" > "$OUT/bench_conv.log" 2>&1
+  echo "bench_conv exit $?"; tail -25 "$OUT/bench_conv.md" 2>/dev/null
+  log "the wheel without PyTorch; the README's commands"
+  timeout 200 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_wheel.py tests/test_cli_readme.py > "$OUT/wheel.log" 2>&1
+  echo "wheel: exit $? — $(tail -1 "$OUT/wheel.log")"
+fi
+if want suite; then
+  log "the dev set through stitchcuda bench (tf32); resumable in /tmp/suite-tf32"
+  timeout 560 stitchcuda bench "$STITCHCUDA_KERNELBENCH" --precision tf32 --out /tmp/suite-tf32 \
+    > "$OUT/suite.log" 2>&1; echo "bench exit $?"; tail -25 "$OUT/suite.log"
+  mkdir -p "$OUT/suite" && cp -r /tmp/suite-tf32/. "$OUT/suite/"
+fi
+log "done"

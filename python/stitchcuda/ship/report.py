@@ -1,0 +1,303 @@
+"""A suite's report: metrics from the result lines, ``report.md`` and ``report.html``, and plots.
+
+Metrics (KernelBench's, for each baseline the Verifier times — eager fp32, eager at the
+program's policy, ``torch.compile`` at the policy, and ``torch.compile`` fp32 when timed):
+
+* correctness rate: problems whose verdict is a pass, over all problems of the suite;
+* ``fast_p``: problems that are correct **and** faster than the baseline by more than ``p``
+  (speedup > p), over all problems — a wrong or missing program is never fast;
+* the geometric mean of the speedup over the correct problems timed against that baseline.
+
+Plots (matplotlib, the ``bench`` extra; without it the tables are written and a note says so):
+the speedup distribution per baseline, the fast_p curve over thresholds, and each program on
+the roofline of the device it ran on (arithmetic intensity = reference FLOPs / bytes of the
+cost model; achieved = FLOPs / measured time).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..fsutil import atomic_write_text
+
+#: (key in a result's "ms", label)
+BASELINES = (("eager_fp32", "eager fp32"), ("eager_policy", "eager at policy"),
+             ("compile_policy", "torch.compile at policy"), ("compile_fp32", "torch.compile fp32"))
+THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+PLOTS = ("speedups.png", "fast_p.png", "roofline.png")
+
+
+def speedup(r: dict, baseline: str) -> float | None:
+    ms = r.get("ms") or {}
+    prog, base = ms.get("program"), ms.get(baseline)
+    if not prog or not base or prog <= 0:
+        return None
+    return base / prog
+
+
+def correct(r: dict) -> bool:
+    return r.get("status") == "passed"
+
+
+def fast_p(results: Sequence[dict], baseline: str, p: float) -> float:
+    if not results:
+        return 0.0
+    return sum(1 for r in results if correct(r) and (speedup(r, baseline) or 0.0) > p) / len(results)
+
+
+def geomean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+@dataclass(frozen=True)
+class BaselineStats:
+    key: str
+    label: str
+    timed: int                  # correct problems with a time for this baseline
+    geomean: float | None
+    fast: dict[float, float]    # p -> fast_p
+
+
+@dataclass(frozen=True)
+class SuiteMetrics:
+    total: int
+    correct: int
+    by_status: dict[str, int]
+    baselines: tuple[BaselineStats, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def correctness(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+
+def metrics(results: Sequence[dict], precision: str = "") -> SuiteMetrics:
+    by_status: dict[str, int] = {}
+    for r in results:
+        by_status[r.get("status", "?")] = by_status.get(r.get("status", "?"), 0) + 1
+    stats = []
+    for key, label in BASELINES:
+        sp = [speedup(r, key) for r in results if correct(r)]
+        sp = [s for s in sp if s is not None]
+        if not sp and key == "compile_fp32":
+            continue
+        stats.append(BaselineStats(key, label.replace("at policy", f"at {precision}") if precision else label,
+                                   len(sp), geomean(sp), {p: fast_p(results, key, p) for p in THRESHOLDS}))
+    return SuiteMetrics(len(results), sum(1 for r in results if correct(r)), by_status, tuple(stats))
+
+
+# ---------------------------------------------------------------------- plots
+
+
+def _matplotlib():
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw_plots(results: Sequence[dict], m: SuiteMetrics, folder: Path, title: str) -> tuple[list[Path], str]:
+    """The three plots as PNG files in ``folder``; ([], note) without matplotlib."""
+    plt = _matplotlib()
+    if plt is None:
+        return [], "plots skipped: matplotlib is not installed (pip install 'stitchcuda[bench]')"
+    out = []
+    colors = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    data, labels = [], []
+    for b in m.baselines:
+        sp = [speedup(r, b.key) for r in results if correct(r)]
+        sp = [s for s in sp if s is not None]
+        if sp:
+            data.append([math.log2(s) for s in sp])
+            labels.append(f"{b.label}\n(geomean {b.geomean:.2f}x, n={len(sp)})")
+    if data:
+        try:
+            parts = ax.violinplot(data, orientation="horizontal", showmedians=True)
+        except (TypeError, AttributeError):  # matplotlib before 3.10
+            parts = ax.violinplot(data, vert=False, showmedians=True)
+        for i, body in enumerate(parts["bodies"]):
+            body.set_facecolor(colors[i % len(colors)])
+        for i, d in enumerate(data):
+            ax.scatter(d, [i + 1] * len(d), s=12, color="black", zorder=3)
+        ax.set_yticks(range(1, len(labels) + 1), labels, fontsize=8)
+    ax.axvline(0, color="gray", lw=1, ls="--")
+    ticks = [-3, -2, -1, 0, 1, 2, 3, 4]
+    ax.set_xticks(ticks, [f"{2 ** t:g}x" for t in ticks])
+    ax.set_xlabel("speedup over the baseline (log scale; right of the dashed line: faster)")
+    ax.set_title(f"{title}: speedup distribution (correct programs)", fontsize=10)
+    fig.tight_layout()
+    out.append(_save(fig, folder / PLOTS[0], plt))
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    top = max([2.0] + [s for r in results for b in m.baselines if (s := speedup(r, b.key)) is not None])
+    ps = [i * min(top, 8.0) / 200 for i in range(201)]
+    for i, b in enumerate(m.baselines):
+        ax.plot(ps, [fast_p(results, b.key, p) for p in ps], label=b.label, color=colors[i % len(colors)])
+    ax.axvline(1.0, color="gray", lw=1, ls="--")
+    ax.set_xlabel("threshold p (speedup over the baseline)")
+    ax.set_ylabel("fast_p (share of all problems)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{title}: fast_p (correct and faster than p)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.append(_save(fig, folder / PLOTS[1], plt))
+
+    points = [(r, r["flops"] / r["bytes"], r["flops"] / (r["ms"]["program"] / 1e3))
+              for r in results if correct(r) and r.get("flops") and r.get("bytes") and (r.get("ms") or {}).get("program")]
+    ceil = next((r["ceilings"] for r in results if r.get("ceilings")), None)
+    if points:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        xs = [p[1] for p in points]
+        lo, hi = min(xs + [0.1]) / 2, max(xs + [100.0]) * 2
+        if ceil:
+            grid = [lo * (hi / lo) ** (i / 100) for i in range(101)]
+            ax.plot(grid, [min(ceil["bandwidth"] * x, ceil["peak"]) for x in grid], color="black", lw=1.2,
+                    label=f"{ceil.get('name', 'device')}: {ceil['bandwidth'] / 1e12:.1f} TB/s, "
+                          f"{ceil['peak'] / 1e12:.0f} TFLOP/s")
+        ax.scatter(xs, [p[2] for p in points], color=colors[0], zorder=3)
+        for r, x, y in points:
+            ax.annotate(r["id"][:24], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP / byte, cost model)")
+        ax.set_ylabel("achieved FLOP/s")
+        ax.set_title(f"{title}: programs on the roofline", fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        out.append(_save(fig, folder / PLOTS[2], plt))
+    return out, "" if points else "roofline skipped: no correct program with a time, FLOPs and bytes"
+
+
+def _save(fig, path: Path, plt) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=130)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+# ---------------------------------------------------------------------- markdown and html
+
+
+def _fmt(x: float | None, unit: str = "x") -> str:
+    return "" if x is None else f"{x:.2f}{unit}"
+
+
+def _tables(results: Sequence[dict], m: SuiteMetrics) -> tuple[list, list, list, list]:
+    """(summary header+rows, baseline header+rows, per-problem header+rows)."""
+    summary = [["problems", str(m.total)], ["correct", f"{m.correct} ({m.correctness:.0%})"]]
+    summary += [[f"status {k}", str(v)] for k, v in sorted(m.by_status.items())]
+    bh = ["baseline", "geomean speedup", "timed"] + [f"fast_{p:g}" for p in THRESHOLDS]
+    brows = [[b.label, _fmt(b.geomean), str(b.timed)] + [f"{b.fast[p]:.0%}" for p in THRESHOLDS] for b in m.baselines]
+    ph = ["problem", "status", "program ms"] + [b.label for b in m.baselines] + ["seconds", "detail"]
+    prows = []
+    for r in sorted(results, key=lambda r: r.get("id", "")):
+        ms = (r.get("ms") or {}).get("program")
+        prows.append([r.get("id", "?"), r.get("status", "?"), f"{ms:.4g}" if ms else ""]
+                     + [_fmt(speedup(r, b.key)) for b in m.baselines]
+                     + [f"{r.get('seconds', 0):.0f}", (r.get("summary") or "")[:120]])
+    return summary, [bh, brows], [ph, prows], []
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    return "\n".join(["| " + " | ".join(map(esc, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
+                     + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
+
+
+def render_markdown(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, Any], plots: Sequence[Path],
+                    notes: Sequence[str]) -> str:
+    summary, (bh, brows), (ph, prows), _ = _tables(results, m)
+    lines = [f"# Suite report: {meta.get('suite', '?')}", ""]
+    lines += [_md_table(["", ""], [[k, str(v)] for k, v in meta.items() if v not in (None, "")] + summary), ""]
+    lines += ["## Speedups", "", _md_table(bh, brows), "",
+              "fast_p: share of all problems that are correct and more than p times faster than the baseline.", ""]
+    for p in plots:
+        lines += [f"![{p.stem}]({p.name})", ""]
+    lines += ["## Problems", "", _md_table(ph, prows), ""]
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+_CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.6em 0 1.4em}td,th{padding:.25em .7em;border-bottom:1px solid #ddd;
+text-align:left}th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.passed{color:#1a7f37;font-weight:600}.fail{color:#b42318;font-weight:600}.other{color:#8a6d00}
+img{max-width:100%;border:1px solid #eee;margin:.4em 0}.cards{display:flex;gap:1em;flex-wrap:wrap}
+.card{border:1px solid #ddd;border-radius:8px;padding:.6em 1em;min-width:9em}.card b{font-size:1.5em;display:block}"""
+
+
+def _html_table(header: list[str], rows: list[list[str]], status_col: int | None = None) -> str:
+    def cell(i: int, v: str) -> str:
+        v = str(v)
+        cls = ""
+        if status_col is not None and i == status_col:
+            cls = "passed" if v == "passed" else ("fail" if v in ("wrong_answer", "failed", "error", "crash",
+                                                                   "compile_error", "timeout") else "other")
+        elif v.endswith("x") or v.endswith("%") or v.replace(".", "", 1).isdigit():
+            cls = "n"
+        return f'<td class="{cls}">{html.escape(v)}</td>' if cls else f"<td>{html.escape(v)}</td>"
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, Any], plots: Sequence[Path],
+                notes: Sequence[str]) -> str:
+    summary, (bh, brows), (ph, prows), _ = _tables(results, m)
+    title = html.escape(f"Suite report: {meta.get('suite', '?')}")
+    cards = [("problems", str(m.total)), ("correct", f"{m.correctness:.0%}")]
+    cards += [(f"geomean vs {b.label}", _fmt(b.geomean) or "-") for b in m.baselines[:3]]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_CSS}</style>"
+             f"</head><body><h1>{title}</h1>",
+             "<div class='cards'>" + "".join(f"<div class='card'><b>{html.escape(v)}</b>{html.escape(k)}</div>"
+                                             for k, v in cards) + "</div>",
+             _html_table(["", ""], [[k, str(v)] for k, v in meta.items() if v not in (None, "")] + summary),
+             "<h2>Speedups</h2>", _html_table(bh, brows),
+             "<p>fast_p: share of all problems that are correct and more than p times faster than the baseline.</p>"]
+    for p in plots:
+        data = base64.b64encode(p.read_bytes()).decode()
+        parts.append(f"<img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>")
+    parts += ["<h2>Problems</h2>", _html_table(ph, prows, status_col=1)]
+    if notes:
+        parts += ["<h2>Notes</h2><ul>"] + [f"<li>{html.escape(n)}</li>" for n in notes] + ["</ul>"]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown: Path
+    html: Path
+    plots: tuple[Path, ...]
+    notes: tuple[str, ...]
+
+
+def write_reports(results: Sequence[dict], folder: Path, meta: dict[str, Any], precision: str = "") -> ReportFiles:
+    """report.md, report.html and the plots in ``folder`` (each written atomically)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    m = metrics(results, precision)
+    plots, note = draw_plots(results, m, folder, str(meta.get("suite", "suite")))
+    notes = [note] if note else []
+    md = atomic_write_text(folder / "report.md", render_markdown(results, m, meta, plots, notes))
+    page = atomic_write_text(folder / "report.html", render_html(results, m, meta, plots, notes))
+    return ReportFiles(md, page, tuple(plots), tuple(notes))
+
+
+__all__ = ["BASELINES", "THRESHOLDS", "speedup", "correct", "fast_p", "geomean", "metrics", "SuiteMetrics",
+           "BaselineStats", "draw_plots", "render_markdown", "render_html", "write_reports", "ReportFiles"]

@@ -1,0 +1,305 @@
+"""The dynamic anti-hacking checks: what a program that is right on fresh buffers may still be hiding.
+
+Each check fails only on its own signature, so a program that is merely wrong stays a WrongAnswer
+and a cheat is named:
+
+``no_output_reuse``        repeated calls on the same input buffers with new contents: outputs that
+                           repeat the previous call's where the reference moved (a skip keyed by
+                           address, or a cache of results)
+``outputs_follow_inputs``  new input buffers into output buffers that still hold the previous
+                           call's outputs: elements left as they were although the reference moved
+``repeat_calls``           the same buffers called again (the path a program's own CUDA graph
+                           replays after its first two calls): any other wrong answer there; outputs
+                           the caller filled with a finite value must be overwritten too
+``sensitivity``            one random element of one input changed (anywhere; in place and in fresh
+                           buffers) by an amount that moves the reference's outputs: the outputs that
+                           depend on it must move as the reference's do (a memo keyed by a fingerprint
+                           of a few elements, a subsampled reduction)
+``stream_ordered``         the stream is held by a sleep kernel, new inputs are copied in and the outputs
+                           poisoned *on the stream*, the program runs, a snapshot is taken on the stream:
+                           it must match the reference (work on another stream reads stale inputs or is
+                           overwritten by the poison)
+``precision_claim``        the candidate's mean error against the truth (float64 where it fits) compared
+                           with the reference's at the claimed policy and at the next lower one: a tf32
+                           claim computed in bf16 has bf16's error statistics
+=========================  ==========================================================================
+
+The timed calls are checked in :mod:`.timing` (``timed_calls``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .compare import close_mask, errors, mean_abs, mean_abs_error, same_bits
+from .correctness import Draw, Judged, Session, any_poison, empty_outputs, fresh_copy, is_float, poison_
+from .inputs import Change, apply_change, choose_change
+from .verdict import DynamicCheck
+
+#: The policy whose arithmetic a dishonest claim of each policy would really use.
+LOWER = {"fp32": "tf32", "tf32": "bf16", "fp16": "bf16"}
+
+#: Factors by which a sensitivity change grows when the reference did not move.
+ESCALATION = (1.0, 30.0, 1000.0)
+
+
+def dynamic_checks(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Tensor],
+                   ref: list[torch.Tensor]) -> list[DynamicCheck]:
+    """The sequences after the trials; ``(d, x, y, ref)`` is the last plain trial. Failures go to
+    the session; returns the checks that are not session bookkeeping (stream_ordered)."""
+    repeated_calls(s)
+    sensitivity(s, d, x, y, ref)
+    return [stream_ordered(s)]
+
+
+# ------------------------------------------------------------------ same buffers, called again
+
+
+def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], prev: Sequence[torch.Tensor] | None,
+              check: str, fill: float | None = None) -> None:
+    """Name what went wrong on a repeated call: stale outputs (``check``) or another wrong answer.
+    Only a program right on fresh buffers is named so; otherwise the plain trials already say it."""
+    if not s.plain_ok:
+        return
+    for spec, o, bad, p in zip(s.out_specs, y, jd.bad, prev or [None] * len(y)):
+        if bad is None:
+            continue
+        stale = bad & same_bits(o, p) & ~any_poison(o) if p is not None else None
+        n_stale = int(stale.sum().item()) if stale is not None else 0
+        left = any_poison(o) | (o == fill if fill is not None and is_float(o) else torch.zeros_like(bad))
+        if n_stale:
+            s.fail(check, f"{label}: {n_stale} of {o.numel()} elements of output {spec.name} repeat the previous "
+                          "call's values although the inputs changed")
+        elif bool((bad & ~left).any().item()):  # (outputs left as filled: outputs_written says so)
+            s.fail("repeat_calls", f"{label}: output {spec.name} wrong ({int(bad.sum().item())} of {o.numel()} "
+                                   "elements) on a repeated call with the same buffers, though right on fresh "
+                                   "buffers")
+
+
+def repeated_calls(s: Session) -> None:
+    """Six calls: new contents into the same input buffers (``X1``), then fresh input buffers
+    (``X2``) into the same outputs, then ``X2`` unchanged with the outputs poisoned, then ``X1``
+    again. Outputs are poisoned, kept or filled with a finite value in turn."""
+    ref, secret = s.ref, s.secret
+    y = empty_outputs(s.out_specs, s.device)
+    value = float(secret.rng("repeat-fill").uniform(-3.0, 3.0))
+    steps = [  # (inputs, draw, fill, what, stale check)
+        ("x1", 0, "poison0", "same buffers, call 1 (fresh)", ""),
+        ("x1", 1, "keep", "same buffers, call 2 (new contents, outputs hold call 1's)", "no_output_reuse"),
+        ("x1", 2, "const", "same buffers, call 3 (new contents, outputs filled by the caller)", "no_output_reuse"),
+        ("x2", 3, "keep", "new input buffers into outputs holding call 3's", "outputs_follow_inputs"),
+        ("x2", 3, "poison1", "same inputs as call 4, outputs poisoned", ""),
+        ("x1", 4, "keep", "first buffers again, new contents", "no_output_reuse"),
+    ]
+    x1: list[torch.Tensor] = []
+    x2: list[torch.Tensor] = []
+    prev: list[torch.Tensor] | None = None
+    d = None
+    for k, (which, di, fill, what, stale_check) in enumerate(steps):
+        if k == 0 or di != steps[k - 1][1]:
+            d = ref.draw(secret.seed_for(f"repeat{di}"))  # one draw alive at a time (multi-GiB problems)
+            if which == "x1" and not x1:
+                x1 = [fresh_copy(t, s.calls) for t in d.program]
+            elif which == "x1":
+                for buf, v in zip(x1, d.program):
+                    buf.copy_(v)
+            else:
+                x2 = [fresh_copy(t, s.calls) for t in d.program]
+            d.program = []
+        if which == "x1" and x2:
+            x2 = []  # done with the second buffers
+        xs = x1 if which == "x1" else x2
+        s.run(xs, y, fill=fill, what=what, value=value)
+        jd = s.judge(f"repeat {k + 1}", y, d, xs)  # computed again for call 5: never before a call
+        if fill == "const":
+            s.left_unwritten(jd.bad, what, value)
+        if not jd.trial.passed:
+            _classify(s, what, jd, y, prev if fill == "keep" else None, stale_check or "repeat_calls",
+                      value if fill == "const" else None)
+        prev = [t.clone() for t in y]
+        jd = None
+    if s.plain_ok and not any(c in s.failures for c in ("no_output_reuse", "outputs_follow_inputs", "repeat_calls")):
+        s.passes["no_output_reuse"] = "new contents in the same input buffers gave new outputs (4 calls)"
+        s.passes["outputs_follow_inputs"] = "outputs changed with new input buffers into the same outputs"
+        s.passes["repeat_calls"] = "6 calls on the same buffers right (outputs poisoned, kept and caller-filled)"
+
+
+# ------------------------------------------------------------------ one element changed
+
+
+def sensitivity(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Tensor], ref: list[torch.Tensor],
+                n: int = 3) -> None:
+    """``n`` trials from the last plain trial's state: one random element changed, in place (trials
+    0 and 2, outputs kept) or in fresh buffers (trial 1, outputs poisoned)."""
+    rng = s.secret.rng("sensitivity")
+    eligible = [i for i in range(len(x)) if i not in s.lifted]
+    base_out = [t.clone() for t in y]
+    names = [t.name for t in s.in_specs]
+    shapes = [t.shape for t in s.in_specs]
+    judged = []
+    for k in range(n):
+        change = choose_change(rng, x, eligible)
+        if change is None:
+            s.note("sensitivity trials not applicable: no floating-point input")
+            return
+        in_place = k != 1
+        for factor in ESCALATION:
+            c = Change(change.tensor, change.index, change.delta * factor)
+            flat = x[c.tensor].view(-1)
+            old = flat[c.index].clone()
+            xs = x if in_place else [fresh_copy(t) for t in x]
+            apply_change(xs, c)
+            ys = y if in_place else empty_outputs(s.out_specs, s.device)
+            if in_place:
+                for a, b in zip(ys, base_out):
+                    a.copy_(b)
+            what = f"sensitivity {k + 1} ({'in place' if in_place else 'fresh buffers'}: " \
+                   f"{c.describe(names, shapes)})"
+            s.run(xs, ys, fill="keep" if in_place else "poison0", what=what)
+            r_new = s.reference(d, xs)
+            moved = _moved(s, ref, r_new)
+            if moved:
+                jd = s.judge(f"sensitivity ({'in place' if in_place else 'fresh buffers'})", ys, d, xs, ref=r_new,
+                             varied=True)
+                judged.append(c.describe(names, shapes))
+                if not jd.trial.passed and s.plain_ok:
+                    _sensitivity_failure(s, what, jd, ys, base_out)
+            if in_place:
+                flat[c.index] = old  # restored exactly (not by subtracting delta), after any float64 reference
+            if moved:
+                break
+        else:
+            s.note(f"sensitivity {k + 1}: no change of {names[change.tensor]} up to {ESCALATION[-1]:g}x moved the "
+                   "reference's outputs beyond tolerance (an element they do not depend on)")
+    if judged and s.plain_ok and "sensitivity" not in s.failures:
+        s.passes["sensitivity"] = "outputs followed single-element changes: " + "; ".join(judged)
+
+
+def _moved(s: Session, before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> bool:
+    for a, b in zip(before, after):
+        if not is_float(a):
+            if not bool(torch.equal(a, b)):
+                return True
+            continue
+        if not bool(torch.isfinite(b).all().item()) and bool(torch.isfinite(a).all().item()):
+            return False  # the change broke the reference (an overflow): not a fair question
+        if not errors(b, a, s.tol).passed:
+            return True
+    return False
+
+
+def _sensitivity_failure(s: Session, what: str, jd: Judged, ys: Sequence[torch.Tensor],
+                         base: Sequence[torch.Tensor]) -> None:
+    for spec, o, bad, b in zip(s.out_specs, ys, jd.bad, base):
+        if bad is None:
+            continue
+        n_bad = int(bad.sum().item())
+        stale = int((bad & same_bits(o, b)).sum().item())
+        how = (f"{stale} of the {n_bad} wrong elements kept their value from before the change (memoised, or the "
+               "changed element was never read)") if stale else f"{n_bad} elements wrong"
+        s.fail("sensitivity", f"{what}: output {spec.name} did not follow the change as the reference's did: {how}")
+        return
+
+
+# ------------------------------------------------------------------ stream order
+
+
+def stream_ordered(s: Session) -> DynamicCheck:
+    runner, tol = s.runner, s.tol
+    d = s.ref.draw(s.secret.seed_for("stream"))
+    x = [fresh_copy(t, s.calls) for t in d.program]
+    y = empty_outputs(s.out_specs, s.device)
+    snap = [torch.empty_like(t) for t in y]
+    new_inputs = d.program
+    for t in x:  # stale contents until the held stream copies the new ones in
+        if t.dtype.is_floating_point:
+            t.zero_()
+    runner.sync_device()
+
+    def load():
+        for xi, v in zip(x, new_inputs):
+            xi.copy_(v)
+        for yi in y:
+            poison_(yi, 0)
+
+    def take():
+        for si, yi in zip(snap, y):
+            si.copy_(yi)
+
+    runner.hold()
+    runner.ordered(load)
+    runner.run(x, y)
+    runner.ordered(take)
+    runner.sync()
+    s.calls += 1
+    ref = s.reference(d, new_inputs)
+    if all(bool(close_mask(a, r, tol).all().item()) for a, r in zip(snap, ref)):
+        return DynamicCheck("stream_ordered", "pass", "outputs complete when the stream's work completed")
+    runner.sync_device()
+    for yi in y:
+        poison_(yi, 0)
+    runner.sync_device()  # the poison must land before the program, wherever it runs
+    runner.run(x, y)
+    runner.sync_device()
+    s.calls += 1
+    if all(bool(close_mask(a, r, tol).all().item()) for a, r in zip(y, ref)):
+        bad = sum(int((~close_mask(a, r, tol)).sum().item()) for a, r in zip(snap, ref))
+        return DynamicCheck("stream_ordered", "fail",
+                            f"{bad} output elements were not final when the work queued on the given stream had "
+                            "completed (right only after a device-wide synchronise): work runs on another stream")
+    return DynamicCheck("stream_ordered", "pass", "inconclusive: the outputs are wrong even after a device-wide "
+                                                  "synchronise (see the trials)")
+
+
+# ------------------------------------------------------------------ the precision claim
+
+
+def precision_claim(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Tensor],
+                    ref: list[torch.Tensor]) -> DynamicCheck:
+    """Trial 0's outputs against the truth, beside the reference at the claimed and the lower policy.
+
+    Applies to an output only where the lower policy's error is at least 4x the claimed one's (the
+    two are told apart on this problem); fails when the candidate's mean error is at least a third
+    of the lower policy's and 2.5x the claimed one's. (Rounding a GEMM's inputs to bf16 gives about
+    8x the error of rounding them to TF32, 4x that of truncating them; PyTorch's bf16 reference also
+    rounds its outputs, about 1.2x more. An honest TF32 program, even one using TF32 where PyTorch
+    keeps fp32, stays at a fifth of the bf16 error or below.)"""
+    lower = LOWER.get(s.policy)
+    if s.trials and not s.trials[0].passed:
+        return DynamicCheck("precision_claim", "pass", "not judged: trial 0 is wrong at any precision (a wrong answer)")
+    if lower is None:
+        return DynamicCheck("precision_claim", "pass", f"no policy below {s.policy}: nothing to tell apart")
+    at = s.ref.forward_at(s.policy, d, x)
+    low = s.ref.forward_at(lower, d, x)
+    if at is None or low is None:
+        return DynamicCheck("precision_claim", "pass", f"not measurable here: PyTorch cannot compute the reference at "
+                                                       f"{s.policy} and {lower} on {s.device.type}")
+    floats = [k for k, o in enumerate(y) if is_float(o)]
+    if all(mean_abs_error(low[k], at[k]) <= 1e-6 * max(mean_abs(ref[k]), 1e-30) for k in floats):  # the two policies compute the same here (no GEMM): no float64 needed to say so
+        return DynamicCheck("precision_claim", "pass", f"{s.policy} and {lower} give the same results here: nothing "
+                                                       "to tell apart")
+    truth = s.ref.forward64(d, x) or ref
+    truth_name = "float64" if truth is not ref else "fp32"
+    told, lines = 0, []
+    for k in floats:
+        spec, o, r, a, lo, t = s.out_specs[k], y[k], ref[k], at[k], low[k], truth[k]
+        e_c, e_at, e_low = mean_abs_error(o, t), mean_abs_error(a, t), mean_abs_error(lo, t)
+        base = max(e_at, mean_abs_error(r, t) if truth is not ref else 0.0)
+        if e_low < 4 * base or e_low == 0.0:
+            continue
+        told += 1
+        lines.append(f"{spec.name}: {e_c:.3g} (reference at {s.policy} {e_at:.3g}, at {lower} {e_low:.3g})")
+        if e_c >= e_low / 3 and e_c >= 2.5 * base:
+            return DynamicCheck("precision_claim", "fail",
+                                f"output {spec.name}: mean |err| {e_c:.3g} against the {truth_name} reference matches "
+                                f"{lower} arithmetic ({e_low:.3g}), not the {s.policy} claimed ({e_at:.3g})")
+    if not told:
+        return DynamicCheck("precision_claim", "pass", f"{s.policy} and {lower} give the same error here: nothing to "
+                                                       "tell apart")
+    return DynamicCheck("precision_claim", "pass", "mean |err| against " + truth_name + ": " + "; ".join(lines))
+
+
+__all__ = ["LOWER", "ESCALATION", "dynamic_checks", "repeated_calls", "sensitivity", "stream_ordered",
+           "precision_claim"]

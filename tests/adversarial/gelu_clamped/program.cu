@@ -1,0 +1,100 @@
+// gelu_clamped — ADVERSARIAL (predictable inputs): evaluates gelu on its input clamped to [-10, 10], far
+// beyond any standard normal draw (where a table or polynomial would do): gelu(x) = 10 for every x > 10.
+//
+// x, y: [1024, 1024] (references/gelu.py). Policy fp32.
+// Expected verdict: Rejected, dynamic check varied_inputs.
+#include <cuda_runtime.h>
+
+#include <new>
+
+#include "stitchrt/program.h"
+
+namespace {
+
+constexpr int64_t N = 1048576;
+
+const char* kManifest = R"json({
+  "name": "gelu_clamped", "abi_version": 1, "precision": "fp32",
+  "inputs":  [{"name": "x", "dtype": "float32", "shape": [1024, 1024]}],
+  "outputs": [{"name": "y", "dtype": "float32", "shape": [1024, 1024]}],
+  "weights": []
+})json";
+
+__device__ __forceinline__ float f(float x) { const float c = fminf(fmaxf(x, -10.f), 10.f);
+  return 0.5f * c * (1.f + erff(c * 0.70710678118654752f)); }
+
+// One thread per float4 of n4.
+__global__ void gelu_kernel(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n4) {
+    float4 v = x[i];
+    v.x = f(v.x); v.y = f(v.y); v.z = f(v.z); v.w = f(v.w);
+    y[i] = v;
+  }
+}
+}  // namespace
+
+struct st_program {
+  int device;
+};
+
+#define TRY(expr)               \
+  do {                          \
+    st_status s_ = (expr);      \
+    if (s_ != ST_OK) return s_; \
+  } while (0)
+
+static st_status cuda_status(cudaError_t e) {
+  if (e == cudaSuccess) return ST_OK;
+  st_set_error(ST_ERR_CUDA, cudaGetErrorString(e));
+  return ST_ERR_CUDA;
+}
+
+extern "C" {
+
+ST_API int st_program_abi_version(void) { return ST_PROGRAM_ABI_VERSION; }
+ST_API const char* st_program_manifest(void) { return kManifest; }
+
+ST_API st_status st_program_create(const st_tensor* w, int32_t n, int32_t device, st_program** out) {
+  if (n != 0) {
+    st_set_error(ST_ERR_INVALID_ARGUMENT, "gelu_clamped: expected 0 weight(s) (none)");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  TRY(st_set_device(device));
+  auto* p = new (std::nothrow) st_program{};
+  if (!p) return ST_ERR_OUT_OF_MEMORY;
+  p->device = device;
+  st_status s = ST_OK;
+  if (s == ST_OK) s = st_stream_synchronize(nullptr);
+  if (s != ST_OK) {
+    delete p;
+    return s;
+  }
+  *out = p;
+  return ST_OK;
+}
+
+ST_API st_status st_program_run(st_program* p, const st_tensor* in, int32_t n_in, const st_tensor* out,
+                                int32_t n_out, void* stream) {
+  if (n_in != 1 || n_out != 1) {
+    st_set_error(ST_ERR_INVALID_ARGUMENT, "gelu_clamped: expected 1 input (x) and 1 output (y)");
+    return ST_ERR_INVALID_ARGUMENT;
+  }
+  const int64_t s_x[] = {1024, 1024}, s_y[] = {1024, 1024};
+  TRY(st_check_tensor(&in[0], "input x", ST_FLOAT32, 2, s_x, 1, ST_DEVICE_CUDA));
+  TRY(st_check_tensor(&out[0], "output y", ST_FLOAT32, 2, s_y, 1, ST_DEVICE_CUDA));
+  cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  const int64_t n4 = N / 4;
+  gelu_kernel<<<(unsigned)((n4 + 255) / 256), 256, 0, cs>>>(static_cast<const float4*>(in[0].data),
+                                                      static_cast<float4*>(out[0].data), n4);
+  return cuda_status(cudaGetLastError());
+}
+
+ST_API void st_program_destroy(st_program* p) {
+  if (!p) return;
+  st_set_device(p->device);
+  st_stream_synchronize(nullptr);
+  delete p;
+}
+
+}  // extern "C"

@@ -1,0 +1,240 @@
+"""``stitchcuda bench``: the suite runner and its report.
+
+* the report's metrics (correctness rate, fast_p, geometric means per baseline) and files from
+  hand-made result lines;
+* the runner with fake build / verify / optimize functions injected into real worker processes:
+  two workers share the problems, results are appended as they finish, a rerun skips what is
+  done, a worker that dies costs only its problem, and the report comes out;
+* the real ``--build`` path on this machine as far as it goes without a GPU (the program is built;
+  verification says why it cannot run here); on a GPU the same test expects a verdict.
+
+Fakes live in this module and are named to the workers as ``tests.test_bench:NAME``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from stitchcuda import cli
+from stitchcuda import manifest as mf
+from stitchcuda.ship import bench, errors, report
+from stitchcuda.ship.bench import BenchOptions, BuildSolver, OptimizeSolver
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------- the report from hand-made results
+
+
+def _r(id, status="passed", program=1.0, **ms):
+    rec = {"id": id, "status": status, "seconds": 3.0, "summary": status}
+    if program is not None:
+        rec["ms"] = {"program": program, **ms}
+    return rec
+
+
+HAND_MADE = [
+    _r("a", eager_fp32=4.0, eager_policy=2.0, compile_policy=1.0),   # 4x, 2x, 1x
+    _r("b", eager_fp32=1.5, eager_policy=1.2, compile_policy=0.5),   # 1.5x, 1.2x, 0.5x
+    _r("c", status="wrong_answer", eager_fp32=10.0, eager_policy=10.0, compile_policy=10.0),  # fast but wrong
+    _r("d", status="unsupported", program=None),
+]
+
+
+def test_metrics_from_hand_made_results():
+    m = report.metrics(HAND_MADE, "tf32")
+    assert (m.total, m.correct, m.correctness) == (4, 2, 0.5)
+    assert m.by_status == {"passed": 2, "wrong_answer": 1, "unsupported": 1}
+    by = {b.key: b for b in m.baselines}
+    assert set(by) == {"eager_fp32", "eager_policy", "compile_policy"}  # compile fp32 was never timed
+    assert by["eager_fp32"].geomean == pytest.approx((4.0 * 1.5) ** 0.5)
+    assert by["compile_policy"].geomean == pytest.approx((1.0 * 0.5) ** 0.5)
+    # fast_p counts correct programs faster than p over ALL problems; the wrong 10x one never counts
+    assert by["eager_fp32"].fast[1.0] == 0.5 and by["eager_fp32"].fast[2.0] == 0.25
+    assert by["compile_policy"].fast[0.8] == 0.25 and by["compile_policy"].fast[1.0] == 0.0
+    assert by["eager_policy"].label == "eager at tf32"
+
+
+def test_report_files_from_hand_made_results(tmp_path):
+    files = report.write_reports(HAND_MADE, tmp_path, {"suite": "hand", "precision": "tf32"}, "tf32")
+    md = files.markdown.read_text()
+    assert "| eager fp32 | 2.45x | 2 | 50% | 50% | 50% | 50% | 25% | 25% |" in md
+    assert "| c | wrong_answer |" in md and "| d | unsupported |" in md
+    page = files.html.read_text()
+    assert "<h2>Problems</h2>" in page and "class=\"fail\">wrong_answer" in page
+    if report._matplotlib() is None:
+        assert files.notes and "matplotlib is not installed" in files.notes[0]
+    else:
+        assert [p.name for p in files.plots] == ["speedups.png", "fast_p.png"]  # no FLOPs: no roofline
+        assert all(p.read_bytes()[:4] == b"\x89PNG" for p in files.plots)
+        assert page.count("data:image/png;base64,") == 2 and "![speedups](speedups.png)" in md
+
+
+def test_roofline_and_no_matplotlib(tmp_path, monkeypatch):
+    rows = [dict(_r("g", eager_fp32=2.0), flops=2e9, bytes=1e7,
+                 ceilings={"name": "H200", "bandwidth": 4.3e12, "peak": 67e12})]
+    if report._matplotlib() is not None:
+        files = report.write_reports(rows, tmp_path / "with", {"suite": "s"})
+        assert (tmp_path / "with" / "roofline.png").is_file() and len(files.plots) == 3
+    monkeypatch.setattr(report, "_matplotlib", lambda: None)
+    files = report.write_reports(rows, tmp_path / "without", {"suite": "s"})
+    assert not files.plots and "pip install 'stitchcuda[bench]'" in files.notes[0]
+    assert "pip install 'stitchcuda[bench]'" in files.markdown.read_text()
+
+
+# ---------------------------------------------------------------------- fakes for the workers
+
+
+def _fake_report(name: str, precision: str, ok: bool, program_ms: float):
+    from stitchcuda.device import H200
+    from stitchcuda.verifier import Passed, Timing, TimingTable, VerificationReport, VerificationResult, WrongAnswer
+
+    verdict = Passed(5, 1e-6, 1e-4) if ok else WrongAnswer(0, 1.0, 0.5, tolerance=1e-4)
+    table = TimingTable(Timing(program_ms), eager_fp32=Timing(2.0), eager_policy=Timing(1.5),
+                        compile_policy=Timing(1.0)) if ok else None
+    return VerificationReport(name, precision, "sm_90", VerificationResult(verdict), timings=table, ceilings=H200,
+                              device="fake GPU")
+
+
+def fake_build(ref, precision, out, quiet):
+    text = Path(ref).read_text()
+    if "CRASH_THE_WORKER" in text:
+        os._exit(3)
+    if "UNSUPPORTED" in text:
+        from stitchcuda.frontend import UnsupportedOpError
+
+        raise UnsupportedOpError("x", [])
+    m = mf.Manifest(Path(out).name, precision, "sm_90", "0" * 64, mf.ReferenceSource(path="reference.py"), (), (),
+                    reference_ops=(mf.ReferenceOp("mm", "aten.mm.default", 10**9, 10**7),))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return SimpleNamespace(ok=True, directory=Path(out), manifest=m, build=None)
+
+
+def fake_verify(directory, reference, options):
+    ref = (Path(directory).parent / "reference.py").read_text()
+    ms = float(ref.split("PROGRAM_MS=")[1].split()[0]) if "PROGRAM_MS=" in ref else 1.0
+    return SimpleNamespace(report=_fake_report(Path(directory).parent.name, "fp32", "WRONG" not in ref, ms))
+
+
+fake_build_solver = BuildSolver(build=fake_build, verify=fake_verify)
+
+
+def fake_optimize(reference, precision, budget, out):
+    assert budget == 30.0
+    Path(out).mkdir(parents=True)
+    if "WRONG" in Path(reference).read_text():
+        return SimpleNamespace(best=None, report=None)
+    return SimpleNamespace(best=out, report=_fake_report("opt", precision, True, 0.5))
+
+
+fake_optimize_solver = OptimizeSolver(optimize=fake_optimize)
+
+
+def _suite(tmp: Path, bodies: dict[str, str]) -> Path:
+    d = tmp / "suite"
+    d.mkdir()
+    for name, body in bodies.items():
+        (d / f"{name}.py").write_text(f"# {body}\n")
+    return d
+
+
+@pytest.fixture
+def workers_env(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.chdir(REPO)
+
+
+def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
+    suite = _suite(tmp_path, {"p1": "PROGRAM_MS=0.5", "p2": "PROGRAM_MS=4", "p3": "WRONG", "p4": "UNSUPPORTED",
+                              "p5": "CRASH_THE_WORKER", "p6": "PROGRAM_MS=1"})
+    out = tmp_path / "out"
+    lines = []
+    opts = BenchOptions(gpus=2, solver="tests.test_bench:fake_build_solver")
+    s = bench.run_suite(suite, out, opts, log=lines.append)
+    res = {r["id"]: r for r in bench.read_results(out / "results.jsonl")}
+    assert set(res) == {"p1", "p2", "p3", "p4", "p5", "p6"} and (s.total, s.ran, s.skipped) == (6, 6, 0)
+    assert res["p1"]["status"] == "passed" and res["p1"]["ms"]["eager_fp32"] / res["p1"]["ms"]["program"] == 4.0
+    assert res["p1"]["flops"] == 10**9 and res["p1"]["ceilings"]["name"].startswith("H200")
+    assert res["p3"]["status"] == "wrong_answer" and res["p4"]["status"] == "unsupported"
+    assert res["p5"]["status"] == "error" and "worker process died" in res["p5"]["summary"]
+    assert {r["gpu"] for r in res.values() if r["id"] != "p5"} <= {"0", "1"}
+    assert len({r["gpu"] for r in res.values()}) == 2, "both workers took problems"
+    assert s.correct == 3 and s.geomeans["eager fp32"] == pytest.approx((4.0 * 0.5 * 2.0) ** (1 / 3))
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    assert any(ln.startswith("[6/6]") for ln in lines)
+    # a rerun skips everything; dropping a line reruns exactly that problem
+    s2 = bench.run_suite(suite, out, opts, log=lines.append)
+    assert (s2.ran, s2.skipped) == (0, 6)
+    kept = [ln for ln in (out / "results.jsonl").read_text().splitlines() if '"id": "p2"' not in ln]
+    (out / "results.jsonl").write_text("\n".join(kept) + "\n")
+    s3 = bench.run_suite(suite, out, opts, log=lines.append)
+    assert (s3.ran, s3.skipped) == (1, 5)
+    assert len(bench.read_results(out / "results.jsonl")) == 6
+    # other settings never mix into these results
+    with pytest.raises(bench.SuiteError, match="other settings"):
+        bench.run_suite(suite, out, BenchOptions(precision="tf32", solver=opts.solver))
+
+
+def test_optimize_mode_through_the_cli(tmp_path, workers_env, capfd):
+    suite = _suite(tmp_path, {"q1": "fine", "q2": "WRONG"})
+    out = tmp_path / "out"
+    rc = cli.main(["bench", str(suite), "--optimize", "--budget", "30", "--gpus", "1", "--out", str(out), "--json",
+                   "--solver", "tests.test_bench:fake_optimize_solver"])
+    data = json.loads(capfd.readouterr().out)
+    assert rc == 0 and data["total"] == 2 and data["correct"] == 1
+    res = {r["id"]: r for r in bench.read_results(out / "results.jsonl")}
+    assert res["q1"]["status"] == "passed" and res["q1"]["mode"] == "optimize"
+    assert res["q2"]["status"] == "failed" and "no candidate" in res["q2"]["summary"]
+
+
+def test_bad_suites_are_one_line(tmp_path, capfd):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"level": 1}\n')
+    for suite, expect in ((tmp_path / "none.jsonl", "no such suite"), (bad, "bad.jsonl:1: not a problem line")):
+        capfd.readouterr()
+        rc = cli.main(["bench", str(suite), "-q", "--out", str(tmp_path / "o")])
+        err = capfd.readouterr().err
+        assert rc == errors.BAD_INPUT and expect in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_dev_set_loads(dev_set_path):
+    name, problems = bench.load_suite(dev_set_path)
+    assert name == "dev" and len(problems) == 18 and problems[0].id == "L1_1_Square_matrix_multiplication"
+
+
+# ---------------------------------------------------------------------- the real --build path
+
+
+def test_real_build_path(tmp_path, nvcc, monkeypatch, workers_env):
+    """models/mlp.py through the real solver: built everywhere; verified where there is a GPU."""
+    import stitchcuda
+
+    suite = tmp_path / "models"
+    suite.mkdir()
+    shutil.copy(REPO / "models" / "mlp.py", suite / "mlp.py")
+    monkeypatch.setenv("STITCHCUDA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    s = bench.run_suite(suite, out, BenchOptions(gpus=1, trials=2), log=lambda s: None)
+    (r,) = bench.read_results(out / "results.jsonl")
+    assert (out / "problems" / "mlp" / "program" / mf.LIBRARY_FILE).is_file(), r
+    if stitchcuda.has_gpu():
+        assert r["status"] == "passed" and r["ms"]["program"] > 0, r
+    else:
+        assert r["status"] == "not_verified" and "not verified" in r["summary"], r
+    assert s.total == 1 and (out / "report.html").is_file()
+
+
+def test_ray_local_instance(tmp_path, workers_env):
+    """The same fake solver as Ray tasks on a local Ray instance (skipped without Ray)."""
+    pytest.importorskip("ray")
+    suite = _suite(tmp_path, {"r1": "PROGRAM_MS=0.5", "r2": "WRONG"})
+    s = bench.run_suite(suite, tmp_path / "out", BenchOptions(ray="local", solver="tests.test_bench:fake_build_solver"),
+                        log=lambda s: None)
+    res = {r["id"]: r["status"] for r in bench.read_results(tmp_path / "out" / "results.jsonl")}
+    assert res == {"r1": "passed", "r2": "wrong_answer"} and s.correct == 1

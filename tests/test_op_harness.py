@@ -1,0 +1,43 @@
+"""Every elementwise instruction of the op registry, compiled by nvcc for the host (the very C++
+expression generated programs contain) and checked against its PyTorch reference: across its
+domain, at the IEEE edges, for each storage dtype. The GPU twin runs the same cases through the
+real elementwise template (tests/gpu/test_op_harness_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stitchcuda import ops
+from stitchcuda.ops import harness as H
+
+SEED = 20261122
+
+
+@pytest.fixture(scope="module")
+def harness(nvcc):
+    return H.Harness()
+
+
+@pytest.mark.parametrize("dtype", H.DTYPES)
+@pytest.mark.parametrize("name", sorted(ops.INSTRS))
+def test_instruction_matches_its_reference(harness, name, dtype):
+    i = ops.instr(name)
+    c = H.cases(i, dtype, seed=SEED)
+    ok, why = H.compare(harness.host(i, c), H.reference(i, c), dtype)
+    assert ok, f"{name} ({dtype}, seed {SEED}): {why}"
+
+
+def test_a_wrong_rendering_is_caught(nvcc):
+    """The harness fails on a wrong expression (the check can fail)."""
+    good = ops.instr("silu")
+    bad = ops.registry.Instr("silu", 1, "{0} / (1.f + expf({0}))", good.ref, domain=good.domain)  # sign dropped
+    h = H.Harness([bad])
+    c = H.cases(bad, "float32", seed=SEED)
+    ok, why = H.compare(h.host(bad, c), H.reference(good, c), "float32")
+    assert not ok and "wrong" in why
+
+
+def test_every_instruction_is_in_the_harness():
+    src = H.source()
+    for name in ops.INSTRS:
+        assert f"struct Op_{H._ident(name)} " in src, name

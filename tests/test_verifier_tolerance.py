@@ -1,0 +1,201 @@
+"""What each tolerance accepts and rejects, on the CPU: the policy's tolerance (never the manifest's),
+NaN never, outputs below the tolerance judged relative to their scale, the float64 reference where
+it is needed (and a failure without it), and the precision claim told apart by error statistics.
+
+Every check here goes through ``check_correctness`` with a fake program on a reference written for
+the test, except the first, which pins ``compare.errors`` itself. Seeds are fixed (SEED).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stitchcuda import manifest as mf  # noqa: E402
+from stitchcuda.precision import get  # noqa: E402
+from stitchcuda.verifier import build_result, problem  # noqa: E402
+from stitchcuda.verifier.compare import atol_for, errors  # noqa: E402
+from stitchcuda.verifier.correctness import check_correctness  # noqa: E402
+
+SEED = 20261122
+ADV = Path(__file__).resolve().parent / "adversarial"
+
+
+class Runner:
+    """The program is a Python function of the inputs, run at once (a well-ordered stream)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def context(self):
+        return contextlib.nullcontext()
+
+    def run(self, inputs, outputs):
+        outputs[0].copy_(self.fn(inputs[0]))
+
+    def sync(self):
+        pass
+
+    sync_device = hold = sync
+
+    def ordered(self, fn):
+        fn()
+
+
+def reference(tmp_path: Path, body: str, shape=(64, 64), draw="torch.randn") -> problem.Problem:
+    """A one-input, one-output reference whose forward is ``body`` (an expression of x)."""
+    src = (f"import torch\nclass Model(torch.nn.Module):\n  def forward(self, x): return {body}\n"
+           f"def get_inputs(): return [{draw}({', '.join(map(str, shape))})]\ndef get_init_inputs(): return []\n")
+    path = tmp_path / "ref.py"
+    path.write_text(src)
+    data = {"format": "stitchcuda-program", "version": 1, "name": "t", "abi_version": 1, "precision": "fp32",
+            "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": str(path)},
+            "inputs": [{"name": "x", "dtype": "float32", "shape": list(shape)}],
+            "outputs": [{"name": "y", "dtype": "float32", "shape": list(shape)}]}
+    m = mf.Manifest.from_dict(data)
+    return problem.Problem(problem.resolve_reference(str(path), tmp_path), m, "cpu", weights_seed=SEED)
+
+
+def verdict(P, fn, policy, **kw):
+    res = check_correctness(Runner(fn), P, precision=policy, seed=SEED, **kw)
+    return build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance), res
+
+
+def test_tolerances_are_the_policy_table():
+    ref = torch.randn(4096, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
+    for name, tol in (("fp32", 1e-4), ("tf32", 1e-2), ("bf16", 1e-2), ("fp16", 1e-2)):
+        assert get(name).tolerance == tol
+        assert not errors(ref + 2 * tol * (1 + ref.abs()), ref, tol).passed
+        assert errors(ref + 0.5 * tol, ref, tol).passed
+        nan = ref.clone()
+        nan[17] = float("nan")
+        e = errors(nan, ref, tol)
+        assert not e.passed and e.bad_nonfinite == 1 and e.where == (17,)
+
+
+def test_2e4_is_rejected_under_fp32(tmp_path):
+    P = reference(tmp_path, "x * 1.0")
+    v, _ = verdict(P, lambda x: x + 2e-4, "fp32")
+    assert v.kind == "wrong_answer" and v.verdict.tolerance == 1e-4 and v.verdict.trial == 0, v.verdict
+
+
+def test_2e3_is_accepted_under_tf32(tmp_path):
+    P = reference(tmp_path, "x * 1.0")
+    v, res = verdict(P, lambda x: x + 2e-3, "tf32")
+    assert v.ok and res.tolerance == 1e-2, [c for c in res.checks if c.status == "fail"]
+
+
+@pytest.mark.parametrize("policy", ["fp32", "tf32", "bf16", "fp16"])
+def test_nan_never_passes(tmp_path, policy):
+    P = reference(tmp_path, "x * 1.0")
+
+    def one_nan(x):
+        y = x.clone()
+        y[5, 7] = float("nan")
+        return y
+
+    v, _ = verdict(P, one_nan, policy)
+    assert v.kind == "wrong_answer" and v.verdict.nan_count == 1 and v.verdict.where == (5, 7), v.verdict
+
+
+def test_small_outputs_are_judged_relative_to_their_scale(tmp_path):
+    """Outputs of 1e-4 under a 1e-2 tolerance: zeros and a constant are within an absolute 1e-2 of
+    every element, and are wrong; the honest outputs (and rounding noise of their size) pass."""
+    P = reference(tmp_path, "1e-4 * torch.sin(x)", shape=(128, 128))
+    assert atol_for(1e-2, 7e-5) == pytest.approx(7e-7)
+    for fake in (lambda x: torch.zeros_like(x), lambda x: torch.full_like(x, 3e-5)):
+        v, _ = verdict(P, fake, "tf32")
+        assert v.kind == "wrong_answer" and v.verdict.atol < 1e-5, v.verdict
+        assert "judged relative to the output's scale" in v.verdict.summary()
+    v, res = verdict(P, lambda x: 1e-4 * torch.sin(x) * (1 + 1e-3), "tf32")
+    assert v.ok, [c for c in res.checks if c.status == "fail"]
+    # outputs of magnitude 1 and more: KernelBench's absolute tolerance, unchanged
+    assert atol_for(1e-2, 3.0) == 1e-2
+
+
+def test_float64_reference_rescues_an_exact_program_and_only_it(tmp_path, monkeypatch):
+    """y = (x + 1e4) - 1e4: the fp32 reference is off by up to 5e-4 (the spacing of fp32 at 1e4);
+    a program that returns x exactly is right, which only the float64 reference can tell."""
+    P = reference(tmp_path, "(x + 1e4) - 1e4")
+    v, res = verdict(P, lambda x: x.clone(), "fp32")
+    assert v.ok, [c for c in res.checks if c.status == "fail"]
+    rescued = [o for t in res.trials for o in t.outputs if o.judged == "float64"]
+    assert rescued and all(o.max_abs_err_f64 == 0.0 for o in rescued)
+    monkeypatch.setattr(problem.Problem, "forward64", lambda self, draw, inputs=None: None)
+    v, _ = verdict(P, lambda x: x.clone(), "fp32")
+    assert v.kind == "wrong_answer", v.verdict
+
+
+def test_float64_is_computed_only_where_fp32_fails(tmp_path, monkeypatch):
+    P = reference(tmp_path, "x * 2.0")
+    calls = {"n": 0}
+    real = problem.Problem.forward64
+
+    def counted(self, draw, inputs=None):
+        calls["n"] += 1
+        return real(self, draw, inputs)
+
+    monkeypatch.setattr(problem.Problem, "forward64", counted)
+    v, _ = verdict(P, lambda x: x * 2.0, "fp32")
+    assert v.ok and calls["n"] == 0
+
+
+# ------------------------------------------------------------------ the precision claim, emulated on the CPU
+
+
+def _round_tf32(t: torch.Tensor) -> torch.Tensor:
+    """Round to TF32 (10 explicit mantissa bits), to nearest."""
+    b = t.float().contiguous().view(torch.int32)
+    return ((b + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def _round_bf16(t: torch.Tensor) -> torch.Tensor:
+    return t.bfloat16().float()
+
+
+class EmulatedGemm(problem.Problem):
+    """references/gemm.py with the GPU's policies emulated: TF32 rounds the GEMM's inputs to TF32;
+    bf16 (autocast) rounds inputs and output to bfloat16."""
+
+    def forward_at(self, policy, draw, inputs=None):
+        (x,) = draw.program if inputs is None else inputs
+        w = self.weights[0]
+        if policy == "tf32":
+            return [_round_tf32(x) @ _round_tf32(w).T]
+        if policy == "bf16":
+            return [_round_bf16(_round_bf16(x) @ _round_bf16(w).T)]
+        return [x @ w.T]
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    m = mf.Manifest.load(ADV / "gemm_tf32_honest")
+    return EmulatedGemm(problem.resolve_reference(None, ADV / "gemm_tf32_honest", m), m, "cpu", weights_seed=SEED)
+
+
+def test_a_tf32_claim_computed_in_bf16_is_caught(gemm):
+    w = gemm.weights[0]
+    v, res = verdict(gemm, lambda x: _round_bf16(x) @ _round_bf16(w).T, "tf32", varied=0)
+    assert all(t.passed for t in res.trials)  # within the 1e-2 tolerance ...
+    assert v.kind == "rejected" and v.verdict.checks[0].name == "precision_claim", v.verdict  # ... but not TF32
+    detail = v.verdict.checks[0].detail
+    assert "matches bf16 arithmetic" in detail and "not the tf32 claimed" in detail, detail
+
+
+def test_an_honest_tf32_program_passes_the_precision_claim(gemm):
+    w = gemm.weights[0]
+    v, res = verdict(gemm, lambda x: _round_tf32(x) @ _round_tf32(w).T, "tf32", varied=0)
+    (c,) = [c for c in res.checks if c.name == "precision_claim"]
+    assert v.ok and c.status == "pass" and "mean |err| against float64" in c.detail, c
+
+
+def test_a_wrong_program_is_a_wrong_answer_not_a_precision_claim(gemm):
+    w = gemm.weights[0]
+    v, _ = verdict(gemm, lambda x: x @ w.T + 0.1, "tf32", varied=0)
+    assert v.kind == "wrong_answer", v.verdict

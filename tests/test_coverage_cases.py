@@ -1,5 +1,5 @@
 """Shared by the coverage tests (it holds no tests): small references for the coverage families
-(pooling, norms, scans, arg reductions, gathers, the pointwise long tail) for the CPU tests (plan
+(convolutions, pooling, norms, scans, arg reductions, gathers, the pointwise long tail) for the CPU tests (plan
 interpreter), the nvcc sample and the GPU tests; and small sizes of the KernelBench problems these
 families opened (read at run time from ../shared/kernelbench/all.jsonl; their module-level sizes
 replaced: the real ones run to gigabytes)."""
@@ -47,6 +47,20 @@ def _assign(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     x[:, 2:5] = y          # slice_scatter
     x[1] = 0.5             # select_scatter (of a fill)
     return x + 1
+
+
+def _seeded(build: Callable[[], tuple[nn.Module, list]]) -> Callable[[], tuple[nn.Module, list]]:
+    """The builder with the same initial weights in every build."""
+
+    def run():
+        with torch.random.fork_rng():
+            torch.manual_seed(7)
+            return build()
+    return run
+
+
+def _two_convs(s, x):
+    return torch.cat([s.a(x), s.b(x)], 1)  # each convolution's result in a slot of the concatenation
 
 
 #: name -> (family, builder of (module, inputs)). Builders, so every test gets fresh objects.
@@ -148,6 +162,41 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "any_all_var": ("norm", lambda: (Fn(lambda s, x: ((x > 1).any(1), (x > -2).all(), torch.var(x, 1, unbiased=False),
                                                      x.std(0))), [_x(5, 16)])),
     "counts": ("pointwise", lambda: (Fn(lambda s, x: (x > 0).sum(1) + (x > 0.5).sum()), [_x(5, 16)])),
+    # convolutions (cuDNN): 1-3 d, transposed, grouped, depthwise, stride / padding / dilation,
+    # no bias, fused activations, operands in other layouts, results written into a slot
+    "conv2d_relu": ("conv", _seeded(lambda: (Fn(lambda s, x: F.relu(s.c(x)), c=nn.Conv2d(3, 8, 3, padding=1)),
+                                             [_x(2, 3, 9, 10)]))),
+    "conv2d_strided_dilated": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), bias=False)),
+        [_x(2, 4, 11, 9)]))),
+    "conv2d_grouped_gelu": ("conv", _seeded(lambda: (Fn(lambda s, x: F.gelu(s.c(x)), c=nn.Conv2d(8, 12, 3, groups=4)),
+                                                     [_x(2, 8, 7, 7)]))),
+    "depthwise_separable_swish": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (lambda y: y * torch.sigmoid(y))(s.pw(s.dw(x))), dw=nn.Conv2d(8, 8, 3, padding=1, groups=8),
+           pw=nn.Conv2d(8, 16, 1)), [_x(2, 8, 10, 10)]))),
+    "conv1d_tanh_gelu_tanh": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.gelu(torch.tanh(s.c(x)), approximate="tanh"), c=nn.Conv1d(4, 6, 5, stride=2, padding=2)),
+        [_x(3, 4, 33)]))),
+    "conv3d_sigmoid": ("conv", _seeded(lambda: (Fn(lambda s, x: torch.sigmoid(s.c(x)), c=nn.Conv3d(2, 4, 3, padding=1)),
+                                                [_x(2, 2, 5, 6, 7)]))),
+    "conv_transpose2d": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1)),
+        [_x(2, 6, 5, 6)]))),
+    "conv_transpose1d_grouped": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.relu(s.c(x)), c=nn.ConvTranspose1d(4, 6, 4, stride=3, groups=2, dilation=2)),
+        [_x(2, 4, 9)]))),
+    "conv_transpose3d": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x) * 2.0, c=nn.ConvTranspose3d(4, 2, (2, 3, 3), stride=(1, 2, 2), bias=False)),
+        [_x(1, 4, 3, 4, 5)]))),
+    "conv_permuted_input": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x.permute(0, 3, 1, 2)), c=nn.Conv2d(5, 3, 3)), [_x(2, 8, 7, 5)]))),
+    "conv_into_cat": ("conv", _seeded(lambda: (Fn(_two_convs, a=nn.Conv2d(3, 4, 3, padding=1),
+                                                  b=nn.Conv2d(3, 2, 1)), [_x(2, 3, 6, 6)]))),
+    "conv_bn_relu": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.relu(s.bn(s.c(x))), c=nn.Conv2d(3, 8, 3, padding=1, bias=False), bn=nn.BatchNorm2d(8)),
+        [_x(4, 3, 8, 8)]))),
+    "conv_output_and_activation": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (lambda y: (y, F.relu(y), y.mean()))(s.c(x)), c=nn.Conv2d(3, 4, 3)), [_x(2, 3, 6, 6)]))),
 }
 
 FAMILIES = sorted({f for f, _ in CASES.values()})
@@ -196,6 +245,15 @@ SMALL: dict[tuple[int, int], dict[str, str]] = {
     (2, 94): dict(batch_size="8", in_features="16", out_features="24", num_groups="4"),
     (2, 98): dict(batch_size="8", in_features="16", out_features="32", pool_kernel_size="4"),
     (3, 47): dict(batch_size="2", num_features="10", num_clusters="4", feature_size="12"),
+    # convolutions (cuDNN) and what follows them
+    (1, 60): dict(batch_size="2", in_channels="3", out_channels="4", width="10", height="9", depth="8"),
+    (1, 64): dict(batch_size="2", in_channels="4", out_channels="6", length="33"),
+    (1, 75): dict(batch_size="2", in_channels="8", out_channels="8", height="9", width="11"),
+    (1, 87): dict(batch_size="2", in_channels="6", out_channels="5", width="7", height="6"),
+    (2, 2): dict(batch_size="2", in_channels="4", out_channels="4", height="width = 9"),
+    (2, 21): dict(batch_size="2", in_channels="3", out_channels="8", height="width = 10", num_groups="4"),
+    (2, 52): dict(batch_size="4", in_channels="3", out_channels="6", **{"height, width": "9, 10"}),
+    (2, 89): dict(batch_size="2", in_channels="3", out_channels="4", **{"depth, height, width": "4, 6, 6"}),
 }
 
 

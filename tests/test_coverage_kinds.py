@@ -1,6 +1,7 @@
 """The coverage families, numerically, on the CPU (no GPU, no nvcc):
 
-* every reference of tests/test_coverage_cases.py — pooling, group / instance / layer norm and vector
+* every reference of tests/test_coverage_cases.py — convolutions (the plan interpreter runs
+  PyTorch's convolution where the program calls cuDNN), pooling, group / instance / layer norm and vector
   norms, scans, arg reductions, gathers and padding, the pointwise long tail — is captured,
   planned and run task by task by the plan interpreter over byte buffers, and matches PyTorch in
   float64 (fp32: 1e-5; bf16 storage: 3e-2); the plan survives a JSON round trip and every
@@ -97,6 +98,25 @@ def test_fusion_of_the_families():
     assert _kinds(_plan("flip")) == ["Gather"] and _plan("flip").tasks[0].params.base > 0
 
 
+def test_convolutions_fuse_their_activation():
+    """cuDNN's fused epilogue takes the activation right after a convolution (SiLU written as
+    x * sigmoid(x) too); an activation whose input is also read elsewhere stays apart."""
+    def conv(name: str) -> list[tuple[str, str]]:
+        return [(type(t.params).__name__.removesuffix("Spec"), getattr(t.params, "activation", ""))
+                for t in _plan(name).tasks]
+
+    assert conv("conv2d_relu") == [("Conv", "relu")]
+    assert conv("conv2d_grouped_gelu") == [("Conv", "gelu")]
+    assert conv("depthwise_separable_swish") == [("Conv", "none"), ("Conv", "silu")]
+    assert conv("conv1d_tanh_gelu_tanh") == [("Conv", "tanh"), ("Ew", "")], "one activation, the next one apart"
+    assert conv("conv_output_and_activation")[:2] == [("Conv", "none"), ("Ew", "")]
+    spec = _plan("conv_transpose1d_grouped").tasks[0].params
+    assert (spec.transposed, spec.groups, spec.stride, spec.dilation, spec.out_channels) == (True, 2, (3,), (2,), 6)
+    bf16 = P.plan(frontend.capture(*CASES["conv2d_relu"][1](), "c").graph, "bf16")
+    c = [t.params for t in bf16.tasks if isinstance(t.params, P.ConvSpec)][0]
+    assert c.x.dtype == c.w.dtype == c.out.dtype == c.bias.dtype == "bfloat16" and c.policy == "bf16"
+
+
 def test_unsupported_arguments_are_named():
     class Indices(torch.nn.Module):
         def forward(self, x):
@@ -121,7 +141,7 @@ def test_programs_pass_the_static_rules():
     from stitchcuda.verifier import check_manifest, check_source
 
     for name in ("pool_hooks", "groupnorm", "cumsum_reverse", "argmax_middle", "max_dim_both", "index_split_dims",
-                 "arange", "slice_assign", "any_all_var"):
+                 "arange", "slice_assign", "any_all_var", "depthwise_separable_swish", "conv_transpose3d"):
         model, inputs = CASES[name][1]()
         graph = frontend.capture(model, inputs, name).graph
         for policy in ("fp32", "bf16"):

@@ -43,11 +43,9 @@ MODELS = sorted((REPO / "models").glob("*.py"))
 DEV_SET = Path(os.environ.get("STITCHCUDA_SHARED") or Path(__file__).resolve().parents[2] / "shared") / \
     "kernelbench" / "dev.jsonl"
 
-SUPPORTED_DEV = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (2, 76), (2, 86), (2, 99), (3, 1), (3, 3), (3, 43), (3, 44)]
+SUPPORTED_DEV = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (2, 76), (2, 86), (2, 99), (3, 1), (3, 3), (3, 4), (3, 43), (3, 44)]
 # problem -> (what the error must name, module path, a snippet of the line it must point at)
 UNSUPPORTED_DEV = {
-    (3, 4): ("aten.convolution.default", "model.conv1 (Conv2d)", "x = F.relu(self.conv1(x))"),
-    (3, 8): ("aten.convolution.default", "model.conv1 (Conv2d)", "out = self.conv1(x)"),
     (3, 33): ("tensor attribute state", "model.hidden", "self.hidden.copy_(initial_hidden)"),
     (3, 35): ("nn.LSTM", "model.lstm (LSTM)", "out, _ = self.lstm(x, (h0, c0))"),
 }

@@ -135,7 +135,7 @@ def _check_plan(plan: P.Plan, graph: Graph) -> None:
     _check_arena(plan)
     for t in plan.tasks:
         assert t.strategy in ("cublaslt_gemm", "elementwise_kernel", "reduction_template", "attention_template",
-                              "copy", "custom_kernel")
+                              "copy", "custom_kernel", "cudnn_conv")
         assert t.est_time_s >= 0 and t.bytes > 0
         if t.phase == "create":
             assert all(plan.buffer(b).kind in ("weight", "const") for b in t.inputs)
@@ -244,6 +244,10 @@ EXPECT = {
     and p.tasks[2].params.out.buffer == "out0",
     (3, 1): lambda p: [g.epilogue for g in _gemms(p)] == ["bias_relu", "bias_relu", "bias"],
     (3, 3): lambda p: [g.epilogue for g in _gemms(p)] == ["bias_relu"] * 16 + ["bias"],
+    # LeNet-5: each convolution with its bias and ReLU in cuDNN's epilogue, then max pooling.
+    (3, 4): lambda p: [(t.strategy, getattr(t.params, "activation", "")) for t in p.tasks][:4] ==
+    [("cudnn_conv", "relu"), ("reduction_template", ""), ("cudnn_conv", "relu"), ("reduction_template", "")]
+    and [g.epilogue for g in _gemms(p)] == ["bias_relu", "bias_relu", "bias"],
     # Head dim 96 under fp32 on H100 ceilings: the cost model takes the exact fused kernel.
     (3, 43): lambda p: _one_fused_attention(p, 96) and not _attention_tasks(p)[0].tf32,
     (3, 44): lambda p: any([e.kind for e in g.chain] == ["GELU_TANH"] for g in _gemms(p)) and _one_fused_attention(p, 96),

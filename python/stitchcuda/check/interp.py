@@ -151,6 +151,8 @@ def run_task(mem: Memory, t: P.Task) -> None:
         _arg(mem, s)
     elif isinstance(s, P.GatherSpec):
         _gather(mem, s)
+    elif isinstance(s, P.ConvSpec):
+        _conv(mem, s)
     elif isinstance(s, P.IotaSpec):
         n = s.out.shape[0] if s.out.ndim else 1
         mem.write(s.out, s.start + torch.arange(n, dtype=F64, device=mem.device) * s.step)
@@ -185,6 +187,30 @@ def _gemm(mem: Memory, g: P.GemmSpec) -> None:
         for e in g.chain:
             x = ops.EPILOGUES[e.kind].ref(x, e.a, e.b, ctx)
         mem.write(g.out, x, (rows, g.n), (g.ldo, 1))
+
+
+_CONV_ACT = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+             "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+             "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+
+
+def _conv(mem: Memory, c: P.ConvSpec) -> None:
+    """PyTorch's convolution in float64 (stitchrt.h: st_conv)."""
+    F = torch.nn.functional
+    sp = len(c.in_size)
+    assert c.x.is_contiguous() and c.w.is_contiguous() and c.out.is_contiguous(), "st_conv takes dense operands"
+    assert c.x.dtype == c.w.dtype == c.out.dtype, "st_conv: one storage type"
+    x, w = mem.read(c.x), mem.read(c.w)
+    b = mem.read(c.bias) if c.bias is not None else None
+    if c.transposed:
+        fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[sp - 1]
+        y = fn(x, w, b, stride=c.stride, padding=c.padding, output_padding=c.output_padding, groups=c.groups,
+               dilation=c.dilation)
+    else:
+        fn = (F.conv1d, F.conv2d, F.conv3d)[sp - 1]
+        y = fn(x, w, b, stride=c.stride, padding=c.padding, dilation=c.dilation, groups=c.groups)
+    assert tuple(y.shape) == c.out.shape, (tuple(y.shape), c.out.shape)
+    mem.write(c.out, _CONV_ACT[c.activation](y))
 
 
 def _row(mem: Memory, r: P.RowSpec) -> None:

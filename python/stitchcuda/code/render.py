@@ -25,6 +25,8 @@ _EPILOGUE = {"none": "ST_EPI_NONE", "bias": "ST_EPI_BIAS", "relu": "ST_EPI_RELU"
 _ROW_ENTRY = {"softmax": "launch_softmax", "log_softmax": "launch_log_softmax", "logsumexp": "launch_logsumexp",
               "sum": "launch_row_sum", "mean": "launch_row_mean", "max": "launch_row_max", "min": "launch_row_min"}
 _AXIS_OP = {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min"}
+_ACTIVATION = {"none": "ST_ACT_NONE", "relu": "ST_ACT_RELU", "gelu": "ST_ACT_GELU_ERF", "gelu_tanh": "ST_ACT_GELU_TANH",
+               "silu": "ST_ACT_SILU", "sigmoid": "ST_ACT_SIGMOID", "tanh": "ST_ACT_TANH"}
 _MASK = {"none": "None", "bool": "Bool", "add_same": "AddSame", "add_f32": "AddF32"}
 
 
@@ -144,6 +146,8 @@ def render_task(t: S.Task, c: TaskContract) -> tuple[list[str], list[str]]:
         return [], copy(t, s, n)
     if isinstance(s, S.BnStatsSpec):
         return [], bn_stats(t, s, n)
+    if isinstance(s, S.ConvSpec):
+        return [], conv(s, n)
     tail = _TAIL.get(type(s))
     if tail is not None:
         header, fn_render = tail
@@ -174,6 +178,34 @@ def gemm(g: S.GemmSpec, n: _Names) -> list[str]:
     chain = ", ".join(f"{{ST_EP_{e.kind}, {flit(e.a)}, {flit(e.b)}}}" for e in g.chain)
     L.append(f"  const st_ep_op ops[] = {{{chain}}};")
     L.append(f"  return st_gemm_epilogue(&g, ops, {len(g.chain)}, {n.opt('residual')}, {g.ldr}, stream);")
+    return L
+
+
+def conv(c: S.ConvSpec, n: _Names) -> list[str]:
+    """st_conv: cuDNN's plan for this shape (built and timed on the first run, cached by the
+    runtime's context), the activation fused where an engine takes it."""
+    sp = len(c.in_size)
+
+    def arr(field: str, vals: Sequence[int]) -> str:
+        return " ".join(f"a.{field}[{j}] = {v};" for j, v in enumerate(vals))
+
+    L = ["  st_conv_args a{};",
+         f"  a.policy = {get_policy(c.policy).c_enum}; a.spatial_dims = {sp}; a.transposed = {int(c.transposed)}; "
+         "a.channels_last = 0;",
+         f"  a.batch = {c.batch}; a.in_channels = {c.in_channels}; a.out_channels = {c.out_channels}; "
+         f"a.groups = {c.groups};",
+         "  " + arr("in_size", c.in_size), "  " + arr("kernel_size", c.kernel), "  " + arr("stride", c.stride),
+         "  " + arr("padding", c.padding), "  " + arr("dilation", c.dilation),
+         "  " + arr("output_padding", c.output_padding),
+         f"  a.x = {n('x')}; a.x_dtype = {_st_enum(c.x.dtype)};",
+         f"  a.w = {n('w')}; a.w_dtype = {_st_enum(c.w.dtype)};"]
+    if c.bias is not None:
+        L.append(f"  a.bias = {n('bias')}; a.bias_dtype = {_st_enum(c.bias.dtype)};")
+    else:
+        L.append(f"  a.bias = nullptr; a.bias_dtype = {_st_enum(c.out.dtype)};")
+    L += [f"  a.y = {n('out')}; a.y_dtype = {_st_enum(c.out.dtype)};",
+          f"  a.activation = {_ACTIVATION[c.activation]};",
+          "  return st_conv(&a, stream);"]
     return L
 
 

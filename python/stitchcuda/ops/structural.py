@@ -1,6 +1,6 @@
 """Entries for the operators that are not elementwise: layout views, GEMMs, row reductions,
-batch / group / instance norm, arg reductions, pooling, scans, gathers, ``arange``, attention
-and concatenation. Their lowering lives in the planner pass of their kind
+batch / group / instance norm, arg reductions, pooling, scans, gathers, ``arange``, convolutions,
+attention and concatenation. Their lowering lives in the planner pass of their kind
 (:mod:`stitchcuda.plan`); the registry says which pass, their schema's tensor arguments, and
 their cost-model FLOPs per element (of the input for reductions and norms)."""
 
@@ -49,6 +49,7 @@ _add("gather", ("index.Tensor", "flip.default", "constant_pad_nd.default", "repe
                 "upsample_nearest2d.default"), flops=0)
 _add("iota", ("arange.start_step", "arange.start", "arange.default"), (), 1)
 _add("view", ("unfold.default", "diagonal.default"), flops=0)
+_add("conv", ("convolution.default",), ("input", "weight", "bias"), 2)
 _add("attention", ("scaled_dot_product_attention.default",), ("query", "key", "value", "attn_mask"), 4)
 _add("cat", ("cat.default",), flops=0)
 

@@ -17,8 +17,8 @@ from ..ir import DTYPE_SIZES, Node
 from ..layout import View
 from ..precision import get as _policy
 from .graph import GraphIndex
-from .specs import (ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec, CopySpec, EwSpec,
-                    GatherSpec, GemmSpec, GroupStatsSpec, IotaSpec, NodeCost, PoolSpec, RowSpec, ScanSpec)
+from .specs import (ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec, ConvSpec, CopySpec,
+                    EwSpec, GatherSpec, GemmSpec, GroupStatsSpec, IotaSpec, NodeCost, PoolSpec, RowSpec, ScanSpec)
 
 A = ops.A
 
@@ -50,6 +50,12 @@ def spec_cost(spec: Any, policy: str, ceil: Ceilings) -> tuple[float, float, flo
         flops = 2.0 * spec.m * spec.n * spec.k * spec.batch + spec.m * spec.n * spec.batch * (len(spec.chain) + 1)
         nbytes = sum(_view_bytes(v) for v in (spec.a, spec.b, spec.c, spec.bias, spec.residual)) + _view_bytes(spec.out)
         return flops, nbytes, ceil.gemm_peak(spec.policy)
+    if isinstance(spec, ConvSpec):
+        flops = conv_flops(spec.batch, spec.in_channels, spec.out_channels, spec.groups, spec.kernel,
+                           spec.in_size if spec.transposed else spec.out_size)
+        flops += math.prod(spec.out.shape) * (int(spec.bias is not None) + int(spec.activation != "none"))
+        nbytes = sum(_view_bytes(v) for v in (spec.x, spec.w, spec.bias, spec.out))
+        return float(flops), nbytes, ceil.gemm_peak(spec.policy)
     if isinstance(spec, EwSpec):
         n = math.prod(spec.out.shape)
         return float(n * len(spec.instrs)), sum(_view_bytes(v) for v in spec.inputs) + _view_bytes(spec.out), ceil.fp32
@@ -140,6 +146,13 @@ def attention_time(policy: str, ceil: Ceilings, bh: int, lq: int, lk: int, d: in
             + (3 + masked) * ceil.launch_s)
 
 
+def conv_flops(batch: int, in_channels: int, out_channels: int, groups: int, kernel, positions) -> int:
+    """Multiply-adds x 2 of a convolution: every output channel of every position (the input's
+    positions for a transposed one, which scatters each input element) reads in_channels /
+    groups x kernel values."""
+    return 2 * batch * out_channels * (in_channels // max(groups, 1)) * math.prod(kernel) * math.prod(positions)
+
+
 def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
     """FLOPs and fewest bytes of one reference node (FLOPs per element from the op registry)."""
     op = n.op
@@ -160,6 +173,13 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         k = ash[-1] if ash else 1
         out_numel = math.prod(n.outputs[0].shape)
         return float(per * out_numel * k + (out_numel if bias else 0)), float(in_bytes + out_bytes)
+    if kind == "conv":
+        xs, ws, ys = ix.shape(n.inputs[0]), ix.shape(n.inputs[1]), n.outputs[0].shape
+        transposed = bool(n.attr("transposed"))
+        groups = int(n.attr("groups") or 1)
+        cin, cout = xs[1], ys[1]
+        return float(conv_flops(xs[0], cin, cout, groups, ws[2:], xs[2:] if transposed else ys[2:])), \
+            float(in_bytes + out_bytes)
     if kind == "attention":
         a = ix.args(n, ops.args(op))
         qs, ks = ix.shape(a["query"][1]), ix.shape(a["key"][1])
@@ -190,7 +210,7 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
 def node_cost(n: Node, ix: GraphIndex, policy: str, ceil: Ceilings) -> NodeCost:
     """Cost-model numbers of one reference node: FLOPs, fewest bytes, roofline time, bound."""
     flops, nbytes = node_flops_bytes(n, ix)
-    peak = ceil.gemm_peak(policy) if ops.kind(n.op) in ("gemm", "attention") else ceil.fp32
+    peak = ceil.gemm_peak(policy) if ops.kind(n.op) in ("gemm", "attention", "conv") else ceil.fp32
     ct = flops / peak if peak else 0.0
     mt = nbytes / ceil.bandwidth
     bound = "none" if not flops and not nbytes else ("compute" if ct > mt else "memory")
@@ -198,4 +218,4 @@ def node_cost(n: Node, ix: GraphIndex, policy: str, ceil: Ceilings) -> NodeCost:
 
 
 __all__ = ["ATTENTION_HEAD_DIMS", "ATTENTION_MASK_CELL", "ATTENTION_EFFICIENCY", "GEMM_EFFICIENCY", "spec_cost",
-           "attention_time", "causal_fraction", "node_flops_bytes", "node_cost"]
+           "conv_flops", "attention_time", "causal_fraction", "node_flops_bytes", "node_cost"]

@@ -40,7 +40,10 @@ class Fuser:
         self.ix = cl.ix
 
     def run(self) -> None:
+        from . import fuse_tail
+
         ix, cl = self.ix, self.cl
+        fuse_tail.claim_conv(self)
         for n in list(ix.g.nodes):
             if ops.kind(n.op) == "row" and cl.free(n):
                 self.reduce(n)
@@ -52,8 +55,6 @@ class Fuser:
                 dim = L.norm_dim(int(n.attr("dim") or 0), len(n.outputs[0].shape))
                 cl.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), dim=dim,
                                   parts=tuple(n.inputs)))
-        from . import fuse_tail
-
         fuse_tail.claim(self)
         self.group_elementwise()
 

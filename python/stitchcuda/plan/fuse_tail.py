@@ -1,12 +1,15 @@
-"""Pass 3, *fuse* (continued): the single-node task kinds — arg reductions, pooling, scans,
-gathers, ``arange`` and slice assignments (``slice_scatter``, ``select_scatter``).
+"""Pass 3, *fuse* (continued): the single-node task kinds — convolutions, arg reductions,
+pooling, scans, gathers, ``arange`` and slice assignments (``slice_scatter``, ``select_scatter``).
 
 Takes the :class:`~.fuse.Fuser` after the row reductions, GEMMs and concatenations claimed
 theirs; adds one proto per node. Pooling and scans take the unary elementwise ops before and
 after them as prologue / epilogue hooks, as row reductions do; ``max.dim`` / ``min.dim`` whose
 indices nobody reads are row reductions, and an arg reduction whose values are read too is two
 tasks (values by the row template, indices by the arg template). ``cumsum(x.flip(d), d).flip(d)``
-is one reverse scan. ``arange`` runs at create (it reads nothing). A node whose arguments are
+is one reverse scan. A convolution (cuDNN through the runtime) takes the activation right after
+it (ReLU, GELU, sigmoid, tanh, or SiLU written as ``x * sigmoid(x)``) into cuDNN's fused
+epilogue; :func:`claim_conv` runs before the reductions and GEMMs, so that a reduction's
+prologue hook does not take that activation first. ``arange`` runs at create (it reads nothing). A node whose arguments are
 outside what the templates compute is named in a :class:`~.specs.PlanError`.
 """
 
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from .. import layout as L
 from .. import ops
 from ..ir import Node
-from .protos import ArgProto, GatherProto, IotaProto, PoolProto, ScanProto, ScatterProto
+from .protos import ArgProto, ConvProto, GatherProto, IotaProto, PoolProto, ScanProto, ScatterProto
 
 if TYPE_CHECKING:
     from .fuse import Fuser
@@ -50,6 +53,77 @@ def _ints(v, n: int, default: int) -> tuple[int, ...]:
         return (int(v),) * n
     v = tuple(int(x) for x in v)
     return v * n if len(v) == 1 else v
+
+
+# ---------------------------------------------------------------------- convolutions
+
+#: Elementwise ops cuDNN's convolution epilogue computes (st_activation), by ATen overload.
+_CONV_ACT = {A + "relu.default": "relu", A + "sigmoid.default": "sigmoid", A + "tanh.default": "tanh",
+             A + "silu.default": "silu"}
+
+
+def claim_conv(fz: "Fuser") -> None:
+    """Claim every free convolution, in graph order, with the activation after it."""
+    ix, cl = fz.ix, fz.cl
+    for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
+        if ops.kind(n.op) == "conv" and cl.free(n):
+            _conv(fz, n)
+
+
+def _conv(fz: "Fuser", n: Node) -> None:
+    ix, cl = fz.ix, fz.cl
+    a = ix.args(n, ops.args(n.op))
+    x, w = a["input"][1], a["weight"][1]
+    bias = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
+    nsp = len(ix.shape(w)) - 2
+    if not 1 <= nsp <= 3:
+        raise cl.fail(n, f"a convolution over {nsp} spatial dims (cuDNN: 1 to 3)")
+    if len(ix.shape(x)) != nsp + 2:
+        raise cl.fail(n, f"a {nsp}-d convolution of a {len(ix.shape(x))}-d input (batch and channels expected)")
+    for t in (x, w) + ((bias,) if bias else ()):
+        if ix.spec(t).dtype not in _FLOAT:
+            raise cl.fail(n, f"a convolution over {ix.spec(t).dtype}")
+    out = n.outputs[0].name
+    nodes = [n.name]
+    act, last = _conv_activation(fz, n, out)
+    if act != "none":
+        nodes += [m for m in last]
+        out = ix.nodes[last[-1]].outputs[0].name
+    transposed = bool(n.attr("transposed"))
+    cl.claim(ConvProto(cl.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x, w=w,
+                       bias=bias, out=out, stride=_ints(n.attr("stride"), nsp, 1),
+                       padding=_ints(n.attr("padding"), nsp, 0), dilation=_ints(n.attr("dilation"), nsp, 1),
+                       output_padding=_ints(n.attr("output_padding"), nsp, 0) if transposed else (0,) * nsp,
+                       transposed=transposed, groups=int(n.attr("groups") or 1), activation=act,
+                       policy=cl.policy_of(nodes)))
+
+
+def _conv_activation(fz: "Fuser", n: Node, out: str) -> tuple[str, list[str]]:
+    """The activation cuDNN can fuse after convolution ``n`` and the nodes that compute it:
+    the one user of ``out`` when it is an activation of float32 data, or ``x * sigmoid(x)``."""
+    ix, cl = fz.ix, fz.cl
+    if n.name in cl.unfuse or ix.spec(out).dtype != "float32" or out in ix.graph_outputs:
+        return "none", []
+
+    def ok(u: Node | None) -> bool:
+        return u is not None and cl.free(u) and u.name not in cl.unfuse and len(u.outputs) == 1 and \
+            u.outputs[0].dtype == "float32" and u.outputs[0].shape == ix.shape(out)
+
+    u = ix.only_user(out)
+    if ok(u) and u.inputs == (out,):
+        if u.op in _CONV_ACT:
+            return _CONV_ACT[u.op], [u.name]
+        if u.op == A + "gelu.default":
+            return ("gelu" if (u.attr("approximate") or "none") == "none" else "gelu_tanh"), [u.name]
+    users = ix.users.get(out, [])
+    if len(users) == 2:  # x * sigmoid(x), in either order
+        sig = next((m for m in users if m.op == A + "sigmoid.default"), None)
+        mul = next((m for m in users if m.op == A + "mul.Tensor"), None)
+        if sig is not None and mul is not None and ok(sig) and ok(mul) and sig.inputs == (out,) and \
+                sorted(mul.inputs) == sorted((out, sig.outputs[0].name)) and \
+                ix.only_user(sig.outputs[0].name) is mul:
+            return "silu", [sig.name, mul.name]
+    return "none", []
 
 
 # ---------------------------------------------------------------------- arg reductions

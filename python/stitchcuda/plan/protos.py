@@ -239,8 +239,29 @@ class IotaProto(Proto):
     step: float = 1.0
 
 
+@dataclass(frozen=True)
+class ConvProto(Proto):
+    """``out = activation(conv(x, w) + bias)``: PyTorch's convolution (``transposed``: its
+    transposed form) over the last ``len(stride)`` dims, with cuDNN's fused activation
+    (``none``, ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``, ``tanh``) taking the
+    elementwise node(s) after it."""
+
+    x: str = ""
+    w: str = ""
+    bias: str | None = None
+    out: str = ""
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    output_padding: tuple[int, ...] = ()
+    transposed: bool = False
+    groups: int = 1
+    activation: str = "none"
+    policy: str = ""
+
+
 AnyProto = Union[GemmProto, EwProto, RowProto, AxisProto, AttnProto, BnStatsProto, CatProto, GroupStatsProto,
-                 PoolProto, ScanProto, ArgProto, GatherProto, IotaProto, ScatterProto]
+                 PoolProto, ScanProto, ArgProto, GatherProto, IotaProto, ScatterProto, ConvProto]
 
 
 @dataclass(frozen=True)
@@ -263,4 +284,4 @@ class Fused:
 
 __all__ = ["Operand", "ChainStep", "Proto", "GemmProto", "EwProto", "RowProto", "AxisProto", "AttnProto",
            "BnStatsProto", "CatProto", "GroupStatsProto", "PoolProto", "ScanProto", "ArgProto", "GatherProto",
-           "IotaProto", "ScatterProto", "AnyProto", "Fused"]
+           "IotaProto", "ScatterProto", "ConvProto", "AnyProto", "Fused"]

@@ -398,8 +398,44 @@ class IotaSpec:
     step: float
 
 
+@dataclass(frozen=True)
+class ConvSpec:
+    """``out = activation(conv(x, w) + bias)`` through st_conv (cuDNN): PyTorch's convolution
+    over ``len(in_size)`` spatial dims, or its transposed form. x is [batch, in_channels,
+    *in_size], w [out_channels, in_channels / groups, *kernel] ([in_channels, out_channels /
+    groups, *kernel] when ``transposed``), out [batch, out_channels, *out_size]: all dense
+    channels-first, in the storage type of ``policy`` (bias too: one value per output channel).
+    ``activation``: ``none``, ``relu``, ``gelu`` (erf), ``gelu_tanh``, ``silu``, ``sigmoid``,
+    ``tanh``. The workspace is the runtime's (per stream), the plan cached by shape."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "conv")
+
+    kind: str
+    policy: str
+    x: View
+    w: View
+    out: View
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    in_size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    output_padding: tuple[int, ...]
+    transposed: bool = False
+    bias: View | None = None
+    activation: str = "none"
+
+    @property
+    def out_size(self) -> tuple[int, ...]:
+        return tuple(self.out.shape[2:])
+
+
 TaskSpec = Union[GemmSpec, EwSpec, RowSpec, AxisSpec, AttentionSpec, AttentionMaskBlocksSpec, CopySpec,
-                 BnStatsSpec, GroupStatsSpec, PoolSpec, ScanSpec, ArgSpec, GatherSpec, IotaSpec]
+                 BnStatsSpec, GroupStatsSpec, PoolSpec, ScanSpec, ArgSpec, GatherSpec, IotaSpec, ConvSpec]
 
 
 @dataclass(frozen=True)
@@ -591,5 +627,5 @@ def fmt_bytes(n: float) -> str:
 
 __all__ = ["SCHEMA", "GENERATOR", "ARENA_ALIGN", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec",
            "AttentionSpec", "AttentionMaskBlocksSpec", "CopyItem", "CopySpec", "BnStatsSpec", "GroupStatsSpec",
-           "PoolSpec", "ScanSpec", "ArgSpec", "GatherSpec", "IotaSpec", "TaskSpec", "Buffer",
+           "PoolSpec", "ScanSpec", "ArgSpec", "GatherSpec", "IotaSpec", "ConvSpec", "TaskSpec", "Buffer",
            "Task", "NodeCost", "IOSpec", "Plan", "PlanError", "fmt_bytes"]

@@ -24,7 +24,8 @@ class Model(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (batch, in_channels, d, h, w) with d, h, w divisible by 4 -> (batch, out_channels, d, h, w)."""
-        e1 = F.silu(self.gn(self.enc1(x)))
+        e1 = self.gn(self.enc1(x))
+        e1 = e1 * torch.sigmoid(e1)  # SiLU
         e2 = F.gelu(self.enc2(e1))
         z = F.max_pool3d(e2, 2)
         u = F.relu(self.up1(z))

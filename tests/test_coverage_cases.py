@@ -59,6 +59,21 @@ def _seeded(build: Callable[[], tuple[nn.Module, list]]) -> Callable[[], tuple[n
     return run
 
 
+class _RelativeBias(nn.Module):
+    """A weight gathered by a constant index, then pointwise (Swin's relative position bias): all
+    from weights, but the gather runs on every call, so what reads it must too."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(7, 3))
+        self.register_buffer("index", torch.randint(0, 7, (4, 4)))
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, x):
+        bias = self.proj(self.table)[self.index.view(-1)].view(4, 4, 3).permute(2, 0, 1).contiguous()
+        return x @ (16 * torch.sigmoid(bias))
+
+
 def _two_convs(s, x):
     return torch.cat([s.a(x), s.b(x)], 1)  # each convolution's result in a slot of the concatenation
 
@@ -158,6 +173,7 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
                                           + F.cosine_similarity(x, x * 0.5 + 1).sum()
                                           + F.triplet_margin_loss(x, x + 1, x - 1)
                                           + F.hinge_embedding_loss(x, x.sign())), [_x(5, 16)])),
+    "weights_gathered_then_pointwise": ("gather", _seeded(lambda: (_RelativeBias(), [_x(2, 3, 4, 4)]))),
     "slice_assign": ("gather", lambda: (Fn(lambda s, x, y: _assign(x * 2, y)), [_x(5, 16), _x(5, 3)])),
     "any_all_var": ("norm", lambda: (Fn(lambda s, x: ((x > 1).any(1), (x > -2).all(), torch.var(x, 1, unbiased=False),
                                                      x.std(0))), [_x(5, 16)])),

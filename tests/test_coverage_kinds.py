@@ -36,6 +36,8 @@ def run_case(model: torch.nn.Module, inputs: list, policy: str, name: str) -> P.
     assert P.Plan.from_json(plan.to_json()).to_json() == plan.to_json()  # (NaN constants: compare the text)
     covered = {c for t in plan.tasks for c in t.covers}
     assert covered == {n.name for n in cap.graph.nodes}, "every reference node is covered by a task"
+    for t in plan.create_tasks:  # what runs once at create reads only what exists then
+        assert all(plan.buffer(b).kind in ("weight", "const") for b in t.inputs), (t.name, t.inputs)
     weights = model_weights(model, cap.graph) or cap.weights
     outs = simulate(plan, weights, [x for x in inputs if isinstance(x, torch.Tensor)])
     with torch.no_grad():

@@ -312,7 +312,7 @@ class Fuser:
             nodes = cl.pull_ew_group(n, set(), limit=4)
             out = n.outputs[0].name
             leaves = cl.leaves(set(nodes))
-            phase = "create" if out in ix.const and leaves else "run"
+            phase = "create" if out in ix.const and leaves and all(self._at_create(t) for t in leaves) else "run"
             if not leaves:
                 phase = "create" if out not in ix.graph_outputs else "run"
             covers = ix.expand(nodes)
@@ -320,6 +320,23 @@ class Fuser:
                                    root=out, out_shape=ix.shape(out)))
             for x in nodes:
                 cl.claimed[x] = idx
+
+
+    def _at_create(self, t: str) -> bool:
+        """Whether ``t`` exists when the program is created: a weight (through layout ops), or
+        the result of a task claimed to run at create. A tensor computed from weights by a task
+        that runs on every call (a GEMM, a gather) is not, so its readers run on every call too."""
+        ix, cl = self.ix, self.cl
+        while True:
+            if t in ix.weights:
+                return True
+            p = ix.producer.get(t)
+            if p is None:
+                return False
+            if ops.kind(p.op) == "view" and p.inputs:
+                t = p.inputs[0]
+                continue
+            return not cl.free(p) and cl.protos[cl.claimed[p.name]].phase == "create"
 
 
 def _vector_norm(p: float) -> tuple[str, tuple[EwInstr, ...], tuple[EwInstr, ...]]:

@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{datetime.date.today().isoformat()}, commit {commit}, policy {args.policy}: {what}; "
             f"`python benchmarks/coverage.py{' --no-compile' if args.no_compile else ''}` on a machine without a "
             f"GPU (capture and planning {t_front:.0f} s, {total:.0f} s in all).", "",
-            "A problem counts when every stage succeeds; convolutions (cuDNN) come from another branch, so the",
-            "rates are given without the problems convolution blocks too.", "", "```"]
+            "A problem counts when every stage succeeds (nvcc included, unless said otherwise). Correctness on the",
+            "GPU is another measurement: `benchmarks/verify_all.py`.", "", "```"]
     Path(args.out).write_text("\n".join(head) + "\n" + text + "\n```\n")
     records = [{"level": o.level, "problem_id": o.pid, "name": o.name, "stage": o.stage,
                 "blockers": list(o.blockers), "seconds": round(o.seconds, 2), "notes": list(o.notes)}

@@ -82,7 +82,7 @@ def verify_one(rec: dict, trials: int) -> dict:
             rec["cause"] = f"{v.result.kind}: {_first(v.result.verdict.summary())}"
     except Exception as e:  # noqa: BLE001
         rec.update(stage="verify", cause=f"{type(e).__name__}: {_first(str(e))}",
-                   trace=traceback.format_exc()[-1500:])
+                   trace=traceback.format_exc()[-1500:], environment="Environment" in type(e).__name__)
     rec["verify_s"] = round(time.monotonic() - t0, 1)
     return rec
 
@@ -136,6 +136,9 @@ def main(argv=None) -> int:
     print(f"{len(done)} problems done before, {len(todo)} to go; building with {args.workers} processes", flush=True)
 
     def record(rec: dict) -> None:
+        if rec.get("environment"):  # the machine's fault, not the problem's: a rerun tries it again
+            print(f"{rec['problem']:7s} not recorded: {rec['cause']}", flush=True)
+            return
         done[rec["problem"]] = rec
         with results.open("a") as f:
             f.write(json.dumps(rec) + "\n")

@@ -317,11 +317,13 @@ def test_costs_and_ceilings(dev_graphs):
 
 def test_unsupported_ops_name_the_node():
     x = TensorSpec("x", (1, 3, 8, 8), "float32")
-    w = TensorSpec("w", (4, 3, 3, 3), "float32")
-    conv = Node("convolution", "aten.convolution.default", ("x", "w"), (TensorSpec("convolution", (1, 4, 6, 6), "float32"),),
-                source="model.conv (Conv2d), m.py line 3: y = self.conv(x)")
-    g = Graph("convnet", (x,), (w,), ("convolution",), (conv,))
-    with pytest.raises(P.PlanError, match=r"aten\.convolution\.default at model\.conv \(Conv2d\), m\.py line 3"):
+    grid = TensorSpec("grid", (1, 6, 6, 2), "float32")
+    gs = Node("grid_sampler_2d", "aten.grid_sampler_2d.default", ("x", "grid"),
+              (TensorSpec("grid_sampler_2d", (1, 3, 6, 6), "float32"),),
+              attrs=(("interpolation_mode", 0), ("padding_mode", 0), ("align_corners", False)),
+              source="model (M), m.py line 3: y = F.grid_sample(x, self.grid)")
+    g = Graph("sampler", (x,), (grid,), ("grid_sampler_2d",), (gs,))
+    with pytest.raises(P.PlanError, match=r"aten\.grid_sampler_2d\.default at model \(M\), m\.py line 3"):
         P.plan(g)
     d = TensorSpec("d", (4,), "float64")
     neg = Node("neg", "aten.neg.default", ("d",), (TensorSpec("neg", (4,), "float64"),))

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from stitchcuda import frontend
@@ -169,13 +170,29 @@ def test_dev_problem_refused_with_location(key):
     assert all(vars(model)[k] is v for k, v in plain.items())
 
 
-def test_dev_lenet_lists_every_unsupported_op():
-    ref = _dev((3, 4))
+class _Sampler(nn.Module):
+    def forward(self, x, grid):
+        return F.grid_sample(x, grid, align_corners=False)
+
+
+class _TwoUnsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2)
+        self.sample = _Sampler()
+
+    def forward(self, x, grid):
+        y = self.sample(self.pool(x), grid)
+        return torch.bucketize(y, torch.linspace(-1, 1, 5))
+
+
+def test_every_unsupported_op_is_listed():
     with pytest.raises(UnsupportedOpError) as info:
-        capture_reference(ref, device="meta")
-    assert {u.op for u in info.value.ops} == {"aten.convolution.default"}  # (its max pooling is supported)
+        capture(_TwoUnsupported(), [torch.randn(1, 2, 8, 8), torch.rand(1, 3, 3, 2) * 2 - 1], "two")
+    # (its max pooling is supported)
+    assert {u.op for u in info.value.ops} == {"aten.grid_sampler_2d.default", "aten.bucketize.Tensor"}
     assert info.value.graph is not None  # the graph is still there for a later stage to inspect
-    assert "model.conv2 (Conv2d)" in str(info.value)
+    assert "model.sample (_Sampler)" in str(info.value)
 
 
 # --------------------------------------------------------------------------------------

@@ -25,10 +25,9 @@ COMMIT=$(cat .carry/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null
 phases=${*:-setup core}
 want() { [[ " $phases " == *" $1 "* ]]; }
 log() { echo "== $* ($(date -u +%H:%M:%S))"; }
-pt() {  # pytest with a time limit; junit and log under $OUT/<name>
+pt() {  # pytest with a time limit; its log under $OUT/<name>.log (one file: a run brings few back)
   local name=$1 limit=$2; shift 2
-  timeout "$limit" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider --junitxml="$OUT/$name.xml" "$@" \
-    > "$OUT/$name.log" 2>&1
+  timeout "$limit" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider "$@" > "$OUT/$name.log" 2>&1
   echo "$name: exit $? — $(tail -1 "$OUT/$name.log")"
 }
 
@@ -52,9 +51,9 @@ if want setup; then
   fi
   log "build and install"
   t0=$(date +%s)
-  python3 -m pip install --no-build-isolation --no-deps -q . > "$OUT/install.log" 2>&1 || { tail -40 "$OUT/install.log"; exit 1; }
+  python3 -m pip install --no-build-isolation --no-deps -q . > /tmp/install.log 2>&1 || { tail -40 /tmp/install.log; exit 1; }
   echo "install took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpu.txt"
-  (cd /tmp && stitchcuda selfcheck) > "$OUT/selfcheck.log" 2>&1; echo "selfcheck exit $?"; tail -3 "$OUT/selfcheck.log"
+  (cd /tmp && stitchcuda selfcheck) >> "$OUT/gpu.txt" 2>&1; echo "selfcheck exit $?"; tail -3 "$OUT/gpu.txt"
 fi
 
 if want core; then
@@ -103,6 +102,64 @@ if want bench; then
   timeout 200 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_wheel.py tests/test_cli_readme.py > "$OUT/wheel.log" 2>&1
   echo "wheel: exit $? — $(tail -1 "$OUT/wheel.log")"
 fi
+if want split; then
+  log "row reductions, split layer / rms norms included"
+  pt split 400 tests/gpu/test_templates_gpu.py -k "norm_split or row_reduce or norm_without"
+fi
+
+if want memory; then
+  log "the Verifier's memory on large problems"
+  pt memory 200 tests/test_verifier_memory.py
+  timeout 420 python3 benchmarks/verify_large.py --only 1:45,1:39,1:38 --json "$OUT/large1.json" > "$OUT/large1.log" 2>&1
+  echo "verify_large (1:45, 1:39, 1:38) exit $?"; tail -8 "$OUT/large1.log"
+fi
+
+if want memory2; then
+  timeout 400 python3 benchmarks/verify_large.py --only 1:35,1:37 --json "$OUT/large2.json" > "$OUT/large2.log" 2>&1
+  echo "verify_large (1:35, 1:37) exit $?"; tail -6 "$OUT/large2.log"
+fi
+
+if want optimize; then
+  log "the optimisation loop: GPU tests, a replayed LLM body"
+  pt optimize 330 tests/gpu/test_optimize_gpu.py
+  timeout 240 python3 benchmarks/bench_optimize.py replay --budget 60s --out /tmp/opt-replay > "$OUT/replay.log" 2>&1
+  echo "replay exit $?"; tail -12 "$OUT/replay.log"
+fi
+
+if want optsuite; then
+  log "build vs optimize (tf32), resumable in /tmp/opt-suite: ${OPT_ONLY:-all}"
+  only=(); for o in ${OPT_ONLY:-}; do only+=(--only "$o"); done
+  timeout 560 python3 benchmarks/bench_optimize.py suite --budget "${OPT_BUDGET:-45s}" --out /tmp/opt-suite "${only[@]}" \
+    > "$OUT/optsuite.log" 2>&1; echo "optimize suite exit $?"; tail -20 "$OUT/optsuite.log"
+  cp /tmp/opt-suite/table.md "$OUT/optimize_table.md" 2>/dev/null
+fi
+
+if want sixteen; then
+  log "bf16 and fp16 programs built, run and verified"
+  pt sixteen 400 tests/gpu/test_verifier_gpu.py -k 16bit
+fi
+
+if want wheel; then
+  log "the wheel without PyTorch; the README's commands"
+  timeout 240 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_wheel.py tests/test_cli_readme.py > "$OUT/wheel.log" 2>&1
+  echo "wheel: exit $? — $(tail -1 "$OUT/wheel.log")"
+fi
+
+if want mutants; then  # the device-only faults; MUTANTS names them (benchmarks/mutants.py)
+  log "device-only mutants: ${MUTANTS:-}"
+  timeout 560 python3 benchmarks/mutate.py --only ${MUTANTS:-} --no-baseline --cache /tmp/mutcache --timeout 200 \
+    --write benchmarks/mutation.md > "$OUT/mutants.log" 2>&1; echo "mutate exit $?"; tail -12 "$OUT/mutants.log"
+  cp benchmarks/mutation.md "$OUT/mutation.md"
+fi
+
+if want coverage; then  # the Verifier's child-side lines under the GPU tests; COV_K selects them
+  log "Verifier child coverage: ${COV_K:-all}"
+  timeout 500 python3 benchmarks/verifier_coverage.py --out /tmp/childtrace -- -m gpu tests/gpu/test_verifier_gpu.py \
+    ${COV_K:+-k "$COV_K"} > "$OUT/coverage_run.log" 2>&1; echo "coverage run exit $?"; tail -3 "$OUT/coverage_run.log"
+  python3 benchmarks/verifier_coverage.py --traces /tmp/childtrace --write benchmarks/verifier_coverage.md \
+    > "$OUT/coverage.log" 2>&1; tail -15 "$OUT/coverage.log"; cp benchmarks/verifier_coverage.md "$OUT/" 2>/dev/null
+fi
+
 if want suite; then
   log "the dev set through stitchcuda bench (tf32); resumable in /tmp/suite-tf32"
   timeout 560 stitchcuda bench "$STITCHCUDA_KERNELBENCH" --precision tf32 --out /tmp/suite-tf32 \

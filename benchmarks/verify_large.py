@@ -15,9 +15,16 @@ counted as zero: they are small). For each of the ``--top`` largest:
    measures what verification costs in time and device memory whatever the program; it is not a
    verdict on any program, and the table says which rows are which.
 
+Each problem runs in a process of its own (``--one``), so that no problem's device memory (a
+tensor held by an exception's traceback, PyTorch's cache) is there when the next one starts; the
+child prints its row as JSON. The peak device memory of a row is PyTorch's peak allocation in the
+process that verified (the Verifier's child for a built program, plus the program's own memory),
+with the device's total beside it.
+
 It prints a Markdown table (problem, GiB of inputs + outputs + weights, how, seconds per phase,
-correctness seconds, peak device memory, verdict) and exits 1 when any problem ran out of memory
-or spent more than 30 s in its correctness phase.
+correctness seconds, peak device memory, verdict, the notes saying which checks kept copies on
+the host) and exits 1 when any problem ran out of memory or spent more than 30 s in its
+correctness phase.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,8 +46,9 @@ CORRECTNESS_LIMIT_S = 30.0
 RECURRENT = ("LSTM", "GRU", "RNN")
 
 
-def problem_sizes(path: Path) -> list[dict]:
-    """Every problem of a KernelBench JSONL file with the bytes of its inputs, outputs and weights."""
+def problem_sizes(path: Path, only: set[tuple[int, int]] | None = None) -> list[dict]:
+    """Every problem of a KernelBench JSONL file (or those of ``only``) with the bytes of its inputs,
+    outputs and weights, largest first."""
     import torch
 
     rows = []
@@ -47,6 +56,8 @@ def problem_sizes(path: Path) -> list[dict]:
         if not line.strip():
             continue
         rec = json.loads(line)
+        if only is not None and (rec["level"], rec["problem_id"]) not in only:
+            continue
         mod = types.ModuleType("reference")
         row = {"level": rec["level"], "id": rec["problem_id"], "name": rec["name"], "bytes": -1}
         try:
@@ -179,7 +190,41 @@ def built_program(ref: str, seed: int, out: Path, timed: bool) -> dict | None:
     mem = v.report.details.memory if v.report.details else None
     return {"how": "built program", "phases": phases, "correctness_s": phases.get("correctness", 0.0),
             "peak_gib": (mem.torch_peak_bytes + mem.program_bytes) / 2**30 if mem else float("nan"),
-            "verdict": v.result.verdict.summary()[:200]}
+            "verdict": v.result.verdict.summary()[:200],
+            "notes": list(v.report.details.correctness_notes) if v.report.details else []}
+
+
+def measure(ref: str, seed: int, out: Path, timed: bool, reference_only: bool) -> dict:
+    """One problem, in this process: built and verified, else the reference side."""
+    try:
+        row = None if reference_only else built_program(ref, seed, out, timed)
+        row = row or reference_side(ref, seed)
+    except Exception as e:  # noqa: BLE001 - an out-of-memory is a finding, reported in the table
+        row = {"how": "?", "phases": {}, "correctness_s": float("nan"), "peak_gib": float("nan"),
+               "verdict": f"ERROR {type(e).__name__}: {str(e)[:200]}", "trace": traceback.format_exc()[-1500:]}
+    import torch
+
+    if torch.cuda.is_available():
+        row["device_gib"] = torch.cuda.get_device_properties(0).total_memory / 2**30
+        row["this_process_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return row
+
+
+def run_child(ref: str, args: argparse.Namespace, out: Path) -> dict:
+    """``measure`` in a process of its own; its row comes back as the last line of its stdout."""
+    cmd = [sys.executable, __file__, "--one", ref, "--set", args.set, "--seed", str(args.seed), "--out", str(out)]
+    cmd += ["--time"] if args.time else []
+    cmd += ["--reference-side"] if args.reference_side else []
+    t = time.monotonic()
+    env = {**os.environ}
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # as the Verifier's child has it
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=args.child_timeout, env=env)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        return {"how": "?", "phases": {}, "correctness_s": float("nan"), "peak_gib": float("nan"),
+                "verdict": f"ERROR the measuring process exited with {p.returncode} after "
+                           f"{time.monotonic() - t:.0f} s and no row"}
+    return json.loads(lines[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,52 +236,60 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time", action="store_true", help="verify built programs with timing too")
     ap.add_argument("--reference-side", action="store_true", help="never build: measure the reference side")
     ap.add_argument("--seed", type=int, default=20261122)
+    ap.add_argument("--child-timeout", type=float, default=300.0, help="seconds for one problem's process")
     ap.add_argument("--json")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # kernelbench:L:ID, measured in this process (the child)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     os.environ["STITCHCUDA_KERNELBENCH"] = args.set  # kernelbench:L:ID names a problem of this set
+    if args.one:
+        row = measure(args.one, args.seed, Path(args.out), args.time, args.reference_side)
+        print(json.dumps(row, default=str), flush=True)
+        return 0
+    t = time.monotonic()
     if args.only:
-        picks = [{"level": int(x.split(":")[0]), "id": int(x.split(":")[1]), "name": x, "bytes": -1}
-                 for x in args.only.split(",")]
+        want = [(int(x.split(":")[0]), int(x.split(":")[1])) for x in args.only.split(",")]
+        sized = {(r["level"], r["id"]): r for r in problem_sizes(Path(args.set), set(want))}
+        picks = [sized.get(w, {"level": w[0], "id": w[1], "name": f"{w[0]}:{w[1]}", "bytes": -1}) for w in want]
     else:
-        t = time.monotonic()
         picks = problem_sizes(Path(args.set))[:args.top]
-        print(f"ranked {args.set} in {time.monotonic() - t:.0f} s", file=sys.stderr)
+    print(f"sized the problems of {args.set} in {time.monotonic() - t:.0f} s", file=sys.stderr)
     rows, failed = [], False
     with tempfile.TemporaryDirectory(prefix="stitchcuda-large-") as tmp:
         for p in picks:
             ref = f"kernelbench:{p['level']}:{p['id']}"
-            print(f"{ref} {p['name']} ({p['bytes'] / 2**30:.2f} GiB)", file=sys.stderr, flush=True)
+            gib = p["bytes"] / 2**30 if p["bytes"] >= 0 else float("nan")
+            print(f"{ref} {p['name']} ({gib:.2f} GiB)", file=sys.stderr, flush=True)
             try:
-                row = None if args.reference_side else built_program(ref, args.seed, Path(tmp) / f"p{p['id']}",
-                                                                     args.time)
-                row = row or reference_side(ref, args.seed)
-            except Exception as e:  # noqa: BLE001 - an out-of-memory is a finding, reported in the table
+                row = run_child(ref, args, Path(tmp) / f"p{p['level']}_{p['id']}")
+            except subprocess.TimeoutExpired:
                 row = {"how": "?", "phases": {}, "correctness_s": float("nan"), "peak_gib": float("nan"),
-                       "verdict": f"ERROR {type(e).__name__}: {str(e)[:200]}", "trace": traceback.format_exc()[-1500:]}
-            with contextlib.suppress(Exception):
-                import torch
-
-                torch.cuda.empty_cache()
-            row.update(problem=ref, name=p["name"], gib=p["bytes"] / 2**30)
+                       "verdict": f"ERROR the measuring process ran past {args.child_timeout:.0f} s"}
+            row.update(problem=ref, name=p["name"], gib=gib)
             bad = "out of memory" in row["verdict"].lower() or not (row["correctness_s"] <= CORRECTNESS_LIMIT_S) or \
-                row["verdict"].startswith("ERROR")
+                row["verdict"].startswith("ERROR") or row["verdict"].lower().startswith("inconclusive")
             row["ok"] = not bad
             failed |= bad
             rows.append(row)
             print(f"  {row['how']}: correctness {row['correctness_s']:.1f} s, peak {row['peak_gib']:.1f} GiB, "
                   f"{row['verdict'][:120]}", file=sys.stderr, flush=True)
+            for n in row.get("notes", []):
+                print(f"    note: {n}", file=sys.stderr)
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    print(f"Verification cost of the {len(rows)} largest problems of {Path(args.set).name}, {device}, "
+    total = f", {rows[0]['device_gib']:.0f} GiB" if rows and "device_gib" in rows[0] else ""
+    print(f"Verification cost of {len(rows)} large problems of {Path(args.set).name}, {device}{total}, "
           f"{dt.date.today().isoformat()}: `python benchmarks/verify_large.py "
           f"{' '.join(argv if argv is not None else sys.argv[1:])}`\n")
-    print("| problem | GiB (in + out + weights) | measured | phases (s) | correctness s | peak device GiB | verdict |")
-    print("|---|---|---|---|---|---|---|")
+    print("| problem | GiB (in + out + weights) | measured | phases (s) | correctness s | peak device GiB | verdict | "
+          "copies on the host |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         phases = ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items())
+        host = "; ".join(n.split(":")[0] for n in r.get("notes", []) if "kept on the host" in n) or "none"
         print(f"| {r['problem']} {r['name']} | {r['gib']:.2f} | {r['how']} | {phases} | {r['correctness_s']:.1f} | "
-              f"{r['peak_gib']:.1f} | {r['verdict'][:100]}{'' if r['ok'] else ' **(over the limit)**'} |")
+              f"{r['peak_gib']:.1f} | {r['verdict'][:100]}{'' if r['ok'] else ' **(over the limit)**'} | {host} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str) + "\n")
     return 1 if failed else 0

@@ -12,6 +12,20 @@ SHARED = Path(os.environ.get("STITCHCUDA_SHARED") or REPO.parent / "shared")
 DEV_SET = SHARED / "kernelbench" / "dev.jsonl"
 
 
+def in_ci() -> bool:
+    """``CI`` set to true (as CI services set it): a missing dataset is then a failure, not a skip."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def pytest_sessionstart(session):
+    """In CI, the KernelBench development set must be there (``../shared`` beside the checkout, or
+    ``$STITCHCUDA_SHARED``): without it some 120 tests would skip and the run still read green."""
+    if in_ci() and not DEV_SET.is_file():
+        pytest.exit(f"CI=true and the KernelBench development set is missing ({DEV_SET}): put the shared data "
+                    "beside the checkout or set STITCHCUDA_SHARED; in CI a missing dataset is a failure, not a skip",
+                    returncode=pytest.ExitCode.USAGE_ERROR)
+
+
 def _gpu_available() -> bool:
     if os.environ.get("STITCHCUDA_FORCE_NO_GPU") == "1":
         return False
@@ -57,8 +71,12 @@ def dev_set_path() -> Path:
 # ---------------------------------------------------------------------- what the run is doing
 
 
-def pytest_terminal_summary(terminalreporter):
-    """One line saying why tests were skipped, grouped by reason (instead of a bare count)."""
+def pytest_unconfigure(config):
+    """The run's last line says why tests were skipped, grouped by reason (instead of a bare count):
+    written after pytest's own counts, so it is the line a reader sees last."""
+    terminalreporter = config.pluginmanager.get_plugin("terminalreporter")
+    if terminalreporter is None:
+        return
     reasons: dict[str, int] = {}
     for rep in terminalreporter.stats.get("skipped", []):
         longrepr = rep.longrepr

@@ -63,12 +63,11 @@ def _check_program(src: C.ProgramSource, plan: P.Plan) -> None:
     for sym in ("st_program_abi_version", "st_program_manifest", "st_program_create", "st_program_run",
                 "st_program_destroy"):
         assert re.search(rf"ST_API \w[\w\s\*]* {sym}\(", text)
-    for i, s in enumerate(plan.inputs):
-        assert f"\"input {i} '{s.name}' ({s.dtype}[{', '.join(map(str, s.shape))}])\"" in text
-    for i, s in enumerate(plan.outputs):
-        assert f"\"output {i} '{s.name}' ({s.dtype}[{', '.join(map(str, s.shape))}])\"" in text
-    for i, s in enumerate(plan.weights):
-        assert f"'{s.name}'" in text
+    # Every descriptor is checked by a live statement (not a comment) naming the tensor and its spec.
+    for what, specs in (("input", plan.inputs), ("output", plan.outputs), ("weight", plan.weights)):
+        for i, s in enumerate(specs):
+            desc = re.escape(f"{what} {i} '{s.name}' ({s.dtype}[{', '.join(map(str, s.shape))}])")
+            assert re.search(rf'^  ST_TRY\(st_check_tensor\(&\w+\[{i}\], "{desc}", ', text, re.M), (what, i, s.name)
     kinds = {type(t.params).__name__ for t in plan.tasks}
     assert ('"stitch/reduce.cuh"' in text) == bool(kinds & {"RowSpec", "AxisSpec"})
     assert ('"stitch/attention.cuh"' in text) == ("AttentionSpec" in kinds)

@@ -336,9 +336,10 @@ def test_unsupported_ops_name_the_node():
 # ---------------------------------------------------------------------- the simulator
 
 
-def _simulate(model: nn.Module, inputs, policy: str, tol: float, name: str = "m") -> P.Plan:
+def _simulate(model: nn.Module, inputs, policy: str, tol: float, name: str = "m",
+              constraints: P.Constraints | None = None) -> P.Plan:
     cap = frontend.capture(model, inputs, name, supported_ops=ops.supported())
-    plan = P.plan(cap.graph, policy)
+    plan = P.plan(cap.graph, policy, constraints=constraints)
     weights = model_weights(model, cap.graph) or cap.weights
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
     outs = simulate(plan, weights, tensors)
@@ -373,7 +374,21 @@ FP32_ONLY_MODELS = {"ssm_scan"}
 def test_simulated_models(path, policy):
     if policy == "bf16" and path.stem in FP32_ONLY_MODELS:
         pytest.skip("pairwise differences of cumulative sums: bf16 storage cancels them")
-    _simulate_reference(frontend.load_reference(path), policy, TOL[policy])
+    ref = frontend.load_reference(path)
+    if policy in _sensitive(path):  # built to miss the tolerance in one attempt: show that it does
+        with pytest.raises(AssertionError, match=f"\\({policy}\\): error"):
+            _simulate_reference(ref, policy, TOL[policy])
+        return
+    _simulate_reference(ref, policy, TOL[policy])
+
+
+def _sensitive(path) -> tuple[str, ...]:
+    """The policies a reference's ``PRECISION_SENSITIVE`` names (models the optimisation loop must repair)."""
+    import ast
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "PRECISION_SENSITIVE" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    return ()
 
 
 @pytest.mark.parametrize("policy", ["fp32", "bf16"])
@@ -434,6 +449,49 @@ def test_simulated_rare_paths():
     torch.manual_seed(4)
     x, y, z = torch.randn(2, 3, 4), torch.randn(7, 6), torch.randn(2, 3, 6)
     _simulate(_Rare(), [x, y, z], "bf16", 3e-2, "rare")
+
+
+class _GemmScalars(nn.Module):
+    """Scalars after a GEMM: folded into alpha (no bias), or a step of the runtime's chain (after one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 5))
+        self.fc = nn.Linear(6, 5)
+
+    def forward(self, x):
+        return (x @ self.w) / 4.0, (x @ self.w) * 0.5, torch.relu(self.fc(x)) / 3.0
+
+
+def test_simulated_gemm_scalars():
+    torch.manual_seed(5)
+    plan = _simulate(_GemmScalars(), [torch.randn(7, 6)], "fp32", 1e-5, "gemm_scalars")
+    assert sorted(g.alpha for g in _gemms(plan) if g.alpha != 1.0) == [0.25, 0.5]
+    assert any(e.kind == "DIV_SCALAR" for g in _gemms(plan) for e in g.chain)
+
+
+class _ReduceAfterLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 6)
+        self.fc2 = nn.Linear(8, 5, bias=False)
+
+    def forward(self, x):
+        return self.fc1(x).mean(-1), self.fc2(x).sum(-1, keepdim=True) * 1.0 + 1.0
+
+
+@pytest.mark.parametrize("rewrites", [("reduce_after_linear",), ("drop_identities",),
+                                      ("reduce_after_linear", "drop_identities")])
+def test_simulated_rewrites(rewrites):
+    """Each exact rewrite the constraints can ask for, applied, still computes the reference (the
+    mean divides by the linear's output width, not its input width)."""
+    torch.manual_seed(6)
+    model, x = _ReduceAfterLinear(), torch.randn(2, 3, 8)
+    cap = frontend.capture(model, [x], "ral", supported_ops=ops.supported())
+    assert all(P.REWRITES[r].applies(cap.graph) for r in rewrites)
+    plan = _simulate(model, [x], "fp32", 1e-5, "ral", constraints=P.Constraints.of(rewrites=rewrites))
+    if "reduce_after_linear" in rewrites:  # the [2, 3, 6] and [2, 3, 5] products are never formed
+        assert all(g.n == 1 for g in _gemms(plan)), plan
 
 
 @pytest.mark.parametrize("policy", ["fp32", "tf32", "bf16"])

@@ -12,6 +12,7 @@ import os
 import sys
 import textwrap
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -141,7 +142,11 @@ def test_clean_env_keeps_only_what_a_run_needs():
 
     root = str(Path(stitchcuda.__file__).resolve().parents[1])
     assert env["PYTHONPATH"].split(os.pathsep) == [root, "/x"]
-    assert set(env) <= set(base) | {"PYTHONUNBUFFERED"}
+    assert set(env) <= set(base) | {"PYTHONUNBUFFERED", "PYTORCH_CUDA_ALLOC_CONF"}
+    # expandable segments unless the caller chose an allocator setting
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert clean_env(base={**base, "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})["PYTORCH_CUDA_ALLOC_CONF"] \
+        == "max_split_size_mb:64"
 
 
 def test_child_sees_the_clean_env(tmp_path, monkeypatch):
@@ -269,6 +274,16 @@ def _programs(P):
     def value_range(i, o, r):
         r.enqueue(lambda: o[0].copy_(f(i[0]).clamp(max=3.0)))
 
+    bound = {}  # id(output tensor) -> (a weak reference to it, the input it was first given with)
+
+    def input_bound_to_output(i, o, r):  # reads the input buffer it first saw with this output buffer
+        def go():
+            ref, x = bound.get(id(o[0]), (None, None))
+            if ref is None or ref() is not o[0]:
+                ref, x = bound[id(o[0])] = (weakref.ref(o[0]), i[0])
+            o[0].copy_(f(x))
+        r.enqueue(go)
+
     def fingerprint_memo(i, o, r):  # replays its output when the first 8 input elements match
         def go():
             key = tuple(i[0].reshape(-1)[:8].tolist())
@@ -294,6 +309,7 @@ def _programs(P):
     ("pointer_cache", "no_output_reuse", None),
     ("same_buffers_skip", "no_output_reuse", None),
     ("fingerprint_memo", "sensitivity", None),
+    ("input_bound_to_output", "outputs_follow_inputs", False),
     ("value_range", "varied_inputs", None),
     ("partial_output", "outputs_written", True),
     ("zero_inputs", "inputs_unchanged", False),

@@ -59,7 +59,7 @@ def has_gpu() -> bool:
 
 
 def __getattr__(name: str):
-    """``build_program`` and ``Program`` on first use (capture needs PyTorch; running does not)."""
+    """``build_program``, ``optimize`` and ``Program`` on first use (capture needs PyTorch; running does not)."""
     if name == "build_program":
         from .pipeline import build_program
 
@@ -68,11 +68,16 @@ def __getattr__(name: str):
         from .program import Program
 
         return Program
+    if name == "optimize":
+        from .workflow import optimize
+
+        return optimize
     raise AttributeError(f"module 'stitchcuda' has no attribute {name!r}")
 
 
 __all__ = [
     "build_program",
+    "optimize",
     "Program",
     "rt",
     "has_gpu",

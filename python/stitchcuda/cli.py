@@ -24,6 +24,8 @@ from .ship.ui import UI
 EXAMPLES = """examples:
   stitchcuda build models/gpt_block.py --precision tf32 --out run/gpt_block
   stitchcuda verify run/gpt_block
+  stitchcuda optimize models/gemm_row_sum.py --precision tf32 --budget 3m
+  stitchcuda runs list
   stitchcuda wheel run/gpt_block --name gpt_block --arch sm_90 --arch sm_80
   stitchcuda bench ../shared/kernelbench/dev.jsonl --precision tf32 --gpus 2 --out bench/dev
   stitchcuda cache list
@@ -176,6 +178,104 @@ def _build(args: argparse.Namespace, ui: UI) -> int:
                "library": str(o.directory / mf.LIBRARY_FILE) if b is not None else None,
                "cached": bool(b and b.cached)})
     return errors.OK
+
+
+# ---------------------------------------------------------------------- optimize and runs
+
+
+def _optimize(args: argparse.Namespace, ui: UI) -> int:
+    """The loop: plan -> code -> verify -> route until the budget ends; the best program in <run>/best."""
+    import os
+
+    from .workflow import optimize, parse_seconds
+    from .workflow.runs import RunError
+
+    if args.reference is None and not args.resume:
+        raise CommandError("give a reference (FILE or kernelbench:LEVEL:ID), or --resume RUN")
+    try:
+        budget = parse_seconds(args.budget) if args.budget is not None else None
+        gpu = parse_seconds(args.gpu_budget) if args.gpu_budget is not None else None
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    if args.iterations is not None and args.iterations < 1:
+        raise CommandError("--iterations must be at least 1")
+    llm = args.llm or os.environ.get("STITCHCUDA_LLM") or None
+    if llm is not None and not Path(llm).is_file():
+        raise CommandError(f"--llm {llm}: no such GGUF file")
+    out = args.resume if isinstance(args.resume, str) else args.out
+    if args.resume and out is None:
+        raise CommandError("--resume needs the run folder: --resume RUN (or --out RUN --resume)")
+    from .pipeline import _need_torch
+
+    _need_torch("optimize")
+    try:
+        with ui.step("optimize") as step:
+            r = optimize(args.reference, precision=args.precision, budget=budget, iterations=args.iterations,
+                         gpu_budget=gpu, llm=llm, out=out, resume=bool(args.resume), arch=args.arch,
+                         progress=lambda text: (step(text) if not ui.quiet else None))
+    except RunError as e:
+        raise CommandError(str(e)) from None
+    st = r.state
+    ui.table(f"{st.run_id}: {len(st.candidates)} candidate(s), {st.spent.wall_s:.0f} s",
+             ["id", "proposer", "what", "verdict", "ms"],
+             [[c.id, c.proposer, c.description[:60], c.judgement.kind if c.judgement else "-",
+               f"{c.ms:.4g}" if c.ms is not None else "-"] for c in st.candidates])
+    ui.line(f"ended: {st.finished}")
+    ui.line(f"report: {r.markdown}")
+    best = st.best_candidate
+    ui.result({"run": str(r.run_dir), "ok": r.ok, "best": str(r.best) if r.best else None,
+               "best_candidate": best.id if best else None, "ms": best.ms if best else None,
+               "candidates": len(st.candidates), "finished": st.finished, "report": str(r.markdown)})
+    if best is None:
+        ui.error(f"no candidate verified ({st.finished}); see {r.markdown}")
+        return errors.FAILED
+    ui.line(f"best: {best.id} ({best.proposer}) {best.ms:.4g} ms -> {r.best}")
+    return errors.OK
+
+
+def _runs(args: argparse.Namespace, ui: UI) -> int:
+    """list | show RUN | diff A B (A, B: RUN for its best, or RUN:CANDIDATE)."""
+    from .workflow import runs as R
+    from .workflow.report import render
+
+    try:
+        if args.action == "list":
+            rows, data = [], []
+            for run, asked, st in R.list_runs(args.dir):
+                best = st.best_candidate if st else None
+                rows.append([run.root.name, asked.get("reference", ""), asked.get("precision", ""),
+                             len(st.candidates) if st else 0, f"{best.ms:.4g}" if best and best.ms else "-",
+                             (st.finished or "interrupted") if st else "no candidate"])
+                data.append({"run": str(run.root), "reference": asked.get("reference"), "best_ms": best.ms if best else None,
+                             "finished": st.finished if st else None})
+            ui.table(f"runs in {args.dir}/", ["run", "reference", "precision", "candidates", "best ms", "ended"], rows)
+            ui.result({"runs": data})
+            return errors.OK
+        if not args.items:
+            raise CommandError(f"runs {args.action} needs a run (folder or id under {args.dir}/)")
+        if args.action == "show":
+            run = R.resolve(args.items[0], args.dir)
+            st = run.load()
+            ui.line(render(st))
+            ui.result({"run": str(run.root), "state": st.to_dict()})
+            return errors.OK
+        if len(args.items) != 2:
+            raise CommandError("runs diff needs two: RUN[:CANDIDATE] RUN[:CANDIDATE]")
+        pair = []
+        for item in args.items:
+            name, _, cid = item.partition(":")
+            run = R.resolve(name, args.dir)
+            st = run.load()
+            c = st.candidate(cid) if cid else st.best_candidate or st.root_candidate
+            if c is None:
+                raise CommandError(f"{item}: no such candidate in {run.root}")
+            pair.append((run, c))
+        text = R.diff_candidates(pair[0], pair[1])
+        ui.line(text)
+        ui.result({"diff": text})
+        return errors.OK
+    except R.RunError as e:
+        raise CommandError(str(e)) from None
 
 
 # ---------------------------------------------------------------------- verify and profile
@@ -386,6 +486,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
     p.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building the model (default 0)")
     p.add_argument("--no-compile", action="store_true", help="write the folder only")
+
+    p = add("optimize", "the loop: build, verify, then repair / optimize / replan until the budget ends", _optimize,
+            "stitchcuda optimize models/gemm_row_sum.py --precision tf32 --budget 3m")
+    p.add_argument("reference", metavar="FILE", nargs="?", help="a KernelBench-format .py file, or kernelbench:LEVEL:ID")
+    p.add_argument("--precision", "-p", default="fp32", choices=NAMES, help="precision policy (default fp32)")
+    p.add_argument("--budget", default=None, help="wall time: 90s, 3m, 1h (default 3m)")
+    p.add_argument("--iterations", type=int, default=None, help="at most this many candidates")
+    p.add_argument("--gpu-budget", default=None, help="at most this much judging (Verifier) time")
+    p.add_argument("--llm", default=None, help="a GGUF model for the LLM proposer (default $STITCHCUDA_LLM; none: no LLM)")
+    p.add_argument("--out", "-o", default=None, help="the run folder (default runs/<name>-<precision>-<time>)")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN",
+                   help="go on with a run (killed, or given more budget); RUN defaults to --out")
+    p.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
+
+    p = add("runs", "list, show or diff optimisation runs", _runs, "stitchcuda runs diff RUN:c0000 RUN")
+    p.add_argument("action", choices=["list", "show", "diff"])
+    p.add_argument("items", nargs="*", help="show: RUN; diff: RUN[:CANDIDATE] RUN[:CANDIDATE] (a run alone: its best)")
+    p.add_argument("--dir", default="runs", help="where runs are (default runs)")
 
     p = add("verify", "verify a program folder: correctness, anti-hacking, timing, CUPTI profile", _verify,
             "stitchcuda verify run/gpt_block --trials 5")

@@ -30,7 +30,9 @@
 //   chunks <= 4096       a block per row (64..512 threads), 8 chunks per thread in registers;
 //   larger               a block of 1024 per row, looping over global memory (two reads of the
 //                        row for the ops that write a row; the second read mostly hits L2).
-//   One block per row for long rows: a single very long row (rows = 1, cols = 1M) runs on one SM.
+//   One block per row for long rows: a single very long row (rows = 1, cols = 1M) runs on one SM,
+//   except a layer / rms norm given a workspace (launch_*_norm_ws): when rows < SMs and cols >=
+//   kRowSplitMinCols its rows are split over up to kRowMaxSplits blocks each (two passes).
 //
 // Middle axis: launch_reduce_axis<OP, Tin, Tout, Pro, Epi>(AxisParams, stream, pro, epi)
 //   OP    AxisOp::{Sum, Mean, Max, Min}
@@ -69,7 +71,20 @@ struct RowParams {
   int64_t rows, cols;
   float eps;            // layer / rms norm
   bool unbiased;        // var
+  // Optional fp32 scratch of row_reduce_workspace_floats(rows, cols) floats (from the program's
+  // arena): lets a layer / rms norm over few, long rows split each row over many blocks.
+  float* workspace = nullptr;
+  int64_t workspace_floats = 0;
 };
+
+// Most blocks one row of a split layer / rms norm is cut into, and the shortest row split.
+constexpr int kRowMaxSplits = 256;
+constexpr int64_t kRowSplitMinCols = 32768;
+
+// Floats of workspace a split layer / rms norm over rows x cols may use (0: never split).
+__host__ __device__ constexpr int64_t row_reduce_workspace_floats(int64_t rows, int64_t cols) {
+  return cols >= kRowSplitMinCols && rows > 0 ? rows * kRowMaxSplits * 3 : 0;
+}
 
 // Running max and sum of exp(x - max) of a softmax.
 struct MaxSum {
@@ -300,6 +315,112 @@ row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
   }
 }
 
+// ---- split rows: a layer / rms norm over few, long rows ---------------------------------------
+// One block per row leaves most SMs idle when rows < SMs (a 16 x 4M layer norm runs on 16 of 132
+// SMs). Pass 1: block (s, r) reduces columns [s * chunk, (s + 1) * chunk) of row r to Welford
+// moments (layer norm) or a mean of squares (rms norm) in workspace[(r * splits + s) * 3 ...].
+// Pass 2: block (s, r) merges row r's `splits` partials (Chan's merge, in split order: the same
+// result in every block) and writes its columns. x is read twice, y written once, like the
+// single-block path for rows longer than its registers; chunk is a multiple of VEC.
+template <RowOp OP, class Tin, class Tout, class TW, class Pro, int VEC>
+__global__ void __launch_bounds__(512)
+row_split_partial_kernel(RowParams<Tin, Tout, TW> p, int64_t chunk, Pro pro) {
+  __shared__ float4 red_smem[33];
+  const int64_t row = blockIdx.y;
+  const int64_t c0 = int64_t(blockIdx.x) * chunk;
+  const int64_t c1 = c0 + chunk < p.cols ? c0 + chunk : p.cols;
+  const Tin* x = p.in + row * p.ldi;
+  Moments mo{0.f, 0.f, 0.f};
+  for (int64_t c = c0 + int64_t(threadIdx.x) * VEC; c < c1; c += int64_t(blockDim.x) * VEC) {
+    const Pack<Tin, VEC> pk = load_pack<Tin, VEC>(x + c);
+    float v[VEC], m = 0.f;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      v[i] = pro(to_float(pk.v[i]));
+      if constexpr (OP == RowOp::RmsNorm) v[i] *= v[i];
+      m += v[i];
+    }
+    m /= float(VEC);
+    float q = 0.f;
+    if constexpr (OP == RowOp::LayerNorm) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) q += (v[i] - m) * (v[i] - m);
+    }
+    mo = MomentsOp{}(mo, Moments{float(VEC), m, q});
+  }
+  mo = block_allreduce(mo, MomentsOp{}, Moments{0.f, 0.f, 0.f}, reinterpret_cast<Moments*>(red_smem));
+  if (threadIdx.x == 0) {
+    float* w = p.workspace + (row * gridDim.x + blockIdx.x) * 3;
+    w[0] = mo.n;
+    w[1] = mo.mean;
+    w[2] = mo.m2;
+  }
+}
+
+template <RowOp OP, class Tin, class Tout, class TW, class Pro, class Epi, int VEC>
+__global__ void __launch_bounds__(512)
+row_split_apply_kernel(RowParams<Tin, Tout, TW> p, int64_t chunk, Pro pro, Epi epi) {
+  __shared__ float stat[2];
+  const int64_t row = blockIdx.y;
+  if (threadIdx.x < 32) {  // one warp merges the row's partials, in split order within each lane
+    const int splits = int(gridDim.x);
+    const float* w = p.workspace + row * splits * 3;
+    Moments mo{0.f, 0.f, 0.f};
+    for (int s = int(threadIdx.x); s < splits; s += 32) mo = MomentsOp{}(mo, Moments{w[3 * s], w[3 * s + 1], w[3 * s + 2]});
+    mo = warp_allreduce(mo, MomentsOp{});
+    if (threadIdx.x == 0) {
+      const float fcols = float(p.cols);
+      stat[0] = OP == RowOp::LayerNorm ? mo.mean : 0.f;
+      stat[1] = rsqrtf((OP == RowOp::LayerNorm ? mo.m2 / fcols : mo.mean) + p.eps);
+    }
+  }
+  __syncthreads();
+  const float mean = stat[0], rstd = stat[1];
+  const int64_t c0 = int64_t(blockIdx.x) * chunk;
+  const int64_t c1 = c0 + chunk < p.cols ? c0 + chunk : p.cols;
+  const Tin* x = p.in + row * p.ldi;
+  Tout* y = p.out + row * p.ldo;
+  for (int64_t c = c0 + int64_t(threadIdx.x) * VEC; c < c1; c += int64_t(blockDim.x) * VEC) {
+    const Pack<Tin, VEC> pk = load_pack<Tin, VEC>(x + c);
+    Pack<Tout, VEC> o;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      float r = (pro(to_float(pk.v[i])) - mean) * rstd;
+      if (p.weight) r *= to_float(p.weight[c + i]);
+      if (OP == RowOp::LayerNorm && p.bias) r += to_float(p.bias[c + i]);
+      o.v[i] = from_float<Tout>(epi(r));
+    }
+    store_pack<Tout, VEC>(y + c, o);
+  }
+}
+
+// Blocks per row for a split layer / rms norm on this device (1: run one block per row).
+inline int row_split_count(int64_t rows, int64_t cols, int vec) {
+  if (cols < kRowSplitMinCols || rows <= 0) return 1;
+  static int sms[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  int& n = sms[dev & 63];
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 0;
+  if (n == 0 || rows >= n) return 1;  // every SM already has a row
+  const int64_t want = ceil_div<int64_t>(2 * int64_t(n), rows);       // two blocks per SM
+  const int64_t most = ceil_div<int64_t>(cols, int64_t(512) * vec * 4);  // >= 4 packs per thread
+  const int64_t s = want < most ? want : most;
+  return int(s < kRowMaxSplits ? (s < 1 ? 1 : s) : kRowMaxSplits);
+}
+
+template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
+cudaError_t launch_row_split(const RowParams<Tin, Tout, TW>& p, int splits, cudaStream_t stream,
+                             const Pro& pro, const Epi& epi) {
+  const int64_t chunk = ceil_div<int64_t>(ceil_div<int64_t>(p.cols, splits), VEC) * VEC;
+  splits = int(ceil_div<int64_t>(p.cols, chunk));
+  if (p.rows > 65535) return cudaErrorInvalidConfiguration;  // grid.y
+  const dim3 grid{unsigned(splits), unsigned(p.rows)};
+  row_split_partial_kernel<OP, Tin, Tout, TW, Pro, VEC><<<grid, 512, 0, stream>>>(p, chunk, pro);
+  row_split_apply_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC><<<grid, 512, 0, stream>>>(p, chunk, pro, epi);
+  return cudaGetLastError();
+}
+
 template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
 cudaError_t launch_row_reduce_vec(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream,
                                   const Pro& pro, const Epi& epi) {
@@ -343,6 +464,14 @@ cudaError_t launch_row_reduce(const RowParams<Tin, Tout, TW>& p, cudaStream_t st
   constexpr int N = VecWidth<Tin>::value;
   bool vec = p.cols % N == 0 && p.ldi % N == 0 && aligned_to(p.in, 16);
   if (row_op_writes_row(OP)) vec = vec && p.ldo % N == 0 && aligned_to(p.out, pack_align<Tout, N>());
+  if constexpr (OP == RowOp::LayerNorm || OP == RowOp::RmsNorm) {
+    if (p.workspace && p.workspace_floats >= row_reduce_workspace_floats(p.rows, p.cols)) {
+      const int splits = detail::row_split_count(p.rows, p.cols, vec ? N : 1);
+      if (splits > 1)
+        return vec ? detail::launch_row_split<OP, N>(p, splits, stream, pro, epi)
+                   : detail::launch_row_split<OP, 1>(p, splits, stream, pro, epi);
+    }
+  }
   return vec ? detail::launch_row_reduce_vec<OP, N>(p, stream, pro, epi)
              : detail::launch_row_reduce_vec<OP, 1>(p, stream, pro, epi);
 }
@@ -393,6 +522,28 @@ cudaError_t launch_layer_norm(const Tin* in, int64_t ldi, Tout* out, int64_t ldo
                               const Pro& pro = Pro{}, const Epi& epi = Epi{}) {
   RowParams<Tin, Tout, TW> p{in, ldi, out, ldo, weight, bias, rows, cols, eps, false};
   return launch_row_reduce<RowOp::LayerNorm>(p, stream, pro, epi);
+}
+
+// launch_layer_norm with a workspace of row_reduce_workspace_floats(rows, cols) floats: few, long
+// rows are split over many blocks (two passes); otherwise the same as launch_layer_norm.
+template <class Tin, class Tout, class TW = Tin, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_layer_norm_ws(const Tin* in, int64_t ldi, Tout* out, int64_t ldo,
+                                 const typename detail::NoDeduce<TW>::type* weight,
+                                 const typename detail::NoDeduce<TW>::type* bias, int64_t rows,
+                                 int64_t cols, float eps, float* workspace, int64_t workspace_floats,
+                                 cudaStream_t stream, const Pro& pro = Pro{}, const Epi& epi = Epi{}) {
+  RowParams<Tin, Tout, TW> p{in, ldi, out, ldo, weight, bias, rows, cols, eps, false, workspace, workspace_floats};
+  return launch_row_reduce<RowOp::LayerNorm>(p, stream, pro, epi);
+}
+
+// launch_rms_norm with a workspace (as launch_layer_norm_ws).
+template <class Tin, class Tout, class TW = Tin, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_rms_norm_ws(const Tin* in, int64_t ldi, Tout* out, int64_t ldo,
+                               const typename detail::NoDeduce<TW>::type* weight, int64_t rows,
+                               int64_t cols, float eps, float* workspace, int64_t workspace_floats,
+                               cudaStream_t stream, const Pro& pro = Pro{}, const Epi& epi = Epi{}) {
+  RowParams<Tin, Tout, TW> p{in, ldi, out, ldo, weight, nullptr, rows, cols, eps, false, workspace, workspace_floats};
+  return launch_row_reduce<RowOp::RmsNorm>(p, stream, pro, epi);
 }
 
 // out = epi(x * rsqrt(mean(x^2) + eps) * weight), x = pro(in). weight may be null.

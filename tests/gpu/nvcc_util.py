@@ -77,6 +77,8 @@ SIGNATURES = {
     "reduce_harness": {
         "row_reduce": [I32, I32, PTR, I64, PTR, I64, PTR, PTR, I64, I64, F32, I32, I32, PTR],
         "row_reduce_mixed": [I32, I32, PTR, I64, PTR, I64, PTR, PTR, I64, I64, F32, PTR],
+        "row_norm_ws": [I32, I32, PTR, I64, PTR, I64, PTR, PTR, I64, I64, F32, PTR, I64, I32, PTR],
+        "row_workspace_floats": [I64, I64],
         "reduce_axis": [I32, I32, PTR, I64, I64, I64, I64, I64, I64, PTR, I64, I64, PTR, I64,
                         PTR],
         "reduce_axis_ws_floats": [I32, PTR, I64, I64, I64, I64, I64, I64],

@@ -1,8 +1,9 @@
 """The GPU Verifier end to end: every adversarial program gets its verdict and its first reason, every
 honest control passes, a crash and a hang are verdicts within their limits (and the next candidate
 still verifies), timing is stable run to run, CUPTI sees every kernel, a graph-replaying program's
-kernel time matches its event time, a generated program with a non-persistent buffer verifies, and
-a 2 GiB problem verifies within the memory and the 30 s its correctness phase may take.
+kernel time matches its event time, a generated program with a non-persistent buffer verifies, bf16
+and fp16 programs run and verify, and a 2 GiB problem verifies within the memory and the 30 s its
+correctness phase may take.
 
 Each test asserts one verdict and one reason, as the CPU tests do. Seeds are fixed (SEED) and in
 every failure message. Programs are copied to a temporary folder first (reports land there, builds
@@ -195,6 +196,31 @@ def test_built_gpt_block_verifies(tmp_path, policy):
     assert out.ok, out
     v = verify_program(out.directory, options=quick(time=False))
     assert v.result.ok, said(v)
+
+
+_GPT_BF16 = pytest.mark.xfail(strict=True, reason=(
+    "measured on an H100: one bf16 attempt at gpt_block is right on get_inputs()'s distribution but "
+    "rejected by varied_inputs (inputs x32, offset +27 sd); fp16 passes. The optimisation loop's "
+    "precision repair is what should raise the responsible tasks"))
+
+
+@pytest.mark.parametrize("model,policy", [
+    pytest.param(m, p, marks=[_GPT_BF16] if (m, p) == ("gpt_block", "bf16") else [], id=f"{m}-{p}")
+    for m in ("mlp", "norm_softmax", "gpt_block") for p in ("bf16", "fp16")])
+def test_built_16bit_program_runs_and_verifies(tmp_path, model, policy):
+    """bf16 and fp16 programs executed, not only built: ``stitchcuda build --precision bf16`` then
+    the Verifier at that policy (16-bit storage inside, 1e-2): every trial within tolerance, and the
+    precision claim checked and held."""
+    from stitchcuda.pipeline import build_program
+
+    out = build_program(str(REPO / "models" / f"{model}.py"), precision=policy, out=tmp_path / model, quiet=True)
+    assert out.ok, out
+    assert out.manifest.precision == policy
+    v = verify_program(out.directory, options=quick(time=False, precision=policy))
+    assert v.result.ok, said(v)
+    assert v.report.precision == policy and v.result.trials and all(t.passed for t in v.result.trials), said(v)
+    claim = {c.name: c for c in v.result.checks}["precision_claim"]
+    assert claim.status == "pass", claim
 
 
 # ------------------------------------------------------------------ crash and hang

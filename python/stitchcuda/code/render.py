@@ -229,14 +229,16 @@ def row(t: S.Task, r: S.RowSpec, n: _Names, fn: str) -> tuple[list[str], list[st
         pre, hk = hooks(fn, r.prologue, r.epilogue)
     x, y = n("x"), n("out")
     tin, tout = _ctype(r.x.dtype), _ctype(r.out.dtype)
+    # With a workspace, the _ws entry points may split few, long rows over many blocks.
+    ws, sfx = (f"{n('workspace')}, {r.workspace_floats}, ", "_ws") if r.workspace is not None else ("", "")
     if r.op == "layer_norm":
         tw = _ctype((r.weight or r.bias or r.x).dtype)
-        call = (f"stitch::launch_layer_norm<{tin}, {tout}, {tw}>({x}, {r.ldi}, {y}, {r.ldo}, {n.opt('weight')}, "
-                f"{n.opt('bias')}, {r.rows}, {r.cols}, {flit(r.eps)}, stream{hk})")
+        call = (f"stitch::launch_layer_norm{sfx}<{tin}, {tout}, {tw}>({x}, {r.ldi}, {y}, {r.ldo}, "
+                f"{n.opt('weight')}, {n.opt('bias')}, {r.rows}, {r.cols}, {flit(r.eps)}, {ws}stream{hk})")
     elif r.op == "rms_norm":
         tw = _ctype((r.weight or r.x).dtype)
-        call = (f"stitch::launch_rms_norm<{tin}, {tout}, {tw}>({x}, {r.ldi}, {y}, {r.ldo}, {n.opt('weight')}, "
-                f"{r.rows}, {r.cols}, {flit(r.eps)}, stream{hk})")
+        call = (f"stitch::launch_rms_norm{sfx}<{tin}, {tout}, {tw}>({x}, {r.ldi}, {y}, {r.ldo}, {n.opt('weight')}, "
+                f"{r.rows}, {r.cols}, {flit(r.eps)}, {ws}stream{hk})")
     elif r.op == "var":
         call = (f"stitch::launch_row_var({x}, {r.ldi}, {y}, {r.ldo}, {r.rows}, {r.cols}, "
                 f"{'true' if r.unbiased else 'false'}, stream{hk})")

@@ -157,9 +157,16 @@ def emit_row(lw: Lowerer, pr: RowProto, pre: list[Task]) -> None:
             # m2 / (cols - c) == (m2 / cols) * cols / (cols - c)
             factor = cols / (cols - corr) if cols != corr else math.inf
             epi = (EwInstr("mul", ("a0", "c0"), (factor,)),) + tuple(_shift_instr(i, 1) for i in epi)
-    spec = RowSpec("row", op, vx, ldi, wo, ldo, rows, cols, weight, bias, eps, unbiased, pro, epi)
+    ws, ws_floats = None, 0
+    if op in ("layer_norm", "rms_norm") and pr.strategy != "single":
+        ws_floats = row_workspace_floats(rows, cols)
+    if ws_floats:  # few, long rows may split over blocks (reduce.cuh: row_reduce_workspace_floats)
+        wt = lw.alloc.add_tensor(f"{out_t}_ws", (ws_floats,), "float32")
+        ws = lw.alloc.fresh(wt, "float32", (ws_floats,), pr.phase)
+        lw.views[wt] = ws
+    spec = RowSpec("row", op, vx, ldi, wo, ldo, rows, cols, weight, bias, eps, unbiased, pro, epi, ws, ws_floats)
     reads = [vx, weight, bias]
-    lw.add(pr, pr.name, "reduction_template", spec, reads, [wo], touched=list(pr.ins) + [out_t, x_t] +
+    lw.add(pr, pr.name, "reduction_template", spec, reads, [wo] + ([ws] if ws else []), touched=list(pr.ins) + [out_t, x_t] +
               list(pr.pro + pr.epi) + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
     if post is not None:
         src, dst = post
@@ -398,6 +405,19 @@ def _bn_splits(rows: int, c: int) -> int:
     want = max(1, 1024 // tiles)
     per = max(64, -(-rows // want))
     return max(1, -(-rows // per))
+
+
+#: reduce.cuh's kRowSplitMinCols and kRowMaxSplits: a layer / rms norm row this long may split.
+ROW_SPLIT_MIN_COLS, ROW_MAX_SPLITS = 32768, 256
+#: Below this many rows a split can pay (every SM of a large GPU already has a row past it).
+ROW_SPLIT_MAX_ROWS = 1024
+
+
+def row_workspace_floats(rows: int, cols: int) -> int:
+    """reduce.cuh's row_reduce_workspace_floats, for the shapes worth splitting (0 otherwise)."""
+    if cols < ROW_SPLIT_MIN_COLS or not 0 < rows < ROW_SPLIT_MAX_ROWS:
+        return 0
+    return rows * ROW_MAX_SPLITS * 3
 
 
 def _axis_workspace_floats(outer: int, red: int, inner: int, si: int, so: int, sr: int, itemsize: int) -> int:

@@ -107,7 +107,9 @@ class EwSpec:
 class RowSpec:
     """A row reduction of reduce.cuh over rows x cols (``ldi`` / ``ldo`` leading dims; for a
     per-row result ``ldo`` is the stride between results). ``prologue`` / ``epilogue`` are
-    single-input expressions (input ``a0``) applied before / after the reduction."""
+    single-input expressions (input ``a0``) applied before / after the reduction. A layer / rms
+    norm with a ``workspace`` (fp32, ``workspace_floats``) may split few, long rows over many
+    blocks (reduce.cuh decides by the device's SM count)."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "row")
 
@@ -125,6 +127,8 @@ class RowSpec:
     unbiased: bool = False
     prologue: tuple[EwInstr, ...] = ()
     epilogue: tuple[EwInstr, ...] = ()
+    workspace: View | None = None
+    workspace_floats: int = 0
 
 
 @dataclass(frozen=True)

@@ -193,6 +193,10 @@ class OptimizeSolver:
 
 
 def _one_line(e: BaseException) -> str:
+    missing = list(dict.fromkeys(u.op for u in getattr(e, "ops", None) or ()))  # UnsupportedOpError's operators
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        return f"{type(e).__name__}: not supported yet: {', '.join(missing[:3])}{more}"
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 

@@ -167,8 +167,10 @@ def draw_plots(results: Sequence[dict], m: SuiteMetrics, folder: Path, title: st
                     label=f"{ceil.get('name', 'device')}: {ceil['bandwidth'] / 1e12:.1f} TB/s, "
                           f"{ceil['peak'] / 1e12:.0f} TFLOP/s")
         ax.scatter(xs, [p[2] for p in points], color=colors[0], zorder=3)
-        for r, x, y in points:
-            ax.annotate(r["id"][:24], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        for i, (r, x, y) in enumerate(sorted(points, key=lambda p: (p[1], p[2]))):
+            # The problem's short id (L2_76), placed above and below in turn: neighbours overlap less.
+            short = "_".join(r["id"].split("_")[:2])
+            ax.annotate(short, (x, y), fontsize=7, xytext=(4, 5 if i % 2 else -10), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity (FLOP / byte, cost model)")

@@ -42,6 +42,7 @@ from ..manifest import TensorSpec
 from ..precision import get as get_policy
 from .compare import bits, errors, norm_relative, torch_dtype
 from .inputs import Secret, choose_variations, vary
+from .memory import Budget, Stash, nbytes
 from .verdict import DynamicCheck, OutputCheck, TrialResult
 
 # Two poison bit patterns per element size. In every float format of that size both are NaNs with
@@ -149,6 +150,31 @@ def _first(mask: torch.Tensor) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def count_where(fn: Callable[..., torch.Tensor], ts: Sequence[torch.Tensor]) -> tuple[int, tuple[int, ...]]:
+    """``(count, index of the first)`` of the elements where ``fn(*chunks)`` holds over the tensors
+    ``ts`` (one shape), walked in chunks: a multi-GiB output never has a full-size mask. The index is
+    ``()`` when the count is 0; finding it costs a second pass only then."""
+    from .compare import CHUNK, _index
+
+    flats = [t.reshape(-1) for t in ts]
+    n = flats[0].numel()
+    total = torch.zeros((), dtype=torch.int64, device=flats[0].device)
+    for lo in range(0, n, CHUNK):
+        total += fn(*(f[lo:lo + CHUNK] for f in flats)).sum()
+    count = int(total.item())
+    if not count:
+        return 0, ()
+    for lo in range(0, n, CHUNK):
+        hit = torch.nonzero(fn(*(f[lo:lo + CHUNK] for f in flats)).reshape(-1))
+        if hit.numel():
+            return count, _index(lo + int(hit[0, 0].item()), tuple(ts[0].shape))
+    return count, ()
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    return count_where(lambda c: ~torch.isfinite(c), [t])[0] == 0
+
+
 def fmt_index(ix: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, ix)) + "]"
 
@@ -194,8 +220,10 @@ class Judged:
 class Session:
     """One candidate's correctness run: every call, every failure of a dynamic check, the notes."""
 
-    def __init__(self, runner: Runner, reference: ReferenceLike, policy: str, secret: Secret):
+    def __init__(self, runner: Runner, reference: ReferenceLike, policy: str, secret: Secret,
+                 budget: Budget | None = None):
         self.runner, self.ref, self.secret = runner, reference, secret
+        self.budget = budget or Budget(runner.device)
         self.policy = get_policy(policy).name
         self.tol = get_policy(policy).tolerance
         self.in_specs, self.out_specs = reference.input_specs, reference.output_specs
@@ -205,7 +233,7 @@ class Session:
         self.calls = 0
         self.trials: list[TrialResult] = []
         self.failures: dict[str, str] = {}  # dynamic check -> first failure's detail
-        self.left_at_fill: list[torch.Tensor] = []  # outputs equal to the caller's fill value, last call
+        self.left_at_fill: list[torch.Tensor | None] = []  # the last call's outputs, when the caller filled them
         self.passes: dict[str, str] = {}  # dynamic check -> what it established
         self.notes: list[str] = []
         self.warnings: list[str] = []
@@ -224,6 +252,10 @@ class Session:
 
     def next_index(self) -> int:
         return len(self.trials)
+
+    def stash(self, what: str, ts: Sequence[torch.Tensor]) -> Stash:
+        """A copy of ``ts`` where the memory budget puts it (:mod:`.memory`)."""
+        return Stash(self.budget.place(what, nbytes(ts))).save(ts)
 
     # -------------------------------------------------------------- one call
 
@@ -266,28 +298,30 @@ class Session:
         self.left_at_fill = []
         if fill in ("poison0", "poison1", "const"):
             for spec, y in zip(self.out_specs, outputs):
+                if fill == "const":
+                    self.left_at_fill.append(y if is_float(y) else None)
                 if fill == "const" and is_float(y):
                     # Judged after the call, against the reference (see left_unwritten): an honest
                     # output of hundreds of millions of elements equals any finite value somewhere.
-                    self.left_at_fill.append(y == value)
                     continue
-                left = poisoned(y, 1 if fill == "poison1" else 0)
-                how = "never written"
-                if bool(left.any().item()):
-                    self.fail("outputs_written", f"output {spec.name}: {int(left.sum().item())} of {y.numel()} "
-                                                 f"elements {how} ({what}; first at {fmt_index(_first(left))})")
+                which = 1 if fill == "poison1" else 0
+                n, ix = count_where(lambda c, w=which: poisoned(c, w), [y])
+                if n:
+                    self.fail("outputs_written", f"output {spec.name}: {n} of {y.numel()} elements never written "
+                                                 f"({what}; first at {fmt_index(ix)})")
 
     def left_unwritten(self, bad: Sequence[torch.Tensor | None], what: str, value: float) -> None:
         """After a call whose outputs the caller filled with ``value``: the elements still holding
-        it where the reference differs (``bad``, from :meth:`judge`) were never written."""
-        for spec, left, b in zip(self.out_specs, self.left_at_fill, bad):
-            if b is None:
+        it where the reference differs (``bad``, from :meth:`judge`) were never written. (The
+        outputs are the call's own: nothing touches them between the call and this check.)"""
+        for spec, y, b in zip(self.out_specs, self.left_at_fill, bad):
+            if b is None or y is None:
                 continue
-            wrong = left & b.reshape(left.shape)
-            if bool(wrong.any().item()):
-                self.fail("outputs_written", f"output {spec.name}: {int(wrong.sum().item())} of {left.numel()} elements "
+            n, ix = count_where(lambda c, m: (c == value) & m, [y, b.reshape(y.shape)])
+            if n:
+                self.fail("outputs_written", f"output {spec.name}: {n} of {y.numel()} elements "
                                              f"left at the value {value:.6g} the caller filled them with, where the "
-                                             f"reference differs ({what}; first at {fmt_index(_first(wrong))})")
+                                             f"reference differs ({what}; first at {fmt_index(ix)})")
         self.left_at_fill = []
 
     # -------------------------------------------------------------- judging
@@ -364,8 +398,9 @@ class Session:
     def determinism(self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> DynamicCheck:
         worst, name = 0.0, ""
         for spec, p, q in zip(self.out_specs, a, b):
-            unwritten = any_poison(p) & any_poison(q)  # the outputs_written check's business
-            if bool(((bits(p) == bits(q)) | unwritten).all().item()):
+            # unwritten in both: the outputs_written check's business
+            n, _ = count_where(lambda a, b: ~((bits(a) == bits(b)) | (any_poison(a) & any_poison(b))), [p, q])
+            if not n:
                 continue
             e = errors(q, p, self.tol)
             if not e.passed:
@@ -397,9 +432,22 @@ def _hash(t: torch.Tensor, key: int) -> int:
 # ------------------------------------------------------------------ the procedure
 
 
+@dataclass
+class LastTrial:
+    """What the sensitivity trials start from: the last plain trial's draw (its inputs are drawn
+    again from its seed) and a copy of the program's outputs for it, kept where the memory budget
+    says. The inputs and the reference's outputs are not kept: the varied trials and the repeated
+    calls run in between, and a multi-GiB problem has no room for a second working set."""
+
+    draw: Draw
+    outputs: Stash
+
+
 def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: str = "fp32", trials: int = 5,
-                      seed: int = 0, varied: int = VARIED_TRIALS, dynamic: bool = True) -> CorrectnessResult:
-    """Run the trials and the dynamic checks (module docstring) at ``precision``'s tolerance.
+                      seed: int = 0, varied: int = VARIED_TRIALS, dynamic: bool = True,
+                      budget: Budget | None = None) -> CorrectnessResult:
+    """Run the trials and the dynamic checks (module docstring) at ``precision``'s tolerance, the
+    Verifier's own copies placed by ``budget`` (default: from the device's free memory).
     Raises only on a broken reference (ReferenceMismatch: outputs that do not match the manifest);
     exceptions from the program propagate."""
     from . import dynamic as dyn
@@ -408,12 +456,12 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
         raise ValueError("check_correctness: trials must be >= 1")
     t0 = time.monotonic()
     secret = Secret(seed)
-    s = Session(runner, reference, precision, secret)
+    s = Session(runner, reference, precision, secret, budget)
     extra: list[DynamicCheck] = []
     with runner.context(), torch.no_grad():
-        last: tuple[Draw, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] | None = None
+        last: LastTrial | None = None
         for k in range(trials):
-            last = d = x = y = j = None  # noqa: F841 - the previous trial's tensors go before the next are drawn
+            d = x = y = j = None  # noqa: F841 - the previous trial's tensors go before the next are drawn
             d = reference.draw(secret.seed_for(f"trial{k}"))
             x = _own(d, s.calls)
             y = empty_outputs(s.out_specs, s.device)
@@ -425,15 +473,19 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
                 extra.append(s.determinism(y, y2))
                 del y2
             j = s.judge("", y, d, x)
-            s.plain_nonfinite |= any(is_float(r) and not bool(torch.isfinite(r).all().item()) for r in j.ref)
+            s.plain_nonfinite |= any(is_float(r) and not all_finite(r) for r in j.ref)
             if dynamic and k == 0:
                 extra.append(dyn.precision_claim(s, d, x, y, j.ref))
-            last = (d, x, y, j.ref)
+            if dynamic and k == trials - 1:
+                last = LastTrial(d, s.stash("sensitivity's starting outputs", y))
+        d = x = y = j = None  # noqa: F841 - nothing of the plain trials stays on the device
         s.plain_ok = all(t.passed for t in s.trials) and not s.failures
         if varied > 0:
             _varied_trials(s, varied, s.plain_ok)
         if dynamic and last is not None:
-            extra += dyn.dynamic_checks(s, *last)
+            extra += dyn.dynamic_checks(s, last)
+    for line in s.budget.notes:
+        s.note(line)
     checks = _collect(s, extra, dynamic)
     return CorrectnessResult(tuple(s.trials), tuple(checks), s.tol, tuple(s.notes), tuple(s.warnings),
                              time.monotonic() - t0, s.calls, s.inconclusive)
@@ -464,7 +516,7 @@ def _varied_trials(s: Session, n: int, plain_ok: bool) -> None:
         y = empty_outputs(s.out_specs, s.device)
         s.run(x, y, fill="poison0", what=f"varied trial ({v.label})")
         r = s.reference(d, x)
-        if not s.plain_nonfinite and any(is_float(t) and not bool(torch.isfinite(t).all().item()) for t in r):
+        if not s.plain_nonfinite and any(is_float(t) and not all_finite(t) for t in r):
             s.note(f"varied trial ({v.label}) skipped: the reference itself gives NaN or Inf on these inputs")
             continue
         if any(_beyond_range(t, spec.dtype) for t, spec in zip(r, s.out_specs)):
@@ -556,5 +608,5 @@ class StreamRunner:
 
 
 __all__ = ["ReferenceMismatch", "VARIED_TRIALS", "Runner", "Draw", "ReferenceLike", "CorrectnessResult", "Session",
-           "Judged", "check_correctness", "poison_", "poisoned", "any_poison", "empty_outputs", "fresh_copy",
+           "Judged", "LastTrial", "check_correctness", "count_where", "all_finite", "poison_", "poisoned", "any_poison", "empty_outputs", "fresh_copy",
            "StreamRunner"]

@@ -33,9 +33,11 @@ from typing import Sequence
 
 import torch
 
-from .compare import close_mask, errors, mean_abs, mean_abs_error, same_bits
-from .correctness import Draw, Judged, Session, any_poison, empty_outputs, fresh_copy, is_float, poison_
+from .compare import close_mask, errors, fingerprint, mean_abs, mean_abs_error
+from .correctness import (Draw, Judged, LastTrial, Session, all_finite, any_poison, count_where, empty_outputs,
+                          fresh_copy, is_float, poison_)
 from .inputs import Change, apply_change, choose_change
+from .memory import Stash, count_same, nbytes
 from .verdict import DynamicCheck
 
 #: The policy whose arithmetic a dishonest claim of each policy would really use.
@@ -45,34 +47,37 @@ LOWER = {"fp32": "tf32", "tf32": "bf16", "fp16": "bf16"}
 ESCALATION = (1.0, 30.0, 1000.0)
 
 
-def dynamic_checks(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Tensor],
-                   ref: list[torch.Tensor]) -> list[DynamicCheck]:
-    """The sequences after the trials; ``(d, x, y, ref)`` is the last plain trial. Failures go to
-    the session; returns the checks that are not session bookkeeping (stream_ordered)."""
+def dynamic_checks(s: Session, last: LastTrial) -> list[DynamicCheck]:
+    """The sequences after the trials; ``last`` is the last plain trial. Failures go to the
+    session; returns the checks that are not session bookkeeping (stream_ordered)."""
     repeated_calls(s)
-    sensitivity(s, d, x, y, ref)
+    sensitivity(s, last)
     return [stream_ordered(s)]
 
 
 # ------------------------------------------------------------------ same buffers, called again
 
 
-def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], prev: Sequence[torch.Tensor] | None,
+def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], prev: Stash | None,
               check: str, fill: float | None = None) -> None:
     """Name what went wrong on a repeated call: stale outputs (``check``) or another wrong answer.
-    Only a program right on fresh buffers is named so; otherwise the plain trials already say it."""
+    Only a program right on fresh buffers is named so; otherwise the plain trials already say it.
+    ``prev``: the previous call's outputs (None, or kept nowhere: no failure is named stale)."""
     if not s.plain_ok:
         return
-    for spec, o, bad, p in zip(s.out_specs, y, jd.bad, prev or [None] * len(y)):
+    for k, (spec, o, bad) in enumerate(zip(s.out_specs, y, jd.bad)):
         if bad is None:
             continue
-        stale = bad & same_bits(o, p) & ~any_poison(o) if p is not None else None
-        n_stale = int(stale.sum().item()) if stale is not None else 0
-        left = any_poison(o) | (o == fill if fill is not None and is_float(o) else torch.zeros_like(bad))
+        n_stale = count_same(bad, o, prev, k, exclude=any_poison) if prev is not None and prev.available else 0
         if n_stale:
             s.fail(check, f"{label}: {n_stale} of {o.numel()} elements of output {spec.name} repeat the previous "
                           "call's values although the inputs changed")
-        elif bool((bad & ~left).any().item()):  # (outputs left as filled: outputs_written says so)
+            continue
+        if fill is not None and is_float(o):
+            n, _ = count_where(lambda b, c: b & ~(any_poison(c) | (c == fill)), [bad.reshape(o.shape), o])
+        else:
+            n, _ = count_where(lambda b, c: b & ~any_poison(c), [bad.reshape(o.shape), o])
+        if n:  # (outputs left as filled: outputs_written says so)
             s.fail("repeat_calls", f"{label}: output {spec.name} wrong ({int(bad.sum().item())} of {o.numel()} "
                                    "elements) on a repeated call with the same buffers, though right on fresh "
                                    "buffers")
@@ -81,7 +86,12 @@ def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], pre
 def repeated_calls(s: Session) -> None:
     """Six calls: new contents into the same input buffers (``X1``), then fresh input buffers
     (``X2``) into the same outputs, then ``X2`` unchanged with the outputs poisoned, then ``X1``
-    again. Outputs are poisoned, kept or filled with a finite value in turn."""
+    again. Outputs are poisoned, kept or filled with a finite value in turn.
+
+    At most two sets of input buffers are alive (``X1``, and ``X2`` or a draw being copied into
+    ``X1``); the previous call's outputs, which only name a failure (stale or not), are kept
+    before the calls that keep their outputs, where the memory budget says (the host for
+    multi-GiB outputs)."""
     ref, secret = s.ref, s.secret
     y = empty_outputs(s.out_specs, s.device)
     value = float(secret.rng("repeat-fill").uniform(-3.0, 3.0))
@@ -95,22 +105,28 @@ def repeated_calls(s: Session) -> None:
     ]
     x1: list[torch.Tensor] = []
     x2: list[torch.Tensor] = []
-    prev: list[torch.Tensor] | None = None
+    prev = Stash(s.budget.place("repeat_calls: the previous call's outputs", nbytes(y)))
     d = None
     for k, (which, di, fill, what, stale_check) in enumerate(steps):
+        if which == "x1" and x2:
+            x2 = []  # done with the second buffers (before the next draw: two input sets at most)
+        xs = None  # it may still name the second buffers
         if k == 0 or di != steps[k - 1][1]:
-            d = ref.draw(secret.seed_for(f"repeat{di}"))  # one draw alive at a time (multi-GiB problems)
+            d = None  # noqa: F841 - one draw alive at a time (multi-GiB problems)
+            d = ref.draw(secret.seed_for(f"repeat{di}"))
             if which == "x1" and not x1:
                 x1 = [fresh_copy(t, s.calls) for t in d.program]
             elif which == "x1":
                 for buf, v in zip(x1, d.program):
                     buf.copy_(v)
-            else:
+            elif s.budget.on_device(nbytes(d.program)):
                 x2 = [fresh_copy(t, s.calls) for t in d.program]
+            else:  # no room for a third input set: the draw itself (made while X1 is alive, never at its address)
+                x2 = list(d.program)
             d.program = []
-        if which == "x1" and x2:
-            x2 = []  # done with the second buffers
         xs = x1 if which == "x1" else x2
+        if fill == "keep":
+            prev.save(y)  # what the outputs hold before the call
         s.run(xs, y, fill=fill, what=what, value=value)
         jd = s.judge(f"repeat {k + 1}", y, d, xs)  # computed again for call 5: never before a call
         if fill == "const":
@@ -118,8 +134,8 @@ def repeated_calls(s: Session) -> None:
         if not jd.trial.passed:
             _classify(s, what, jd, y, prev if fill == "keep" else None, stale_check or "repeat_calls",
                       value if fill == "const" else None)
-        prev = [t.clone() for t in y]
         jd = None
+    prev.drop()
     if s.plain_ok and not any(c in s.failures for c in ("no_output_reuse", "outputs_follow_inputs", "repeat_calls")):
         s.passes["no_output_reuse"] = "new contents in the same input buffers gave new outputs (4 calls)"
         s.passes["outputs_follow_inputs"] = "outputs changed with new input buffers into the same outputs"
@@ -129,13 +145,26 @@ def repeated_calls(s: Session) -> None:
 # ------------------------------------------------------------------ one element changed
 
 
-def sensitivity(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Tensor], ref: list[torch.Tensor],
-                n: int = 3) -> None:
-    """``n`` trials from the last plain trial's state: one random element changed, in place (trials
-    0 and 2, outputs kept) or in fresh buffers (trial 1, outputs poisoned)."""
+def sensitivity(s: Session, last: LastTrial, n: int = 3) -> None:
+    """``n`` trials from the last plain trial's state (its inputs drawn again from their seed, the
+    program's outputs for them from the copy kept): one random element changed, in place (every
+    trial but the last, the outputs holding the unchanged inputs' outputs) or in fresh buffers
+    (the last trial, outputs poisoned). The in-place buffers are given up before the fresh ones
+    are made, so that one set of inputs is alive besides a transient copy."""
+    from .correctness import _own
+
     rng = s.secret.rng("sensitivity")
+    d = s.ref.draw(last.draw.seed)
+    x = _own(d, s.calls)
+    base = last.outputs
+    y = empty_outputs(s.out_specs, s.device)
+    if base.available:
+        base.restore_into(y)
+    else:
+        s.note("sensitivity: the unchanged inputs' outputs were kept nowhere (no room); the in-place trials poison "
+               "the outputs instead of keeping them")
+    ref = s.reference(d, x)
     eligible = [i for i in range(len(x)) if i not in s.lifted]
-    base_out = [t.clone() for t in y]
     names = [t.name for t in s.in_specs]
     shapes = [t.shape for t in s.in_specs]
     judged = []
@@ -144,35 +173,40 @@ def sensitivity(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Tensor
         if change is None:
             s.note("sensitivity trials not applicable: no floating-point input")
             return
-        in_place = k != 1
+        in_place = k < n - 1
+        if not in_place:
+            flat = old = None  # noqa: F841 - views of the in-place buffers
+            x = [fresh_copy(t, s.calls) for t in x]  # the in-place buffers go: fresh ones, reused per escalation
+            y = None
+            y = empty_outputs(s.out_specs, s.device)
         for factor in ESCALATION:
             c = Change(change.tensor, change.index, change.delta * factor)
             flat = x[c.tensor].view(-1)
             old = flat[c.index].clone()
-            xs = x if in_place else [fresh_copy(t) for t in x]
-            apply_change(xs, c)
-            ys = y if in_place else empty_outputs(s.out_specs, s.device)
-            if in_place:
-                for a, b in zip(ys, base_out):
-                    a.copy_(b)
+            apply_change(x, c)
+            keep = in_place and base.available
+            if keep:
+                base.restore_into(y)
             what = f"sensitivity {k + 1} ({'in place' if in_place else 'fresh buffers'}: " \
                    f"{c.describe(names, shapes)})"
-            s.run(xs, ys, fill="keep" if in_place else "poison0", what=what)
-            r_new = s.reference(d, xs)
+            s.run(x, y, fill="keep" if keep else "poison0", what=what)
+            r_new = s.reference(d, x)
             moved = _moved(s, ref, r_new)
             if moved:
-                jd = s.judge(f"sensitivity ({'in place' if in_place else 'fresh buffers'})", ys, d, xs, ref=r_new,
+                jd = s.judge(f"sensitivity ({'in place' if in_place else 'fresh buffers'})", y, d, x, ref=r_new,
                              varied=True)
                 judged.append(c.describe(names, shapes))
                 if not jd.trial.passed and s.plain_ok:
-                    _sensitivity_failure(s, what, jd, ys, base_out)
-            if in_place:
-                flat[c.index] = old  # restored exactly (not by subtracting delta), after any float64 reference
+                    _sensitivity_failure(s, what, jd, y, base if keep else None)
+                jd = None
+            r_new = None
+            flat[c.index] = old  # restored exactly (not by subtracting delta), after any float64 reference
             if moved:
                 break
         else:
             s.note(f"sensitivity {k + 1}: no change of {names[change.tensor]} up to {ESCALATION[-1]:g}x moved the "
                    "reference's outputs beyond tolerance (an element they do not depend on)")
+    base.drop()
     if judged and s.plain_ok and "sensitivity" not in s.failures:
         s.passes["sensitivity"] = "outputs followed single-element changes: " + "; ".join(judged)
 
@@ -183,20 +217,19 @@ def _moved(s: Session, before: Sequence[torch.Tensor], after: Sequence[torch.Ten
             if not bool(torch.equal(a, b)):
                 return True
             continue
-        if not bool(torch.isfinite(b).all().item()) and bool(torch.isfinite(a).all().item()):
+        if not all_finite(b) and all_finite(a):
             return False  # the change broke the reference (an overflow): not a fair question
         if not errors(b, a, s.tol).passed:
             return True
     return False
 
 
-def _sensitivity_failure(s: Session, what: str, jd: Judged, ys: Sequence[torch.Tensor],
-                         base: Sequence[torch.Tensor]) -> None:
-    for spec, o, bad, b in zip(s.out_specs, ys, jd.bad, base):
+def _sensitivity_failure(s: Session, what: str, jd: Judged, ys: Sequence[torch.Tensor], base: Stash | None) -> None:
+    for k, (spec, o, bad) in enumerate(zip(s.out_specs, ys, jd.bad)):
         if bad is None:
             continue
         n_bad = int(bad.sum().item())
-        stale = int((bad & same_bits(o, b)).sum().item())
+        stale = count_same(bad, o, base, k) if base is not None and base.available else 0
         how = (f"{stale} of the {n_bad} wrong elements kept their value from before the change (memoised, or the "
                "changed element was never read)") if stale else f"{n_bad} elements wrong"
         s.fail("sensitivity", f"{what}: output {spec.name} did not follow the change as the reference's did: {how}")
@@ -271,30 +304,55 @@ def precision_claim(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Te
         return DynamicCheck("precision_claim", "pass", "not judged: trial 0 is wrong at any precision (a wrong answer)")
     if lower is None:
         return DynamicCheck("precision_claim", "pass", f"no policy below {s.policy}: nothing to tell apart")
-    at = s.ref.forward_at(s.policy, d, x)
-    low = s.ref.forward_at(lower, d, x)
-    if at is None or low is None:
-        return DynamicCheck("precision_claim", "pass", f"not measurable here: PyTorch cannot compute the reference at "
-                                                       f"{s.policy} and {lower} on {s.device.type}")
     floats = [k for k, o in enumerate(y) if is_float(o)]
-    if all(mean_abs_error(low[k], at[k]) <= 1e-6 * max(mean_abs(ref[k]), 1e-30) for k in floats):  # the two policies compute the same here (no GEMM): no float64 needed to say so
-        return DynamicCheck("precision_claim", "pass", f"{s.policy} and {lower} give the same results here: nothing "
-                                                       "to tell apart")
+    side_by_side = s.budget.on_device(2 * sum(y[k].numel() * 4 for k in floats))
+    na = DynamicCheck("precision_claim", "pass", f"not measurable here: PyTorch cannot compute the reference at "
+                                                 f"{s.policy} and {lower} on {s.device.type}")
+    same = DynamicCheck("precision_claim", "pass", f"{s.policy} and {lower} give the same results here: nothing "
+                                                   "to tell apart")
+    at = s.ref.forward_at(s.policy, d, x)
+    if at is None:
+        return na
+    if side_by_side:
+        low = s.ref.forward_at(lower, d, x)
+        if low is None:
+            return na
+        if all(mean_abs_error(low[k], at[k]) <= 1e-6 * max(mean_abs(ref[k]), 1e-30) for k in floats):  # the two policies compute the same here (no GEMM): no float64 needed to say so
+            return same
+    else:  # one output-sized reference at a time: bit-identical results (no GEMM) are the same, by a keyed hash
+        h_at = [fingerprint(at[k], s.key) for k in floats]
+        at = None
+        low = s.ref.forward_at(lower, d, x)
+        if low is None:
+            return na
+        if all(fingerprint(low[k], s.key) == h for k, h in zip(floats, h_at)):
+            return same
+        low = None
     truth = s.ref.forward64(d, x) or ref
     truth_name = "float64" if truth is not ref else "fp32"
+    e_r = {k: mean_abs_error(ref[k], truth[k]) if truth is not ref else 0.0 for k in floats}
+    if at is None:  # computed again, one at a time
+        at = s.ref.forward_at(s.policy, d, x)
+        e_at = {k: mean_abs_error(at[k], truth[k]) for k in floats}
+        at = None
+        low = s.ref.forward_at(lower, d, x)
+        e_low = {k: mean_abs_error(low[k], truth[k]) for k in floats}
+        low = None
+    else:
+        e_at = {k: mean_abs_error(at[k], truth[k]) for k in floats}
+        e_low = {k: mean_abs_error(low[k], truth[k]) for k in floats}
     told, lines = 0, []
     for k in floats:
-        spec, o, r, a, lo, t = s.out_specs[k], y[k], ref[k], at[k], low[k], truth[k]
-        e_c, e_at, e_low = mean_abs_error(o, t), mean_abs_error(a, t), mean_abs_error(lo, t)
-        base = max(e_at, mean_abs_error(r, t) if truth is not ref else 0.0)
-        if e_low < 4 * base or e_low == 0.0:
+        spec, o, t = s.out_specs[k], y[k], truth[k]
+        e_c, base = mean_abs_error(o, t), max(e_at[k], e_r[k])
+        if e_low[k] < 4 * base or e_low[k] == 0.0:
             continue
         told += 1
-        lines.append(f"{spec.name}: {e_c:.3g} (reference at {s.policy} {e_at:.3g}, at {lower} {e_low:.3g})")
-        if e_c >= e_low / 3 and e_c >= 2.5 * base:
+        lines.append(f"{spec.name}: {e_c:.3g} (reference at {s.policy} {e_at[k]:.3g}, at {lower} {e_low[k]:.3g})")
+        if e_c >= e_low[k] / 3 and e_c >= 2.5 * base:
             return DynamicCheck("precision_claim", "fail",
                                 f"output {spec.name}: mean |err| {e_c:.3g} against the {truth_name} reference matches "
-                                f"{lower} arithmetic ({e_low:.3g}), not the {s.policy} claimed ({e_at:.3g})")
+                                f"{lower} arithmetic ({e_low[k]:.3g}), not the {s.policy} claimed ({e_at[k]:.3g})")
     if not told:
         return DynamicCheck("precision_claim", "pass", f"{s.policy} and {lower} give the same error here: nothing to "
                                                        "tell apart")

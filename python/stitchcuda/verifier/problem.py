@@ -322,6 +322,9 @@ class Problem:
             weights.append(value.to(torch_dtype(w.dtype)).contiguous().clone())
         self.weights = weights
         self.model = model
+        from .memory import Budget
+
+        self.budget = Budget(self.device)  # where the copies of the inputs handed to the reference go
         self._model64: Any = None
         self._no64 = ""
         self._graph = None
@@ -400,14 +403,42 @@ class Problem:
 
     def model_args(self, draw, inputs=None) -> list[Any]:
         """The reference's forward arguments for program ``inputs`` (default: the draw's), each in the
-        dtype the reference drew; copies where the device has room (a reference may write its inputs)."""
+        dtype the reference drew; copies where the memory budget allows one on the device (a
+        reference may write its inputs), else the program's own tensors (through an alias, so an
+        in-place metadata change stays the reference's)."""
+        return self._model_args(draw, inputs)[0]
+
+    def _model_args(self, draw, inputs=None) -> tuple[list[Any], list[Any]]:
+        """``(arguments, the program's tensors handed over uncopied)``."""
         inputs = list(draw.program if inputs is None else inputs)
         plain = [t for spec, t in zip(self.manifest.inputs, inputs) if spec.name not in {s.name for s in self._lifted}]
         args = list(draw.model_args)
-        copy_ok = _room_for(sum(t.numel() * t.element_size() for t in plain), 4, self.device)
+        same = [t for want, t in zip(draw.arg_dtypes, plain) if t.dtype == want]
+        copy_ok = self.budget.on_device(sum(t.numel() * t.element_size() for t in same))
+        shared = []
         for pos, want, t in zip(draw.arg_index, draw.arg_dtypes, plain):
-            args[pos] = t.to(want) if t.dtype != want else (t.clone() if copy_ok else t)
-        return args
+            if t.dtype != want:
+                args[pos] = t.to(want)
+            elif copy_ok:
+                args[pos] = t.clone()
+            else:
+                args[pos] = t.view(t.shape)
+                shared.append(t)
+        return args, shared
+
+    def _run_model(self, model, draw, inputs) -> Any:
+        """``model`` on the arguments for ``inputs``; where the program's own tensors were handed over
+        uncopied, a checksum before and after proves the reference left them as they were."""
+        args, shared = self._model_args(draw, inputs)
+        before = [_checksum(t) for t in shared]
+        out = model(*args)
+        for t, c in zip(shared, before):
+            if _checksum(t) != c:
+                raise ProblemError(self.spec.label, "the reference's forward writes its inputs in place, and they are "
+                                                    "too large for a device copy under the Verifier's memory budget: "
+                                                    "set STITCHCUDA_VERIFY_COPY_GIB above "
+                                                    f"{t.numel() * t.element_size() / 2**30:.1f} to verify it")
+        return out
 
     def forward(self, draw, inputs=None) -> list[Any]:
         """The reference's outputs for ``inputs`` (default: the draw's), fp32 eager, TF32 off."""
@@ -416,7 +447,7 @@ class Problem:
         with torch.no_grad(), fp32_exact():
             if self._graph is not None:
                 return self._graph_forward(draw, inputs, self._graph_weights, torch.float32)
-            out = self.model(*self.model_args(draw, inputs))
+            out = self._run_model(self.model, draw, inputs)
         return [t.detach() for t in _flatten(out)]
 
     def forward_at(self, policy: str, draw, inputs=None) -> list[Any] | None:
@@ -432,7 +463,7 @@ class Problem:
         with torch.no_grad(), get(policy).baseline():
             if self._graph is not None:
                 return [t.float() for t in self._graph_forward(draw, inputs, self._graph_weights, torch.float32)]
-            out = self.model(*self.model_args(draw, inputs))
+            out = self._run_model(self.model, draw, inputs)
         return [t.detach().float() if t.is_floating_point() else t.detach() for t in _flatten(out)]
 
     def forward64(self, draw, inputs=None) -> list[Any] | None:
@@ -454,7 +485,7 @@ class Problem:
                 if self._model64 is None:
                     self._model64 = copy.deepcopy(self.model).double()
                 args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                        for a in self.model_args(draw, inputs)]
+                        for a in self.model_args(draw, inputs)]  # float64 copies: the inputs cannot be written
                 return [t.detach() for t in _flatten(self._model64(*args))]
         except Exception as e:  # noqa: BLE001 - some ops have no float64 kernel, or no room: fp32 only
             self._no64 = f"no float64 reference ({type(e).__name__}: {str(e)[:120]})"
@@ -471,6 +502,23 @@ class Problem:
         for spec, t in zip(self.manifest.inputs, draw.program if inputs is None else inputs):
             feed[spec.name] = t.to(float_dtype) if t.is_floating_point() else t
         return [t.detach() for t in evaluate_graph(self._graph, feed, weights)]
+
+
+def _checksum(t: Any) -> tuple[int, int]:
+    """Two sums of ``t``'s bits (all elements, even positions): any write the reference makes to its
+    inputs changes one (a cheap read; the reference is not an adversary, the program is)."""
+    import torch
+
+    from .compare import CHUNK, bits
+
+    b = bits(t).reshape(-1)
+    acc = torch.zeros(2, dtype=torch.int64, device=b.device)
+    for lo in range(0, b.numel(), CHUNK):
+        c = b[lo:lo + CHUNK]
+        acc[0] += c.sum(dtype=torch.int64)
+        acc[1] += c[0::2].sum(dtype=torch.int64)  # CHUNK is even: the even positions of the whole
+    a0, a1 = acc.tolist()
+    return a0, a1
 
 
 def _room_for(nbytes: int, factor: float, device: Any) -> bool:

@@ -26,6 +26,22 @@ int run_row(const void* in, int64_t ldi, void* out, int64_t ldo, const void* w, 
   return launch_row_reduce<OP>(p, s);
 }
 
+// A layer (op 2) / rms (op 3) norm given a workspace: few, long rows split over blocks.
+template <class T>
+int run_norm_ws(int op, const void* in, int64_t ldi, void* out, int64_t ldo, const void* w,
+                const void* b, int64_t rows, int64_t cols, float eps, void* ws, int64_t ws_floats,
+                int hooks, cudaStream_t s) {
+  RowParams<T, T, T> p{static_cast<const T*>(in), ldi, static_cast<T*>(out), ldo,
+                       static_cast<const T*>(w), static_cast<const T*>(b), rows, cols, eps, false,
+                       static_cast<float*>(ws), ws_floats};
+  if (op == 2) {
+    if (hooks) return launch_row_reduce<RowOp::LayerNorm>(p, s, ProHook{{0.5f}}, EpiHook{});
+    return launch_row_reduce<RowOp::LayerNorm>(p, s);
+  }
+  if (op == 3 && !hooks) return launch_row_reduce<RowOp::RmsNorm>(p, s);
+  return cudaErrorInvalidValue;
+}
+
 template <class Tin, class Tout, class TW>
 int row_dispatch(int op, const void* in, int64_t ldi, void* out, int64_t ldo, const void* w,
                  const void* b, int64_t rows, int64_t cols, float eps, int unbiased, int hooks,
@@ -86,6 +102,21 @@ int row_reduce(int op, int dtype, const void* in, int64_t ldi, void* out, int64_
     default: return cudaErrorInvalidValue;
   }
 }
+
+// Layer / rms norm with a workspace of row_reduce_workspace_floats(rows, cols) floats.
+int row_norm_ws(int op, int dtype, const void* in, int64_t ldi, void* out, int64_t ldo,
+                const void* weight, const void* bias, int64_t rows, int64_t cols, float eps,
+                void* ws, int64_t ws_floats, int hooks, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case 0: return run_norm_ws<float>(op, in, ldi, out, ldo, weight, bias, rows, cols, eps, ws, ws_floats, hooks, s);
+    case 1: return run_norm_ws<__half>(op, in, ldi, out, ldo, weight, bias, rows, cols, eps, ws, ws_floats, hooks, s);
+    case 2: return run_norm_ws<__nv_bfloat16>(op, in, ldi, out, ldo, weight, bias, rows, cols, eps, ws, ws_floats, hooks, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+int row_workspace_floats(int64_t rows, int64_t cols) { return int(row_reduce_workspace_floats(rows, cols)); }
 
 // 16-bit input (dtype 1 or 2), float output, float weight / bias; ops softmax, layer norm, mean.
 int row_reduce_mixed(int op, int dtype, const void* in, int64_t ldi, void* out, int64_t ldo,

@@ -1,0 +1,108 @@
+"""The Verifier as the loop sees it: an injectable :class:`Judge`.
+
+The loop asks two things: check one task body alone (``check_task``), and verify a whole
+candidate program folder (``verify``). :class:`VerifierJudge` answers with the real ones
+(:func:`stitchcuda.check.task.check_task` on the GPU, :func:`stitchcuda.verifier.run.verify_program`
+in its child processes); tests pass a scripted judge with the same two methods. A judge never
+raises for a candidate's fault; it raises :class:`CannotJudge` when the machine cannot judge at
+all (no GPU, no nvcc), which ends the run with that reason rather than recording a verdict
+against anyone.
+
+Frugal by default: few trials and short timing loops per candidate, no torch.compile baselines
+and no reference profile while searching; the final best is verified once more with the
+baselines (``final=True``), so its report has every ratio.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+from .state import Judgement, TaskTime, TaskVerdict
+
+
+class CannotJudge(RuntimeError):
+    """The machine cannot verify (no GPU, no nvcc...): nobody's candidate is at fault."""
+
+
+class Judge(Protocol):
+    def check_task(self, problem: Any, plan: Any, task: str, override: Mapping[str, str]) -> TaskVerdict: ...
+
+    def verify(self, problem: Any, program: Path, *, final: bool = False) -> Judgement: ...
+
+
+@dataclass(frozen=True)
+class JudgeOptions:
+    trials: int = 3
+    task_trials: int = 3
+    varied: int = 2
+    profile: bool = True
+    timing_min_trials: int = 20
+    timing_min_seconds: float = 0.1
+    timing_max_seconds: float = 1.0
+    profile_runs: int = 5
+
+
+class VerifierJudge:
+    """The real Verifier (GPU). ``precision``: the policy every candidate is judged at (the run's)."""
+
+    def __init__(self, precision: str, options: JudgeOptions = JudgeOptions()):
+        self.precision = precision
+        self.o = options
+
+    def check_task(self, problem: Any, plan: Any, task: str, override: Mapping[str, str]) -> TaskVerdict:
+        from ..check.task import check_task
+        from ..code import Override
+
+        t0 = time.monotonic()
+        r = check_task(plan, task, Override(override["source"], override.get("origin", "hand")), graph=problem.graph,
+                       weights=problem.weights, device="auto", trials=self.o.task_trials, arch=problem.arch)
+        return TaskVerdict(task, r.ok, r.stage, r.reason, r.ran, time.monotonic() - t0)
+
+    def verify(self, problem: Any, program: Path, *, final: bool = False) -> Judgement:
+        from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
+        from ..verifier.timing import LoopSettings
+
+        o = self.o
+        timing = LoopSettings() if final else LoopSettings(min_trials=o.timing_min_trials,
+                                                           min_seconds=o.timing_min_seconds,
+                                                           max_seconds=o.timing_max_seconds)
+        opts = VerifyOptions(trials=5 if final else o.trials, varied=4 if final else o.varied, profile=o.profile,
+                             compile=final, reference_profile=final, precision=self.precision, timing=timing,
+                             profile_runs=20 if final else o.profile_runs, command="stitchcuda optimize")
+        t0 = time.monotonic()
+        try:
+            v = verify_program(program, None, opts)
+        except VerifyEnvironmentError as e:
+            raise CannotJudge(str(e)) from None
+        return judgement_of(v.report, time.monotonic() - t0,
+                            str(v.files.json) if v.files is not None else "")
+
+
+def judgement_of(report: Any, seconds: float, path: str = "") -> Judgement:
+    """A :class:`Judgement` from a VerificationReport."""
+    from ..verifier.profile import classify
+
+    res = report.result
+    t = report.timings
+    ms = t.program.median_ms if (t is not None and res.ok) else None
+    base = tuple((k, getattr(t, k).median_ms) for k in ("eager_fp32", "eager_policy", "compile_fp32", "compile_policy")
+                 if t is not None and getattr(t, k) is not None)
+    tasks: list[TaskTime] = []
+    prof = report.details.profile if report.details is not None else None
+    if prof is not None:
+        for tt in prof.tasks:
+            _, _, eff = classify(tt.bytes, tt.flops, tt.per_run_ns, 1, report.ceilings, report.precision, True)
+            tasks.append(TaskTime(tt.task, tt.per_run_ns / 1e3, eff))
+    wrong = getattr(res.verdict, "output", "") if res.kind == "wrong_answer" else ""
+    return Judgement(res.kind, res.verdict.summary(), ms, base, tuple(tasks), seconds, path, wrong)
+
+
+def estimated_tasks(plan: Any) -> tuple[TaskTime, ...]:
+    """Per-task times from the plan's cost model (no profile): efficiency unknown, taken as 0.5."""
+    return tuple(TaskTime(t.name, t.est_time_s * 1e6, 0.5, measured=False) for t in plan.tasks if t.phase == "run")
+
+
+__all__ = ["Judge", "JudgeOptions", "VerifierJudge", "CannotJudge", "judgement_of", "estimated_tasks"]

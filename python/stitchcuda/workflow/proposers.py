@@ -1,0 +1,232 @@
+"""Proposers: small plugins that turn the state and a route into candidate proposals.
+
+Each proposer has a ``name``, the ``routes`` it answers, and ``propose(ctx, route)`` returning
+:class:`Proposal` values (constraints for ``plan()`` and task bodies for the Coder, both whole:
+the base's plus the change). The loop drops proposals it has already tried, so a proposer may
+simply say everything it knows each time; one with nothing new returns ``[]``.
+
+* :class:`PrecisionRepair` — a wrong answer under tf32/bf16/fp16: first every task that rounds
+  (GEMMs, attention, reductions) raised to fp32 (*repair*); once that verifies, a bisection over
+  those tasks (*replan*) lowers them back half at a time, keeping only the tasks that are
+  responsible at fp32. Its notes say which tasks and why.
+* :class:`Rewrites` — the exact algebraic rewrites that apply (``plan.rewrite``): reductions
+  after a linear map pushed into the weights, identities dropped.
+* :class:`Variants` — strategy options of the target task's nodes (*optimize*: e.g. a row
+  reduction single or split) and fusion boundaries inside it (*replan*); the Verifier's timing
+  chooses.
+* :class:`stitchcuda.workflow.llm.LLMProposer` (its own module) — task bodies and planner
+  decisions from a local model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from .state import Candidate, Route, State
+
+#: Task strategies whose arithmetic a policy rounds: under tf32 only matrix work runs on TF32
+#: tensor cores (elementwise and reduction math is fp32 under every policy); under bf16 / fp16
+#: every task that stores a result rounds it.
+ROUNDING = {"tf32": ("cublaslt_gemm", "attention_template"),
+            "bf16": ("cublaslt_gemm", "attention_template", "reduction_template", "custom_kernel", "elementwise_kernel"),
+            "fp16": ("cublaslt_gemm", "attention_template", "reduction_template", "custom_kernel", "elementwise_kernel")}
+
+
+@dataclass(frozen=True)
+class Proposal:
+    proposer: str
+    description: str
+    constraints: dict
+    overrides: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    #: set when the proposal is already known not to be a program (an LLM reply without code)
+    refused: str = ""
+
+
+@dataclass
+class Context:
+    """What a proposer may read: the state, the base candidate and its plan, the problem."""
+
+    state: State
+    base: Candidate
+    plan: Any
+    problem: Any
+    judge: Any = None
+
+
+class Proposer(Protocol):
+    name: str
+    routes: tuple[str, ...]
+
+    def propose(self, ctx: Context, route: Route) -> list[Proposal]: ...
+
+
+def _constraints(base: Candidate):
+    from ..plan import Constraints
+
+    return Constraints.from_dict(base.constraints or {})
+
+
+# ---------------------------------------------------------------------- precision repair
+
+
+class PrecisionRepair:
+    name = "precision"
+    routes = ("repair", "replan")
+
+    def suspects(self, plan: Any) -> list[tuple[str, tuple[str, ...]]]:
+        """(task, nodes) of the run tasks whose arithmetic the policy rounds, in plan order."""
+        rounding = ROUNDING.get(plan.policy, ())
+        return [(t.name, t.covers) for t in plan.tasks if t.phase == "run" and t.covers and t.strategy in rounding]
+
+    def propose(self, ctx: Context, route: Route) -> list[Proposal]:
+        if ctx.state.precision == "fp32":
+            return []
+        if route.kind == "repair":
+            j = ctx.base.judgement
+            if j is None or j.kind != "wrong_answer":
+                return []
+            sus = self.suspects(ctx.plan)
+            if not sus:
+                return []
+            return [self._raise(ctx.base, sus, sus, "every task that rounds raised to fp32: is precision the cause? "
+                                                    f"({j.summary})")]
+        return self._bisect(ctx)
+
+    def _raise(self, base: Candidate, raised: Sequence[tuple[str, tuple[str, ...]]],
+               suspects: Sequence[tuple[str, tuple[str, ...]]], why: str) -> Proposal:
+        from ..plan import Constraints
+
+        c = _constraints(base)
+        every = {n for _, ns in suspects for n in ns}
+        prec = {n: p for n, p in c.precision if n not in every}
+        prec.update({n: "fp32" for _, ns in raised for n in ns})
+        new = Constraints.of(prec, c.unfuse, dict(c.strategy), c.rewrites)
+        names = [t for t, _ in raised]
+        return Proposal(self.name, f"raise {', '.join(names) or 'nothing'} to fp32: {why}", new.to_dict(),
+                        dict(base.overrides), {"precision_raised": [[t, list(ns)] for t, ns in raised],
+                                               "precision_suspects": [[t, list(ns)] for t, ns in suspects]})
+
+    def _bisect(self, ctx: Context) -> list[Proposal]:
+        """The next subset to try: halves of the smallest set known to pass, then single removals."""
+        tried: dict[frozenset, bool] = {}
+        suspects = None
+        for c in ctx.state.candidates:
+            raised = c.meta.get("precision_raised")
+            if raised is None or c.judgement is None:
+                continue
+            suspects = suspects or [(t, tuple(ns)) for t, ns in c.meta["precision_suspects"]]
+            key = frozenset(t for t, _ in raised)
+            tried[key] = tried.get(key, False) or c.ok
+        if not suspects:
+            return []
+        passing = [k for k, ok in tried.items() if ok]
+        if not passing:
+            return []
+        best = min(passing, key=len)
+        order = [t for t, _ in suspects if t in best]
+        nodes = dict(suspects)
+        base = ctx.state.best_candidate or ctx.base
+
+        def subset(ts) -> list[tuple[str, tuple[str, ...]]]:
+            return [(t, nodes[t]) for t in order if t in ts]
+
+        half = len(order) // 2
+        steps = []
+        if len(order) > 1:
+            steps += [(order[:half], "first half"), (order[half:], "second half")]
+        steps += [([x for x in order if x != t], f"without {t}") for t in order]
+        for ts, what in steps:
+            key = frozenset(ts)
+            if key not in tried:
+                return [self._raise(base, subset(ts), suspects,
+                                    f"bisecting: {what} of {', '.join(order)} (the smallest set known to pass)")]
+        return []
+
+
+def responsible(state: State) -> tuple[list[str], str]:
+    """The tasks a finished precision bisection kept at fp32, and why (for the report)."""
+    best = state.best_candidate
+    if best is None or "precision_raised" not in best.meta:
+        return [], ""
+    kept = [t for t, _ in best.meta["precision_raised"]]
+    fails = [c for c in state.candidates if "precision_raised" in c.meta and not c.ok and c.judgement is not None]
+    why = "; ".join(f"without {', '.join(sorted({t for t, _ in c.meta['precision_suspects']} - {t for t, _ in c.meta['precision_raised']})) or 'any'} "
+                    f"at fp32: {c.judgement.summary}" for c in fails[:3])
+    return kept, why
+
+
+# ---------------------------------------------------------------------- algebraic rewrites
+
+
+class Rewrites:
+    name = "rewrite"
+    routes = ("repair", "replan")
+
+    def propose(self, ctx: Context, route: Route) -> list[Proposal]:
+        from ..plan import Constraints
+
+        if route.target is not None:
+            return []
+        c = _constraints(ctx.base)
+        todo = [r for r in ctx.problem.choices().rewrites if r not in c.rewrites]
+        out = []
+        for r in todo:
+            new = Constraints.of(dict(c.precision), c.unfuse, dict(c.strategy), c.rewrites + (r,))
+            out.append(Proposal(self.name, f"exact rewrite {r}", new.to_dict(), {}, {"rewrite": r}))
+        if len(todo) > 1:
+            new = Constraints.of(dict(c.precision), c.unfuse, dict(c.strategy), c.rewrites + tuple(todo))
+            out.append(Proposal(self.name, f"exact rewrites {', '.join(todo)}", new.to_dict(), {}, {"rewrite": todo}))
+        return out
+
+
+# ---------------------------------------------------------------------- variants
+
+
+class Variants:
+    name = "variant"
+    routes = ("optimize", "replan")
+
+    def propose(self, ctx: Context, route: Route) -> list[Proposal]:
+        from ..plan import Constraints
+
+        if route.target is None:
+            return []
+        try:
+            task = ctx.plan.task(route.target)
+        except KeyError:
+            return []
+        c = _constraints(ctx.base)
+        out = []
+        if route.kind == "optimize":
+            opts = dict(ctx.problem.choices().strategies)
+            for n in task.covers:
+                for o in opts.get(n, ()):
+                    if o == "auto" or c.option(n, "auto") == o:
+                        continue
+                    new = Constraints.of(dict(c.precision), c.unfuse, {**dict(c.strategy), n: o}, c.rewrites)
+                    out.append(Proposal(self.name, f"{n}: strategy {o}", new.to_dict(), dict(ctx.base.overrides),
+                                        {"strategy": [n, o]}))
+        else:
+            for n in task.covers[1:4]:
+                if n in c.unfuse:
+                    continue
+                new = Constraints.of(dict(c.precision), c.unfuse + (n,), dict(c.strategy), c.rewrites)
+                out.append(Proposal(self.name, f"split {task.name} before {n} (a fusion boundary)", new.to_dict(), {},
+                                    {"unfuse": n}))
+        return out
+
+
+def default_proposers(llm: Any = None) -> list[Any]:
+    """The deterministic proposers, and the LLM's when a model (or a replay cache) is given."""
+    ps: list[Any] = [Rewrites(), PrecisionRepair(), Variants()]
+    if llm is not None:
+        from .llm import LLMProposer
+
+        ps.append(LLMProposer(llm))
+    return ps
+
+
+__all__ = ["Proposal", "Context", "Proposer", "PrecisionRepair", "Rewrites", "Variants", "default_proposers",
+           "responsible", "ROUNDING"]

@@ -1,0 +1,188 @@
+"""The loop on the CPU: a scripted Verifier and scripted proposers drive every route, the
+budgets, best-not-last, per-task checks first, and resume after a real SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stitchcuda.workflow import (Budget, PrecisionRepair, Rewrites, State, Variants, optimize, parse_seconds)
+from stitchcuda.workflow.runs import RunDir
+
+from .workflow_script import ScriptedBodies, ScriptedJudge, example
+
+HERE = Path(__file__).resolve().parent
+
+
+def run(tmp_path, judge, proposers, budget="5m", **kw):
+    model, xs = example()
+    return optimize(model, xs, precision="tf32", budget=budget, judge=judge, proposers=proposers, compile=False,
+                    out=tmp_path / "run", **kw)
+
+
+def test_budget_parsing():
+    assert parse_seconds("3m") == 180 and parse_seconds("2m30s") == 150 and parse_seconds("90") == 90
+    assert parse_seconds("1h") == 3600
+    for bad in ("3q", "", "-1", "m"):
+        with pytest.raises(ValueError):
+            parse_seconds(bad)
+
+
+def test_precision_repair_raises_only_the_responsible_task(tmp_path):
+    judge = ScriptedJudge(sensitive=("linear_1",))
+    r = run(tmp_path, judge, [PrecisionRepair(), Variants()])
+    st = r.state
+    root = st.root_candidate
+    assert root.judgement.kind == "wrong_answer" and st.best != root.id
+    assert st.routes[0].kind == "repair"
+    best = st.best_candidate
+    # every rounding task raised first, then the bisection kept only linear_1's task at fp32
+    first = st.candidates[1]
+    assert first.proposer == "precision" and len(first.meta["precision_raised"]) == 2 and first.ok
+    raised = [t for t, _ in best.meta["precision_raised"]]
+    assert raised == ["linear_1"], raised
+    assert best.constraints["precision"] == {"linear_1": "fp32"}
+    assert best.origins["linear_1"] == "repair (fp32)" and best.origins["linear_gelu"] == "template"
+    assert any(c.ok is False and c.meta.get("precision_raised") == [["linear_gelu", ["linear", "gelu"]]]
+               for c in st.candidates)
+    md = r.markdown.read_text()
+    assert "only linear_1 raised to fp32" in md
+    assert r.best is not None and (r.best / "plan.json").is_file()
+    kinds = {x.kind for x in st.routes}
+    assert {"repair", "replan", "next", "optimize", "done"} <= kinds, kinds
+
+
+def test_exact_rewrite_repairs_and_beats_fp32(tmp_path):
+    judge = ScriptedJudge(sensitive=("linear_1",))
+    r = run(tmp_path, judge, [Rewrites(), PrecisionRepair()])
+    st = r.state
+    assert st.candidates[1].proposer == "rewrite" and st.candidates[1].ok
+    best = st.best_candidate
+    assert "reduce_after_linear" in best.constraints["rewrites"]
+    assert "rewrite" in best.origins.values()
+    assert best.ms < st.candidates[1].ms * 1.0001
+
+
+def test_best_is_never_a_slower_or_wrong_candidate(tmp_path):
+    # Strategy variants of the sum make it slower; bodies: one wrong, one right but not faster.
+    judge = ScriptedJudge(sensitive=(), slower=("sum_1",))
+    r = run(tmp_path, judge, [Variants(), ScriptedBodies(["BAD", "GOOD"])])
+    st = r.state
+    root = st.root_candidate
+    assert root.ok and st.best == root.id
+    later = st.candidates[1:]
+    assert later and all(c.parent == root.id for c in later)   # revised from the best, not the last
+    assert any(c.judgement.kind == "task_failed" for c in later)   # BAD stopped by its task check
+    assert all(st.best != c.id for c in later)
+    # a wrong body never reaches the whole-program Verifier
+    assert len(judge.calls) == len([c for c in st.candidates if c.program])
+
+
+def test_a_faster_verified_body_becomes_best_and_is_revised_from(tmp_path):
+    judge = ScriptedJudge(sensitive=())
+    judge.ms["elementwise_kernel"] = (0.2, 0.2)
+
+    orig = judge.verify
+
+    def verify(problem, program, final=False):
+        j = orig(problem, program, final)
+        m = json.loads((Path(program) / "manifest.json").read_text())
+        if j.ok and any(t.get("origin") == "override: llm" for t in m["tasks"]):
+            import dataclasses
+            return dataclasses.replace(j, ms=j.ms * 0.5)
+        return j
+
+    judge.verify = verify
+    r = run(tmp_path, judge, [ScriptedBodies(["GOOD"])])
+    st = r.state
+    best = st.best_candidate
+    assert best.proposer == "llm" and "llm" in best.origins.values()
+    assert st.base().id == best.id and st.candidates.index(best) > 0
+    assert "LLM wrote 1 of" in r.markdown.read_text()
+
+
+def test_iteration_and_gpu_budgets(tmp_path):
+    r = run(tmp_path / "a", ScriptedJudge(), [PrecisionRepair(), Variants()], iterations=2)
+    assert len(r.state.candidates) == 2 and "iteration budget" in r.state.finished
+    r = run(tmp_path / "b", ScriptedJudge(gpu_s=10.0), [PrecisionRepair(), Variants()], gpu_budget=25)
+    assert len(r.state.candidates) == 3 and "GPU-time budget" in r.state.finished
+    r = run(tmp_path / "c", ScriptedJudge(), [PrecisionRepair(), Variants()], budget=0.001)
+    assert len(r.state.candidates) == 1 and "wall-time budget" in r.state.finished
+    assert r.best is None and "no candidate verified" in r.markdown.read_text()
+
+
+def test_state_round_trips_through_json(tmp_path):
+    r = run(tmp_path, ScriptedJudge(), [PrecisionRepair(), Variants()])
+    st = RunDir(r.run_dir).load()
+    assert st == r.state
+    assert State.from_json(st.to_json()) == st
+
+
+KILLED = """
+import sys
+sys.path.insert(0, {tests!r})
+from workflow_script import ScriptedJudge, example
+from stitchcuda.workflow import optimize, PrecisionRepair, Variants
+model, xs = example()
+optimize(model, xs, precision="tf32", budget="5m", judge=ScriptedJudge(sleep_on=3, marker={marker!r}),
+         proposers=[PrecisionRepair(), Variants()], compile=False, out={out!r})
+"""
+
+
+def test_resume_after_sigkill_loses_at_most_the_candidate_in_flight(tmp_path):
+    marker, out = tmp_path / "sleeping", tmp_path / "run"
+    code = KILLED.format(tests=str(HERE), marker=str(marker), out=str(out))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    while not marker.exists():
+        assert p.poll() is None, p.stderr.read().decode()[-2000:]
+        assert time.monotonic() - t0 < 120, "the child never reached the third verification"
+        time.sleep(0.2)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    before = RunDir(out).load()
+    assert len(before.candidates) == 2 and not before.finished     # the third was in flight
+    events = RunDir(out).events()
+    assert events[-1]["event"] == "candidate" and events[-1]["id"] == "c0002"
+    model, xs = example()
+    r = optimize(model, xs, judge=ScriptedJudge(), proposers=[PrecisionRepair(), Variants()], compile=False, out=out,
+                 resume=True)
+    st = r.state
+    assert st.candidates[:2] == before.candidates
+    assert [c.id for c in st.candidates] == [f"c{i:04d}" for i in range(len(st.candidates))]
+    assert st.candidates[2].description == events[-1]["description"]   # the lost one, evaluated again
+    assert st.finished and st.best_candidate.constraints["precision"] == {"linear_1": "fp32"}
+    assert any(e["event"] == "start" and e["resumed"] for e in RunDir(out).events())
+
+
+def test_cli_optimize_refuses_bad_input(capsys):
+    from stitchcuda.cli import main
+
+    assert main(["optimize"]) == 2
+    assert main(["optimize", str(HERE / "nothing.py"), "--budget", "3q"]) == 2
+    assert main(["runs", "show", "no-such-run", "--dir", str(HERE)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "budget '3q'" in err
+
+
+def test_cli_runs_list_show_diff(tmp_path, capsys):
+    from stitchcuda.cli import main
+
+    model, xs = example()
+    optimize(model, xs, precision="tf32", judge=ScriptedJudge(), proposers=[PrecisionRepair()], compile=False,
+             out=tmp_path / "runs" / "r1", budget=Budget(60.0))
+    capsys.readouterr()
+    assert main(["runs", "list", "--dir", str(tmp_path / "runs")]) == 0
+    assert "r1" in capsys.readouterr().out
+    assert main(["runs", "show", "r1", "--dir", str(tmp_path / "runs")]) == 0
+    assert "only linear_1 raised to fp32" in capsys.readouterr().out
+    assert main(["runs", "diff", "r1:c0000", "r1", "--dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert '"linear_1": "fp32"' in out and "program.cu" in out

@@ -1,11 +1,12 @@
 """Correctness over a whole KernelBench set (GPU): build every problem, verify it, no timing.
 
     python benchmarks/verify_all.py [--set ../shared/kernelbench/all.jsonl] [--precision tf32]
-        [--out runs/verify-all-tf32] [--budget-s 540] [--workers 12] [--only 1:50,2:2]
+        [--out runs/verify-all-tf32] [--work DIR] [--budget-s 540] [--workers 12] [--only 1:50,2:2]
 
 Resumable: every finished problem is a line of ``<out>/results.jsonl`` and a rerun skips them, so
 the set can be covered over several runs of at most ten minutes (``--budget-s``: no problem is
-started after that many seconds; the ones in flight finish). Programs are built (capture, plan,
+started after that many seconds; the ones in flight finish). Only ``results.jsonl`` needs to be
+kept between runs: the references and programs go under ``--work`` (default: ``--out``). Programs are built (capture, plan,
 code, nvcc for this GPU) in ``--workers`` processes while the ones built are verified, one at a
 time, by the Verifier in its child process: fresh-seed trials (``--trials``), outputs poisoned,
 inputs checked unchanged, the dynamic checks; no timing, no profile, no torch.compile baseline.
@@ -114,6 +115,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", type=Path, default=REPO.parent / "shared" / "kernelbench" / "all.jsonl")
     ap.add_argument("--precision", default="tf32")
     ap.add_argument("--out", type=Path, default=None, help="default runs/verify-<set>-<precision>")
+    ap.add_argument("--work", type=Path, default=None, help="references and programs (default: --out)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no problem after this many seconds")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="build processes")
     ap.add_argument("--trials", type=int, default=3)
@@ -151,7 +153,7 @@ def main(argv=None) -> int:
         queue = list(todo)
         while queue or pending:
             while queue and len(pending) < args.workers and time.monotonic() - t_start < args.budget_s:
-                pending.add(pool.submit(build_one, queue.pop(0), str(out), args.precision))
+                pending.add(pool.submit(build_one, queue.pop(0), str(args.work or out), args.precision))
             if not pending:
                 break
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)

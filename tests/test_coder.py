@@ -120,10 +120,11 @@ def test_float_literals_read_back():
 
 
 def test_every_elementwise_op_renders():
+    widest = max(i.arity for i in ops.INSTRS.values())
     for op, arity in ((i.name, i.arity) for i in ops.INSTRS.values()):
         args = tuple(f"a{i}" for i in range(arity)) if op != "const" else ("c0",)
         consts = (1.5,) if op == "const" else ()
-        lines, result = C.render_instrs([P.EwInstr(op, args, consts)], {f"a{i}": f"x{i}" for i in range(3)})
+        lines, result = C.render_instrs([P.EwInstr(op, args, consts)], {f"a{i}": f"x{i}" for i in range(widest)})
         assert result == "t0" and lines[0].strip().startswith("const float t0 = ")
     with pytest.raises(C.CodeError):
         C.render_instrs([P.EwInstr("frobnicate", ("a0",))], {"a0": "x"})

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from stitchcuda import frontend
@@ -43,11 +44,9 @@ MODELS = sorted((REPO / "models").glob("*.py"))
 DEV_SET = Path(os.environ.get("STITCHCUDA_SHARED") or Path(__file__).resolve().parents[2] / "shared") / \
     "kernelbench" / "dev.jsonl"
 
-SUPPORTED_DEV = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (2, 76), (2, 86), (2, 99), (3, 1), (3, 3), (3, 43), (3, 44)]
+SUPPORTED_DEV = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (2, 76), (2, 86), (2, 99), (3, 1), (3, 3), (3, 4), (3, 43), (3, 44)]
 # problem -> (what the error must name, module path, a snippet of the line it must point at)
 UNSUPPORTED_DEV = {
-    (3, 4): ("aten.convolution.default", "model.conv1 (Conv2d)", "x = F.relu(self.conv1(x))"),
-    (3, 8): ("aten.convolution.default", "model.conv1 (Conv2d)", "out = self.conv1(x)"),
     (3, 33): ("tensor attribute state", "model.hidden", "self.hidden.copy_(initial_hidden)"),
     (3, 35): ("nn.LSTM", "model.lstm (LSTM)", "out, _ = self.lstm(x, (h0, c0))"),
 }
@@ -171,13 +170,29 @@ def test_dev_problem_refused_with_location(key):
     assert all(vars(model)[k] is v for k, v in plain.items())
 
 
-def test_dev_lenet_lists_every_unsupported_op():
-    ref = _dev((3, 4))
+class _Sampler(nn.Module):
+    def forward(self, x, grid):
+        return F.grid_sample(x, grid, align_corners=False)
+
+
+class _TwoUnsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2)
+        self.sample = _Sampler()
+
+    def forward(self, x, grid):
+        y = self.sample(self.pool(x), grid)
+        return torch.bucketize(y, torch.linspace(-1, 1, 5))
+
+
+def test_every_unsupported_op_is_listed():
     with pytest.raises(UnsupportedOpError) as info:
-        capture_reference(ref, device="meta")
-    assert {u.op for u in info.value.ops} == {"aten.convolution.default", "aten.max_pool2d_with_indices.default"}
+        capture(_TwoUnsupported(), [torch.randn(1, 2, 8, 8), torch.rand(1, 3, 3, 2) * 2 - 1], "two")
+    # (its max pooling is supported)
+    assert {u.op for u in info.value.ops} == {"aten.grid_sampler_2d.default", "aten.bucketize.Tensor"}
     assert info.value.graph is not None  # the graph is still there for a later stage to inspect
-    assert "model.conv2 (Conv2d)" in str(info.value)
+    assert "model.sample (_Sampler)" in str(info.value)
 
 
 # --------------------------------------------------------------------------------------
@@ -269,25 +284,25 @@ def test_bernoulli_with_tensor_probabilities():
 # --------------------------------------------------------------------------------------
 
 
-class _Cumsum(nn.Module):
+class _Sort(nn.Module):
     def forward(self, x):
         y = torch.relu(x)
-        return torch.cumsum(y, dim=1)
+        return torch.sort(y, dim=1).values
 
 
 def test_unsupported_op_names_its_source_line():
-    line = _line_of(inspect.getsource(_Cumsum), "torch.cumsum", inspect.getsourcelines(_Cumsum)[1])
+    line = _line_of(inspect.getsource(_Sort), "torch.sort", inspect.getsourcelines(_Sort)[1])
     with pytest.raises(UnsupportedOpError) as info:
-        capture(_Cumsum(), [torch.randn(2, 3)], "cumsum")
+        capture(_Sort(), [torch.randn(2, 3)], "sort")
     message = str(info.value)
-    assert "aten.cumsum.default at model (_Cumsum)" in message
-    assert f"test_frontend.py line {line}: return torch.cumsum(y, dim=1)" in message
-    assert [u.op for u in info.value.ops] == ["aten.cumsum.default"]
+    assert "aten.sort.default at model (_Sort)" in message
+    assert f"test_frontend.py line {line}: return torch.sort(y, dim=1).values" in message
+    assert [u.op for u in info.value.ops] == ["aten.sort.default"]
     assert "aten.relu" not in message
     # Without the check the graph is captured, and check_supported finds the same op.
-    graph = capture(_Cumsum(), [torch.randn(2, 3)], "cumsum", supported_ops=None).graph
-    assert [u.op for u in check_supported(graph)] == ["aten.cumsum.default"]
-    assert check_supported(graph, set(SUPPORTED_OPS) | {"aten.cumsum.default"}) == []
+    graph = capture(_Sort(), [torch.randn(2, 3)], "sort", supported_ops=None).graph
+    assert [u.op for u in check_supported(graph)] == ["aten.sort.default"]
+    assert check_supported(graph, set(SUPPORTED_OPS) | {"aten.sort.default"}) == []
 
 
 class _Recurrent(nn.Module):
@@ -339,6 +354,99 @@ def test_state_in_plain_tensor_attribute_refused(cls, attr, snippet):
     assert f"'{attr}'" in str(info.value)
     assert f"test_frontend.py line {line}" in str(info.value)
     assert getattr(model, attr) is before
+
+
+@pytest.mark.parametrize("cls, attr", [(_Accumulates, "total"), (_Reassigns, "state")])
+def test_state_lifted_to_explicit_input_and_output(cls, attr):
+    """state="lift": the attribute's value before the call is an input, after it an output; the
+    graph computes one call of the reference given the state, and hands the next state back."""
+    model = cls()
+    before = getattr(model, attr)
+    captured = capture(model, [torch.randn(3, 4)], "stateful", state="lift")
+    assert getattr(model, attr) is before, "the model is as it was"
+    graph = captured.graph
+    (st,) = captured.state
+    assert st.attribute == attr and st.input == f"state_{attr}" and st.output == graph.outputs[1]
+    assert [s.name for s in graph.inputs] == ["x", f"state_{attr}"] and len(graph.outputs) == 2
+    assert "test_frontend.py line" in st.where and captured.notes
+    torch.manual_seed(0)
+    ref = cls()
+    for _ in range(3):  # three calls: the state carries over
+        x, state = torch.randn(3, 4), getattr(ref, attr).clone()
+        want = ref(x)
+        out, new_state = evaluate_graph(graph, {"x": x, f"state_{attr}": state}, captured.weights)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        torch.testing.assert_close(new_state, getattr(ref, attr), rtol=0, atol=0)
+
+
+class _NeedsData(nn.Module):
+    """A constructor that reads a value (a stochastic-depth schedule): fails on the meta device."""
+
+    def __init__(self):
+        super().__init__()
+        rates = [r.item() for r in torch.linspace(0, 0.5, 3)]
+        self.fc = nn.Linear(4, 4)
+        self.scale = 1.0 - rates[-1]
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def test_meta_failure_falls_back_to_the_cpu():
+    source = inspect.getsource(_NeedsData).replace("_NeedsData", "Model")
+    ref = load_reference("import torch\nimport torch.nn as nn\n" + source +
+                         "\ndef get_inputs():\n    return [torch.randn(2, 4)]\n\ndef get_init_inputs():\n    return []\n",
+                         name="needs_data")
+    with pytest.warns(UserWarning, match="captured on the CPU with the reference's own shapes in"):
+        captured = capture_reference(ref, device="meta")
+    assert any("Tensor.item() cannot be called on meta tensors" in n for n in captured.notes)
+    assert all(not w.is_meta for w in captured.weights.values()), "a CPU capture has real weights"
+    assert captured.graph.ops() == {"aten.linear.default", "aten.mul.Tensor"}
+    with pytest.raises(UnsupportedOpError):  # unsupported ops are not a meta problem: no second try
+        capture_reference(load_reference(ref.source.replace("return self.fc(x) * self.scale",
+                                                            "return torch.sort(self.fc(x), 1).values"),
+                                         name="needs_data_sort"), device="meta")
+
+
+class _Mixed(nn.Module):
+    """Integer and boolean inputs, a non-persistent buffer, several outputs (one an input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 6)
+        self.register_buffer("offset", torch.arange(6.0), persistent=False)
+
+    def forward(self, tokens, mask, x):
+        e = self.emb(tokens) + self.offset
+        picked = torch.where(mask.unsqueeze(-1), e, x)
+        return picked, picked.argmax(-1), tokens, e.sum(1) > 0
+
+
+def test_integer_and_boolean_inputs_buffers_and_several_outputs():
+    from stitchcuda import plan as P
+    from stitchcuda.check.interp import simulate
+
+    torch.manual_seed(1)
+    model = _Mixed()
+    inputs = [torch.randint(0, 10, (3, 5)), torch.rand(3, 5) > 0.5, torch.randn(3, 5, 6)]
+    captured = capture(model, inputs, "mixed")
+    graph = captured.graph
+    assert [s.dtype for s in graph.inputs] == ["int64", "bool", "float32"]
+    assert {w.name for w in graph.weights} == {"emb.weight", "offset"}
+    assert [s.dtype for s in graph.output_specs] == ["float32", "int64", "int64", "bool"]
+    plan = P.plan(graph, "fp32")
+    got = simulate(plan, dict(model.named_parameters()) | dict(model.named_buffers()), inputs)
+    for have, want in zip(got, model(*inputs)):
+        torch.testing.assert_close(have.to(want.dtype), want)
+
+
+def test_as_strided_that_only_sets_a_layout_is_an_alias():
+    class Pool1d(nn.Module):
+        def forward(self, x):
+            return nn.functional.adaptive_avg_pool1d(x.transpose(1, 2), 1).flatten(1)
+
+    graph = capture(Pool1d(), [torch.randn(2, 7, 5)], "pool1d").graph
+    assert "aten.as_strided.default" not in graph.ops()
 
 
 def test_export_failure_is_a_capture_error():

@@ -45,12 +45,13 @@ an input, so the record of draws (and their order) is complete.
 from __future__ import annotations
 
 import contextlib
-import inspect
+import dataclasses
 import io
 import logging
 import os
 import re
 import sys
+import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -61,8 +62,10 @@ import torch
 import torch.fx
 from torch import nn
 
+from . import stateful as _stateful
 from .ir import DTYPE_SIZES, Graph, LiftedRandom, Node, TensorSpec
 from .reference import CaptureError
+from .stateful import StateIO
 
 # --------------------------------------------------------------------------------------
 # Operators
@@ -195,12 +198,17 @@ class Captured:
 
     ``weights`` maps every name in ``graph.weights`` to its tensor (on the device, and of
     the kind, the model was captured with: meta tensors after a meta capture).
-    ``exported`` is the decomposed ``ExportedProgram``, for debugging.
+    ``exported`` is the decomposed ``ExportedProgram``, for debugging. ``state`` lists the
+    attributes lifted to inputs and outputs (see :mod:`stitchcuda.stateful`).
     """
 
     graph: Graph
     weights: dict[str, torch.Tensor]
     exported: Any = field(repr=False)
+    #: Plain tensor attributes lifted to explicit inputs / outputs (``state="lift"``).
+    state: tuple[StateIO, ...] = ()
+    #: What capture did that a caller should know (a CPU fallback, lifted state), one line each.
+    notes: tuple[str, ...] = ()
 
 
 def capture(
@@ -209,24 +217,46 @@ def capture(
     name: str = "model",
     *,
     supported_ops: Iterable[str] | None = SUPPORTED_OPS,
+    state: str = "refuse",
 ) -> Captured:
     """Capture ``model(*example_inputs)`` as a Graph, specialised to these inputs' shapes.
 
     Non-tensor inputs are baked into the graph as constants. Raises
     :class:`UnsupportedOpError` when the model holds recurrent layers (checked before
     export, which would unroll them), keeps state in a plain tensor attribute that forward
-    changes, or — unless ``supported_ops`` is None — uses operators outside
-    ``supported_ops``; raises :class:`CaptureError` when ``torch.export`` fails otherwise.
-    The model's attributes are as they were before the call, whatever forward assigns.
+    changes (unless ``state="lift"``: each such attribute becomes an extra input, its value
+    before the call, and an extra output, its value after; :mod:`stitchcuda.stateful`), or —
+    unless ``supported_ops`` is None — uses operators outside ``supported_ops``; raises
+    :class:`CaptureError` when ``torch.export`` fails otherwise. The model's attributes are as
+    they were before the call, whatever forward assigns.
     """
+    if state not in ("refuse", "lift"):
+        raise ValueError(f"state={state!r}: 'refuse' or 'lift'")
     _refuse_recurrent(model, name)
-    exported = _export(model, tuple(example_inputs), name)
-    graph, weights = _Converter(exported, name).convert()
+    inputs = tuple(example_inputs)
+    lifted: tuple[StateIO, ...] = ()
+    notes: tuple[str, ...] = ()
+    try:
+        exported = _export(model, inputs, name, lift=state == "lift")
+        graph, weights = _Converter(exported, name).convert()
+    except _StateFound as found:
+        attrs = _stateful.find_attributes(model, found.paths)
+        if not attrs:
+            raise found.error from None
+        n_out = _stateful.count_outputs(model, inputs)
+        paths = [_stateful.attribute_path(a) for a in attrs]
+        with _stateful.lifted(model, attrs, len(inputs)):
+            exported = _export(model, inputs + tuple(vars(m)[k] for m, _, k in attrs), name,
+                               lifted=paths + [a[2] for a in attrs])
+        graph, weights = _Converter(exported, name).convert()
+        lifted = _stateful.describe(model, attrs, graph, n_out)
+        notes = (f"state kept in {', '.join(s.attribute for s in lifted)} is an explicit input and output "
+                 f"({', '.join(f'{s.input} -> {s.output}' for s in lifted)})",)
     if supported_ops is not None:
         unsupported = check_supported(graph, supported_ops)
         if unsupported:
             raise UnsupportedOpError(name, unsupported, graph)
-    return Captured(graph=graph, weights=weights, exported=exported)
+    return Captured(graph=graph, weights=weights, exported=exported, state=lifted, notes=notes)
 
 
 def capture_reference(
@@ -235,10 +265,32 @@ def capture_reference(
     device: str | torch.device | None = None,
     seed: int | None = None,
     supported_ops: Iterable[str] | None = SUPPORTED_OPS,
+    state: str = "refuse",
 ) -> Captured:
-    """:meth:`Reference.instantiate` then :func:`capture`, named after the reference."""
-    model, inputs = reference.instantiate(device=device, seed=seed)
-    return capture(model, inputs, reference.name, supported_ops=supported_ops)
+    """:meth:`Reference.instantiate` then :func:`capture`, named after the reference.
+
+    On the meta device (shapes only) a reference may fail to build or to trace — a constructor
+    that calls ``.item()`` (a stochastic-depth schedule from ``torch.linspace``), an operator
+    without a meta kernel. Capture then falls back to the CPU with the reference's own shapes,
+    says so in a warning and in ``Captured.notes`` (with the time it took), and raises only if
+    that fails too. Unsupported operators are not a meta problem and raise at once.
+    """
+    try:
+        model, inputs = reference.instantiate(device=device, seed=seed)
+        return capture(model, inputs, reference.name, supported_ops=supported_ops, state=state)
+    except UnsupportedOpError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any meta failure earns one CPU attempt
+        if device is None or torch.device(device).type != "meta":
+            raise
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    t0 = time.monotonic()
+    model, inputs = reference.instantiate(device="cpu", seed=seed)
+    cap = capture(model, inputs, reference.name, supported_ops=supported_ops, state=state)
+    note = (f"capture on the meta device failed ({why}); captured on the CPU with the reference's own shapes "
+            f"in {time.monotonic() - t0:.1f} s")
+    warnings.warn(f"{reference.name}: {note}", stacklevel=2)
+    return dataclasses.replace(cap, notes=cap.notes + (note,))
 
 
 def save_weights(captured: Captured, path: str | os.PathLike) -> None:
@@ -266,8 +318,20 @@ def save_weights(captured: Captured, path: str | os.PathLike) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _export(model: nn.Module, inputs: tuple[Any, ...], name: str) -> Any:
-    """``torch.export`` (non-strict) then :func:`decomposition_table`; failures typed."""
+class _StateFound(Exception):
+    """Forward changes plain tensor attributes (``paths``); ``error`` is the refusal."""
+
+    def __init__(self, paths: Sequence[str], error: UnsupportedOpError):
+        super().__init__(", ".join(paths))
+        self.paths = list(paths)
+        self.error = error
+
+
+def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = False,
+            lifted: Sequence[str] = ()) -> Any:
+    """``torch.export`` (non-strict) then :func:`decomposition_table`; failures typed. A forward
+    that changes a plain tensor attribute is refused, or (``lift``) reported to the caller by
+    :class:`_StateFound` with every such attribute; the ``lifted`` ones are inputs already."""
     attributes = _plain_tensor_attributes(model)
     noise = io.StringIO()  # what export prints on a failure (graph dumps): replaced by one message
     try:
@@ -279,15 +343,23 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str) -> Any:
         # puts the attribute back itself and only warns; older torch leaves it changed.
         assigned = [m.group(1) for w in caught if (m := _ASSIGNED.search(str(w.message)))]
         changed = _restore_attributes(attributes)
+        assigned = [a for a in assigned if a not in lifted and a.split(".")[-1] not in lifted]
+        changed = [a for a in changed if a not in lifted]
+        # (assigning a lifted attribute is how its state input gets in: not worth a warning)
+        caught = [w for w in caught if not ((m := _ASSIGNED.search(str(w.message))) and
+                                            (m.group(1) in lifted or m.group(1).split(".")[-1] in lifted))]
         if assigned or changed:
-            raise _state_error(model, name, (assigned or changed)[0], "assigns")
+            error = _state_error(model, name, (assigned or changed)[0], "assigns")
+            if lift:
+                raise _StateFound(list(dict.fromkeys(assigned + changed)), error)
+            raise error
         _replay_warnings(caught)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             exported = exported.run_decompositions(decomposition_table())
         _replay_warnings(caught)
         return exported
-    except CaptureError:
+    except (CaptureError, _StateFound):
         raise
     except Exception as err:  # noqa: BLE001 - every export failure becomes a typed error
         _restore_attributes(attributes)
@@ -295,7 +367,11 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str) -> Any:
         # on the torch version, while tracing or while decomposing).
         mutated = re.search(r"Constant (\S+) is mutated", str(err))
         if mutated:
-            raise _state_error(model, name, mutated.group(1), "mutates") from err
+            error = _state_error(model, name, mutated.group(1), "mutates")
+            if lift:
+                # Every attribute forward changes, not only the first export tripped over.
+                raise _StateFound([mutated.group(1)] + _stateful.changed_by_forward(model, inputs), error) from err
+            raise error from err
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if "data-dependent" in first or "DataDependent" in type(err).__name__:
             raise CaptureError(f"torch.export could not capture {name!r}: forward {_data_dependent_hint(err)}") from err
@@ -371,53 +447,9 @@ def _state_error(model: nn.Module, name: str, attribute: str, verb: str) -> Unsu
     )
 
 
-def _plain_tensor_attributes(model: nn.Module) -> dict[tuple[nn.Module, str, str], Any]:
-    """Tensors held as plain attributes (not parameters or buffers), by (module, path, key)."""
-    found = {}
-    for path, module in model.named_modules():
-        for key, value in vars(module).items():
-            if isinstance(value, torch.Tensor):
-                found[(module, path, key)] = value
-    return found
-
-
-def _restore_attributes(before: Mapping[tuple[nn.Module, str, str], Any]) -> list[str]:
-    """Put back every plain tensor attribute forward replaced; return their paths."""
-    changed = []
-    for (module, path, key), value in before.items():
-        if vars(module).get(key) is not value:
-            vars(module)[key] = value
-            changed.append(f"{path}.{key}" if path else key)
-    return changed
-
-
-def _attribute_location(model: nn.Module, path: str, kind: str, mutation: bool = False) -> str:
-    """Where the reference uses ``model.<path>``: the first line of the owner's source that
-    calls (or, for ``mutation``, assigns or mutates in place) ``self.<attr>``, preferring
-    ``forward``; falls back to the bare module path when no source is available."""
-    parts = path.split(".")
-    owners = [model]
-    for part in parts[:-1]:
-        owners.append(getattr(owners[-1], part))
-    label = f"model.{path} ({kind})"
-    for depth in reversed(range(len(parts))):
-        owner, attr = owners[depth], re.escape(parts[depth])
-        if type(owner).__module__.startswith("torch."):
-            continue  # containers such as nn.Sequential: look in the user's class above
-        if mutation:
-            patterns = [rf"self\.{attr}\s*=[^=]", rf"self\.{attr}\.\w+_\("]
-        else:
-            patterns = [rf"self\.{attr}\s*\(", rf"self\.{attr}\s*=[^=]"]
-        for scope in (getattr(type(owner), "forward", None), type(owner)):
-            try:
-                lines, start = inspect.getsourcelines(scope)
-                filename = inspect.getsourcefile(scope) or "?"
-            except (OSError, TypeError):
-                continue
-            for i, text in enumerate(lines):
-                if any(re.search(pattern, text) for pattern in patterns):
-                    return f"{label}, {_short_file(filename)} line {start + i}: {text.strip()}"
-    return label
+_plain_tensor_attributes = _stateful.plain_tensor_attributes
+_restore_attributes = _stateful.restore_attributes
+_attribute_location = _stateful.attribute_location
 
 
 # --------------------------------------------------------------------------------------
@@ -670,6 +702,8 @@ class _Converter:
             return
         args = [self._ref_args(a) for a in fx.args]
         kwargs = {k: self._ref_args(v) for k, v in fx.kwargs.items()}
+        if op is torch.ops.aten.as_strided.default and _restrides_contiguous(fx):
+            op, args, kwargs = torch.ops.aten.alias.default, args[:1], {}
         self.env[fx.name] = self._emit(fx.name, op, args, kwargs, val, node_source(fx.meta))
 
     def _ref_args(self, value: Any) -> Any:
@@ -799,6 +833,18 @@ class _Converter:
         return kept[::-1]
 
 
+def _restrides_contiguous(fx: torch.fx.Node) -> bool:
+    """``as_strided(x, x.shape, contiguous strides)`` of a contiguous x (decompositions use it to
+    set a memory format): the value is x's, an alias."""
+    x = fx.args[0].meta.get("val") if isinstance(fx.args[0], torch.fx.Node) else None
+    size, stride = fx.args[1], fx.args[2]
+    offset = fx.args[3] if len(fx.args) > 3 else fx.kwargs.get("storage_offset")
+    if not isinstance(x, torch.Tensor) or not x.is_contiguous() or tuple(size) != tuple(x.shape) or offset not in (None, 0):
+        return False
+    want = torch.empty(tuple(size), device="meta").stride()
+    return all(d == 1 or s == w for d, s, w in zip(size, stride, want))
+
+
 def _meta_like(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(tuple(val.shape), dtype=dtype, device="meta")
 
@@ -817,6 +863,7 @@ __all__ = [
     "UnsupportedOpError",
     "Reference",
     "Captured",
+    "StateIO",
     "load_reference",
     "capture",
     "capture_reference",

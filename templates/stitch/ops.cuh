@@ -42,6 +42,12 @@ ST_OP float gelu_tanh(float x) {
 ST_OP float hardswish(float x) { return x * clamp(x + 3.f, 0.f, 6.f) * (1.f / 6.f); }
 ST_OP float hardsigmoid(float x) { return clamp(x + 3.f, 0.f, 6.f) * (1.f / 6.f); }
 
+// Python's remainder (PyTorch's for floats): the sign of the divisor, from fmod.
+ST_OP float remainder(float a, float b) {
+  const float r = fmodf(a, b);
+  return r != 0.f && ((r < 0.f) != (b < 0.f)) ? r + b : r;
+}
+
 #undef ST_OP
 
 }  // namespace op

@@ -141,6 +141,21 @@ def run_task(mem: Memory, t: P.Task) -> None:
             mem.write(it.dst, mem.read(it.src, it.shape, it.src_strides), it.shape, it.dst_strides)
     elif isinstance(s, P.BnStatsSpec):
         _bn(mem, s)
+    elif isinstance(s, P.GroupStatsSpec):
+        _group_stats(mem, s)
+    elif isinstance(s, P.PoolSpec):
+        _pool(mem, s)
+    elif isinstance(s, P.ScanSpec):
+        _scan(mem, s)
+    elif isinstance(s, P.ArgSpec):
+        _arg(mem, s)
+    elif isinstance(s, P.GatherSpec):
+        _gather(mem, s)
+    elif isinstance(s, P.ConvSpec):
+        _conv(mem, s)
+    elif isinstance(s, P.IotaSpec):
+        n = s.out.shape[0] if s.out.ndim else 1
+        mem.write(s.out, s.start + torch.arange(n, dtype=F64, device=mem.device) * s.step)
     else:
         raise AssertionError(type(s))
 
@@ -172,6 +187,30 @@ def _gemm(mem: Memory, g: P.GemmSpec) -> None:
         for e in g.chain:
             x = ops.EPILOGUES[e.kind].ref(x, e.a, e.b, ctx)
         mem.write(g.out, x, (rows, g.n), (g.ldo, 1))
+
+
+_CONV_ACT = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+             "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+             "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+
+
+def _conv(mem: Memory, c: P.ConvSpec) -> None:
+    """PyTorch's convolution in float64 (stitchrt.h: st_conv)."""
+    F = torch.nn.functional
+    sp = len(c.in_size)
+    assert c.x.is_contiguous() and c.w.is_contiguous() and c.out.is_contiguous(), "st_conv takes dense operands"
+    assert c.x.dtype == c.w.dtype == c.out.dtype, "st_conv: one storage type"
+    x, w = mem.read(c.x), mem.read(c.w)
+    b = mem.read(c.bias) if c.bias is not None else None
+    if c.transposed:
+        fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[sp - 1]
+        y = fn(x, w, b, stride=c.stride, padding=c.padding, output_padding=c.output_padding, groups=c.groups,
+               dilation=c.dilation)
+    else:
+        fn = (F.conv1d, F.conv2d, F.conv3d)[sp - 1]
+        y = fn(x, w, b, stride=c.stride, padding=c.padding, dilation=c.dilation, groups=c.groups)
+    assert tuple(y.shape) == c.out.shape, (tuple(y.shape), c.out.shape)
+    mem.write(c.out, _CONV_ACT[c.activation](y))
 
 
 def _row(mem: Memory, r: P.RowSpec) -> None:
@@ -269,6 +308,106 @@ def _bn(mem: Memory, b: P.BnStatsSpec) -> None:
     scale = w * torch.rsqrt(var + b.eps)
     mem.write(b.scale, scale, (b.c,), (1,))
     mem.write(b.shift, bias - mean * scale, (b.c,), (1,))
+
+
+def _group_stats(mem: Memory, g: P.GroupStatsSpec) -> None:
+    x = mem.read(g.x, (g.rows, g.cols), (g.ldi, 1))
+    mean = x.mean(1)
+    var = ((x - mean[:, None]) ** 2).mean(1)
+    rstd = torch.rsqrt(var + g.eps)
+    c = g.groups * g.cpg
+    ch = (torch.arange(g.rows, device=mem.device) % g.groups)[:, None] * g.cpg + \
+        torch.arange(g.cpg, device=mem.device)[None, :]
+    w = mem.read(g.weight, (c,), (1,))[ch] if g.weight is not None else torch.ones_like(ch, dtype=F64)
+    b = mem.read(g.bias, (c,), (1,))[ch] if g.bias is not None else torch.zeros_like(ch, dtype=F64)
+    scale = w * rstd[:, None]
+    n = g.rows * g.cpg
+    mem.write(g.scale, scale.reshape(-1), (n,), (1,))
+    mem.write(g.shift, (b - mean[:, None] * scale).reshape(-1), (n,), (1,))
+
+
+def _pool(mem: Memory, p: P.PoolSpec) -> None:
+    x = hook(p.prologue, mem.read(p.x))  # [planes, d, h, w]
+    osh = p.out.shape[1:]
+    ish = x.shape[1:]
+    out = torch.empty((x.shape[0],) + tuple(osh), dtype=F64, device=mem.device)
+    for idx in _indices(osh):
+        sl, count, padded = [], 1, 1
+        for j, i in enumerate(idx):
+            if p.adaptive:
+                lo, hi = (i * ish[j]) // osh[j], -(-((i + 1) * ish[j]) // osh[j])
+                sl.append(slice(lo, hi))
+                count *= hi - lo
+                padded *= hi - lo
+                continue
+            k, st, pad, dil = p.kernel[j], p.stride[j], p.padding[j], p.dilation[j]
+            start = i * st - pad
+            taps = [start + t * dil for t in range(k)]
+            valid = [t for t in taps if 0 <= t < ish[j]]
+            sl.append(valid)
+            count *= len(valid)
+            padded *= min(start + (k - 1) * dil + 1, ish[j] + pad) - start  # avg: window clipped to padding
+        win = x
+        for j, s_ in enumerate(sl):
+            win = win[(slice(None),) * (j + 1) + (s_ if isinstance(s_, slice) else torch.tensor(s_, dtype=torch.long),)]
+        win = win.reshape(x.shape[0], -1)
+        if p.mode == "max":
+            v = win.amax(1) if win.shape[1] else torch.full((x.shape[0],), -math.inf, dtype=F64)
+            v = torch.where(torch.isnan(win).any(1), torch.full_like(v, math.nan), v)
+        else:
+            div = p.divisor or (padded if p.count_include_pad and not p.adaptive else count)
+            v = win.sum(1) / div
+        out[(slice(None),) + tuple(idx)] = v
+    mem.write(p.out, hook(p.epilogue, out))
+
+
+def _indices(shape):
+    import itertools
+
+    return itertools.product(*[range(d) for d in shape])
+
+
+def _scan(mem: Memory, s: P.ScanSpec) -> None:
+    x = hook(s.prologue, mem.read(s.x, (s.outer, s.n, s.inner), (s.in_so, s.in_sn, s.in_si)))
+    if s.reverse:
+        x = x.flip(1)
+    y = {"sum": lambda: x.cumsum(1), "prod": lambda: x.cumprod(1), "max": lambda: x.cummax(1).values,
+         "min": lambda: x.cummin(1).values, "logsumexp": lambda: x.logcumsumexp(1)}[s.op]()
+    if s.reverse:
+        y = y.flip(1)
+    mem.write(s.out, hook(s.epilogue, y), (s.outer, s.n, s.inner), (s.out_so, s.out_sn, s.out_si))
+
+
+def _arg(mem: Memory, a: P.ArgSpec) -> None:
+    x = hook(a.prologue, mem.read(a.x, (a.outer, a.red, a.inner), (a.in_so, a.in_sr, a.in_si)))
+    # The first extreme (torch.argmax's documented choice), NaN counting as the extreme.
+    key = torch.where(torch.isnan(x), torch.full_like(x, math.inf), x if a.op == "max" else -x)
+    best = key.amax(1, keepdim=True)
+    hit = (key == best).to(torch.int64)
+    first = hit.argmax(1)  # the first index where the maximum is reached
+    mem.write(a.out, first.to(F64), (a.outer, a.inner), (a.out_so, a.out_si))
+
+
+def _gather(mem: Memory, g: P.GatherSpec) -> None:
+    shape = g.out.shape
+    grids = torch.meshgrid(*[torch.arange(d, device=mem.device) for d in shape], indexing="ij") if shape else []
+    off = torch.full(shape, g.base, dtype=torch.int64, device=mem.device)
+    valid = torch.ones(shape, dtype=torch.bool, device=mem.device)
+    for d, p_ in enumerate(grids):
+        if g.nearest and g.nearest[d] > 0:
+            scale = torch.tensor(g.nearest[d], dtype=torch.float32)
+            src = torch.clamp_max(torch.floor(p_.to(torch.float32) * scale).to(torch.int64), g.size[d] - 1)
+        else:
+            src = p_ - g.lo[d]
+        valid &= (src >= 0) & (src < g.size[d])
+        off += src * g.coef[d]
+    for v, c, n in zip(g.inputs, g.index_coef, g.index_size):
+        i = mem.view(v).to(torch.int64)
+        off += torch.where(i < 0, i + n, i) * c
+    flat = mem.typed(g.x.buffer, g.x.dtype)
+    xo = g.x.offset
+    vals = flat[(xo + torch.where(valid, off, torch.zeros_like(off))).reshape(-1)].to(F64).reshape(shape)
+    mem.write(g.out, torch.where(valid, vals, torch.full_like(vals, g.fill)))
 
 
 # ---------------------------------------------------------------------- whole programs

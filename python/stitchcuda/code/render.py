@@ -25,6 +25,8 @@ _EPILOGUE = {"none": "ST_EPI_NONE", "bias": "ST_EPI_BIAS", "relu": "ST_EPI_RELU"
 _ROW_ENTRY = {"softmax": "launch_softmax", "log_softmax": "launch_log_softmax", "logsumexp": "launch_logsumexp",
               "sum": "launch_row_sum", "mean": "launch_row_mean", "max": "launch_row_max", "min": "launch_row_min"}
 _AXIS_OP = {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min"}
+_ACTIVATION = {"none": "ST_ACT_NONE", "relu": "ST_ACT_RELU", "gelu": "ST_ACT_GELU_ERF", "gelu_tanh": "ST_ACT_GELU_TANH",
+               "silu": "ST_ACT_SILU", "sigmoid": "ST_ACT_SIGMOID", "tanh": "ST_ACT_TANH"}
 _MASK = {"none": "None", "bool": "Bool", "add_same": "AddSame", "add_f32": "AddF32"}
 
 
@@ -144,6 +146,13 @@ def render_task(t: S.Task, c: TaskContract) -> tuple[list[str], list[str]]:
         return [], copy(t, s, n)
     if isinstance(s, S.BnStatsSpec):
         return [], bn_stats(t, s, n)
+    if isinstance(s, S.ConvSpec):
+        return [], conv(s, n)
+    tail = _TAIL.get(type(s))
+    if tail is not None:
+        header, fn_render = tail
+        pre, body = fn_render(t, s, n, fn)
+        return _include(header) + pre, body
     raise CodeError(f"task {t.name}: unknown spec {type(s).__name__}")
 
 
@@ -169,6 +178,34 @@ def gemm(g: S.GemmSpec, n: _Names) -> list[str]:
     chain = ", ".join(f"{{ST_EP_{e.kind}, {flit(e.a)}, {flit(e.b)}}}" for e in g.chain)
     L.append(f"  const st_ep_op ops[] = {{{chain}}};")
     L.append(f"  return st_gemm_epilogue(&g, ops, {len(g.chain)}, {n.opt('residual')}, {g.ldr}, stream);")
+    return L
+
+
+def conv(c: S.ConvSpec, n: _Names) -> list[str]:
+    """st_conv: cuDNN's plan for this shape (built and timed on the first run, cached by the
+    runtime's context), the activation fused where an engine takes it."""
+    sp = len(c.in_size)
+
+    def arr(field: str, vals: Sequence[int]) -> str:
+        return " ".join(f"a.{field}[{j}] = {v};" for j, v in enumerate(vals))
+
+    L = ["  st_conv_args a{};",
+         f"  a.policy = {get_policy(c.policy).c_enum}; a.spatial_dims = {sp}; a.transposed = {int(c.transposed)}; "
+         "a.channels_last = 0;",
+         f"  a.batch = {c.batch}; a.in_channels = {c.in_channels}; a.out_channels = {c.out_channels}; "
+         f"a.groups = {c.groups};",
+         "  " + arr("in_size", c.in_size), "  " + arr("kernel_size", c.kernel), "  " + arr("stride", c.stride),
+         "  " + arr("padding", c.padding), "  " + arr("dilation", c.dilation),
+         "  " + arr("output_padding", c.output_padding),
+         f"  a.x = {n('x')}; a.x_dtype = {_st_enum(c.x.dtype)};",
+         f"  a.w = {n('w')}; a.w_dtype = {_st_enum(c.w.dtype)};"]
+    if c.bias is not None:
+        L.append(f"  a.bias = {n('bias')}; a.bias_dtype = {_st_enum(c.bias.dtype)};")
+    else:
+        L.append(f"  a.bias = nullptr; a.bias_dtype = {_st_enum(c.out.dtype)};")
+    L += [f"  a.y = {n('out')}; a.y_dtype = {_st_enum(c.out.dtype)};",
+          f"  a.activation = {_ACTIVATION[c.activation]};",
+          "  return st_conv(&a, stream);"]
     return L
 
 
@@ -292,6 +329,109 @@ def bn_stats(t: S.Task, b: S.BnStatsSpec, n: _Names) -> list[str]:
             f"  bn_finish_kernel<<<{blocks}, 256, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, {flit(b.eps)}, "
             f"{sc}, {sh});",
             f'  return cuda_check(cudaGetLastError(), "{t.name}");']
+
+
+# ---------------------------------------------------------------------- the tail kinds
+# (group statistics, pooling, scans, arg reductions, gathers, iota: templates beyond the
+# program's standard includes, so each task names the header it instantiates)
+
+
+def _include(header: str) -> list[str]:
+    return ["}  // namespace task", "", f'#include "stitch/{header}"  // the template of the task below', "",
+            "namespace task {", ""]
+
+
+def _call(t: S.Task, call: str) -> list[str]:
+    return [f"  return cuda_check({call},", f'                    "{t.name}");']
+
+
+def group_stats(t: S.Task, g: S.GroupStatsSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    tw = _ctype((g.weight or g.bias or g.scale).dtype)
+    null = f"static_cast<const {tw}*>(nullptr)"
+    call = (f"stitch::launch_group_stats<{_ctype(g.x.dtype)}, {tw}>({n('x')}, {g.ldi}, {g.rows}, {g.cols}, "
+            f"{g.groups}, {g.cpg}, {n.opt('weight', null)}, {n.opt('bias', null)}, {flit(g.eps)}, {n('scale')}, "
+            f"{n('shift')}, {n('workspace')}, {g.splits}, stream)")
+    return [], _call(t, call)
+
+
+def pool(t: S.Task, p: S.PoolSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    pre, hk = hooks(fn, p.prologue, p.epilogue) if (p.prologue or p.epilogue) else ([], "")
+    mode = {"max": "Max", "avg": "Avg"}[p.mode]
+    body = [f"  stitch::PoolParams<{_ctype(p.x.dtype)}, {_ctype(p.out.dtype)}> p{{}};",
+            f"  p.in = {n('x')}; p.planes = {p.x.shape[0]};",
+            "  " + " ".join(f"p.in_size[{j}] = {d};" for j, d in enumerate(p.x.shape[1:])),
+            "  " + " ".join(f"p.in_stride[{j}] = {s_};" for j, s_ in enumerate(p.x.strides)),
+            f"  p.out = {n('out')};",
+            "  " + " ".join(f"p.out_size[{j}] = {d};" for j, d in enumerate(p.out.shape[1:])),
+            "  " + " ".join(f"p.out_stride[{j}] = {s_};" for j, s_ in enumerate(p.out.strides))]
+    for field, vals in (("kernel", p.kernel), ("stride", p.stride), ("pad", p.padding), ("dilation", p.dilation)):
+        body.append("  " + " ".join(f"p.{field}[{j}] = {v};" for j, v in enumerate(vals)))
+    body.append(f"  p.adaptive = {_b(p.adaptive)}; p.count_include_pad = {_b(p.count_include_pad)}; "
+                f"p.divisor = {p.divisor};")
+    return pre, body + _call(t, f"stitch::launch_pool<stitch::PoolMode::{mode}>(p, stream{hk})")
+
+
+_SCAN_OP = {"sum": "Sum", "prod": "Prod", "max": "Max", "min": "Min", "logsumexp": "LogSumExp"}
+
+
+def scan(t: S.Task, c: S.ScanSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    pre, hk = hooks(fn, c.prologue, c.epilogue) if (c.prologue or c.epilogue) else ([], "")
+    body = [f"  const stitch::ScanParams<{_ctype(c.x.dtype)}, {_ctype(c.out.dtype)}> sp{{{n('x')}, {c.outer}, {c.n}, "
+            f"{c.inner}, {c.in_so}, {c.in_sn}, {c.in_si},",
+            f"      {n('out')}, {c.out_so}, {c.out_sn}, {c.out_si}, {_b(c.reverse)}}};"]
+    return pre, body + _call(t, f"stitch::launch_scan<stitch::ScanOp::{_SCAN_OP[c.op]}>(sp, stream{hk})")
+
+
+def arg(t: S.Task, a: S.ArgSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    pre: list[str] = []
+    hk = ""
+    if a.prologue:
+        pre = hook(f"{fn}_pro", a.prologue)
+        hk = f", {fn}_pro{{}}"
+    body = [f"  const stitch::ArgParams<{_ctype(a.x.dtype)}> ap{{{n('x')}, {a.outer}, {a.red}, {a.inner}, {a.in_so}, "
+            f"{a.in_sr}, {a.in_si}, {n('out')}, {a.out_so}, {a.out_si}}};"]
+    op = {"max": "Max", "min": "Min"}[a.op]
+    return pre, body + _call(t, f"stitch::launch_arg_reduce<stitch::ArgOp::{op}>(ap, stream{hk})")
+
+
+def gather(t: S.Task, g: S.GatherSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    o = g.out
+    body = [f"  stitch::GatherParams<{_ctype(g.x.dtype)}, {_ctype(o.dtype)}> g{{}};",
+            f"  g.x = {n('x')}; g.out = {n('out')}; g.ndim = {o.ndim}; g.base = {g.base}; g.fill = {flit(g.fill)};"]
+    for field, vals in (("shape", o.shape), ("out_stride", o.strides), ("coef", g.coef), ("lo", g.lo),
+                        ("size", g.size)):
+        if vals:
+            body.append("  " + " ".join(f"g.{field}[{d}] = {v};" for d, v in enumerate(vals)))
+    if g.nearest:
+        body.append("  " + " ".join(f"g.nearest[{d}] = {flit(v)};" for d, v in enumerate(g.nearest)))
+    body.append(f"  g.nidx = {len(g.inputs)};")
+    for k, v in enumerate(g.inputs):
+        body.append(f"  g.idx[{k}] = {n(f'inputs[{k}]')}; g.idx_coef[{k}] = {g.index_coef[k]}; "
+                    f"g.idx_size[{k}] = {g.index_size[k]};")
+        body.append("  " + " ".join(f"g.idx_stride[{k}][{d}] = {s_};" for d, s_ in enumerate(v.strides)))
+    return [], body + _call(t, "stitch::launch_gather(g, stream)")
+
+
+def iota(t: S.Task, i: S.IotaSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    size = i.out.shape[0] if i.out.ndim else 1
+    stride = i.out.strides[0] if i.out.ndim else 1
+    call = (f"stitch::launch_iota<{_ctype(i.out.dtype)}>({n('out')}, {size}, {stride}, {_dlit(i.start)}, "
+            f"{_dlit(i.step)}, stream)")
+    return [], _call(t, call)
+
+
+def _b(x: bool) -> str:
+    return "true" if x else "false"
+
+
+def _dlit(x: float) -> str:
+    """A double literal that reads back as the same double."""
+    text = repr(float(x))
+    return text if any(ch in text for ch in ".e") else text + ".0"
+
+
+_TAIL = {S.GroupStatsSpec: ("norm.cuh", group_stats), S.PoolSpec: ("pool.cuh", pool), S.ScanSpec: ("scan.cuh", scan),
+         S.ArgSpec: ("scan.cuh", arg), S.GatherSpec: ("index.cuh", gather), S.IotaSpec: ("index.cuh", iota)}
 
 
 __all__ = ["CodeError", "flit", "ilist", "render_instrs", "functor", "hook", "hooks", "render_task"]

@@ -16,6 +16,7 @@ import functools
 from typing import Any, Callable, Sequence
 
 from .elementwise import Lowering, num  # (importing .elementwise registers its entries)
+from . import pointwise  # (importing .pointwise registers the long tail of pointwise entries)
 from .epilogue import EPILOGUES, EpKind
 from .registry import A, ATEN, INSTRS, AtenOp, Domain, Instr, elementwise, registered, version
 from .structural import TRANSPARENT  # (importing .structural registers its entries)
@@ -128,6 +129,6 @@ def epilogue_of(node: Any, in_dtype: Callable[[int], str], arg_of: Callable[...,
     return EpOp(i.epilogue, params[0], params[1])
 
 
-__all__ = ["A", "SDPA", "CAT", "TRANSPARENT", "ATEN", "INSTRS", "AtenOp", "Instr", "Domain", "EpKind", "EPILOGUES",
+__all__ = ["pointwise", "A", "SDPA", "CAT", "TRANSPARENT", "ATEN", "INSTRS", "AtenOp", "Instr", "Domain", "EpKind", "EPILOGUES",
            "Lowering", "elementwise", "registered", "version", "aten", "kind", "args", "instr", "of_kind", "supported",
            "lower", "epilogue_of"]

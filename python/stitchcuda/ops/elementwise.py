@@ -203,7 +203,8 @@ def _pow_scalar(lw: Lowering) -> bool:
 
 def _not(lw: Lowering) -> bool:
     if lw.node.op == A + "bitwise_not.default" and lw.in_dtype(0) != "bool":
-        return False  # an integer bitwise not is not a logical one
+        lw.emit("bitnot", lw.val("self"))  # an integer bitwise not is not a logical one
+        return True
     lw.emit("not", lw.val("self"))
     return True
 
@@ -230,8 +231,10 @@ def _clamp(lw: Lowering) -> bool:
 
 
 def _elu(lw: Lowering) -> bool:
-    if lw.c("scale", 1) != 1.0 or lw.c("input_scale", 1) != 1.0:
-        return False
+    scale, input_scale = lw.c("scale", 1), lw.c("input_scale", 1)
+    if scale != 1.0 or input_scale != 1.0:  # SELU, and ELUs with scales
+        lw.emit("elu_scaled", lw.val("self"), lw.c("alpha", 1.0), scale, input_scale)
+        return True
     lw.emit("elu", lw.val("self"), lw.c("alpha", 1.0))
     return True
 
@@ -274,8 +277,8 @@ _aten(("minimum.default",), binary("min"))
 for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
     _aten((f"{_cmp}.Tensor",), binary(_cmp))
     _aten((f"{_cmp}.Scalar",), binary(_cmp), args=("self",))
-_aten(("logical_and.default", "bitwise_and.Tensor"), binary("and"))
-_aten(("logical_or.default", "bitwise_or.Tensor"), binary("or"))
+_aten(("logical_and.default",), binary("and"))
+_aten(("logical_or.default",), binary("or"))
 _aten(("bitwise_not.default", "logical_not.default"), _not, args=("self",))
 _aten(("where.self",), lambda lw: bool(lw.emit("where", lw.val("condition"), lw.val("self"), lw.val("other"))),
       args=("condition", "self", "other"))

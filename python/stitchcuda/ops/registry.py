@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterator, Sequence
 A = "aten."
 
 #: Kinds of ATen operator, by the planner pass that takes them.
-KINDS = ("elementwise", "view", "gemm", "row", "batch_norm", "attention", "cat")
+KINDS = ("elementwise", "view", "gemm", "row", "batch_norm", "attention", "cat", "group_norm", "arg", "pool", "scan",
+         "gather", "iota", "scatter", "conv")
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,10 @@ from .lower import Lowerer
 from .match import match
 from .rewrite import REWRITES, apply_rewrites
 from .schedule import GRAPH_MIN_TASKS
-from .specs import (ARENA_ALIGN, GENERATOR, SCHEMA, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec,
-                    Buffer, CopyItem, CopySpec, EpOp, EwInstr, EwSpec, GemmSpec, IOSpec, NodeCost, Plan, PlanError,
-                    RowSpec, Task, TaskSpec)
+from .specs import (ARENA_ALIGN, GENERATOR, SCHEMA, ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec,
+                    BnStatsSpec, Buffer, ConvSpec, CopyItem, CopySpec, EpOp, EwInstr, EwSpec, GatherSpec, GemmSpec,
+                    GroupStatsSpec, IOSpec, IotaSpec, NodeCost, Plan, PlanError, PoolSpec, RowSpec, ScanSpec, Task,
+                    TaskSpec)
 
 #: Kept for readers of older code: the one ceilings type.
 DeviceCeilings = Ceilings
@@ -157,6 +158,7 @@ __all__ = [
     "SCHEMA", "GENERATOR", "POLICIES", "ARENA_ALIGN", "ATTENTION_HEAD_DIMS", "ATTENTION_MASK_CELL",
     "ATTENTION_EFFICIENCY", "GEMM_EFFICIENCY", "MAX_CHAIN", "GRAPH_MIN_TASKS", "Ceilings", "DeviceCeilings", "H100",
     "H200", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec", "AttentionSpec", "AttentionMaskBlocksSpec",
-    "attention_time", "CopyItem", "CopySpec", "BnStatsSpec", "TaskSpec", "Buffer", "Task", "NodeCost", "IOSpec", "Plan",
+    "attention_time", "CopyItem", "CopySpec", "BnStatsSpec", "GroupStatsSpec", "PoolSpec", "ScanSpec", "ArgSpec",
+    "GatherSpec", "IotaSpec", "ConvSpec", "TaskSpec", "Buffer", "Task", "NodeCost", "IOSpec", "Plan",
     "PlanError", "Constraints", "ConstraintError", "Choices", "plan", "choices",
 ]

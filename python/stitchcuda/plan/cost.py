@@ -17,8 +17,8 @@ from ..ir import DTYPE_SIZES, Node
 from ..layout import View
 from ..precision import get as _policy
 from .graph import GraphIndex
-from .specs import (AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec, CopySpec, EwSpec, GemmSpec, NodeCost,
-                    RowSpec)
+from .specs import (ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec, ConvSpec, CopySpec,
+                    EwSpec, GatherSpec, GemmSpec, GroupStatsSpec, IotaSpec, NodeCost, PoolSpec, RowSpec, ScanSpec)
 
 A = ops.A
 
@@ -50,6 +50,12 @@ def spec_cost(spec: Any, policy: str, ceil: Ceilings) -> tuple[float, float, flo
         flops = 2.0 * spec.m * spec.n * spec.k * spec.batch + spec.m * spec.n * spec.batch * (len(spec.chain) + 1)
         nbytes = sum(_view_bytes(v) for v in (spec.a, spec.b, spec.c, spec.bias, spec.residual)) + _view_bytes(spec.out)
         return flops, nbytes, ceil.gemm_peak(spec.policy)
+    if isinstance(spec, ConvSpec):
+        flops = conv_flops(spec.batch, spec.in_channels, spec.out_channels, spec.groups, spec.kernel,
+                           spec.in_size if spec.transposed else spec.out_size)
+        flops += math.prod(spec.out.shape) * (int(spec.bias is not None) + int(spec.activation != "none"))
+        nbytes = sum(_view_bytes(v) for v in (spec.x, spec.w, spec.bias, spec.out))
+        return float(flops), nbytes, ceil.gemm_peak(spec.policy)
     if isinstance(spec, EwSpec):
         n = math.prod(spec.out.shape)
         return float(n * len(spec.instrs)), sum(_view_bytes(v) for v in spec.inputs) + _view_bytes(spec.out), ceil.fp32
@@ -78,6 +84,26 @@ def spec_cost(spec: Any, policy: str, ceil: Ceilings) -> tuple[float, float, flo
     if isinstance(spec, BnStatsSpec):
         n = spec.n * spec.c * spec.s
         return float(4 * n), float(_view_bytes(spec.x) + 2 * spec.c * 4), ceil.fp32
+    if isinstance(spec, GroupStatsSpec):
+        return float(4 * spec.rows * spec.cols), float(_view_bytes(spec.x) + _view_bytes(spec.scale) * 2), ceil.fp32
+    if isinstance(spec, PoolSpec):
+        window = math.prod(spec.kernel) if not spec.adaptive else max(1, math.ceil(
+            math.prod(spec.x.shape[1:]) / max(1, math.prod(spec.out.shape[1:]))))
+        n = math.prod(spec.out.shape)
+        return float(n * (window + len(spec.prologue) * window + len(spec.epilogue))), \
+            float(_view_bytes(spec.x) + _view_bytes(spec.out)), ceil.fp32
+    if isinstance(spec, ScanSpec):
+        n = spec.outer * spec.n * spec.inner
+        return float(n * (1 + len(spec.prologue) + len(spec.epilogue))), \
+            float(_view_bytes(spec.x) + _view_bytes(spec.out)), ceil.fp32
+    if isinstance(spec, ArgSpec):
+        return float(spec.outer * spec.red * spec.inner), float(_view_bytes(spec.x) + _view_bytes(spec.out)), ceil.fp32
+    if isinstance(spec, GatherSpec):
+        n = math.prod(spec.out.shape)
+        x_bytes = min(_view_bytes(spec.x), n * spec.x.itemsize)
+        return 0.0, float(x_bytes + sum(_view_bytes(v) for v in spec.inputs) + _view_bytes(spec.out)), ceil.fp32
+    if isinstance(spec, IotaSpec):
+        return float(math.prod(spec.out.shape)), float(_view_bytes(spec.out)), ceil.fp32
     return 0.0, 0.0, ceil.fp32
 
 
@@ -120,6 +146,13 @@ def attention_time(policy: str, ceil: Ceilings, bh: int, lq: int, lk: int, d: in
             + (3 + masked) * ceil.launch_s)
 
 
+def conv_flops(batch: int, in_channels: int, out_channels: int, groups: int, kernel, positions) -> int:
+    """Multiply-adds x 2 of a convolution: every output channel of every position (the input's
+    positions for a transposed one, which scatters each input element) reads in_channels /
+    groups x kernel values."""
+    return 2 * batch * out_channels * (in_channels // max(groups, 1)) * math.prod(kernel) * math.prod(positions)
+
+
 def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
     """FLOPs and fewest bytes of one reference node (FLOPs per element from the op registry)."""
     op = n.op
@@ -140,6 +173,13 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         k = ash[-1] if ash else 1
         out_numel = math.prod(n.outputs[0].shape)
         return float(per * out_numel * k + (out_numel if bias else 0)), float(in_bytes + out_bytes)
+    if kind == "conv":
+        xs, ws, ys = ix.shape(n.inputs[0]), ix.shape(n.inputs[1]), n.outputs[0].shape
+        transposed = bool(n.attr("transposed"))
+        groups = int(n.attr("groups") or 1)
+        cin, cout = xs[1], ys[1]
+        return float(conv_flops(xs[0], cin, cout, groups, ws[2:], xs[2:] if transposed else ys[2:])), \
+            float(in_bytes + out_bytes)
     if kind == "attention":
         a = ix.args(n, ops.args(op))
         qs, ks = ix.shape(a["query"][1]), ix.shape(a["key"][1])
@@ -147,9 +187,19 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         return per * bh * qs[-2] * ks[-2] * qs[-1] + 5.0 * bh * qs[-2] * ks[-2], float(in_bytes + out_bytes)
     if kind == "row":
         return float(per * ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
-    if kind == "batch_norm":
+    if kind in ("batch_norm", "group_norm"):
         x = ix.spec(n.inputs[0])
         return float(per * x.numel), float(in_bytes + out_bytes + x.nbytes)
+    if kind in ("arg", "scan"):
+        return float(per * ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
+    if kind == "pool":
+        return float(ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
+    if kind in ("gather", "iota"):
+        out_elems = math.prod(n.outputs[0].shape)
+        idx_bytes = sum(ix.spec(t).nbytes for t in dict.fromkeys(n.inputs[1:]))
+        x_bytes = min(ix.spec(n.inputs[0]).nbytes, out_elems * ix.spec(n.inputs[0]).nbytes //
+                      max(1, ix.spec(n.inputs[0]).numel)) if n.inputs else 0
+        return float(out_elems if kind == "iota" else 0), float(x_bytes + idx_bytes + out_bytes)
     if kind == "cat":
         return 0.0, float(in_bytes + out_bytes)
     if kind == "elementwise":
@@ -160,7 +210,7 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
 def node_cost(n: Node, ix: GraphIndex, policy: str, ceil: Ceilings) -> NodeCost:
     """Cost-model numbers of one reference node: FLOPs, fewest bytes, roofline time, bound."""
     flops, nbytes = node_flops_bytes(n, ix)
-    peak = ceil.gemm_peak(policy) if ops.kind(n.op) in ("gemm", "attention") else ceil.fp32
+    peak = ceil.gemm_peak(policy) if ops.kind(n.op) in ("gemm", "attention", "conv") else ceil.fp32
     ct = flops / peak if peak else 0.0
     mt = nbytes / ceil.bandwidth
     bound = "none" if not flops and not nbytes else ("compute" if ct > mt else "memory")
@@ -168,4 +218,4 @@ def node_cost(n: Node, ix: GraphIndex, policy: str, ceil: Ceilings) -> NodeCost:
 
 
 __all__ = ["ATTENTION_HEAD_DIMS", "ATTENTION_MASK_CELL", "ATTENTION_EFFICIENCY", "GEMM_EFFICIENCY", "spec_cost",
-           "attention_time", "causal_fraction", "node_flops_bytes", "node_cost"]
+           "conv_flops", "attention_time", "causal_fraction", "node_flops_bytes", "node_cost"]

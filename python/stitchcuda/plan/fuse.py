@@ -23,11 +23,14 @@ from .. import ops
 from ..ir import Node
 from .claims import Claims
 from .protos import AxisProto, CatProto, ChainStep, EwProto, GemmProto, Operand, RowProto
-from .specs import EpOp
+from .specs import EpOp, EwInstr
 
 A = ops.A
 #: cuBLASLt / runtime limit on the fused epilogue chain.
 MAX_CHAIN = 8
+#: A reduction of a whole tensor at least this large to one value runs on the axis template,
+#: which splits it over many blocks (the row template gives one row one block).
+WHOLE_AXIS = 1 << 16
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -37,7 +40,10 @@ class Fuser:
         self.ix = cl.ix
 
     def run(self) -> None:
+        from . import fuse_tail
+
         ix, cl = self.ix, self.cl
+        fuse_tail.claim_conv(self)
         for n in list(ix.g.nodes):
             if ops.kind(n.op) == "row" and cl.free(n):
                 self.reduce(n)
@@ -49,7 +55,34 @@ class Fuser:
                 dim = L.norm_dim(int(n.attr("dim") or 0), len(n.outputs[0].shape))
                 cl.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), dim=dim,
                                   parts=tuple(n.inputs)))
+        fuse_tail.claim(self)
         self.group_elementwise()
+
+    def hooks(self, n: Node, x: str, out: str) -> tuple[list[str], str, list[str], str]:
+        """The unary elementwise nodes right before ``n`` on its input ``x`` (its prologue hook,
+        in order) and right after its output ``out`` (its epilogue hook): (prologue node names,
+        the tensor the prologue reads, epilogue node names, the tensor the epilogue writes)."""
+        ix, cl = self.ix, self.cl
+        pro: list[Node] = []
+        t = x
+        if n.name not in cl.unfuse:
+            while True:
+                p = ix.producer.get(t)
+                if p is None or not cl.free(p) or not self.hookable(p) or ix.only_user(t) is None:
+                    break
+                pro.append(p)
+                t = p.inputs[0]
+        pro.reverse()
+        x = t if pro else x
+        epi: list[str] = []
+        t = out
+        while True:
+            u = ix.only_user(t)
+            if u is None or not cl.free(u) or not self.hookable(u):
+                break
+            epi.append(u.name)
+            t = u.outputs[0].name
+        return [p.name for p in pro], x, epi, t
 
     def hookable(self, node: Node) -> bool:
         """An elementwise node with exactly one tensor operand and a float result."""
@@ -65,7 +98,8 @@ class Fuser:
 
     # ------------------------------------------------------------------ reductions
 
-    def reduce(self, n: Node) -> None:
+    def reduce(self, n: Node, hooks: bool = True) -> None:
+        """Claim row reduction ``n`` (``hooks``: with the unary ops around it as hooks)."""
         ix, cl = self.ix, self.cl
         x = n.inputs[0]
         xs = ix.shape(x)
@@ -73,7 +107,22 @@ class Fuser:
         op = n.op
         weight = bias = None
         eps, correction = 0.0, 1.0
-        if op in (A + "_softmax.default", A + "_log_softmax.default"):
+        op_pro: tuple[EwInstr, ...] = ()
+        op_epi: tuple[EwInstr, ...] = ()
+        if op in (A + "max.dim", A + "min.dim"):
+            # The values of max / min along a dim (their indices are the arg template's).
+            writes_row = False
+            rop = op.split(".")[1]
+            dims = [L.norm_dim(int(n.attr("dim")), len(xs))] if xs else []
+        elif op == A + "linalg_vector_norm.default":
+            writes_row = False
+            dims = n.attr("dim")
+            dims = list(range(len(xs))) if dims is None or dims == () else \
+                sorted({L.norm_dim(int(d), len(xs)) for d in dims})
+            rop, op_pro, op_epi = _vector_norm(float(n.attr("ord", 2.0)))
+            if n.attr("dtype") is not None:
+                raise cl.fail(n, "vector norm with a dtype argument")
+        elif op in (A + "_softmax.default", A + "_log_softmax.default"):
             if n.attr("half_to_float"):
                 raise cl.fail(n, "half_to_float softmax")
             rop = "softmax" if "_softmax" in op and "log" not in op else "log_softmax"
@@ -97,46 +146,29 @@ class Fuser:
             dims = n.attr("dim")
             if op in (A + "sum.default", A + "mean.default") or dims is None or dims == ():
                 dims = list(range(len(xs)))
+            dims = [dims] if isinstance(dims, int) else dims
             dims = sorted({L.norm_dim(int(d), len(xs)) for d in dims}) if xs else []
             rop = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "logsumexp": "logsumexp",
-                   "var": "var"}[base]
+                   "var": "var", "max": "max", "min": "min", "any": "max"}[base]
+            if base == "any":  # any: the largest of x != 0
+                op_pro = (EwInstr("to_bool", ("a0",)),)
             if base == "var":
                 corr = n.attr("correction")
                 correction = 1.0 if corr is None else float(corr)
+                if op == A + "var.dim":
+                    correction = 1.0 if n.attr("unbiased", True) else 0.0
             if n.attr("dtype") not in (None,):
                 raise cl.fail(n, "reductions with a dtype argument")
-        if ix.spec(x).dtype not in _FLOAT_DTYPES:
+        if ix.spec(x).dtype not in _FLOAT_DTYPES and (writes_row or rop not in ("sum", "mean", "max", "min")):
             raise cl.fail(n, f"reduction over {ix.spec(x).dtype}")
-        nodes = [n.name]
+        pro, x, epi, last = self.hooks(n, x, out) if hooks else ([], x, [], out)
+        nodes = pro + [n.name] + epi
         ins = [x] + [t for t in (weight, bias) if t]
-        # Unary elementwise ops right before the reduction become its prologue hook ...
-        pro = []
-        t = x
-        if n.name not in cl.unfuse:
-            while True:
-                p = ix.producer.get(t)
-                if p is None or not cl.free(p) or not self.hookable(p) or ix.only_user(t) is None:
-                    break
-                pro.append(p)
-                t = p.inputs[0]
-        pro.reverse()
-        if pro:
-            x = t
-            ins[0] = x
-            nodes = [p.name for p in pro] + nodes
-        # ... and those right after it its epilogue hook.
-        epi: list[str] = []
-        t = out
-        while True:
-            u = ix.only_user(t)
-            if u is None or not cl.free(u) or not self.hookable(u):
-                break
-            epi.append(u.name)
-            nodes.append(u.name)
-            t = u.outputs[0].name
-        common: dict[str, Any] = dict(op=rop, x=x, out=t, pro=tuple(p.name for p in pro), epi=tuple(epi))
+        common: dict[str, Any] = dict(op=rop, x=x, out=last, pro=tuple(pro), epi=tuple(epi))
+        if op_pro or op_epi:
+            common.update(op_pro=op_pro, op_epi=op_epi)
         name = cl.name(nodes)
-        proto_nodes, outs, tins = tuple(nodes), (t,), tuple(ins)
+        proto_nodes, outs, tins = tuple(nodes), (last,), tuple(ins)
         nd = len(xs)
         trailing = dims == list(range(nd - len(dims), nd))
         strategy = cl.constraints.option(n.name, "auto")
@@ -144,6 +176,11 @@ class Fuser:
         if not dims:
             # A reduction over no dims (or of a 0-d tensor) is a copy through the hooks.
             cl.claim(RowProto(name, proto_nodes, outs, tins, k=0, **common, **row))
+            return
+        whole = not writes_row and rop in ("sum", "mean", "max", "min") and math.prod(xs[:nd - len(dims)]) == 1
+        if trailing and whole and math.prod(xs) >= WHOLE_AXIS:
+            # The whole tensor to one value: the axis template splits it over many blocks.
+            cl.claim(AxisProto(name, proto_nodes, outs, tins, d0=0, d1=nd, **common))
             return
         if trailing:
             cl.claim(RowProto(name, proto_nodes, outs, tins, k=len(dims), **common, **row))
@@ -275,7 +312,7 @@ class Fuser:
             nodes = cl.pull_ew_group(n, set(), limit=4)
             out = n.outputs[0].name
             leaves = cl.leaves(set(nodes))
-            phase = "create" if out in ix.const and leaves else "run"
+            phase = "create" if out in ix.const and leaves and all(self._at_create(t) for t in leaves) else "run"
             if not leaves:
                 phase = "create" if out not in ix.graph_outputs else "run"
             covers = ix.expand(nodes)
@@ -283,6 +320,39 @@ class Fuser:
                                    root=out, out_shape=ix.shape(out)))
             for x in nodes:
                 cl.claimed[x] = idx
+
+
+    def _at_create(self, t: str) -> bool:
+        """Whether ``t`` exists when the program is created: a weight (through layout ops), or
+        the result of a task claimed to run at create. A tensor computed from weights by a task
+        that runs on every call (a GEMM, a gather) is not, so its readers run on every call too."""
+        ix, cl = self.ix, self.cl
+        while True:
+            if t in ix.weights:
+                return True
+            p = ix.producer.get(t)
+            if p is None:
+                return False
+            if ops.kind(p.op) == "view" and p.inputs:
+                t = p.inputs[0]
+                continue
+            return not cl.free(p) and cl.protos[cl.claimed[p.name]].phase == "create"
+
+
+def _vector_norm(p: float) -> tuple[str, tuple[EwInstr, ...], tuple[EwInstr, ...]]:
+    """A vector p-norm as (reduction, transform of each element before it, of the result after)."""
+    ab = EwInstr("abs", ("a0",))
+    if p == 2.0:
+        return "sum", (EwInstr("square", ("a0",)),), (EwInstr("sqrt", ("a0",)),)
+    if p == 1.0:
+        return "sum", (ab,), ()
+    if p == math.inf:
+        return "max", (ab,), ()
+    if p == -math.inf:
+        return "min", (ab,), ()
+    if p == 0.0:
+        return "sum", (EwInstr("ne", ("a0", "c0"), (0.0,)),), ()
+    return "sum", (ab, EwInstr("pow", ("t0", "c0"), (p,))), (EwInstr("pow", ("a0", "c0"), (1.0 / p,)),)
 
 
 def _scalar(node: Node, key: str) -> float | None:

@@ -6,7 +6,8 @@ it touched (for *schedule*'s covering). A layout op's result is its input's layo
 (:mod:`stitchcuda.layout`), or — when strides cannot express it — the layout of a contiguous
 copy made by a copy task placed before the reader. A task writes its placement target when its
 kernel can write that layout, else over an input that dies with it (in place), else a fresh
-buffer. The per-kind emitters are in :mod:`.lower_gemm` and :mod:`.lower_ops`.
+buffer. The per-kind emitters are in :mod:`.lower_gemm`, :mod:`.lower_ops`, :mod:`.lower_tail` and
+:mod:`.lower_conv`.
 """
 
 from __future__ import annotations
@@ -154,6 +155,24 @@ class Lowerer:
                 start = sum(sizes[:idx])
                 end = start + sizes[idx]
             return L.slice_(vx, dim, start, end)
+        if op == A + "unfold.default":  # windows of `size` every `step` along dim, as a last dim
+            d = L.norm_dim(int(n.attr("dimension")), vx.ndim) if vx.ndim else 0
+            size, step = int(n.attr("size")), int(n.attr("step"))
+            sh, st = list(vx.shape), list(vx.strides)
+            if not vx.ndim:
+                return dataclasses.replace(vx, shape=(size,), strides=(0,))
+            count = (sh[d] - size) // step + 1
+            return dataclasses.replace(vx, shape=tuple(sh[:d] + [count] + sh[d + 1:] + [size]),
+                                       strides=tuple(st[:d] + [st[d] * step] + st[d + 1:] + [st[d]]))
+        if op == A + "diagonal.default":
+            off = int(n.attr("offset", 0) or 0)
+            d1 = L.norm_dim(int(n.attr("dim1", 0)), vx.ndim)
+            d2 = L.norm_dim(int(n.attr("dim2", 1)), vx.ndim)
+            keep = [d for d in range(vx.ndim) if d not in (d1, d2)]
+            start = off * vx.strides[d2] if off >= 0 else -off * vx.strides[d1]
+            return dataclasses.replace(vx, offset=vx.offset + (start if ys[-1] else 0),
+                                       shape=tuple(vx.shape[d] for d in keep) + (ys[-1],),
+                                       strides=tuple(vx.strides[d] for d in keep) + (vx.strides[d1] + vx.strides[d2],))
         raise AssertionError(f"not a layout op: {op}")
 
     def copy_contiguous(self, x: str, vx: View, pre: list[Task], phase: str, *, why: str,
@@ -233,7 +252,7 @@ class Lowerer:
     # ------------------------------------------------------------------ driving
 
     def emit(self, idx: int, rank: int) -> None:
-        from . import lower_gemm, lower_ops
+        from . import lower_conv, lower_gemm, lower_ops, lower_tail
 
         self.rank = rank
         pr = self.f.protos[idx]
@@ -241,7 +260,11 @@ class Lowerer:
         before = len(self.tasks)
         emitter = {"GemmProto": lower_gemm.emit_gemm, "EwProto": lower_ops.emit_ew, "RowProto": lower_ops.emit_row,
                    "AxisProto": lower_ops.emit_axis, "AttnProto": lower_ops.emit_attn,
-                   "BnStatsProto": lower_ops.emit_bn_stats, "CatProto": lower_ops.emit_cat}[type(pr).__name__]
+                   "BnStatsProto": lower_ops.emit_bn_stats, "CatProto": lower_ops.emit_cat,
+                   "GroupStatsProto": lower_tail.emit_group_stats, "PoolProto": lower_tail.emit_pool,
+                   "ScanProto": lower_tail.emit_scan, "ArgProto": lower_tail.emit_arg,
+                   "GatherProto": lower_tail.emit_gather, "IotaProto": lower_tail.emit_iota,
+                   "ScatterProto": lower_tail.emit_scatter, "ConvProto": lower_conv.emit_conv}[type(pr).__name__]
         emitter(self, pr, pre)
         new = self.tasks[before:]
         del self.tasks[before:]

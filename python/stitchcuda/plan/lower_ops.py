@@ -85,7 +85,7 @@ def emit_row(lw: Lowerer, pr: RowProto, pre: list[Task]) -> None:
     x_t, out_t = pr.x, pr.out
     k = pr.k
     writes_row = op in ("softmax", "log_softmax", "layer_norm", "rms_norm")
-    pro, epi = lw.hook(pr.pro), lw.hook(pr.epi)
+    pro, epi = _with_op(lw, pr)
     vx = lw.read(x_t, pre, pr.phase)
     perm = pr.perm
     if perm is not None:
@@ -95,8 +95,9 @@ def emit_row(lw: Lowerer, pr: RowProto, pre: list[Task]) -> None:
         k = 1
     rc = L.rows_cols(vx, k)
     if rc is None or vx.dtype not in _FLOAT_DTYPES:
+        # (integer and boolean tensors are reduced as float32: exact counts below 2^24)
         c = lw.copy_contiguous(x_t, vx, pre, pr.phase, why=f"{op} reads rows with unit stride",
-                                  shape_view=vx)
+                                  shape_view=vx, dtype=None if vx.dtype in _FLOAT_DTYPES else "float32")
         vx = lw.views[c]
         rc = L.rows_cols(vx, k)
     rows, cols, ldi = rc
@@ -121,9 +122,10 @@ def emit_row(lw: Lowerer, pr: RowProto, pre: list[Task]) -> None:
         wo = vo
         post = None
         cl = L.collapse(vo.shape, vo.strides)
-        if cl is None:
-            tmp = lw.alloc.add_tensor(f"{out_t}_rows", vo.shape, vo.dtype)
-            wo = lw.alloc.fresh(tmp, vo.dtype, vo.shape, pr.phase)
+        if cl is None or vo.dtype not in _FLOAT_DTYPES:
+            dt = vo.dtype if vo.dtype in _FLOAT_DTYPES else "float32"  # an integer result goes through a cast
+            tmp = lw.alloc.add_tensor(f"{out_t}_rows", vo.shape, dt)
+            wo = lw.alloc.fresh(tmp, dt, vo.shape, pr.phase)
             lw.views[tmp] = wo
             post = (wo, vo)
             cl = L.collapse(wo.shape, wo.strides)
@@ -177,7 +179,7 @@ def emit_row(lw: Lowerer, pr: RowProto, pre: list[Task]) -> None:
 def emit_axis(lw: Lowerer, pr: AxisProto, pre: list[Task]) -> None:
     x_t, out_t = pr.x, pr.out
     d0, d1 = pr.d0, pr.d1
-    pro, epi = lw.hook(pr.pro), lw.hook(pr.epi)
+    pro, epi = _with_op(lw, pr)
     vx = lw.read(x_t, pre, pr.phase)
 
     def groups(v: View):
@@ -186,7 +188,8 @@ def emit_axis(lw: Lowerer, pr: AxisProto, pre: list[Task]) -> None:
 
     gs = groups(vx)
     if any(g is None for g in gs) or vx.dtype not in _FLOAT_DTYPES:
-        c = lw.copy_contiguous(x_t, vx, pre, pr.phase, why="reduction groups must collapse")
+        c = lw.copy_contiguous(x_t, vx, pre, pr.phase, why="reduction groups must collapse",
+                               dtype=None if vx.dtype in _FLOAT_DTYPES else "float32")
         vx = lw.views[c]
         gs = groups(vx)
     (outer, so), (red, sr), (inner, si) = gs
@@ -200,6 +203,12 @@ def emit_axis(lw: Lowerer, pr: AxisProto, pre: list[Task]) -> None:
 
     vo = lw.out_view(pr, out_t, lambda tv: all(g is not None for g in out_groups(tv)) and
                         tv.dtype in _FLOAT_DTYPES)
+    post = None
+    if vo.dtype not in _FLOAT_DTYPES:  # an integer result: reduced in float32, then cast
+        tmp = lw.alloc.add_tensor(f"{out_t}_f32", vo.shape, "float32")
+        post = (lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase), vo)
+        lw.views[tmp] = post[0]
+        vo = post[0]
     (o_o, out_so), (o_i, out_si) = out_groups(vo)
     if inner <= 1:
         si, out_si = 1, 1
@@ -215,6 +224,9 @@ def emit_axis(lw: Lowerer, pr: AxisProto, pre: list[Task]) -> None:
                     pro, epi)
     lw.add(pr, pr.name, "reduction_template", spec, [vx], [vo] + ([ws] if ws else []),
               touched=list(pr.ins) + [out_t, x_t])
+    if post is not None:
+        lw.tasks.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
+                                     note="casts the float32 result to the reference's dtype"))
 
 
 # ---------------------------------------------------------------------- attention
@@ -372,6 +384,14 @@ def emit_cat(lw: Lowerer, pr: CatProto, pre: list[Task]) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _with_op(lw: Lowerer, pr: RowProto | AxisProto) -> tuple[tuple[EwInstr, ...], tuple[EwInstr, ...]]:
+    """A reduction's prologue and epilogue: its hook nodes' instructions around the op's own
+    transforms (prologue hook, then the op's; the op's, then the epilogue hook)."""
+    from .lower_tail import chain
+
+    return chain(lw.hook(pr.pro), pr.op_pro), chain(pr.op_epi, lw.hook(pr.epi))
 
 
 def _shift_instr(i: EwInstr, by: int) -> EwInstr:

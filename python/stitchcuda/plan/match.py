@@ -15,7 +15,8 @@ the cost model finds cuBLAS SGEMM + softmax cheaper (or a ``strategy`` constrain
 else GEMM (scale as ``alpha``) + the mask as an elementwise pass + softmax + GEMM; RMS norm
 written out (``x * rsqrt(mean(x²) + eps) * w``) and logsumexp written out to one row reduction
 each; GPT-2's tanh GELU written out to one ``gelu``; batch norm (training: batch statistics;
-eval: running statistics) to a statistics task plus an elementwise normalise.
+eval: running statistics) to a statistics task plus an elementwise normalise; group norm and
+instance norm likewise, from per-(sample, group) statistics over rows.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..device import Ceilings
 from ..ir import Node
 from .claims import Claims
 from .cost import ATTENTION_HEAD_DIMS, attention_time
-from .protos import AttnProto, BnStatsProto, EwProto, GemmProto, Operand, RowProto
+from .protos import AttnProto, BnStatsProto, EwProto, GemmProto, GroupStatsProto, Operand, RowProto
 from .specs import EwInstr, PlanError
 from .graph import GraphIndex, scalar_attr
 
@@ -80,6 +81,8 @@ class Matcher:
         for n in list(ix.g.nodes):
             if ops.kind(n.op) == "batch_norm" and cl.free(n):
                 self.batch_norm(n)
+            elif ops.kind(n.op) == "group_norm" and cl.free(n):
+                self.group_norm(n)
         for n in list(ix.g.nodes):
             if n.op == A + "tanh.default" and n.name in ix.nodes and cl.free(n):
                 self.gelu_tanh(n)
@@ -454,7 +457,9 @@ class Matcher:
         xs = ix.shape(x)
         if len(xs) < 2:
             raise cl.fail(n, "batch norm needs at least 2 dims")
-        training = n.op.endswith("functional.default") and bool(n.attr("training"))
+        no_stats = n.op == A + "_native_batch_norm_legit.no_stats"
+        training = no_stats or (n.op in (A + "_native_batch_norm_legit_functional.default",
+                                         A + "_native_batch_norm_legit.default") and bool(n.attr("training")))
         c = xs[1]
         eps = float(n.attr("eps"))
         for extra in n.outputs[1:]:
@@ -462,7 +467,13 @@ class Matcher:
                 raise cl.fail(n, "batch norm's saved statistics are used; only the normalised output is supported")
         w = a["weight"][1] if a["weight"] and a["weight"][0] == "t" else None
         b = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
-        rm, rv = a["running_mean"][1], a["running_var"][1]
+        if no_stats and xs[0] == 1:
+            # Batch statistics of one sample (instance norm, as F.instance_norm calls it): each
+            # channel's elements are one row, the group statistics' layout.
+            self._group_stats(n, x, w, b, 1, c, 1, eps)
+            return
+        rm = a["running_mean"][1] if a.get("running_mean") else None
+        rv = a["running_var"][1] if a.get("running_var") else None
         bshape = (c,) + (1,) * (len(xs) - 2)
         scale = ix.add_tensor(f"{n.name}_scale", bshape, "float32")
         shift = ix.add_tensor(f"{n.name}_shift", bshape, "float32")
@@ -474,9 +485,47 @@ class Matcher:
                               mode="batch" if training else "running", x=x, weight=w, bias=b, rm=rm, rv=rv, eps=eps,
                               scale=scale, shift=shift))
         # The normalisation itself is elementwise and fuses with what follows; the synthetic
-        # node that does it covers the batch-norm node too.
+        # node that does it covers the batch-norm node too. In training the statistics task
+        # reads x as well: the batch-norm node stays among x's users, so no elementwise group
+        # swallows the producer of x (x must be materialised for the statistics).
         syn = Node(f"{n.name}_affine", "stitch.affine_channel", (x, scale, shift), (n.outputs[0],), (), n.source)
-        ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.5, takes_from=n.name, take_inputs=[x])
+        ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.5, takes_from=n.name, take_inputs=[] if training else [x])
+
+
+    def group_norm(self, n: Node) -> None:
+        """native_group_norm(x, w, b, N, C, HxW, G, eps): per-(sample, group) statistics, then the
+        per-(sample, channel) affine as an elementwise node that fuses with what follows."""
+        ix, cl = self.ix, self.cl
+        a = ix.args(n, ops.args(n.op))
+        x = a["input"][1]
+        xs = ix.shape(x)
+        for extra in n.outputs[1:]:
+            if ix.users.get(extra.name) or extra.name in ix.graph_outputs:
+                raise cl.fail(n, "group norm's mean / rstd outputs are used; only the normalised output is supported")
+        groups = int(n.attr("group"))
+        if len(xs) < 2 or xs[1] % groups:
+            raise cl.fail(n, f"group norm of {list(xs)} in {groups} groups")
+        w = a["weight"][1] if a["weight"] and a["weight"][0] == "t" else None
+        b = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
+        self._group_stats(n, x, w, b, xs[0], groups, xs[1] // groups, float(n.attr("eps")))
+
+    def _group_stats(self, n: Node, x: str, w: str | None, b: str | None, samples: int, groups: int, cpg: int,
+                     eps: float) -> None:
+        ix, cl = self.ix, self.cl
+        xs = ix.shape(x)
+        if ix.spec(x).dtype not in ("float32", "float16", "bfloat16"):
+            raise cl.fail(n, f"normalisation of {ix.spec(x).dtype}")
+        bshape = (samples, groups * cpg) + (1,) * (len(xs) - 2)
+        scale = ix.add_tensor(f"{n.name}_scale", bshape, "float32")
+        shift = ix.add_tensor(f"{n.name}_shift", bshape, "float32")
+        cl.keep_f32.update((scale, shift))
+        ins = tuple(t for t in (x, w, b) if t)
+        phase = "create" if all(t in ix.const for t in ins) else "run"
+        cl.claim(GroupStatsProto(f"{n.name}_stats", (n.name,), (scale, shift), ins, phase, x=x, weight=w, bias=b,
+                                 eps=eps, samples=samples, groups=groups, cpg=cpg, scale=scale, shift=shift))
+        # The statistics task reads x too: the norm node stays among x's users (see batch_norm).
+        syn = Node(f"{n.name}_affine", "stitch.affine_channel", (x, scale, shift), (n.outputs[0],), (), n.source)
+        ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.5, takes_from=n.name, take_inputs=[])
 
 
 def _storage(policy: str) -> str:

@@ -94,6 +94,10 @@ class RowProto(Proto):
     perm: tuple[int, ...] | None = None
     writes_row: bool = False
     strategy: str = "auto"
+    #: The op's own transforms of one value (instructions on ``a0``), applied after the prologue
+    #: hook and before the epilogue hook (a vector norm: |x|^p before a sum, ^(1/p) after it).
+    op_pro: tuple[EwInstr, ...] = ()
+    op_epi: tuple[EwInstr, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ class AxisProto(Proto):
     d1: int = 0
     pro: tuple[str, ...] = ()
     epi: tuple[str, ...] = ()
+    op_pro: tuple[EwInstr, ...] = ()
+    op_epi: tuple[EwInstr, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,117 @@ class CatProto(Proto):
     parts: tuple[str, ...] = ()
 
 
-AnyProto = Union[GemmProto, EwProto, RowProto, AxisProto, AttnProto, BnStatsProto, CatProto]
+@dataclass(frozen=True)
+class GroupStatsProto(Proto):
+    """Per-(sample, channel) scale and shift of a group norm (instance norm: one channel per
+    group) from x [samples, groups * cpg, ...]; the affine itself is a synthetic elementwise node."""
+
+    x: str = ""
+    weight: str | None = None
+    bias: str | None = None
+    eps: float = 0.0
+    samples: int = 1
+    groups: int = 1
+    cpg: int = 1
+    scale: str = ""
+    shift: str = ""
+
+
+@dataclass(frozen=True)
+class PoolProto(Proto):
+    """Pooling over the last ``len(kernel)`` dims of x (``adaptive``: kernel holds the output
+    size), with unary prologue / epilogue hooks (node names)."""
+
+    op: str = "max"
+    x: str = ""
+    out: str = ""
+    kernel: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    adaptive: bool = False
+    count_include_pad: bool = True
+    divisor: int = 0
+    pro: tuple[str, ...] = ()
+    epi: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScanProto(Proto):
+    """An inclusive scan of x along ``dim`` (``reverse``: from the end), with hooks."""
+
+    op: str = "sum"
+    x: str = ""
+    out: str = ""
+    dim: int = 0
+    reverse: bool = False
+    pro: tuple[str, ...] = ()
+    epi: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArgProto(Proto):
+    """The index of the first max / min of x along ``dim`` (None: of the flattened tensor)."""
+
+    op: str = "max"
+    x: str = ""
+    out: str = ""
+    dim: int | None = None
+
+
+@dataclass(frozen=True)
+class GatherProto(Proto):
+    """A gather-like node (gather, index_select, embedding, index, flip, pad, repeat, nearest
+    upsampling): *lower* reads the node's arguments; ``x`` the tensor read, ``indices`` the
+    index tensors."""
+
+    node: str = ""
+    x: str = ""
+    indices: tuple[str, ...] = ()
+    out: str = ""
+
+
+@dataclass(frozen=True)
+class ScatterProto(Proto):
+    """``out`` = ``x`` with the slice ``node`` names (slice_scatter / select_scatter) replaced by
+    ``src``: two copies, the first skipped when out is written over x in place."""
+
+    node: str = ""
+    x: str = ""
+    src: str = ""
+    out: str = ""
+
+
+@dataclass(frozen=True)
+class IotaProto(Proto):
+    out: str = ""
+    start: float = 0.0
+    step: float = 1.0
+
+
+@dataclass(frozen=True)
+class ConvProto(Proto):
+    """``out = activation(conv(x, w) + bias)``: PyTorch's convolution (``transposed``: its
+    transposed form) over the last ``len(stride)`` dims, with cuDNN's fused activation
+    (``none``, ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``, ``tanh``) taking the
+    elementwise node(s) after it."""
+
+    x: str = ""
+    w: str = ""
+    bias: str | None = None
+    out: str = ""
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    output_padding: tuple[int, ...] = ()
+    transposed: bool = False
+    groups: int = 1
+    activation: str = "none"
+    policy: str = ""
+
+
+AnyProto = Union[GemmProto, EwProto, RowProto, AxisProto, AttnProto, BnStatsProto, CatProto, GroupStatsProto,
+                 PoolProto, ScanProto, ArgProto, GatherProto, IotaProto, ScatterProto, ConvProto]
 
 
 @dataclass(frozen=True)
@@ -167,4 +283,5 @@ class Fused:
 
 
 __all__ = ["Operand", "ChainStep", "Proto", "GemmProto", "EwProto", "RowProto", "AxisProto", "AttnProto",
-           "BnStatsProto", "CatProto", "AnyProto", "Fused"]
+           "BnStatsProto", "CatProto", "GroupStatsProto", "PoolProto", "ScanProto", "ArgProto", "GatherProto",
+           "IotaProto", "ScatterProto", "ConvProto", "AnyProto", "Fused"]

@@ -258,8 +258,188 @@ class BnStatsSpec:
     splits: int = 1
 
 
+@dataclass(frozen=True)
+class GroupStatsSpec:
+    """norm.cuh's group statistics: x as ``rows`` x ``cols`` (row r at ``r * ldi``, unit stride
+    along the row), one normalisation group per row; row r is group ``r % groups`` of sample
+    ``r // groups``, covering channels ``g * cpg ...`` (``cpg`` per group, ``cols / cpg``
+    elements each). Per (sample, channel): ``scale = weight[c] * rsqrt(var + eps)``, ``shift =
+    bias[c] - mean * scale`` (fp32, biased variance over the row) into ``scale`` / ``shift``
+    ([samples * groups * cpg]). Group norm, and instance norm (one channel per group). A row is
+    cut into ``splits`` pieces whose Welford partials go through ``workspace``."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "group_stats")
+
+    kind: str
+    x: View
+    ldi: int
+    rows: int
+    cols: int
+    groups: int
+    cpg: int
+    weight: View | None
+    bias: View | None
+    eps: float
+    scale: View
+    shift: View
+    workspace: View | None = None
+    splits: int = 1
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """pool.cuh: max / average pooling over up to three spatial dims. ``x`` is [planes, d, h, w]
+    and ``out`` [planes, od, oh, ow] (views; a missing spatial dim has size 1). Per spatial dim:
+    ``kernel``, ``stride``, ``padding``, ``dilation``; ``adaptive``: window i of an output of n
+    over an input of m is [floor(i m / n), ceil((i + 1) m / n)). ``mode`` ``max`` (padding never
+    wins; NaN propagates) or ``avg`` (``count_include_pad``: divide by the window clipped to the
+    padded input, else by its valid elements; ``divisor`` > 0 overrides both). Hooks as RowSpec."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "pool")
+
+    kind: str
+    mode: str
+    x: View
+    out: View
+    kernel: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    padding: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+    adaptive: bool = False
+    count_include_pad: bool = True
+    divisor: int = 0
+    prologue: tuple[EwInstr, ...] = ()
+    epilogue: tuple[EwInstr, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """scan.cuh: inclusive scan of x viewed as [outer, n, inner] (strides ``in_so, in_sn, in_si``)
+    along n into out (``out_so, out_sn, out_si``); ``op`` sum, prod, max, min or logsumexp;
+    ``reverse`` scans from the end. fp32 accumulation. Hooks as RowSpec."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "scan")
+
+    kind: str
+    op: str
+    x: View
+    outer: int
+    n: int
+    inner: int
+    in_so: int
+    in_sn: int
+    in_si: int
+    out: View
+    out_so: int
+    out_sn: int
+    out_si: int
+    reverse: bool = False
+    prologue: tuple[EwInstr, ...] = ()
+    epilogue: tuple[EwInstr, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """scan.cuh's arg reduction: the index (int64, along the reduced axis) of the first maximum
+    (``op`` max) or minimum of x viewed as [outer, red, inner] (strides ``in_so, in_sr, in_si``)
+    into out [outer, inner] (``out_so, out_si``); NaN counts as the extreme, as in PyTorch."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "arg")
+
+    kind: str
+    op: str
+    x: View
+    outer: int
+    red: int
+    inner: int
+    in_so: int
+    in_sr: int
+    in_si: int
+    out: View
+    out_so: int
+    out_si: int
+    prologue: tuple[EwInstr, ...] = ()
+
+
+@dataclass(frozen=True)
+class GatherSpec:
+    """index.cuh's gather: for every index p of ``out`` (rank <= 8),
+    ``out[p] = x[base + sum_d src_d(p) * coef[d] + sum_k idx_k(p) * index_coef[k]]`` where
+    ``src_d(p) = p_d - lo[d]`` (or ``min(floor(p_d * nearest[d]), size[d] - 1)`` in fp32 where
+    ``nearest[d]`` > 0: nearest-neighbour upsampling), ``idx_k(p)`` is ``inputs[k]`` (int32 /
+    int64, a view over out's shape) plus ``index_size[k]`` when negative; an element with some
+    ``src_d`` outside
+    ``[0, size[d])`` is ``fill`` (padding). Offsets are in elements of x from its first element
+    and may be negative (flip). Covers gather, index_select, embedding, advanced indexing, flip,
+    constant padding, repeat and nearest upsampling."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "gather")
+
+    kind: str
+    x: View
+    out: View
+    base: int
+    coef: tuple[int, ...]
+    lo: tuple[int, ...]
+    size: tuple[int, ...]
+    nearest: tuple[float, ...] = ()
+    inputs: tuple[View, ...] = ()
+    index_coef: tuple[int, ...] = ()
+    index_size: tuple[int, ...] = ()
+    fill: float = 0.0
+
+
+@dataclass(frozen=True)
+class IotaSpec:
+    """index.cuh's iota: ``out[i] = start + i * step`` over the elements of out in row-major
+    order (``arange``), computed in double and stored in out's dtype."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "iota")
+
+    kind: str
+    out: View
+    start: float
+    step: float
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """``out = activation(conv(x, w) + bias)`` through st_conv (cuDNN): PyTorch's convolution
+    over ``len(in_size)`` spatial dims, or its transposed form. x is [batch, in_channels,
+    *in_size], w [out_channels, in_channels / groups, *kernel] ([in_channels, out_channels /
+    groups, *kernel] when ``transposed``), out [batch, out_channels, *out_size]: all dense
+    channels-first, in the storage type of ``policy`` (bias too: one value per output channel).
+    ``activation``: ``none``, ``relu``, ``gelu`` (erf), ``gelu_tanh``, ``silu``, ``sigmoid``,
+    ``tanh``. The workspace is the runtime's (per stream), the plan cached by shape."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "conv")
+
+    kind: str
+    policy: str
+    x: View
+    w: View
+    out: View
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    in_size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    output_padding: tuple[int, ...]
+    transposed: bool = False
+    bias: View | None = None
+    activation: str = "none"
+
+    @property
+    def out_size(self) -> tuple[int, ...]:
+        return tuple(self.out.shape[2:])
+
+
 TaskSpec = Union[GemmSpec, EwSpec, RowSpec, AxisSpec, AttentionSpec, AttentionMaskBlocksSpec, CopySpec,
-                 BnStatsSpec]
+                 BnStatsSpec, GroupStatsSpec, PoolSpec, ScanSpec, ArgSpec, GatherSpec, IotaSpec, ConvSpec]
 
 
 @dataclass(frozen=True)
@@ -450,5 +630,6 @@ def fmt_bytes(n: float) -> str:
 
 
 __all__ = ["SCHEMA", "GENERATOR", "ARENA_ALIGN", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec",
-           "AttentionSpec", "AttentionMaskBlocksSpec", "CopyItem", "CopySpec", "BnStatsSpec", "TaskSpec", "Buffer",
+           "AttentionSpec", "AttentionMaskBlocksSpec", "CopyItem", "CopySpec", "BnStatsSpec", "GroupStatsSpec",
+           "PoolSpec", "ScanSpec", "ArgSpec", "GatherSpec", "IotaSpec", "ConvSpec", "TaskSpec", "Buffer",
            "Task", "NodeCost", "IOSpec", "Plan", "PlanError", "fmt_bytes"]

@@ -1,0 +1,175 @@
+"""Correctness over a whole KernelBench set (GPU): build every problem, verify it, no timing.
+
+    python benchmarks/verify_all.py [--set ../shared/kernelbench/all.jsonl] [--precision tf32]
+        [--out runs/verify-all-tf32] [--work DIR] [--budget-s 540] [--workers 12] [--only 1:50,2:2]
+
+Resumable: every finished problem is a line of ``<out>/results.jsonl`` and a rerun skips them, so
+the set can be covered over several runs of at most ten minutes (``--budget-s``: no problem is
+started after that many seconds; the ones in flight finish). Only ``results.jsonl`` needs to be
+kept between runs: the references and programs go under ``--work`` (default: ``--out``). Programs are built (capture, plan,
+code, nvcc for this GPU) in ``--workers`` processes while the ones built are verified, one at a
+time, by the Verifier in its child process: fresh-seed trials (``--trials``), outputs poisoned,
+inputs checked unchanged, the dynamic checks; no timing, no profile, no torch.compile baseline.
+Prints (and writes to ``<out>/summary.md``) the correct rate per level over the whole set (a
+problem not run yet counts as not correct, and is said) and the failures grouped by cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from collections import defaultdict
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _first(text: str) -> str:
+    text = (text or "").strip()
+    return (text.splitlines()[0] if text else "")[:200]
+
+
+def build_one(row: dict, out: str, precision: str) -> dict:
+    """Write the problem's reference into ``out`` and build it; a failure is a value."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from stitchcuda import frontend
+    from stitchcuda.pipeline import build_program
+
+    key = f"{row['level']}:{row['problem_id']}"
+    rec = {"problem": key, "level": row["level"], "name": row["name"], "precision": precision}
+    ref = Path(out) / "references" / f"l{row['level']}_{row['problem_id']}.py"
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(row["source"])
+    rec["reference"] = str(ref)
+    t0 = time.monotonic()
+    try:
+        outcome = build_program(str(ref), precision=precision, out=Path(out) / "programs" / ref.stem, quiet=True)
+    except frontend.UnsupportedOpError as e:
+        rec.update(stage="capture", cause="unsupported: " + ", ".join(sorted({u.op for u in e.ops})))
+    except Exception as e:  # noqa: BLE001 - a problem's failure is a record
+        rec.update(stage="build", cause=f"{type(e).__name__}: {_first(str(e))}")
+    else:
+        if outcome.ok:
+            rec.update(stage="built", directory=str(outcome.directory))
+        else:
+            b = outcome.build
+            err = next((ln for ln in (b.compile.output if b and b.compile else "").splitlines() if "error" in ln),
+                       b.message if b else "not built")
+            rec.update(stage="build", cause="nvcc: " + _first(err))
+    rec["build_s"] = round(time.monotonic() - t0, 1)
+    return rec
+
+
+def verify_one(rec: dict, trials: int) -> dict:
+    from stitchcuda.verifier.run import VerifyOptions, verify_program
+
+    t0 = time.monotonic()
+    try:
+        opts = VerifyOptions(trials=trials, time=False, profile=False, reference_profile=False, compile=False,
+                             command="benchmarks/verify_all.py")
+        v = verify_program(Path(rec["directory"]), rec["reference"], opts)
+        rec["verdict"] = v.result.kind
+        rec["stage"] = "verified"
+        if v.result.kind != "passed":
+            rec["cause"] = f"{v.result.kind}: {_first(v.result.verdict.summary())}"
+    except Exception as e:  # noqa: BLE001
+        rec.update(stage="verify", cause=f"{type(e).__name__}: {_first(str(e))}",
+                   trace=traceback.format_exc()[-1500:], environment="Environment" in type(e).__name__)
+    rec["verify_s"] = round(time.monotonic() - t0, 1)
+    return rec
+
+
+def summary(rows: list[dict], done: dict[str, dict]) -> str:
+    lines = []
+    by_level: dict[int, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_level[r["level"]].append(r)
+    for level in sorted(by_level):
+        keys = [f"{r['level']}:{r['problem_id']}" for r in by_level[level]]
+        ran = [done[k] for k in keys if k in done]
+        ok = sum(d.get("verdict") == "passed" for d in ran)
+        lines.append(f"level {level}: {ok}/{len(keys)} correct ({100 * ok / len(keys):.0f} %)"
+                     + (f"; {len(keys) - len(ran)} not run yet" if len(ran) < len(keys) else ""))
+    groups: dict[str, list[str]] = defaultdict(list)
+    for k, d in done.items():
+        if d.get("verdict") != "passed":
+            groups[d.get("cause", d.get("stage", "?"))].append(k)
+    if groups:
+        lines.append("failures by cause:")
+        for cause, ks in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            lines.append(f"  {len(ks):3d}  {cause}  ({' '.join(sorted(ks, key=lambda s: tuple(map(int, s.split(':')))))})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", type=Path, default=REPO.parent / "shared" / "kernelbench" / "all.jsonl")
+    ap.add_argument("--precision", default="tf32")
+    ap.add_argument("--out", type=Path, default=None, help="default runs/verify-<set>-<precision>")
+    ap.add_argument("--work", type=Path, default=None, help="references and programs (default: --out)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="start no problem after this many seconds")
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="build processes")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--only", default="", help="LEVEL:ID,... (default: every problem of the set)")
+    args = ap.parse_args(argv)
+    t_start = time.monotonic()
+    out = args.out or Path("runs") / f"verify-{args.set.stem}-{args.precision}"
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    done: dict[str, dict] = {}
+    if results.is_file():
+        for line in results.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                done[d["problem"]] = d
+    rows = [json.loads(x) for x in args.set.read_text().splitlines() if x.strip()]
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    todo = [r for r in rows if f"{r['level']}:{r['problem_id']}" not in done
+            and (not only or f"{r['level']}:{r['problem_id']}" in only)]
+    print(f"{len(done)} problems done before, {len(todo)} to go; building with {args.workers} processes", flush=True)
+
+    def record(rec: dict) -> None:
+        if rec.get("environment"):  # the machine's fault, not the problem's: a rerun tries it again
+            print(f"{rec['problem']:7s} not recorded: {rec['cause']}", flush=True)
+            return
+        done[rec["problem"]] = rec
+        with results.open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+        print(f"{rec['problem']:7s} {rec.get('verdict') or rec['stage']:10s} {rec.get('cause', '')[:110]} "
+              f"(build {rec.get('build_s')} s, verify {rec.get('verify_s', '-')} s)", flush=True)
+
+    # spawn: the builders must not inherit this process's CUDA state (the Verifier's client side)
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = set()
+        queue = list(todo)
+        while queue or pending:
+            while queue and len(pending) < args.workers and time.monotonic() - t_start < args.budget_s:
+                pending.add(pool.submit(build_one, queue.pop(0), str(args.work or out), args.precision))
+            if not pending:
+                break
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                try:
+                    rec = fut.result()
+                except Exception as e:  # noqa: BLE001 - a crashed worker: the problem is not recorded
+                    print(f"build worker failed: {type(e).__name__}: {e}", flush=True)
+                    continue
+                record(verify_one(rec, args.trials) if rec["stage"] == "built" else rec)
+    text = summary(rows, done)
+    (out / "summary.md").write_text(f"# {args.set.name} under {args.precision} (benchmarks/verify_all.py)\n\n"
+                                    f"```\n{text}\n```\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+// index.cuh — gathers (gather, index_select, embedding, advanced indexing, flip, constant
+// padding, repeat, nearest-neighbour upsampling) and iota (arange).
+//
+// launch_gather<Tx, Tout>(GatherParams<Tx, Tout>, stream)
+// Contract
+//   - For every index p of out's shape (ndim <= kGatherMaxDims, out_stride in elements):
+//       src_d = nearest[d] > 0 ? min(floor(p_d * nearest[d]), size[d] - 1)   (fp32, PyTorch's)
+//                              : p_d - lo[d]
+//       off   = base + sum_d src_d * coef[d] + sum_k idx_k * idx_coef[k]
+//       idx_k = idx[k][p . idx_stride[k]] (int64), plus idx_size[k] when negative
+//       out[p . out_stride] = (every 0 <= src_d < size[d]) ? x[off] : fill
+//     Offsets are elements from x (which points at the tensor's first element) and may step
+//     backwards (flip: base at the last element, a negative coef). An index out of its range is
+//     the caller's error, as in PyTorch (not checked).
+//   - Values convert Tx -> Tout through fp32 unless the types agree (value.cuh).
+//   - One thread per output element, grid-stride, 64-bit index math.
+//
+// launch_iota<T>(out, n, stride, start, step, stream): out[i * stride] = start + i * step for
+//   i < n, computed in double and stored in T (arange).
+#pragma once
+
+#include <climits>
+
+#include "stitch/common.cuh"
+#include "stitch/value.cuh"
+
+namespace stitch {
+
+constexpr int kGatherMaxDims = 8;
+constexpr int kGatherMaxIndices = 4;
+
+template <class Tx, class Tout>
+struct GatherParams {
+  const Tx* x;
+  Tout* out;
+  int ndim;
+  int64_t shape[kGatherMaxDims];
+  int64_t out_stride[kGatherMaxDims];
+  int64_t base;
+  int64_t coef[kGatherMaxDims];
+  int64_t lo[kGatherMaxDims];
+  int64_t size[kGatherMaxDims];
+  float nearest[kGatherMaxDims];   // 0: not an upsampled dim
+  int nidx;
+  const int64_t* idx[kGatherMaxIndices];
+  int64_t idx_stride[kGatherMaxIndices][kGatherMaxDims];
+  int64_t idx_coef[kGatherMaxIndices];
+  int64_t idx_size[kGatherMaxIndices];
+  float fill;
+};
+
+namespace detail {
+
+template <class Tx, class Tout>
+__global__ void __launch_bounds__(256) gather_kernel(GatherParams<Tx, Tout> p, int64_t total) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += grid) {
+    int64_t rem = e, off = p.base, o = 0;
+    int64_t ioff[kGatherMaxIndices] = {0, 0, 0, 0};
+    bool valid = true;
+    for (int d = p.ndim - 1; d >= 0; --d) {
+      const int64_t q = rem / p.shape[d];
+      const int64_t c = rem - q * p.shape[d];
+      rem = q;
+      o += c * p.out_stride[d];
+      const int64_t src = p.nearest[d] > 0.f
+                              ? min(int64_t(floorf(float(c) * p.nearest[d])), p.size[d] - 1)
+                              : c - p.lo[d];
+      valid = valid && src >= 0 && src < p.size[d];
+      off += src * p.coef[d];
+      for (int k = 0; k < p.nidx; ++k) ioff[k] += c * p.idx_stride[k][d];
+    }
+    for (int k = 0; k < p.nidx; ++k) {
+      int64_t i = p.idx[k][ioff[k]];
+      if (i < 0) i += p.idx_size[k];
+      off += i * p.idx_coef[k];
+    }
+    p.out[o] = valid ? convert_value<Tout>(p.x[off]) : any_from_float<Tout>(p.fill);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) iota_kernel(T* out, int64_t n, int64_t stride, double start, double step) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += grid) {
+    const double v = start + double(i) * step;
+    if constexpr (std::is_integral_v<T>) out[i * stride] = T(v);
+    else out[i * stride] = from_float<T>(float(v));
+  }
+}
+
+inline unsigned grid_for(int64_t total) {
+  const int64_t want = ceil_div<int64_t>(total, 256);
+  return unsigned(want < 1 ? 1 : want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
+}
+
+}  // namespace detail
+
+template <class Tx, class Tout>
+cudaError_t launch_gather(const GatherParams<Tx, Tout>& p, cudaStream_t stream) {
+  if (p.ndim < 0 || p.ndim > kGatherMaxDims || p.nidx < 0 || p.nidx > kGatherMaxIndices || !p.x || !p.out)
+    return cudaErrorInvalidValue;
+  int64_t total = 1;
+  for (int d = 0; d < p.ndim; ++d) total *= p.shape[d];
+  if (total <= 0) return cudaSuccess;
+  detail::gather_kernel<Tx, Tout><<<detail::grid_for(total), 256, 0, stream>>>(p, total);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_iota(T* out, int64_t n, int64_t stride, double start, double step, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (!out) return cudaErrorInvalidValue;
+  detail::iota_kernel<T><<<detail::grid_for(n), 256, 0, stream>>>(out, n, stride, start, step);
+  return cudaGetLastError();
+}
+
+}  // namespace stitch

@@ -1,0 +1,111 @@
+// norm.cuh — statistics of group norm and instance norm, as a per-(sample, channel) scale and
+// shift that an elementwise pass applies (fused with what follows the norm).
+//
+// launch_group_stats<Tin, TW>(x, ldi, rows, cols, groups, cpg, weight, bias, eps, scale, shift,
+//                             workspace, splits, stream)
+//   Tin   storage of x (float, __half, __nv_bfloat16); TW of weight / bias (either may be null).
+// Contract
+//   - x is rows x cols: row r at x + r * ldi, unit stride along the row. Row r is group
+//     g = r % groups of sample s = r / groups and holds the elements of channels
+//     g * cpg ... g * cpg + cpg - 1 (cols / cpg consecutive elements each).
+//   - For each row: mean and biased variance over its cols elements (Welford, fp32, pieces merged
+//     with Chan's formula); for each of its channels c (C = groups * cpg):
+//       scale[s * C + c] = weight[c] * rsqrt(var + eps)
+//       shift[s * C + c] = bias[c] - mean * scale[s * C + c]
+//     so that y = x * scale + shift is the normalised, affine output (fp32 scale / shift).
+//   - workspace holds rows * splits * 3 floats; each row is cut into `splits` pieces (pass 1, one
+//     group of lanes per piece: `group` lanes, a power of two up to 32, or a block of 256), whose
+//     (count, mean, m2) pass 2 merges, one thread per row. cols >= 1.
+// Group norm is groups = G, cpg = C / G; instance norm is one channel per group (cpg = 1) over
+// x viewed as [N * C, H * W].
+#pragma once
+
+#include <climits>
+
+#include "stitch/reduce.cuh"
+
+namespace stitch {
+
+constexpr int kGroupStatsThreads = 256;
+
+namespace detail {
+
+template <class Tin>
+__global__ void __launch_bounds__(kGroupStatsThreads)
+group_stats_partial(const Tin* x, int64_t ldi, int64_t units, int64_t splits, int64_t cols, int64_t per,
+                    int group, float* ws) {
+  __shared__ Moments smem[33];
+  const bool block_group = group > 32;
+  const int lane = block_group ? int(threadIdx.x) : int(threadIdx.x & (group - 1));
+  const int64_t unit = block_group ? int64_t(blockIdx.x)
+                                   : int64_t(blockIdx.x) * (kGroupStatsThreads / group) + threadIdx.x / group;
+  const bool valid = unit < units;
+  Moments m{0.f, 0.f, 0.f};
+  if (valid) {
+    const int64_t r = unit / splits, s = unit - r * splits;
+    const int64_t c0 = s * per;
+    const int64_t c1 = c0 + per < cols ? c0 + per : cols;
+    const Tin* row = x + r * ldi;
+    for (int64_t c = c0 + lane; c < c1; c += group) {
+      const float v = to_float(row[c]);
+      m.n += 1.f;
+      const float d = v - m.mean;
+      m.mean += d / m.n;
+      m.m2 += d * (v - m.mean);
+    }
+  }
+  m = block_group ? block_allreduce(m, MomentsOp{}, Moments{0.f, 0.f, 0.f}, smem)
+                  : warp_allreduce(m, MomentsOp{}, group);
+  if (valid && lane == 0) {
+    ws[unit * 3 + 0] = m.n;
+    ws[unit * 3 + 1] = m.mean;
+    ws[unit * 3 + 2] = m.m2;
+  }
+}
+
+template <class TW>
+__global__ void group_stats_finish(const float* ws, int64_t rows, int64_t splits, int64_t groups, int64_t cpg,
+                                   const TW* weight, const TW* bias, float eps, float* scale, float* shift) {
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  Moments m{0.f, 0.f, 0.f};
+  for (int64_t s = 0; s < splits; ++s) {
+    const float* q = ws + (r * splits + s) * 3;
+    m = MomentsOp{}(m, Moments{q[0], q[1], q[2]});
+  }
+  const float rstd = rsqrtf(m.m2 / m.n + eps);
+  const int64_t g = r % groups, sample = r / groups, channels = groups * cpg;
+  for (int64_t j = 0; j < cpg; ++j) {
+    const int64_t c = g * cpg + j;
+    const float a = (weight ? to_float(weight[c]) : 1.f) * rstd;
+    scale[sample * channels + c] = a;
+    shift[sample * channels + c] = (bias ? to_float(bias[c]) : 0.f) - m.mean * a;
+  }
+}
+
+}  // namespace detail
+
+template <class Tin, class TW>
+cudaError_t launch_group_stats(const Tin* x, int64_t ldi, int64_t rows, int64_t cols, int64_t groups,
+                               int64_t cpg, const TW* weight, const TW* bias, float eps, float* scale,
+                               float* shift, float* workspace, int64_t splits, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  if (cols < 1 || groups < 1 || cpg < 1 || splits < 1 || !x || !scale || !shift || !workspace)
+    return cudaErrorInvalidValue;
+  const int64_t per = ceil_div<int64_t>(cols, splits);
+  const int64_t units = rows * splits;
+  // Lanes per piece: enough to cover it in a few loads each, one block at most.
+  int group = next_pow2(int(per < kGroupStatsThreads ? per : kGroupStatsThreads));
+  if (group > 32) group = kGroupStatsThreads;
+  const int64_t blocks = group > 32 ? units : ceil_div<int64_t>(units, kGroupStatsThreads / group);
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  detail::group_stats_partial<Tin><<<unsigned(blocks), kGroupStatsThreads, 0, stream>>>(
+      x, ldi, units, splits, cols, per, group, workspace);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  detail::group_stats_finish<TW><<<unsigned(ceil_div<int64_t>(rows, 256)), 256, 0, stream>>>(
+      workspace, rows, splits, groups, cpg, weight, bias, eps, scale, shift);
+  return cudaGetLastError();
+}
+
+}  // namespace stitch

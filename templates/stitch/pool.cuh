@@ -1,0 +1,128 @@
+// pool.cuh — max and average pooling over up to three spatial dims (1-d / 2-d / 3-d pooling,
+// adaptive pooling, global pooling), with prologue / epilogue hooks.
+//
+// launch_pool<MODE, Tin, Tout, Pro, Epi>(PoolParams<Tin, Tout>, stream, pro, epi)
+//   MODE  PoolMode::Max or PoolMode::Avg; Tin / Tout storage (float, __half, __nv_bfloat16);
+//   Pro   hook on every input element read; Epi on every output value (see common.cuh).
+// Contract
+//   - in is [planes, d, h, w] with element strides in_stride (a missing spatial dim has size 1),
+//     out is [planes, od, oh, ow] with out_stride; both are arbitrary strided views that do not
+//     overlap.
+//   - Window of output index o along a spatial dim: taps o * stride - pad + t * dilation,
+//     t = 0 .. kernel - 1, those inside [0, size) only; `adaptive`: the input range
+//     [floor(o * size / osize), ceil((o + 1) * size / osize)) (kernel, stride, pad, dilation
+//     unused).
+//   - Max: the largest tap (a NaN tap wins, as in PyTorch); -inf for an empty window.
+//     Avg: the sum over the valid taps divided by `divisor` when > 0, else by the window clipped to
+//     the padded input (count_include_pad; PyTorch's pool_size) or by the number of valid taps.
+//   - Math in fp32; one thread per output element (grid-stride), taps read through L1/L2.
+#pragma once
+
+#include <climits>
+
+#include "stitch/common.cuh"
+
+namespace stitch {
+
+enum class PoolMode { Max, Avg };
+
+template <class Tin, class Tout>
+struct PoolParams {
+  const Tin* in;
+  int64_t planes;
+  int64_t in_size[3];
+  int64_t in_stride[4];   // planes, d, h, w
+  Tout* out;
+  int64_t out_size[3];
+  int64_t out_stride[4];
+  int kernel[3], stride[3], pad[3], dilation[3];
+  bool adaptive;
+  bool count_include_pad;
+  int divisor;            // > 0: divisor_override
+};
+
+namespace detail {
+
+// Taps of output index o along one dim: [lo, hi) stepping `step`, and the avg pool_size factor.
+struct PoolWindow {
+  int64_t lo, hi, step, padded;
+};
+
+template <class Tin, class Tout>
+__device__ __forceinline__ PoolWindow pool_window(const PoolParams<Tin, Tout>& p, int j, int64_t o) {
+  const int64_t n = p.in_size[j];
+  if (p.adaptive) {
+    const int64_t m = p.out_size[j];
+    const int64_t lo = (o * n) / m, hi = ((o + 1) * n + m - 1) / m;
+    return {lo, hi, 1, hi - lo};
+  }
+  const int64_t start = o * p.stride[j] - p.pad[j];
+  const int64_t d = p.dilation[j];
+  const int64_t last = start + int64_t(p.kernel[j] - 1) * d;  // the window's last tap
+  const int64_t padded_end = last + 1 < n + p.pad[j] ? last + 1 : n + p.pad[j];
+  int64_t lo = start, hi = last + 1;
+  if (lo < 0) lo += ((-lo + d - 1) / d) * d;  // first tap inside
+  if (hi > n) hi = n;
+  return {lo, hi, d, padded_end - start};
+}
+
+template <PoolMode MODE, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, int64_t total, Pro pro, Epi epi) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += grid) {
+    int64_t t = idx;
+    const int64_t ow = t % p.out_size[2];
+    t /= p.out_size[2];
+    const int64_t oh = t % p.out_size[1];
+    t /= p.out_size[1];
+    const int64_t od = t % p.out_size[0];
+    const int64_t pl = t / p.out_size[0];
+    const PoolWindow wd = pool_window(p, 0, od), wh = pool_window(p, 1, oh), ww = pool_window(p, 2, ow);
+    const Tin* base = p.in + pl * p.in_stride[0];
+    float acc = MODE == PoolMode::Max ? -CUDART_INF_F : 0.f;
+    int64_t count = 0;
+    for (int64_t d = wd.lo; d < wd.hi; d += wd.step) {
+      for (int64_t h = wh.lo; h < wh.hi; h += wh.step) {
+        const Tin* row = base + d * p.in_stride[1] + h * p.in_stride[2];
+        for (int64_t w = ww.lo; w < ww.hi; w += ww.step) {
+          const float v = pro(to_float(row[w * p.in_stride[3]]));
+          if constexpr (MODE == PoolMode::Max) {
+            if (v > acc || v != v) acc = acc != acc ? acc : v;
+          } else {
+            acc += v;
+          }
+          ++count;
+        }
+      }
+    }
+    float r = acc;
+    if constexpr (MODE == PoolMode::Avg) {
+      const int64_t div = p.divisor > 0 ? p.divisor
+                          : (p.count_include_pad && !p.adaptive) ? wd.padded * wh.padded * ww.padded
+                                                                 : count;
+      r = acc / float(div);
+    }
+    p.out[pl * p.out_stride[0] + od * p.out_stride[1] + oh * p.out_stride[2] + ow * p.out_stride[3]] =
+        from_float<Tout>(epi(r));
+  }
+}
+
+}  // namespace detail
+
+template <PoolMode MODE, class Tin, class Tout, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_pool(const PoolParams<Tin, Tout>& p, cudaStream_t stream, const Pro& pro = Pro{},
+                        const Epi& epi = Epi{}) {
+  if (!p.in || !p.out) return cudaErrorInvalidValue;
+  for (int j = 0; j < 3; ++j)
+    if (p.in_size[j] < 1 || p.out_size[j] < 0 || (!p.adaptive && (p.kernel[j] < 1 || p.stride[j] < 1 ||
+                                                                    p.dilation[j] < 1)))
+      return cudaErrorInvalidValue;
+  const int64_t total = p.planes * p.out_size[0] * p.out_size[1] * p.out_size[2];
+  if (total <= 0) return cudaSuccess;
+  const int64_t want = ceil_div<int64_t>(total, 256);
+  const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
+  detail::pool_kernel<MODE, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, total, pro, epi);
+  return cudaGetLastError();
+}
+
+}  // namespace stitch

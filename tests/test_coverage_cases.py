@@ -1,0 +1,292 @@
+"""Shared by the coverage tests (it holds no tests): small references for the coverage families
+(convolutions, pooling, norms, scans, arg reductions, gathers, the pointwise long tail) for the CPU tests (plan
+interpreter), the nvcc sample and the GPU tests; and small sizes of the KernelBench problems these
+families opened (read at run time from ../shared/kernelbench/all.jsonl; their module-level sizes
+replaced: the real ones run to gigabytes)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+ALL_SET = REPO.parent / "shared" / "kernelbench" / "all.jsonl"
+
+
+class Fn(nn.Module):
+    """A module around a function (and the modules it holds), for one-line references."""
+
+    def __init__(self, f: Callable[..., Any], **modules: nn.Module):
+        super().__init__()
+        self.f = f
+        for k, m in modules.items():
+            self.add_module(k, m)
+
+    def forward(self, *args):
+        return self.f(self, *args)
+
+
+def _x(*shape: int, seed: int = 0, lo: float | None = None) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed + sum(shape))
+    t = torch.randn(*shape, generator=g)
+    return t.abs() + lo if lo is not None else t
+
+
+def _i(high: int, *shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(seed + high))
+
+
+def _assign(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x[:, 2:5] = y          # slice_scatter
+    x[1] = 0.5             # select_scatter (of a fill)
+    return x + 1
+
+
+def _seeded(build: Callable[[], tuple[nn.Module, list]]) -> Callable[[], tuple[nn.Module, list]]:
+    """The builder with the same initial weights in every build."""
+
+    def run():
+        with torch.random.fork_rng():
+            torch.manual_seed(7)
+            return build()
+    return run
+
+
+class _RelativeBias(nn.Module):
+    """A weight gathered by a constant index, then pointwise (Swin's relative position bias): all
+    from weights, but the gather runs on every call, so what reads it must too."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(7, 3))
+        self.register_buffer("index", torch.randint(0, 7, (4, 4)))
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, x):
+        bias = self.proj(self.table)[self.index.view(-1)].view(4, 4, 3).permute(2, 0, 1).contiguous()
+        return x @ (16 * torch.sigmoid(bias))
+
+
+def _two_convs(s, x):
+    return torch.cat([s.a(x), s.b(x)], 1)  # each convolution's result in a slot of the concatenation
+
+
+#: name -> (family, builder of (module, inputs)). Builders, so every test gets fresh objects.
+CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
+    # pooling (1-3 d, padding, dilation, ceil mode, adaptive, global) with hooks around it
+    "maxpool1d": ("pool", lambda: (Fn(lambda s, x: F.max_pool1d(x, 3, 2, 1)), [_x(2, 3, 17)])),
+    "maxpool1d_dilated": ("pool", lambda: (Fn(lambda s, x: F.max_pool1d(x, 4, 1, 2, dilation=3)), [_x(2, 3, 17)])),
+    "maxpool2d_ceil": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True)), [_x(2, 6, 9, 10)])),
+    "maxpool3d_dilated": ("pool", lambda: (Fn(lambda s, x: F.max_pool3d(x, 3, 2, 1, dilation=2)), [_x(2, 3, 5, 8, 9)])),
+    "avgpool1d": ("pool", lambda: (Fn(lambda s, x: F.avg_pool1d(x, 4, 2, 2)), [_x(2, 3, 17)])),
+    "avgpool2d_ceil": ("pool", lambda: (Fn(lambda s, x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True)), [_x(2, 6, 9, 10)])),
+    "avgpool2d_no_pad_count": ("pool", lambda: (Fn(lambda s, x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)),
+                                                [_x(2, 6, 9, 10)])),
+    "avgpool2d_divisor": ("pool", lambda: (Fn(lambda s, x: F.avg_pool2d(x, 3, 2, 1, divisor_override=5)),
+                                           [_x(2, 6, 9, 10)])),
+    "avgpool3d": ("pool", lambda: (Fn(lambda s, x: F.avg_pool3d(x, 2, 2, 1)), [_x(2, 3, 5, 8, 9)])),
+    "adaptive_avg2d": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool2d(x, (3, 4))), [_x(2, 6, 9, 10)])),
+    "adaptive_max2d": ("pool", lambda: (Fn(lambda s, x: F.adaptive_max_pool2d(x, 3)), [_x(2, 6, 9, 10)])),
+    "adaptive_avg1d": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool1d(x, 5)), [_x(2, 3, 17)])),
+    "adaptive_avg3d": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool3d(x, (2, 3, 3))), [_x(2, 3, 5, 8, 9)])),
+    "global_avg": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool2d(x, 1).flatten(1)), [_x(2, 6, 9, 10)])),
+    "pool_hooks": ("pool", lambda: (Fn(lambda s, x: torch.relu(F.max_pool2d(torch.tanh(x), 2)) * 2), [_x(2, 6, 9, 10)])),
+    "pool_permuted": ("pool", lambda: (Fn(lambda s, x: F.avg_pool2d(x.permute(0, 3, 1, 2), 2)), [_x(2, 8, 6, 5)])),
+    # norms
+    "groupnorm": ("norm", lambda: (Fn(lambda s, x: s.gn(x), gn=nn.GroupNorm(3, 6)), [_x(2, 6, 9, 10)])),
+    "groupnorm_2d_swish": ("norm", lambda: (Fn(lambda s, x: (lambda y: torch.sigmoid(y) * y)(s.gn(x)),
+                                               gn=nn.GroupNorm(4, 16)), [_x(5, 16)])),
+    "groupnorm_long_rows": ("norm", lambda: (Fn(lambda s, x: s.gn(x), gn=nn.GroupNorm(2, 4)), [_x(2, 4, 70, 80)])),
+    "instancenorm": ("norm", lambda: (Fn(lambda s, x: F.instance_norm(x)), [_x(2, 6, 9, 10)])),
+    "instancenorm_affine": ("norm", lambda: (Fn(lambda s, x: s.n(x), n=nn.InstanceNorm2d(6, affine=True)),
+                                             [_x(2, 6, 9, 10)])),
+    "instancenorm1d": ("norm", lambda: (Fn(lambda s, x: s.n(x), n=nn.InstanceNorm1d(3)), [_x(2, 3, 17)])),
+    "batchnorm_no_stats": ("norm", lambda: (Fn(lambda s, x: s.n(x), n=nn.BatchNorm2d(6, track_running_stats=False)),
+                                            [_x(2, 6, 9, 10)])),
+    "layernorm_2_dims": ("norm", lambda: (Fn(lambda s, x: F.layer_norm(x, (9, 10))), [_x(2, 6, 9, 10)])),
+    "normalize": ("norm", lambda: (Fn(lambda s, x: F.normalize(x, dim=1)), [_x(5, 16)])),
+    "frobenius": ("norm", lambda: (Fn(lambda s, x: x / torch.norm(x, p="fro")), [_x(2, 6, 9, 10)])),
+    "norm_1_inf": ("norm", lambda: (Fn(lambda s, x: x.norm(p=1, dim=1) + x.norm(p=float("inf"), dim=1)), [_x(5, 16)])),
+    "norm_3_middle": ("norm", lambda: (Fn(lambda s, x: torch.linalg.vector_norm(x, 3, dim=(0, 2))),
+                                       [_x(2, 6, 9, 10)])),
+    "whole_tensor_sum": ("norm", lambda: (Fn(lambda s, x: x.sum() + x.mean() + x.amax()), [_x(300, 300)])),
+    # scans
+    "cumsum": ("scan", lambda: (Fn(lambda s, x: torch.cumsum(x, 1)), [_x(5, 600)])),
+    "cumsum_middle": ("scan", lambda: (Fn(lambda s, x: torch.cumsum(x, 1)), [_x(2, 6, 9, 10)])),
+    "cumprod": ("scan", lambda: (Fn(lambda s, x: torch.cumprod(x * 0.3 + 1, 1)), [_x(5, 16)])),
+    "cumsum_reverse": ("scan", lambda: (Fn(lambda s, x: torch.cumsum(x.flip(1), 1).flip(1)), [_x(5, 16)])),
+    "cumsum_exclusive": ("scan", lambda: (Fn(lambda s, x: torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)),
+                                                                      torch.cumsum(x.narrow(1, 0, 15), 1)), 1)),
+                                         [_x(5, 16)])),
+    "cumsum_masked": ("scan", lambda: (Fn(lambda s, x, m: torch.cumsum(x * m, 1)), [_x(5, 16), _x(5, 16) > 0])),
+    "logcumsumexp": ("scan", lambda: (Fn(lambda s, x: torch.logcumsumexp(x, 1)), [_x(5, 16)])),
+    "cummax": ("scan", lambda: (Fn(lambda s, x: torch.cummax(x, 1).values), [_x(5, 16)])),
+    "cumsum_int": ("scan", lambda: (Fn(lambda s, i: torch.cumsum(i, 1)), [_i(9, 5, 16)])),
+    # arg reductions and max / min over a dim
+    "argmax_middle": ("arg", lambda: (Fn(lambda s, x: x.argmax(1)), [_x(2, 6, 9, 10)])),
+    "argmin_keepdim": ("arg", lambda: (Fn(lambda s, x: x.argmin(2, keepdim=True)), [_x(2, 6, 9, 10)])),
+    "argmax_last": ("arg", lambda: (Fn(lambda s, x: x.argmax(-1)), [_x(7, 300)])),
+    "argmax_all": ("arg", lambda: (Fn(lambda s, x: x.argmax()), [_x(2, 6, 9, 10)])),
+    "max_dim_values": ("arg", lambda: (Fn(lambda s, x: x.max(1)[0]), [_x(2, 6, 9, 10)])),
+    "max_dim_both": ("arg", lambda: (Fn(lambda s, x: tuple(x.max(-1))), [_x(2, 6, 9, 10)])),
+    "min_dim_keepdim": ("arg", lambda: (Fn(lambda s, x: torch.min(x, 1, keepdim=True)[0] + 1), [_x(5, 16)])),
+    "max_min_all": ("arg", lambda: (Fn(lambda s, x: x.max() + x.min()), [_x(5, 16)])),
+    # gathers, padding, flips, repeats, arange
+    "gather": ("gather", lambda: (Fn(lambda s, x, i: torch.gather(x, 1, i)), [_x(5, 16), _i(16, 5, 7)])),
+    "index_select": ("gather", lambda: (Fn(lambda s, x, i: torch.index_select(x, 1, i)), [_x(5, 16), _i(16, 7)])),
+    "index_rows": ("gather", lambda: (Fn(lambda s, x, i: x[i]), [_x(5, 16), _i(5, 7)])),
+    "index_middle": ("gather", lambda: (Fn(lambda s, x, i: x[:, i]), [_x(2, 6, 9, 10), _i(6, 4)])),
+    "index_split_dims": ("gather", lambda: (Fn(lambda s, x, i, j: x[i, :, j]), [_x(2, 6, 9, 10), _i(2, 4), _i(9, 4)])),
+    "embedding": ("gather", lambda: (Fn(lambda s, i: s.e(i) * 2, e=nn.Embedding(10, 6)), [_i(10, 3, 5)])),
+    "flip": ("gather", lambda: (Fn(lambda s, x: x.flip((0, 2))), [_x(2, 6, 9, 10)])),
+    "roll": ("gather", lambda: (Fn(lambda s, x: torch.roll(x, 3, 1)), [_x(5, 16)])),
+    "pad_constant": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 0, -1), value=0.5)), [_x(2, 6, 9, 10)])),
+    "pad_reflect": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 1, 1), mode="reflect")), [_x(2, 6, 9, 10)])),
+    "pad_replicate": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 1, 1), mode="replicate")), [_x(2, 6, 9, 10)])),
+    "repeat": ("gather", lambda: (Fn(lambda s, x: x.repeat(2, 1, 1, 2)), [_x(2, 3, 17)])),
+    "upsample_nearest": ("gather", lambda: (Fn(lambda s, x: F.interpolate(x, scale_factor=2)), [_x(2, 6, 9, 10)])),
+    "upsample_nearest_size": ("gather", lambda: (Fn(lambda s, x: F.interpolate(x, size=(13, 7))), [_x(2, 6, 9, 10)])),
+    "tril_triu": ("gather", lambda: (Fn(lambda s, x: torch.tril(x) + torch.triu(x, 1)), [_x(5, 16)])),
+    "arange": ("gather", lambda: (Fn(lambda s, x: x + torch.arange(16)), [_x(5, 16)])),
+    "unfold_diagonal": ("gather", lambda: (Fn(lambda s, x: x.unfold(1, 4, 2).sum(-1) + torch.diagonal(x).sum()),
+                                           [_x(5, 16)])),
+    "cross_entropy": ("gather", lambda: (Fn(lambda s, x, t: F.cross_entropy(x, t)), [_x(5, 16), _i(16, 5)])),
+    # the pointwise long tail
+    "selu": ("pointwise", lambda: (Fn(lambda s, x: torch.selu(x)), [_x(5, 16)])),
+    "nan_checks": ("pointwise", lambda: (Fn(lambda s, x: torch.isnan(x.log()).float() + torch.isinf(1 / (x * 0)).float()
+                                              + torch.nan_to_num(x.log())), [_x(5, 16)])),
+    "trig_and_logs": ("pointwise", lambda: (Fn(lambda s, x: torch.tan(x) + torch.asin(x.clamp(-1, 1)) + torch.sinh(x)
+                                                 + torch.cosh(x) + torch.log2(x.abs() + 1) + torch.log10(x.abs() + 1)
+                                                 + torch.exp2(x) + torch.erfc(x)), [_x(5, 16)])),
+    "remainders": ("pointwise", lambda: (Fn(lambda s, x: torch.remainder(x, 0.7) + torch.fmod(x, -0.7)
+                                              + torch.atan2(x, x + 1) + torch.hypot(x, x + 1)
+                                              + torch.copysign(x, -x)), [_x(5, 16)])),
+    "integer_bits": ("pointwise", lambda: (Fn(lambda s, i: ((i & 3) | (i ^ 5)) + (~i) + i % 3), [_i(64, 5, 16)])),
+    "losses": ("pointwise", lambda: (Fn(lambda s, x: F.kl_div(x, x.abs(), reduction="batchmean")
+                                          + F.cosine_similarity(x, x * 0.5 + 1).sum()
+                                          + F.triplet_margin_loss(x, x + 1, x - 1)
+                                          + F.hinge_embedding_loss(x, x.sign())), [_x(5, 16)])),
+    "weights_gathered_then_pointwise": ("gather", _seeded(lambda: (_RelativeBias(), [_x(2, 3, 4, 4)]))),
+    "slice_assign": ("gather", lambda: (Fn(lambda s, x, y: _assign(x * 2, y)), [_x(5, 16), _x(5, 3)])),
+    "any_all_var": ("norm", lambda: (Fn(lambda s, x: ((x > 1).any(1), (x > -2).all(), torch.var(x, 1, unbiased=False),
+                                                     x.std(0))), [_x(5, 16)])),
+    "counts": ("pointwise", lambda: (Fn(lambda s, x: (x > 0).sum(1) + (x > 0.5).sum()), [_x(5, 16)])),
+    # convolutions (cuDNN): 1-3 d, transposed, grouped, depthwise, stride / padding / dilation,
+    # no bias, fused activations, operands in other layouts, results written into a slot
+    "conv2d_relu": ("conv", _seeded(lambda: (Fn(lambda s, x: F.relu(s.c(x)), c=nn.Conv2d(3, 8, 3, padding=1)),
+                                             [_x(2, 3, 9, 10)]))),
+    "conv2d_strided_dilated": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), bias=False)),
+        [_x(2, 4, 11, 9)]))),
+    "conv2d_grouped_gelu": ("conv", _seeded(lambda: (Fn(lambda s, x: F.gelu(s.c(x)), c=nn.Conv2d(8, 12, 3, groups=4)),
+                                                     [_x(2, 8, 7, 7)]))),
+    "depthwise_separable_swish": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (lambda y: y * torch.sigmoid(y))(s.pw(s.dw(x))), dw=nn.Conv2d(8, 8, 3, padding=1, groups=8),
+           pw=nn.Conv2d(8, 16, 1)), [_x(2, 8, 10, 10)]))),
+    "conv1d_tanh_gelu_tanh": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.gelu(torch.tanh(s.c(x)), approximate="tanh"), c=nn.Conv1d(4, 6, 5, stride=2, padding=2)),
+        [_x(3, 4, 33)]))),
+    "conv3d_sigmoid": ("conv", _seeded(lambda: (Fn(lambda s, x: torch.sigmoid(s.c(x)), c=nn.Conv3d(2, 4, 3, padding=1)),
+                                                [_x(2, 2, 5, 6, 7)]))),
+    "conv_transpose2d": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1)),
+        [_x(2, 6, 5, 6)]))),
+    "conv_transpose1d_grouped": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.relu(s.c(x)), c=nn.ConvTranspose1d(4, 6, 4, stride=3, groups=2, dilation=2)),
+        [_x(2, 4, 9)]))),
+    "conv_transpose3d": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x) * 2.0, c=nn.ConvTranspose3d(4, 2, (2, 3, 3), stride=(1, 2, 2), bias=False)),
+        [_x(1, 4, 3, 4, 5)]))),
+    "conv_permuted_input": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x.permute(0, 3, 1, 2)), c=nn.Conv2d(5, 3, 3)), [_x(2, 8, 7, 5)]))),
+    "conv_into_cat": ("conv", _seeded(lambda: (Fn(_two_convs, a=nn.Conv2d(3, 4, 3, padding=1),
+                                                  b=nn.Conv2d(3, 2, 1)), [_x(2, 3, 6, 6)]))),
+    "conv_bn_relu": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.relu(s.bn(s.c(x))), c=nn.Conv2d(3, 8, 3, padding=1, bias=False), bn=nn.BatchNorm2d(8)),
+        [_x(4, 3, 8, 8)]))),
+    "conv_output_and_activation": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (lambda y: (y, F.relu(y), y.mean()))(s.c(x)), c=nn.Conv2d(3, 4, 3)), [_x(2, 3, 6, 6)]))),
+}
+
+FAMILIES = sorted({f for f, _ in CASES.values()})
+
+
+# ---------------------------------------------------------------------- KernelBench problems
+
+
+@functools.lru_cache(maxsize=None)
+def all_rows() -> dict[tuple[int, int], dict]:
+    if not ALL_SET.is_file():
+        return {}
+    return {(r["level"], r["problem_id"]): r for r in map(json.loads, ALL_SET.read_text().splitlines())}
+
+
+#: Small sizes of the problems the coverage families opened (name = value in their source).
+SMALL: dict[tuple[int, int], dict[str, str]] = {
+    (1, 14): dict(N="24"), (1, 15): dict(M="24"), (1, 27): dict(batch_size="4", dim="33"),
+    (1, 34): dict(batch_size="2", features="3", dim1="9", dim2="10"),
+    (1, 35): dict(batch_size="2", features="8", num_groups="4", dim1="9", dim2="10"),
+    (1, 37): dict(batch_size="2", features="3", dim1="9", dim2="10"), (1, 39): dict(batch_size="4", dim="33"),
+    (1, 41): dict(batch_size="2", features="3", sequence_length="40"),
+    (1, 42): dict(batch_size="2", channels="3", height="12", width="11"),
+    (1, 43): dict(batch_size="2", channels="2", dim1="12", dim2="11", dim3="10"),
+    (1, 44): dict(batch_size="2", in_channels="3", input_length="40"),
+    (1, 45): dict(batch_size="2", channels="3", height="24", width="23"),
+    (1, 46): dict(batch_size="2", channels="2", depth="8", height="9", width="10"),
+    (1, 49): dict(batch_size="2", dim1="9", dim2="10"), (1, 51): dict(batch_size="2", dim1="9", dim2="10"),
+    (1, 52): dict(batch_size="2", dim1="9", dim2="10"), (1, 53): dict(batch_size="2", dim1="9", dim2="10"),
+    (1, 89): dict(batch_size="4", input_shape="(300,)"), (1, 90): dict(batch_size="4", input_shape="(30,)"),
+    (1, 91): dict(batch_size="4", input_shape="(300,)"), (1, 92): dict(batch_size="4", input_shape="(300,)"),
+    (1, 93): dict(batch_size="4", input_shape="(300,)"),
+    (1, 95): dict(batch_size="8", num_classes="10"), (1, 98): dict(batch_size="8", input_shape="(10,)"),
+    (1, 99): dict(batch_size="8", input_shape="(10,)"),
+    (2, 18): dict(batch_size="8", in_features="16", out_features="24"),
+    (2, 28): dict(batch_size="8", in_features="16", out_features="24"),
+    (2, 30): dict(batch_size="8", in_features="16", out_features="24", num_groups="4"),
+    (2, 33): dict(batch_size="8", in_features="16", out_features="24"),
+    (2, 37): dict(batch_size="8", in_features="16", out_features="24", num_groups="4"),
+    (2, 39): dict(batch_size="8", in_features="16", out_features="24"),
+    (2, 55): dict(batch_size="8", in_features="16", out_features="24"),
+    (2, 62): dict(batch_size="8", input_size="16", hidden_size="24", num_groups="4"),
+    (2, 75): dict(batch_size="8", in_features="16", out_features="24", num_groups="4"),
+    (2, 80): dict(batch_size="8", in_features="16", out_features="24"),
+    (2, 88): dict(batch_size="8", in_features="16", out_features="24", num_groups="4"),
+    (2, 94): dict(batch_size="8", in_features="16", out_features="24", num_groups="4"),
+    (2, 98): dict(batch_size="8", in_features="16", out_features="32", pool_kernel_size="4"),
+    (3, 47): dict(batch_size="2", num_features="10", num_clusters="4", feature_size="12"),
+    # convolutions (cuDNN) and what follows them
+    (1, 60): dict(batch_size="2", in_channels="3", out_channels="4", width="10", height="9", depth="8"),
+    (1, 64): dict(batch_size="2", in_channels="4", out_channels="6", length="33"),
+    (1, 75): dict(batch_size="2", in_channels="8", out_channels="8", height="9", width="11"),
+    (1, 87): dict(batch_size="2", in_channels="6", out_channels="5", width="7", height="6"),
+    (2, 2): dict(batch_size="2", in_channels="4", out_channels="4", height="width = 9"),
+    (2, 21): dict(batch_size="2", in_channels="3", out_channels="8", height="width = 10", num_groups="4"),
+    (2, 52): dict(batch_size="4", in_channels="3", out_channels="6", **{"height, width": "9, 10"}),
+    (2, 89): dict(batch_size="2", in_channels="3", out_channels="4", **{"depth, height, width": "4, 6, 6"}),
+}
+
+
+def shrink(source: str, sizes: dict[str, str]) -> str:
+    for name, value in sizes.items():
+        source, n = re.subn(rf"^{name}\s*=.*$", f"{name} = {value}", source, flags=re.M)
+        assert n == 1, f"{name} not assigned once in the source"
+    return source
+
+
+def problem_reference(key: tuple[int, int], small: bool = True):
+    from stitchcuda import frontend
+
+    row = all_rows()[key]
+    source = shrink(row["source"], SMALL[key]) if small else row["source"]
+    return frontend.load_reference(source, name=row["name"] + ("_small" if small else ""))
+
+
+def problem_id(key: tuple[int, int]) -> str:
+    return f"L{key[0]}-{key[1]}"

@@ -46,7 +46,7 @@ from ..manifest import Task
 from .profile import _TENSOR_CORE_NAME, Ceilings, KernelRecord, classify
 from .records import GapStats, GraphCheck, LaunchCheck, ProfileDetails, RefOpTime, TaskTime
 
-RUNTIME_STRATEGIES = ("cublaslt_gemm", "epilogue_template")
+RUNTIME_STRATEGIES = ("cublaslt_gemm", "epilogue_template", "cudnn_conv")
 GRAPH_TOLERANCE = 0.05
 _LAUNCH = re.compile(r"launch\w*kernel|launchgrid", re.I)
 _GRAPH_LAUNCH = re.compile(r"graphlaunch", re.I)

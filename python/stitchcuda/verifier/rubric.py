@@ -146,8 +146,9 @@ def score_cuda_engineering(source: str, manifest: mf.Manifest | None = None,
     code = cxx.mask(source).code
     strategies = {t.strategy for t in manifest.tasks} if manifest else set()
     precision = manifest.precision if manifest else "fp32"
-    has_gemm = bool(re.search(r"\bst_gemm\w*\s*\(|\bcublasLtMatmul\b|\bcublas\w*Gemm\w*", code)) or \
-        bool(strategies & {"cublaslt_gemm", "attention_template"})
+    # GEMMs and convolutions: where tensor cores and library epilogues apply
+    has_gemm = bool(re.search(r"\bst_gemm\w*\s*\(|\bst_conv\s*\(|\bcublasLtMatmul\b|\bcublas\w*Gemm\w*", code)) or \
+        bool(strategies & {"cublaslt_gemm", "attention_template", "cudnn_conv"})
     own_kernels = bool(re.search(r"__global__", code))
     n_tasks = len(manifest.tasks) if manifest else 0
     launches = sum(1 for k in kernels if k.kind == "kernel")

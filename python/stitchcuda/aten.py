@@ -1,0 +1,140 @@
+"""The operators of capture: which ATen operators stay whole (:data:`PRESERVED_OPS`), which the
+later stages support (:data:`SUPPORTED_OPS`, read from the op registry), the decompositions
+applied, and the error that names an unsupported operator and where the reference uses it.
+
+Split from :mod:`stitchcuda.frontend`, which re-exports every public name here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from .ir import Graph
+from .reference import CaptureError
+
+# --------------------------------------------------------------------------------------
+# Operators
+# --------------------------------------------------------------------------------------
+
+#: High-level operators kept whole instead of decomposed (see :mod:`stitchcuda.frontend`).
+PRESERVED_OPS: tuple[str, ...] = (
+    "aten.linear.default",
+    "aten.matmul.default",
+    "aten.scaled_dot_product_attention.default",
+    "aten.logsumexp.default",
+)
+
+class _Registry:
+    """The default set of supported operators: whatever the op registry maps when asked
+    (:func:`stitchcuda.ops.supported`), so an op added to the registry is accepted at once."""
+
+    def __iter__(self):
+        from .ops import supported
+
+        return iter(supported())
+
+    def __repr__(self) -> str:
+        return "stitchcuda.ops.supported()"
+
+
+#: Operators the later stages handle: the op registry's (see :class:`_Registry`).
+SUPPORTED_OPS = _Registry()
+
+# Arguments that say where a tensor lives, not what it holds: a program runs on one device.
+_DROPPED_ARGS = frozenset({"device", "layout", "pin_memory", "generator"})
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def op_name(target: Any) -> str:
+    """The IR name of an FX call target: ``"aten.add.Tensor"`` for an ATen overload."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    module = getattr(target, "__module__", None) or ""
+    return f"{module}.{getattr(target, '__name__', repr(target))}".lstrip(".")
+
+
+def resolve_op(name: str) -> torch._ops.OpOverload | None:
+    """The ATen overload an IR op name denotes, or None where this torch lacks it."""
+    parts = name.split(".")
+    if len(parts) != 3:
+        return None
+    namespace, packet, overload = parts
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def decomposition_table() -> dict:
+    """Core-ATen decompositions minus :data:`PRESERVED_OPS`."""
+    try:
+        table = torch.export.default_decompositions()  # torch >= 2.6
+    except AttributeError:  # torch 2.4/2.5
+        from torch._decomp import core_aten_decompositions
+
+        table = dict(core_aten_decompositions())
+    for name in PRESERVED_OPS:
+        op = resolve_op(name)
+        if op is not None and op in table:
+            table.pop(op)
+    return table
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnsupportedOp:
+    """One thing in a reference that stitchcuda cannot handle, and where it is.
+
+    ``op`` is the ATen operator (``"aten.convolution.default"``) or, for what is refused
+    before export, the construct (``"nn.LSTM"``); ``node`` the graph node or module
+    attribute; ``where`` the location (module path, file, line, code); ``reason`` says
+    why when "not supported yet" is not the whole story.
+    """
+
+    op: str
+    node: str
+    where: str
+    reason: str = ""
+
+    def describe(self) -> str:
+        text = f"{self.op} at {self.where}" if self.where else self.op
+        return f"{text} ({self.reason})" if self.reason else text
+
+
+class UnsupportedOpError(CaptureError):
+    """The reference uses operators (or constructs) stitchcuda does not support.
+
+    ``ops`` lists each one with its location; ``graph`` is the captured graph where the
+    failure came after export (so a later stage may still inspect it), else None.
+    """
+
+    def __init__(self, name: str, ops: Sequence[UnsupportedOp], graph: Graph | None = None):
+        self.name = name
+        self.ops = list(ops)
+        self.graph = graph
+        lines = [f"reference {name!r} uses what stitchcuda does not support yet (there is no PyTorch fallback):"]
+        seen: set[tuple[str, str]] = set()
+        for u in self.ops:
+            if (u.op, u.where) not in seen:  # one line per operator and place
+                seen.add((u.op, u.where))
+                lines.append("  " + u.describe())
+        super().__init__("\n".join(lines))
+
+
+def check_supported(graph: Graph, supported_ops: Iterable[str] = SUPPORTED_OPS) -> list[UnsupportedOp]:
+    """Every node of ``graph`` whose op is not in ``supported_ops``, in graph order."""
+    supported = set(supported_ops)
+    return [UnsupportedOp(n.op, n.name, n.source) for n in graph.nodes if n.op not in supported]
+
+
+__all__ = ["PRESERVED_OPS", "SUPPORTED_OPS", "UnsupportedOp", "UnsupportedOpError", "check_supported",
+           "decomposition_table", "op_name", "resolve_op"]

@@ -19,20 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from bench_programs import build_error, geomean, verification_row  # the same rows as the dev-set benchmark
+
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = "resnet_block,depthwise_separable,vgg_stack,conv3d_net,patch_vit,ssm_scan,pool_norm_block"
-
-
-def geomean(xs):
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def reference_file(model: str, sizes: dict[str, str], out_root: Path) -> Path:
@@ -60,9 +56,7 @@ def one(model: str, ref: Path, policy: str, out_root: Path, trials: int, compile
         outcome = build_program(str(ref), precision=policy, out=out_root / f"{ref.stem}_{policy}", quiet=True)
         row["build_s"] = round(time.monotonic() - t0, 2)
         if not outcome.ok:
-            b = outcome.build
-            row["error"] = "build failed: " + (b.message + " " + (b.compile.output[-1500:] if b and b.compile else "")
-                                               if b else "")
+            row["error"] = build_error(outcome)
             return row
         row["tasks"] = len(outcome.plan.run_tasks)
         row["strategies"] = sorted({t.strategy for t in outcome.plan.run_tasks})
@@ -73,16 +67,7 @@ def one(model: str, ref: Path, policy: str, out_root: Path, trials: int, compile
         row["error"] = f"{type(e).__name__}: {e}"
         row["trace"] = traceback.format_exc()[-2000:]
         return row
-    row["verdict"] = v.result.kind
-    row["summary"] = v.result.verdict.summary()
-    row["phases"] = {p.name: round(p.seconds, 2) for p in v.phases}
-    t = v.report.timings
-    if t is not None:
-        row["ours_ms"] = t.program.median_ms
-        for key in ("eager_fp32", "eager_policy", "compile_fp32", "compile_policy"):
-            b = getattr(t, key)
-            row[key + "_ms"] = b.median_ms if b is not None else None
-    return row
+    return verification_row(row, v)
 
 
 def main(argv=None) -> int:

@@ -39,8 +39,7 @@ def one(level: int, pid: int, policy: str, out_root: Path, trials: int, compile_
         outcome = build_program(ref, precision=policy, out=out_root / f"l{level}_{pid}_{policy}", quiet=True)
         row["build_s"] = round(time.monotonic() - t0, 2)
         if not outcome.ok:
-            b = outcome.build
-            row["error"] = "build failed: " + (b.message + " " + (b.compile.output[-1500:] if b and b.compile else "") if b else "")
+            row["error"] = build_error(outcome)
             return row
         d = Path(outcome.directory)
         opts = VerifyOptions(trials=trials, time=True, profile=False, reference_profile=False,
@@ -50,6 +49,17 @@ def one(level: int, pid: int, policy: str, out_root: Path, trials: int, compile_
         row["error"] = f"{type(e).__name__}: {e}"
         row["trace"] = traceback.format_exc()[-2000:]
         return row
+    return verification_row(row, v)
+
+
+def build_error(outcome) -> str:
+    """A failed build_program outcome in one line, with the tail of nvcc's output."""
+    b = outcome.build
+    return "build failed: " + (b.message + " " + (b.compile.output[-1500:] if b and b.compile else "") if b else "")
+
+
+def verification_row(row: dict, v) -> dict:
+    """``row`` with the verdict, phase times and median ms (ours and every baseline) of ``v``."""
     row["verdict"] = v.result.kind
     row["summary"] = v.result.verdict.summary()
     row["phases"] = {p.name: round(p.seconds, 2) for p in v.phases}

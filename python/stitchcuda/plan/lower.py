@@ -175,6 +175,18 @@ class Lowerer:
                                        strides=tuple(vx.strides[d] for d in keep) + (vx.strides[d1] + vx.strides[d2],))
         raise AssertionError(f"not a layout op: {op}")
 
+    def channel_vector(self, t: str | None, c: int, pre: list[Task], phase: str) -> View | None:
+        """Tensor ``t`` (None: none) read as a contiguous vector of ``c`` elements, through a copy
+        when its layout is not one (per-channel weights, biases and running statistics)."""
+        if not t:
+            return None
+        v = self.read(t, pre, phase)
+        v1 = L.reshape(v, (c,))
+        if v1 is None or (c > 1 and v1.strides[0] != 1):
+            cc = self.copy_contiguous(t, v, pre, phase, why="per-channel vector must be contiguous")
+            v1 = L.reshape(self.views[cc], (c,))
+        return v1
+
     def copy_contiguous(self, x: str, vx: View, pre: list[Task], phase: str, *, why: str,
                         dtype: str | None = None, shape_view: View | None = None) -> str:
         """Append a copy of ``vx`` (or ``shape_view``, a view to materialise as is) into a

@@ -94,14 +94,7 @@ def emit_group_stats(lw: Lowerer, pr: GroupStatsProto, pre: list[Task]) -> None:
     _, _, ldi = rc
 
     def vec(t: str | None) -> View | None:
-        if not t:
-            return None
-        v = lw.read(t, pre, pr.phase)
-        v1 = L.reshape(v, (c,))
-        if v1 is None or (c > 1 and v1.strides[0] != 1):
-            cc = lw.copy_contiguous(t, v, pre, pr.phase, why="per-channel vector must be contiguous")
-            v1 = L.reshape(lw.views[cc], (c,))
-        return v1
+        return lw.channel_vector(t, c, pre, pr.phase)
 
     w, b = vec(pr.weight), vec(pr.bias)
     if w is not None and b is not None and w.dtype != b.dtype:

@@ -129,30 +129,24 @@ class _Reader:
         self.result: dict[str, Any] | None = None
         self.ignored = 0
 
-    def pump(self, timeout: float) -> None:
+    def pump(self, timeout: float) -> bool:
+        """Read what arrives within ``timeout`` seconds and take its whole lines; False when
+        nothing came (no data in time, or the pipe closed)."""
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
-            return
+            return False
         chunk = os.read(self.fd, 1 << 20)
         if not chunk:
-            return
+            return False
         self.buf += chunk
         while b"\n" in self.buf:
             line, self.buf = self.buf.split(b"\n", 1)
             self._line(line)
+        return True
 
     def drain(self) -> None:
-        while True:
-            ready, _, _ = select.select([self.fd], [], [], 0)
-            if not ready:
-                return
-            chunk = os.read(self.fd, 1 << 20)
-            if not chunk:
-                return
-            self.buf += chunk
-            while b"\n" in self.buf:
-                line, self.buf = self.buf.split(b"\n", 1)
-                self._line(line)
+        while self.pump(0):
+            pass
 
     def _line(self, line: bytes) -> None:
         try:

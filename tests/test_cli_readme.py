@@ -50,7 +50,8 @@ def test_building_a_program_commands(tmp_path, nvcc):
         assert verify.returncode == 2 and len(verify.stderr.strip().splitlines()) == 1, verify.stderr
         pytest.xfail(verify.stderr.strip())
     if stitchcuda.has_gpu():
-        assert verify.returncode in (0, 1) and "gpt_block:" in verify.stdout, verify.stderr
+        # the README shows this program passing: a verdict against it is a failing example
+        assert verify.returncode == 0 and "gpt_block:" in verify.stdout, verify.stdout + verify.stderr
         assert (out / "report.json").is_file()
     else:
         errors = [ln for ln in verify.stderr.splitlines() if ln.startswith("stitchcuda: error:")]

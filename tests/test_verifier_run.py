@@ -754,6 +754,27 @@ def test_attribution_by_name_and_runtime_order():
     assert tt["linear"].achieved_flops_s == pytest.approx(4e6 / 1e-5)
 
 
+def test_template_kernels_are_placed_by_program_order():
+    """Shared template kernels carry no task name: the tasks that claimed none, between the named
+    neighbours, take them (a split-row reduction's two kernels both to its task); a create-phase
+    task never does, and a GEMM's library kernel before its epilogue goes to the GEMM task."""
+    tasks = (Task("w_t", "transpose_kernel", ("t",), phase="create"),
+             Task("norm", "reduction_template", ("layer_norm",), bytes=4096),
+             Task("gelu", "elementwise_kernel", ("gelu",)),
+             Task("fc_bias", "epilogue_template", ("addmm",)),
+             Task("rowsum", "reduction_template", ("sum",)))
+    K = cp.RawActivity
+    run = [K("kernel", "stitch::norm_partial_kernel", 0, 10), K("kernel", "stitch::norm_finish_kernel", 10, 12),
+           K("kernel", "gelu_kernel", 12, 14), K("kernel", "sm90_xmma_gemm", 14, 30), K("kernel", "fc_bias_epi", 30, 32),
+           K("kernel", "stitch::row_sum_kernel", 32, 40)]
+    recs, unclaimed = cp.attribute([run], tasks)
+    assert [r.task for r in recs] == ["norm", "norm", "gelu", "fc_bias", "fc_bias", "rowsum"] and unclaimed == []
+    assert recs[0].bytes + recs[1].bytes == 4096
+    # with a named kernel of its own and no library call, a task does not take its neighbour's kernels
+    recs, unclaimed = cp.attribute([[K("kernel", "gelu_kernel", 0, 2), K("kernel", "mystery", 2, 4)]], tasks[2:3])
+    assert [r.task for r in recs] == ["gelu", ""] and unclaimed == ["mystery"]
+
+
 def test_analyse_splits_runs_drops_the_flush_and_counts_gaps():
     raw = _run(0) + _run(100_000)
     recs, d = cp.analyse(raw, None, tasks=TASKS, runs=2, windows=[(0, 50_000), (99_000, 150_000)], event_ms=[0.03],

@@ -118,6 +118,21 @@ def test_iteration_and_gpu_budgets(tmp_path):
     assert r.best is None and "no candidate verified" in r.markdown.read_text()
 
 
+def test_hot_tasks_fall_back_to_the_plan_when_the_profile_placed_no_time():
+    """A profile that attributed no kernel time to any task (every task 0 us) must not leave the
+    optimize route without targets: the plan's estimates name them."""
+    from stitchcuda.workflow.route import hot_tasks
+    from stitchcuda.workflow.state import Candidate, Judgement, TaskTime
+
+    def state(tasks):
+        c = Candidate("c0000", None, "template", "plan", None, "the plan",
+                      judgement=Judgement("passed", "ok", 1.0, (), tasks, 1.0))
+        return State("r", "p", "tf32", Budget(), candidates=(c,), best="c0000", root="c0000")
+    est = (TaskTime("a", 5.0, 0.5, False), TaskTime("b", 50.0, 0.5, False))
+    assert hot_tasks(state((TaskTime("a", 0.0, 0.0), TaskTime("b", 0.0, 0.0))), est) == ["b", "a"]
+    assert hot_tasks(state((TaskTime("a", 9.0, 0.1), TaskTime("b", 0.0, 0.0))), est) == ["a"]
+
+
 def test_state_round_trips_through_json(tmp_path):
     r = run(tmp_path, ScriptedJudge(), [PrecisionRepair(), Variants()])
     st = RunDir(r.run_dir).load()

@@ -17,7 +17,7 @@ A program lives in one folder::
      "outputs": [...], "weights": [...],
      "lifted_random": [{"input": "noise", "node": "randn_like", "op": "aten.randn_like.default"}],
      "tasks": [{"name": "linear_relu", "strategy": "cublaslt_gemm", "covers": ["addmm", "relu"],
-                "flops": 8388608, "bytes": 688128}],
+                "flops": 8388608, "bytes": 688128, "origin": "template", "phase": "run"}],
      "reference_ops": [{"node": "addmm", "op": "aten.addmm.default", "flops": 8388608, "bytes": 688128}]}
 
 Provenance: every node of ``reference_ops`` must be covered by some task; that is a rule of the
@@ -172,10 +172,11 @@ class Task:
     flops: int = 0
     bytes: int = 0
     origin: str = "template"  # where its body came from: template, or "override: <who>" (hand, rewrite, llm, ...)
+    phase: str = "run"  # "run": every call; "create": once, when the program is loaded (weight transforms)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "strategy": self.strategy, "covers": list(self.covers),
-                "flops": self.flops, "bytes": self.bytes, "origin": self.origin}
+                "flops": self.flops, "bytes": self.bytes, "origin": self.origin, "phase": self.phase}
 
 
 @dataclass(frozen=True)
@@ -328,6 +329,11 @@ class _Parser:
             raise self.fail(where, f"expected a non-negative integer, got {_show(v)}")
         return v
 
+    def phase(self, v: Any, where: str) -> str:
+        if v not in ("run", "create"):
+            raise self.fail(where, f"expected \"run\" or \"create\", got {_show(v)}")
+        return v
+
     def array(self, v: Any, where: str) -> list[Any]:
         if not isinstance(v, list):
             raise self.fail(where, f"expected a list, got {_kind(v)}")
@@ -406,6 +412,7 @@ class _Parser:
             flops=self.count(d.get("flops", 0), f"{where}.flops"),
             bytes=self.count(d.get("bytes", 0), f"{where}.bytes"),
             origin=self.string(d.get("origin", "template"), f"{where}.origin"),
+            phase=self.phase(d.get("phase", "run"), f"{where}.phase"),
         )
 
     def ref_op(self, v: Any, where: str) -> ReferenceOp:

@@ -96,7 +96,7 @@ def code(plan: Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
         lifted_random=tuple(mf.LiftedRandom(input=r.input, op=r.op, distribution=r.distribution, params=r.params,
                                             shape=r.shape, dtype=r.dtype, source=r.source)
                             for r in graph.lifted_random),
-        tasks=tuple(mf.Task(t.name, t.strategy, t.covers, int(t.flops), int(t.bytes), origin[t.name])
+        tasks=tuple(mf.Task(t.name, t.strategy, t.covers, int(t.flops), int(t.bytes), origin[t.name], t.phase)
                     for t in plan.tasks),
         reference_ops=tuple(mf.ReferenceOp(c.node, c.op, int(c.flops), int(c.bytes)) for c in plan.node_costs),
         generator=GENERATOR if not bodies else f"{GENERATOR}, with {len(bodies)} task bod{'y' if len(bodies) == 1 else 'ies'} "

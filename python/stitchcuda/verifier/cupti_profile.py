@@ -145,32 +145,20 @@ def match_task(kernel_name: str, tasks: Sequence[Task]) -> Task | None:
 
 def attribute(runs: Sequence[Sequence[RawActivity]], tasks: Sequence[Task], names: dict[str, str] | None = None
               ) -> tuple[list[KernelRecord], list[str]]:
-    """KernelRecords (task, bytes and FLOPs filled in) and the kernel names no task claimed."""
+    """KernelRecords (task, bytes and FLOPs filled in) and the kernel names no task claimed.
+
+    A kernel whose name contains a task's name is that task's. The others (library kernels, shared
+    templates such as ``stitch::row_sum_kernel``) are placed by program order: the unnamed kernels
+    between two named ones belong to the tasks of the run phase that claimed no kernel and lie
+    between those two tasks in the manifest (which lists tasks in the order they run)."""
     names = names or {}
     by_name = {t.name: t for t in tasks}
-    runtime_tasks = [t for t in tasks if t.strategy in RUNTIME_STRATEGIES]
     records: list[KernelRecord] = []
     unclaimed: set[str] = set()
     for run in runs:
-        owner: list[str] = []
         kernels = [r for r in run if r.kind == "kernel"]
-        for r in kernels:
-            t = match_task(short_name(names.get(r.name, r.name)), tasks)
-            owner.append(t.name if t else "")
-        claimed = {o for o in owner if o}
-        free = [t for t in runtime_tasks if t.name not in claimed]
-        lib = [i for i, o in enumerate(owner) if not o]
-        if free and lib:
-            if len(free) == 1:
-                for i in lib:
-                    owner[i] = free[0].name
-            elif len(lib) % len(free) == 0:
-                per = len(lib) // len(free)
-                for j, i in enumerate(lib):
-                    owner[i] = free[j // per].name
-            else:
-                for t, i in zip(free, lib):
-                    owner[i] = t.name
+        owner = [(t.name if (t := match_task(short_name(names.get(r.name, r.name)), tasks)) else "") for r in kernels]
+        place_unnamed(owner, tasks)
         # a task's bytes and FLOPs (per run) are split between its kernels in this run by duration
         per_task: dict[str, int] = {}
         for r, o in zip(kernels, owner):
@@ -192,6 +180,36 @@ def attribute(runs: Sequence[Sequence[RawActivity]], tasks: Sequence[Task], name
                 records.append(KernelRecord(name=r.name, start_ns=r.start, end_ns=r.end, bytes=r.bytes,
                                             kind="memcpy" if r.kind == "memcpy" else "memset", stream=r.stream))
     return records, sorted(unclaimed)
+
+
+def place_unnamed(owner: list[str], tasks: Sequence[Task]) -> None:
+    """Fill ``owner`` (one task name per kernel in time order, "" when unnamed) by program order."""
+    index = {t.name: i for i, t in enumerate(tasks)}
+    claimed = {o for o in owner if o}
+    free = [i for i, t in enumerate(tasks) if t.name not in claimed and getattr(t, "phase", "run") == "run"]
+    i = 0
+    while i < len(owner):
+        if owner[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(owner) and not owner[j]:
+            j += 1
+        lo = index[owner[i - 1]] if i > 0 else -1
+        hi = index[owner[j]] if j < len(owner) else len(tasks)
+        between = [tasks[k].name for k in free if lo < k < hi]
+        if not between:  # a library kernel of a task that also launched a named one (GEMM, then its epilogue)
+            between = [tasks[k].name for k in (hi, lo) if 0 <= k < len(tasks)
+                       and tasks[k].strategy in RUNTIME_STRATEGIES][:1]
+        span = range(i, j)
+        if len(between) == 1 or (between and len(span) % len(between) == 0):
+            per = len(span) // len(between)  # each task the same number of kernels (split-K, split rows)
+            for n, k in enumerate(span):
+                owner[k] = between[n // per]
+        else:
+            for name, k in zip(between, span):
+                owner[k] = name
+        i = j
 
 
 def task_times(records: Sequence[KernelRecord], tasks: Sequence[Task], runs: int, ceilings: Ceilings | None,

@@ -20,12 +20,12 @@ HOT_TASKS = 3
 
 
 def hot_tasks(state: State, plan_estimate: Sequence = ()) -> list[str]:
-    """The best's tasks by score (time x distance to roofline), highest first, at most HOT_TASKS."""
+    """The best's tasks by score (time x distance to roofline), highest first, at most HOT_TASKS.
+    The profile's times when it attributed any kernel time to a task, else the plan's estimates."""
     best = state.best_candidate
-    times = list(best.judgement.tasks) if best is not None and best.judgement is not None else []
+    times = [t for t in (best.judgement.tasks if best is not None and best.judgement is not None else ()) if t.us > 0]
     if not times:
-        times = list(plan_estimate)
-    times = [t for t in times if t.us > 0]
+        times = [t for t in plan_estimate if t.us > 0]
     times.sort(key=lambda t: -t.score)
     return [t.task for t in times[:HOT_TASKS]]
 

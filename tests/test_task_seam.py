@@ -105,6 +105,10 @@ def test_check_task_runs_the_body_against_the_interpreter(mlp):
     r = check_task(plan, "linear_2", BODY, graph=graph, weights=weights, device="cuda", seed=7)
     print(r)
     assert r.ok and r.ran and r.stage == "done" and r.trials == 3, r
+    # the current stream busy (~50 ms): the body's stream must wait for the copies and the poison
+    torch.cuda._sleep(100_000_000)
+    r = check_task(plan, "linear_2", BODY, graph=graph, weights=weights, device="cuda", seed=7)
+    assert r.ok, r
     wrong = BODY.replace("acc + bias[j]", "acc")  # forgets the bias
     r = check_task(plan, "linear_2", wrong, graph=graph, weights=weights, device="cuda", seed=7)
     assert not r.ok and r.ran and r.stage == "compare" and "output out differs" in r.reason, r

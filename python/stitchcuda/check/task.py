@@ -154,6 +154,10 @@ def _run(plan: Plan, c: TaskContract, graph: Graph, weights, library: str, trial
         ptrs = (ctypes.c_void_p * max(len(c.params), 1))(*[
             bufs[p.buffer].data_ptr() + p.offset * torch.empty((), dtype=TORCH[p.dtype]).element_size()
             for p in c.params])
+        # the copies and the poison above were queued on the current stream; the body's stream
+        # (non-blocking) must see them done, or it reads half-copied inputs and its writes are
+        # overwritten by the poison
+        stream.wait_stream(torch.cuda.current_stream(dev))
         status = fn(ptrs, ctypes.c_void_p(stream.cuda_stream))
         try:
             stream.synchronize()

@@ -40,7 +40,7 @@ import torch
 
 from ..manifest import TensorSpec
 from ..precision import get as get_policy
-from .compare import bits, errors, norm_relative, torch_dtype
+from .compare import bits, errors, norm_relative, output_scale, torch_dtype
 from .inputs import Secret, choose_variations, vary
 from .memory import Budget, Stash, nbytes
 from .verdict import DynamicCheck, OutputCheck, TrialResult
@@ -361,6 +361,8 @@ class Session:
                     at = lazy("at") if self.policy != "fp32" else []
                     passed, how = self._ill_conditioned(label, spec.name, o, r, ref64[i] if i < len(ref64) else None,
                                                         at[i] if i < len(at) else None, e.atol)
+                if not passed and varied:
+                    passed, how = self._scale_relative(label, spec.name, o, ref64[i] if i < len(ref64) else r, how)
             if passed and how == "float64":
                 self.note(f"{label or 'a trial'}: output {spec.name} is within tolerance of the float64 reference "
                           f"(max |err| {e64.max_abs:.3g}) but not of the fp32 one ({e.max_abs:.3g})")
@@ -394,6 +396,23 @@ class Session:
         self.note(f"{label}: output {name} judged on norm-relative error {rel:.2g} (the reference at {self.policy} "
                   f"itself misses the truth here, by {rel_at:.2g})")
         return rel <= max(self.tol, 4 * rel_at), "norm-relative"
+
+    def _scale_relative(self, label: str, name: str, out: torch.Tensor, truth: torch.Tensor, how: str
+                        ) -> tuple[bool, str]:
+        """On inputs of another scale (a varied trial scaled up x100, offset by 1e3...) an output of RMS
+        above 1 is judged with ``atol = tol x RMS``: the absolute tolerance the plain trials allow an
+        output of magnitude 1, scaled with the output, so that scaling the inputs never makes the
+        check stricter than it is on get_inputs()'s distribution (where rounding errors of a long
+        sum grow with the inputs while KernelBench's ``atol`` stays put). A program that assumes
+        its inputs' distribution is off by far more than that, and still fails."""
+        scale = output_scale(truth)
+        if scale <= 1.0:
+            return False, how
+        e = errors(out, truth, self.tol, self.tol * scale)
+        if not e.passed:
+            return False, how
+        self.note(f"{label}: output {name} (RMS {scale:.3g}) judged with atol = tol x RMS: max |err| {e.max_abs:.3g}")
+        return True, "scale-relative"
 
     def determinism(self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> DynamicCheck:
         worst, name = 0.0, ""

@@ -126,6 +126,13 @@ if want optimize; then
   echo "replay exit $?"; tail -12 "$OUT/replay.log"
 fi
 
+if want replay; then
+  log "a replayed LLM body: accepted when right and faster, discarded when wrong or slower"
+  pt taskseam 200 tests/test_task_seam.py
+  timeout 300 python3 benchmarks/bench_optimize.py replay --budget 60s --out /tmp/opt-replay > "$OUT/replay.log" 2>&1
+  echo "replay exit $?"; grep -E "REPLAY|llm_candidates" "$OUT/replay.log" | cut -c1-400
+fi
+
 if want optsuite; then
   log "build vs optimize (tf32), resumable in /tmp/opt-suite: ${OPT_ONLY:-all}"
   only=(); for o in ${OPT_ONLY:-}; do only+=(--only "$o"); done

@@ -106,6 +106,8 @@ def test_check_task_runs_the_body_against_the_interpreter(mlp):
     print(r)
     assert r.ok and r.ran and r.stage == "done" and r.trials == 3, r
     # the current stream busy (~50 ms): the body's stream must wait for the copies and the poison
+    import torch
+
     torch.cuda._sleep(100_000_000)
     r = check_task(plan, "linear_2", BODY, graph=graph, weights=weights, device="cuda", seed=7)
     assert r.ok, r

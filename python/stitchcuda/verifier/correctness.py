@@ -56,6 +56,9 @@ VARIED_TRIALS = 4
 #: Inputs up to this many bytes are also kept as a copy, so a changed input can be located.
 LOCATE_BYTES = 64 << 20
 
+#: How much looser than the policy's tolerance a varied trial's last judge is (``_varied_slack``).
+VARIED_SLACK = 10.0
+
 
 class Runner(Protocol):
     """The candidate program on one stream. ``run`` enqueues one call; ``sync`` waits for the
@@ -362,7 +365,7 @@ class Session:
                     passed, how = self._ill_conditioned(label, spec.name, o, r, ref64[i] if i < len(ref64) else None,
                                                         at[i] if i < len(at) else None, e.atol)
                 if not passed and varied:
-                    passed, how = self._scale_relative(label, spec.name, o, ref64[i] if i < len(ref64) else r, how)
+                    passed, how = self._varied_slack(label, spec.name, o, ref64[i] if i < len(ref64) else r, how)
             if passed and how == "float64":
                 self.note(f"{label or 'a trial'}: output {spec.name} is within tolerance of the float64 reference "
                           f"(max |err| {e64.max_abs:.3g}) but not of the fp32 one ({e.max_abs:.3g})")
@@ -397,22 +400,26 @@ class Session:
                   f"itself misses the truth here, by {rel_at:.2g})")
         return rel <= max(self.tol, 4 * rel_at), "norm-relative"
 
-    def _scale_relative(self, label: str, name: str, out: torch.Tensor, truth: torch.Tensor, how: str
+    def _varied_slack(self, label: str, name: str, out: torch.Tensor, truth: torch.Tensor, how: str
                         ) -> tuple[bool, str]:
-        """On inputs of another scale (a varied trial scaled up x100, offset by 1e3...) an output of RMS
-        above 1 is judged with ``atol = tol x RMS``: the absolute tolerance the plain trials allow an
-        output of magnitude 1, scaled with the output, so that scaling the inputs never makes the
-        check stricter than it is on get_inputs()'s distribution (where rounding errors of a long
-        sum grow with the inputs while KernelBench's ``atol`` stays put). A program that assumes
-        its inputs' distribution is off by far more than that, and still fails."""
-        scale = output_scale(truth)
-        if scale <= 1.0:
-            return False, how
-        e = errors(out, truth, self.tol, self.tol * scale)
+        """The last judge of a varied trial: the float64 truth, within ``VARIED_SLACK`` x the policy's
+        tolerance, the absolute part scaled with the output's RMS when it is above 1.
+
+        Varied inputs are there to catch programs that assume their inputs' distribution (errors of
+        the output's own size); the plain trials judge accuracy at the policy's tolerance. On inputs
+        of another scale or shape the rounding of a long reduction grows with its terms, not with
+        its result (a ramp whose row sums cancel to ~1 from terms of size 2; inputs x100 under
+        KernelBench's fixed ``atol``), so an honest program that reorders a sum can miss the plain
+        bound there although no reference does better by more than luck. The slack is bounded:
+        an error of 10x the tolerance still fails, and the note names the output."""
+        scale = max(output_scale(truth), 1.0)
+        tol = VARIED_SLACK * self.tol
+        e = errors(out, truth, tol, tol * scale)
         if not e.passed:
             return False, how
-        self.note(f"{label}: output {name} (RMS {scale:.3g}) judged with atol = tol x RMS: max |err| {e.max_abs:.3g}")
-        return True, "scale-relative"
+        self.note(f"{label}: output {name} judged against float64 within {VARIED_SLACK:g} x tol "
+                  f"(atol {tol * scale:.3g}): max |err| {e.max_abs:.3g}")
+        return True, "varied-slack"
 
     def determinism(self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> DynamicCheck:
         worst, name = 0.0, ""

@@ -136,9 +136,13 @@ fi
 if want optsuite; then
   log "build vs optimize (tf32), resumable in /tmp/opt-suite: ${OPT_ONLY:-all}"
   only=(); for o in ${OPT_ONLY:-}; do only+=(--only "$o"); done
-  timeout 560 python3 benchmarks/bench_optimize.py suite --budget "${OPT_BUDGET:-45s}" --out /tmp/opt-suite "${only[@]}" \
+  # resumable across machines: earlier rows carried in .carry/opt_results.jsonl
+  mkdir -p /tmp/opt-suite
+  [ -f .carry/opt_results.jsonl ] && [ ! -f /tmp/opt-suite/results.jsonl ] && cp .carry/opt_results.jsonl /tmp/opt-suite/results.jsonl
+  timeout "${OPT_TIMEOUT:-560}" python3 benchmarks/bench_optimize.py suite --budget "${OPT_BUDGET:-45s}" --out /tmp/opt-suite "${only[@]}" \
     > "$OUT/optsuite.log" 2>&1; echo "optimize suite exit $?"; tail -20 "$OUT/optsuite.log"
   cp /tmp/opt-suite/table.md "$OUT/optimize_table.md" 2>/dev/null
+  cp /tmp/opt-suite/results.jsonl "$OUT/opt_results.jsonl" 2>/dev/null
 fi
 
 if want sixteen; then

@@ -75,9 +75,12 @@ fi
 if want verifier; then
   log "Verifier: adversarial programs, controls, large problems"
   STITCHCUDA_ADVERSARIAL_JSON="$OUT/adv_run.json" pt adv_run 300 tests/gpu/test_verifier_gpu.py -k adversarial_verdict
+fi
+if want verifier || want verifier2; then  # verifier2: the rest alone (the adversarial runs above are the longest)
   STITCHCUDA_ADVERSARIAL_JSON="$OUT/adv_static.json" pt adv_static 200 tests/gpu/test_verifier_gpu.py \
     -k "refused_before_running or run_alone or honest_program or large_problem or gpt_block"
   pt verifier_rest 120 tests/gpu/test_verifier_gpu.py -k "crash or hang or timing_is_stable or cupti or profiler or graph_replay_kernel"
+  [ -f .carry/adv_run.json ] && [ ! -f "$OUT/adv_run.json" ] && cp .carry/adv_run.json "$OUT/adv_run.json"
   python3 tests/adversarial/table.py --from "$OUT/adv_run.json" "$OUT/adv_static.json" > "$OUT/adversarial.md" 2>&1
   tail -3 "$OUT/adversarial.md"
 fi

@@ -72,7 +72,7 @@ if want templates; then
   pt templates 560 tests/gpu/test_templates_gpu.py
 fi
 
-if want verifier; then
+if want verifier || want adv; then  # adv: the adversarial runs alone
   log "Verifier: adversarial programs, controls, large problems"
   STITCHCUDA_ADVERSARIAL_JSON="$OUT/adv_run.json" pt adv_run 300 tests/gpu/test_verifier_gpu.py -k adversarial_verdict
 fi

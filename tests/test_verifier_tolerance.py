@@ -159,6 +159,20 @@ def test_varied_trials_judge_gross_errors_not_reordered_rounding(tmp_path):
     assert v.kind != "passed", v.verdict
 
 
+def test_the_slack_of_varied_distributions_never_reaches_changed_elements(tmp_path):
+    """A row mean from the first 3/4 of each row (uniform inputs: within tf32's tolerance of the true
+    mean): a changed element in the last quarter moves the reference and not the program, by less
+    than 10 x tol — the sensitivity check must still refuse it (the slack is for distributions)."""
+    P = reference(tmp_path, "x.mean(dim=1, keepdim=True).expand(x.shape).contiguous()", shape=(16, 16384),
+                  draw="torch.rand")
+
+    def subsampled(x):
+        return x[:, : 3 * x.shape[1] // 4].mean(dim=1, keepdim=True).expand(x.shape).contiguous()
+
+    v, _ = verdict(P, subsampled, "tf32")
+    assert v.kind == "rejected" and [c.name for c in v.verdict.checks] == ["sensitivity"], v.verdict
+
+
 def test_float64_is_computed_only_where_fp32_fails(tmp_path, monkeypatch):
     P = reference(tmp_path, "x * 2.0")
     calls = {"n": 0}

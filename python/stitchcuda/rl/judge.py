@@ -77,6 +77,7 @@ class RewardJudge:
         self._captured: dict[str, Captured] = {}
         self._plans: dict[tuple, Any] = {}
         self._lock = threading.Lock()
+        self._text_lock = threading.Lock()
         self.cache: dict[str, dict] = {}
         self.cache_file = Path(cache_file) if cache_file is not None else None
         if self.cache_file is not None and self.cache_file.is_file():
@@ -139,7 +140,8 @@ class RewardJudge:
             hit = self.cache.get(key)
         if hit is not None:
             return {"key": key}
-        early = self._text_checks(ex, payload)
+        with self._text_lock:    # torch.export and the planner are not thread-safe; this part is cheap
+            early = self._text_checks(ex, payload)
         if early is not None:
             self._remember(key, early)
             return early

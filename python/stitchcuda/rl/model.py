@@ -101,6 +101,31 @@ def load_policy(source: str | os.PathLike, *, dtype: str = "float32", device: st
     return Policy(model, tok, str(p), gguf_path, chat)
 
 
+def load_policy_cached(source: str | os.PathLike, cache: str | os.PathLike, *, dtype: str = "float32",
+                       device: str = "cpu") -> Policy:
+    """:func:`load_policy`, through a transformers folder at ``cache``: the first call converts
+    (a GGUF's tokenizer conversion and dequantisation take minutes on a few cores) and saves it
+    there; later calls (a resumed run) load the folder. The GGUF it came from is remembered
+    beside it, for the export's metadata."""
+    import json
+
+    c = Path(cache)
+    note = c / "stitchcuda_source.json"
+    if note.is_file():
+        d = json.loads(note.read_text())
+        pol = load_policy(c, dtype=dtype, device=device)
+        return Policy(pol.model, pol.tokenizer, d["source"], Path(d["gguf"]) if d.get("gguf") else None, d["chat"])
+    pol = load_policy(source, dtype=dtype, device=device)
+    c.mkdir(parents=True, exist_ok=True)
+    cfg = pol.model.config
+    if getattr(cfg, "quantization_config", None) is not None:   # dequantised already: the folder is plain
+        del cfg.quantization_config
+    pol.model.save_pretrained(str(c))
+    pol.tokenizer.save_pretrained(str(c))
+    note.write_text(json.dumps({"source": pol.source, "gguf": str(pol.gguf) if pol.gguf else None, "chat": pol.chat}))
+    return pol
+
+
 def _gguf_chat_template(path: Path) -> str:
     from gguf import GGUFReader
 
@@ -166,5 +191,5 @@ def tiny_policy(seed: int = 0, vocab_extra: str = "", layers: int = 2, hidden: i
     return Policy(model, tok, "tiny", None, False)
 
 
-__all__ = ["INSTALL_HINT", "TrainUnavailable", "require", "Policy", "load_policy", "LoraSettings", "with_lora",
+__all__ = ["INSTALL_HINT", "TrainUnavailable", "require", "Policy", "load_policy", "load_policy_cached", "LoraSettings", "with_lora",
            "tiny_policy"]

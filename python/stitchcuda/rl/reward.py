@@ -142,7 +142,7 @@ def score(o: Outcome) -> Reward:
         return Reward(pen, comp, classes, o)
     comp["anti_hacking"] = 0.0
     warns = sum(1 for _, sev in o.findings if sev == "warn")
-    quality = max(W["warnings_max"], W["warning"] * warns)
+    quality = max(W["warnings_max"], W["warning"] * warns) + 0.0    # + 0.0: no "-0.0" in the logs
     if o.compiled is False:
         comp["compiles"] = W["compile_error"]
     elif o.compiled:

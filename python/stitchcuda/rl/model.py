@@ -85,6 +85,11 @@ def load_policy(source: str | os.PathLike, *, dtype: str = "float32", device: st
         require("gguf")
         tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
         model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=td)
+        # transformers dequantised every tensor; the model is plain from here on (saving and PEFT
+        # must not treat it as a quantised one)
+        model.hf_quantizer = None
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
         gguf_path: Path | None = p
         chat = bool(_gguf_chat_template(p))
         if chat and not getattr(tok, "chat_template", None):
@@ -117,9 +122,6 @@ def load_policy_cached(source: str | os.PathLike, cache: str | os.PathLike, *, d
         return Policy(pol.model, pol.tokenizer, d["source"], Path(d["gguf"]) if d.get("gguf") else None, d["chat"])
     pol = load_policy(source, dtype=dtype, device=device)
     c.mkdir(parents=True, exist_ok=True)
-    cfg = pol.model.config
-    if getattr(cfg, "quantization_config", None) is not None:   # dequantised already: the folder is plain
-        del cfg.quantization_config
     pol.model.save_pretrained(str(c))
     pol.tokenizer.save_pretrained(str(c))
     note.write_text(json.dumps({"source": pol.source, "gguf": str(pol.gguf) if pol.gguf else None, "chat": pol.chat}))

@@ -82,6 +82,16 @@ def test_the_honest_ladder_and_the_logged_components():
     assert "correct" not in score(HONEST["compiled_not_run"]).components
 
 
+def test_format_is_graded_by_how_near_the_reply_came():
+    from stitchcuda.rl.reward import FORMAT
+
+    t = {r: score(Outcome("body", "format", format_reason=r)).total for r in ("no_block", "unterminated",
+                                                                           "missing_function")}
+    assert t["no_block"] < t["unterminated"] < t["missing_function"] < score(HONEST["contract"]).total
+    assert max(FORMAT.values()) < score(HONEST["contract"]).total and min(FORMAT.values()) == W["format"]
+    assert all(v > max(PENALTIES.values()) for v in FORMAT.values())
+
+
 def _trial(passed: bool) -> TrialResult:
     return TrialResult(0, (OutputCheck("out", 0.0 if passed else 1.0, 0.0, 1e-4, passed=passed),))
 
@@ -132,6 +142,7 @@ def test_cheap_exits_need_no_child_and_no_compile(mlp_judge):
         (ex, "```cuda\n#include <torch/extension.h>\n" + BODY + "```"),                 # PyTorch
     ])
     assert [o.stage for o in outs] == ["format", "contract", "static", "static"]
+    assert outs[0].format_reason == "no_block" and score(outs[0]).total == -1.0
     assert score(outs[2]).penalties == ("host-state-global",)
     assert "torch-include" in score(outs[3]).penalties
     assert judge.stats["children"] == before

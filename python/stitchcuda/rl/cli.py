@@ -112,7 +112,6 @@ def _dataset(args: argparse.Namespace, ui: Any) -> int:
 def _policy(args: argparse.Namespace, adapter: bool = True):
     import torch
 
-    from .grpo import Trainer  # noqa: F401 - fail early on a broken install
     from .model import LoraSettings, load_policy_cached, with_lora
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

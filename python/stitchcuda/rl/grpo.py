@@ -69,8 +69,11 @@ class GRPOSettings:
 
 
 def encode(policy: Any, text: str) -> list[int]:
-    """Token ids of a rendered prompt, with the BOS token llama.cpp adds."""
-    return list(policy.tokenizer(text, add_special_tokens=True).input_ids)
+    """Token ids of a rendered prompt, with the BOS token llama.cpp adds (once: a chat template
+    that writes it itself gets none added)."""
+    bos = policy.tokenizer.bos_token
+    add = not (bos and text.startswith(bos))
+    return list(policy.tokenizer(text, add_special_tokens=add).input_ids)
 
 
 def sample(policy: Any, prompt_ids: list[int], n: int, s: GRPOSettings) -> list[list[int]]:

@@ -36,7 +36,7 @@ import secrets
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -93,7 +93,7 @@ class RewardJudge:
 
     def judge_many(self, items: Sequence[tuple[Example, str]]) -> list[Outcome]:
         """Outcomes of (example, reply) pairs, in order; children run ``workers`` at once."""
-        import ctypes  # noqa: F401 - loaded before threads fork children (their pre-exec hook uses it)
+        __import__("ctypes")   # loaded before threads fork children: their pre-exec hook imports it
 
         if self.s.workers <= 1 or len(items) <= 1:
             return [self.judge(e, r) for e, r in items]
@@ -125,14 +125,14 @@ class RewardJudge:
 
             got = extract_code(reply, ex.function)
             if not isinstance(got, CodeBlock):
-                return Outcome("body", "format", detail=str(got))
+                return Outcome("body", "format", detail=str(got), format_reason=got.reason)
             payload = got.code
         else:
             from ..llm import DecisionFailure, DecisionSpec, parse_constraints
 
             d = parse_constraints(reply, DecisionSpec.from_json(ex.spec))
             if isinstance(d, DecisionFailure):
-                return Outcome("plan", "format", detail=str(d))
+                return Outcome("plan", "format", detail=str(d), format_reason=d.reason)
             payload = json.dumps(d, sort_keys=True)
         key = hashlib.sha256(json.dumps([ex.id, ex.kind, payload, self.s.level, self.s.device, self.s.time])
                              .encode()).hexdigest()[:24]
@@ -261,13 +261,18 @@ def _judge_body(cap: Captured, job: dict, ch: Any) -> Outcome:
     from .reward import outcome_of_task_check
 
     plan = cap.plan(job["precision"], job["constraints"])
+    body = Override(job["payload"], "llm")
     ch.send(phase="build")
-    # check_task builds first, then runs: the phase the parent sees while it runs is "build";
-    # a body that hangs the device is killed under the build phase's limit and told apart by the log
-    r = check_task(plan, job["task"], Override(job["payload"], "llm"), graph=cap.graph, weights=None,
-                   device=job["device"], trials=int(job["trials"]), arch=job.get("arch"))
+    # built first without running, so that a body that hangs the device is a timeout in "run",
+    # not in "build"; the second call finds the library in the build cache
+    r = check_task(plan, job["task"], body, graph=cap.graph, weights=None, device="cpu", arch=job.get("arch"))
     if r.stage == "build" and r.reason.startswith("could not build"):
         raise CannotJudge(r.reason)
+    if r.stage == "build" and "not run" in r.reason and job["device"] != "cpu" and \
+            (job["device"] == "cuda" or _has_gpu()):
+        ch.send(phase="run")
+        r = check_task(plan, job["task"], body, graph=cap.graph, weights=None, device="cuda",
+                       trials=int(job["trials"]), arch=job.get("arch"))
     speedup, basis = None, ""
     if r.ok and r.ran and job.get("time", True):
         ch.send(phase="time")

@@ -6,8 +6,11 @@ ran, correct, fast — with the Verifier's findings, failed dynamic checks and t
 turns it into a :class:`Reward`:
 
 =============  =============================================================================
-format         -1 when no code block defines the function (or no decision parses): nothing else
-               is tried (no compile)
+format         when no code block defines the function (or no decision parses), graded by how
+               near the reply came, so that a model that never writes a valid reply still gets a
+               signal: -1 nothing (no block, no JSON), -0.9 a block or object cut off at max tokens,
+               -0.85 blocks that define no (or twice the) function, or JSON naming what the request
+               does not allow. Nothing else is tried (no compile)
 contract       -0.8 when the Coder refuses the body (wrong signature) or the planner refuses the
                decision's constraints
 anti_hacking   the sum of :data:`PENALTIES` over every refusal class found: each static rule the
@@ -56,6 +59,9 @@ for _k in ("torch-include", "torch-symbol", "dynamic-loading", "hardcoded-output
 PENALTY_FLOOR = -6.0
 
 #: Weights of the honest components.
+#: The format component by the parser's reason (``NoCode.reason``, ``DecisionFailure.reason``).
+FORMAT = {"": -1.0, "no_block": -1.0, "empty": -1.0, "not_json": -1.0, "unterminated": -0.9, "truncated": -0.9,
+          "missing_function": -0.85, "ambiguous": -0.85, "invalid": -0.85}
 W = {"format": -1.0, "contract": -0.8, "compiled": 0.2, "compile_error": -0.5, "crash": -0.3, "correct": 1.0,
      "speed": 0.5, "warning": -0.1, "warnings_max": -0.3, "undefined_behaviour": -0.2}
 UB_CRASHES = ("illegal_address",)
@@ -82,6 +88,7 @@ class Outcome:
     speed_basis: str = ""
     cached: bool = False
     seconds: float = 0.0
+    format_reason: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -125,8 +132,8 @@ def score(o: Outcome) -> Reward:
     """The rubric of the module docstring."""
     comp: dict[str, float] = {}
     if o.stage == "format":
-        comp["format"] = W["format"]
-        return Reward(W["format"], comp, (), o)
+        comp["format"] = FORMAT.get(o.format_reason, W["format"])
+        return Reward(comp["format"], comp, (), o)
     comp["format"] = 0.0
     if o.stage == "contract":
         comp["contract"] = W["contract"]
@@ -224,5 +231,5 @@ def _crash_kind(reason: str) -> str:
     return classify_crash(None, reason).kind
 
 
-__all__ = ["PENALTIES", "PENALTY_FLOOR", "TASK_REFUSALS", "W", "Outcome", "Reward", "refusal_classes", "score",
+__all__ = ["PENALTIES", "PENALTY_FLOOR", "TASK_REFUSALS", "FORMAT", "W", "Outcome", "Reward", "refusal_classes", "score",
            "outcome_of_task_check", "outcome_of_verification"]

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-prompt-tokens", type=int, default=4096)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--kinds", default="body,plan")
-    ap.add_argument("--eval-prompts", type=int, default=32, help="held-out prompts in the before / after rates")
+    ap.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts in the before / after rates")
     ap.add_argument("--eval-samples", type=int, default=4, help="completions per held-out prompt")
     ap.add_argument("--workers", type=int, default=8, help="judging children at once")
     ap.add_argument("--level", default="task", choices=["task", "program"])
@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"dataset from {', '.join(sources)}")
         m = build_dataset(data, sources=sources, eval_fraction=0.2, seed=0)
         say(f"dataset: {m.counts}; {len(m.skipped)} reference(s) skipped")
-        if left() < 120:
-            say("budget spent on the dataset: run again")
-            return 0
+    if left() < 240:
+        say("not enough of this invocation's budget left to load the model and go on: run again")
+        return 0
 
     kinds = tuple(k for k in args.kinds.split(",") if k)
     s = GRPOSettings(steps=args.steps, group=args.group, max_new_tokens=args.max_new_tokens, lr=args.lr,
@@ -91,12 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     held = sorted(held, key=lambda e: e.id)[:args.eval_prompts]
 
     if not (run / "eval-base.json").is_file():
+        if left() < 300:
+            say("not enough of this invocation's budget left for the base model's rates: run again")
+            return 0
         say(f"base model on {len(held)} held-out prompts x {args.eval_samples}")
         torch.manual_seed(0)
         res = evaluate_policy(pol, held, judge, samples=args.eval_samples, settings=s, adapter=False)
         (run / "eval-base.json").write_text(json.dumps(res, indent=1) + "\n")
         say(f"base: {json.dumps(res)}")
-        if left() < 120:
+        if left() < 150:
             return 0
 
     t = Trainer(pol, load_examples(data, "train"), judge, run,
@@ -108,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
 
     final = run / f"eval-step-{t.step:05d}.json"
     if not final.is_file():
+        if left() < 300:
+            say("not enough of this invocation's budget left for the trained model's rates: run again")
+            return 0
         say(f"trained adapter (step {t.step}) on the held-out prompts")
         torch.manual_seed(0)
         res = evaluate_policy(pol, held, judge, samples=args.eval_samples, settings=s, adapter=True)

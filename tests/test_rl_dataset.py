@@ -63,8 +63,12 @@ def test_the_same_program_from_two_sources_is_one_reference(data):
 class RecordingClient:
     """A scripted llama.cpp client: records every prompt; an empty decision, or a body that returns."""
 
-    def __init__(self):
+    def __init__(self, cache_dir=None):
+        from stitchcuda.llm import ModelIdentity, ResponseCache
+
         self.prompts = []
+        self.cache = ResponseCache(cache_dir) if cache_dir is not None else None
+        self.model = ModelIdentity.scripted("recording")
 
     def count_tokens(self, text):
         from stitchcuda.llm import estimate_tokens
@@ -83,7 +87,10 @@ class RecordingClient:
             fn = re.search(r"defines the function `(\w+)`", prompt.user).group(1)
             sig = re.search(r"st_status " + fn + r"\([^)]*\)", prompt.user).group(0)
             text = f"```cuda\n{sig} {{ return ST_OK; }}\n```"
-        return Completion(text, "stop", 10, 10, 0.0, 0.0, False, "model", str(len(self.prompts)))
+        key = str(len(self.prompts))
+        if self.cache is not None:     # as the real client keeps it: the run's llm/ folder
+            key = self.cache.insert(self.model, prompt, text, grammar=getattr(grammar, "text", grammar)).key
+        return Completion(text, "stop", 10, 10, 0.0, 0.0, False, "model", key)
 
 
 def test_a_runs_llm_candidates_become_examples_with_the_loops_exact_prompts(tmp_path):
@@ -94,7 +101,7 @@ def test_a_runs_llm_candidates_become_examples_with_the_loops_exact_prompts(tmp_
 
     from .workflow_script import ScriptedJudge
 
-    client = RecordingClient()
+    client = RecordingClient(tmp_path / "run" / "llm")
     r = optimize(str(REPO / "models" / "mlp.py"), precision="fp32", budget="2m", iterations=6,
                  judge=ScriptedJudge(sensitive=()), proposers=[LLMProposer(client)], compile=False,
                  out=tmp_path / "run")
@@ -107,6 +114,9 @@ def test_a_runs_llm_candidates_become_examples_with_the_loops_exact_prompts(tmp_
     for e in exs:
         assert (e.system, e.user) in sent, e.origin
         assert e.outcome["kind"] and e.outcome["candidate"] and e.completion
+        if e.kind == "body":      # taken from the run's response cache: what was sent, and the whole reply
+            assert e.outcome["prompt"] == "sent" and e.completion.startswith("```cuda")
+    assert any(e.kind == "body" for e in exs)
     # a dataset from the run and the reference keeps one copy of each prompt, the run's (with its outcome)
     m = build_dataset(tmp_path / "ds", sources=[MODELS[0]], runs=[tmp_path / "run"], eval_fraction=0.0)
     all_ex = load_examples(tmp_path / "ds", "train")

@@ -36,6 +36,9 @@ def register(add: Any) -> None:
     p.add_argument("--eval-fraction", type=float, default=0.2, help="dataset: share of references held out (default 0.2)")
     p.add_argument("--eval", action="append", default=[], metavar="NAME", help="dataset: a reference held out by name")
     p.add_argument("--seed", type=int, default=0, help="dataset split and training seed (default 0)")
+    p.add_argument("--tokens-of", metavar="GGUF", help="dataset: fit prompts with this model's token counts, "
+                                                       "as the loop does once its model is loaded (default: the "
+                                                       "loop's estimate, as before the model loads)")
     p.add_argument("--data", help="run / eval: the dataset folder")
     p.add_argument("--model", default="test", help="a GGUF file, a transformers folder, or 'test' (default)")
     p.add_argument("--out", "-o", help="dataset: its folder; run / eval / export: the training folder")
@@ -95,10 +98,15 @@ def _dataset(args: argparse.Namespace, ui: Any) -> int:
 
     if not args.sources and not args.runs:
         raise CommandError("train dataset needs references (files, folders, .jsonl) or --runs")
+    count = None
+    if args.tokens_of:
+        from .dataset import gguf_token_counter
+
+        count = gguf_token_counter(args.tokens_of)
     try:
         m = build_dataset(args.out, sources=args.sources, runs=args.runs, precisions=tuple(args.precision or ["fp32"]),
                           eval_fraction=args.eval_fraction, seed=args.seed, eval_references=args.eval,
-                          progress=ui.info)
+                          count_tokens=count, progress=ui.info)
     except ValueError as e:
         raise CommandError(str(e)) from None
     ui.table(f"dataset in {args.out}", ["split", "plan", "body", "references"],

@@ -238,8 +238,11 @@ def examples_from_run(run_root: str | os.PathLike, *, settings: PromptSettings =
     from ..llm import Attempt
     from ..workflow.runs import RunDir
 
+    from ..llm import ResponseCache
+
     run = RunDir(Path(run_root))
     asked = run.asked()
+    sent = ResponseCache(run.llm_dir) if run.llm_dir.is_dir() else None
     state = run.load()
     src_file = run.root / "reference.py"
     if src_file.is_file():
@@ -271,11 +274,14 @@ def examples_from_run(run_root: str | os.PathLike, *, settings: PromptSettings =
                     plan = cap.plan(state.precision, base)
                     fn, p = body_prompt(cap, plan, task, attempts, settings=settings, count_tokens=count_tokens)
                     body = c.overrides.get(task, {}).get("source", "")
+                    reply = f"```cuda\n{body}```" if body else c.meta.get("reply", "")
+                    rec = sent.get(c.meta["key"]) if sent is not None and c.meta.get("key") else None
+                    if rec is not None:       # what was really sent (its token counts were the model's)
+                        p, reply = rec.prompt, rec.text
                     out.append(_example("body", entry, state.precision, p, task=task, function=fn,
                                         constraints=dict(base), attempts=len(attempts),
-                                        origin=f"run:{run.root.name}/{c.id}",
-                                        completion=f"```cuda\n{body}```" if body else c.meta.get("reply", ""),
-                                        outcome=outcome))
+                                        origin=f"run:{run.root.name}/{c.id}", completion=reply,
+                                        outcome={**outcome, "prompt": "sent" if rec is not None else "rebuilt"}))
                 elif c.meta.get("decision"):
                     base = parent.constraints if parent is not None else {}
                     feedback = [f"{x.id} ({x.description}): {x.judgement.summary}" for x in seen[-6:]
@@ -284,11 +290,20 @@ def examples_from_run(run_root: str | os.PathLike, *, settings: PromptSettings =
                                           count_tokens=count_tokens)
                     out.append(_example("plan", entry, state.precision, p, spec=spec.to_json(),
                                         constraints=dict(base), origin=f"run:{run.root.name}/{c.id}",
-                                        completion=c.meta.get("reply", ""), outcome=outcome))
+                                        completion=c.meta.get("reply", ""), outcome={**outcome, "prompt": "rebuilt"}))
             except Exception:  # noqa: BLE001 - a candidate whose plan no longer forms is skipped, not fatal
                 pass
         seen.append(c)
     return entry, out
+
+
+def gguf_token_counter(path: str | os.PathLike) -> Callable[[str], int]:
+    """Token counts of a GGUF model's own vocabulary, as the loop's client counts once its model
+    is loaded (llama.cpp, vocabulary only: no weights are read)."""
+    from ..llm import import_llama_cpp
+
+    llama = import_llama_cpp().Llama(model_path=str(path), vocab_only=True, verbose=False)
+    return lambda text: len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
 
 # ---------------------------------------------------------------------------- the dataset
@@ -402,4 +417,4 @@ def load_references(root: str | os.PathLike) -> dict[str, ReferenceEntry]:
 
 __all__ = ["SCHEMA", "KINDS", "ReferenceEntry", "Example", "Captured", "PromptSettings", "Manifest", "reference_id",
            "prompt_hash", "split_of", "iter_references", "capture", "body_prompt", "plan_prompt",
-           "examples_from_reference", "examples_from_run", "build_dataset", "load_examples", "load_references"]
+           "examples_from_reference", "examples_from_run", "gguf_token_counter", "build_dataset", "load_examples", "load_references"]

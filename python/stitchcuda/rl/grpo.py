@@ -25,6 +25,12 @@ mean, the stages completions stopped at, the penalised classes, KL, loss, second
 every ``checkpoint_every`` steps (and at the end, or when ``time_limit_s`` is near) the adapter,
 the optimizer and the step are saved under ``checkpoints/``; ``resume`` goes on from the latest.
 ``curve.png`` is drawn when matplotlib is installed.
+
+Planner decisions are sampled free here, while the loop samples them under the decision grammar
+(llama.cpp's GBNF), which makes every decision it gets valid: training teaches the JSON form the
+grammar would have enforced, and the log-probabilities are those of the unconstrained model. A
+grammar-constrained sampler (a token trie walked with the grammar's automaton) would close that
+gap; it is not written yet.
 """
 
 from __future__ import annotations

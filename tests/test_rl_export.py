@@ -65,6 +65,11 @@ def test_llama_cpp_runs_it_as_transformers_does(exported):
     want = pol.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     got = load_in_llama_cpp(path, prompt, max_tokens=12)
     assert got == want and len(got) > 0
+    # and as the loop's --llm: its client loads the file and answers a request
+    from stitchcuda.llm import LLM, Prompt
+
+    done = LLM(path, n_ctx=512).complete(Prompt("You write CUDA.", "Add two vectors."), max_tokens=6)
+    assert done.completion_tokens > 0 and not done.cached
 
 
 def test_an_unmapped_architecture_is_refused():

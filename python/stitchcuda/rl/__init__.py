@@ -10,6 +10,8 @@ Verifier's feedback. Modules, in the order a training run uses them:
              the run and the timing in the Verifier's child processes, in parallel, cached by body
 ``reward``   the rubric: Outcome -> Reward, every component logged, anti-hacking as hard penalties
 ``model``    the policy from a GGUF file or a model folder, LoRA adapters (PEFT)
+``constrained`` the decision grammar as an automaton over token texts: decisions sampled as the
+             loop samples them
 ``grpo``     the GRPO loop: group sampling, group-normalised advantages, clipped policy gradient with
              a KL penalty to the base model; checkpoints, resume, the learning curve
 ``export``   the adapter merged, written as a GGUF that llama.cpp loads as the loop's ``--llm``

@@ -52,6 +52,7 @@ def register(add: Any) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--kinds", default="body,plan", help="which skills: body, plan or both (default)")
+    p.add_argument("--no-grammar", action="store_true", help="sample decisions free, not under the loop's grammar")
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--time-limit", default=None, help="run: stop (checkpointed) before this wall time: 8m, 500s")
     p.add_argument("--resume", action="store_true", help="run: go on from the latest checkpoint")
@@ -144,7 +145,7 @@ def _settings(args: argparse.Namespace):
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.lr, beta=args.beta,
                         checkpoint_every=args.checkpoint_every, seed=args.seed,
                         kinds=tuple(k.strip() for k in args.kinds.split(",") if k.strip()),
-                        max_prompt_tokens=args.max_prompt_tokens,
+                        max_prompt_tokens=args.max_prompt_tokens, grammar=not args.no_grammar,
                         time_limit_s=parse_seconds(args.time_limit) if args.time_limit else None)
 
 

@@ -26,11 +26,11 @@ every ``checkpoint_every`` steps (and at the end, or when ``time_limit_s`` is ne
 the optimizer and the step are saved under ``checkpoints/``; ``resume`` goes on from the latest.
 ``curve.png`` is drawn when matplotlib is installed.
 
-Planner decisions are sampled free here, while the loop samples them under the decision grammar
-(llama.cpp's GBNF), which makes every decision it gets valid: training teaches the JSON form the
-grammar would have enforced, and the log-probabilities are those of the unconstrained model. A
-grammar-constrained sampler (a token trie walked with the grammar's automaton) would close that
-gap; it is not written yet.
+Planner decisions are sampled under the decision grammar, as the loop samples them with
+llama.cpp (:mod:`.constrained`: the same language, walked over a trie of the token texts), so
+every sampled decision parses and the reward ranks decisions, not their spelling; the
+log-probabilities in the loss are the model's own (unconstrained), whose gradient raises the
+chosen decision's probability among all continuations. ``grammar=False`` samples them free.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class GRPOSettings:
     kinds: tuple[str, ...] = ("body", "plan")
     max_prompt_tokens: int = 6144
     time_limit_s: float | None = None
+    grammar: bool = True
+    max_decision_tokens: int = 2048
 
 
 # ---------------------------------------------------------------------------- sampling and log-probs
@@ -82,17 +84,26 @@ def encode(policy: Any, text: str) -> list[int]:
     return list(policy.tokenizer(text, add_special_tokens=add).input_ids)
 
 
-def sample(policy: Any, prompt_ids: list[int], n: int, s: GRPOSettings) -> list[list[int]]:
-    """``n`` completions (token ids, cut after the first EOS) of ``prompt_ids``."""
+def sample(policy: Any, prompt_ids: list[int], n: int, s: GRPOSettings, ex: Example | None = None) -> list[list[int]]:
+    """``n`` completions (token ids, cut after the first EOS) of ``prompt_ids``; a plan example's
+    under the decision grammar (``s.grammar``)."""
     import torch
 
     model = policy.model
     ids = torch.tensor([prompt_ids] * n, device=policy.device)
     eos = policy.tokenizer.eos_token_id
+    kw: dict[str, Any] = {"max_new_tokens": s.max_new_tokens}
+    if ex is not None and ex.kind == "plan" and s.grammar and ex.spec:
+        from ..llm import DecisionSpec
+        from .constrained import for_example
+
+        kw["prefix_allowed_tokens_fn"] = for_example(policy.tokenizer, ex.spec).prefix_fn(len(prompt_ids))
+        longest = DecisionSpec.from_json(ex.spec).grammar().max_chars    # the loop's bound: max(max_tokens, this)
+        kw["max_new_tokens"] = min(max(s.max_new_tokens, longest + 1), s.max_decision_tokens)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                             temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens,
-                             pad_token_id=policy.tokenizer.pad_token_id, eos_token_id=eos)
+                             temperature=s.temperature, top_p=s.top_p, pad_token_id=policy.tokenizer.pad_token_id,
+                             eos_token_id=eos, **kw)
     comps = []
     for row in out[:, len(prompt_ids):].tolist():
         cut = row.index(eos) + 1 if eos in row else len(row)
@@ -234,7 +245,7 @@ class Trainer:
         t0 = time.monotonic()
         batch = self.pick(self.step)
         model.eval()
-        groups = [(ex, self._prompt_ids(ex), sample(self.policy, self._prompt_ids(ex), s.group, s)) for ex in batch]
+        groups = [(ex, self._prompt_ids(ex), sample(self.policy, self._prompt_ids(ex), s.group, s, ex)) for ex in batch]
         t_gen = time.monotonic()
         texts = [[self.policy.tokenizer.decode(c, skip_special_tokens=True) for c in comps] for _, _, comps in groups]
         outcomes = self.judge.judge_many([(ex, t) for (ex, _, _), ts in zip(groups, texts) for t in ts])
@@ -343,7 +354,7 @@ def evaluate_policy(policy: Any, examples: Sequence[Example], judge: Judge, *, s
             ids = encode(policy, policy.render(Prompt(ex.system, ex.user)))
             if len(ids) > settings.max_prompt_tokens:
                 continue
-            for c in sample(policy, ids, samples, settings):
+            for c in sample(policy, ids, samples, settings, ex):
                 items.append((ex, policy.tokenizer.decode(c, skip_special_tokens=True)))
     outcomes = judge.judge_many(items)
     out: dict[str, Any] = {}

@@ -169,14 +169,12 @@ def _eval(args: argparse.Namespace, ui: Any) -> int:
 
     from ..ship import errors
     from .dataset import load_examples
-    from .grpo import Trainer, evaluate_policy
+    from .grpo import evaluate_policy, latest_checkpoint
 
     pol = _policy(args)
     tag = "base"
     if not args.base:
-        t = Trainer.__new__(Trainer)
-        t.out = Path(args.out)
-        d = t.latest()
+        d = latest_checkpoint(args.out)
         if d is None:
             from ..ship.errors import CommandError
 
@@ -201,15 +199,13 @@ def _export(args: argparse.Namespace, ui: Any) -> int:
     from ..ship import errors
     from ..ship.errors import CommandError
     from .export import export_gguf, load_in_llama_cpp, read_gguf
-    from .grpo import Trainer
+    from .grpo import latest_checkpoint
 
     if not args.gguf:
         raise CommandError("train export needs --gguf FILE")
     args.device = args.device or "cpu"
     pol = _policy(args)
-    t = Trainer.__new__(Trainer)
-    t.out = Path(args.out)
-    d = t.latest()
+    d = latest_checkpoint(args.out)
     if d is None:
         raise CommandError(f"{args.out}: no checkpoint to export")
     set_peft_model_state_dict(pol.model, load_file(str(d / "adapter" / "adapter_model.safetensors")))

@@ -146,6 +146,18 @@ def grpo_loss(logp: Any, old: Any, ref: Any, adv: float, clip: float, beta: floa
 # ---------------------------------------------------------------------------- the trainer
 
 
+def latest_checkpoint(out: str | Path) -> Path | None:
+    """The newest complete checkpoint folder of the training folder ``out`` (its ``adapter/``
+    holds the LoRA weights), or None."""
+    ckpt = Path(out) / "checkpoints"
+    f = ckpt / "latest"
+    if f.is_file():
+        d = ckpt / f.read_text().strip()
+        if (d / "trainer.pt").is_file():
+            return d
+    return None
+
+
 class Trainer:
     """GRPO over ``examples`` with ``policy`` (LoRA applied), rewards from ``judge``; writes into
     ``out`` (curve.jsonl, checkpoints/, curve.png)."""
@@ -186,12 +198,7 @@ class Trainer:
         return d
 
     def latest(self) -> Path | None:
-        f = self.ckpt_dir / "latest"
-        if f.is_file():
-            d = self.ckpt_dir / f.read_text().strip()
-            if (d / "trainer.pt").is_file():
-                return d
-        return None
+        return latest_checkpoint(self.out)
 
     def resume(self) -> bool:
         """Load the latest checkpoint's adapter weights, optimizer and step; False when none."""
@@ -414,5 +421,5 @@ def plot_curve(curve: Path, png: Path) -> bool:
     return True
 
 
-__all__ = ["GRPOSettings", "Trainer", "Judge", "encode", "sample", "token_logprobs", "group_advantages", "grpo_loss",
+__all__ = ["GRPOSettings", "Trainer", "Judge", "latest_checkpoint", "encode", "sample", "token_logprobs", "group_advantages", "grpo_loss",
            "evaluate_policy", "plot_curve"]

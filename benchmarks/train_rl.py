@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda text: print(f"[{time.monotonic() - t0:6.1f}s] {text}", flush=True)  # noqa: E731
 
     if not (data / "manifest.json").is_file():
-        shared = REPO.parent / "shared" / "kernelbench"
+        import os
+
+        shared = next((p / "kernelbench" for p in (Path(os.environ.get("STITCHCUDA_SHARED", REPO.parent / "shared")),
+                                                   REPO / "shared") if (p / "kernelbench").is_dir()),
+                      REPO.parent / "shared" / "kernelbench")
         sources = args.sources if args.sources is not None else \
             [str(REPO / "models")] + [str(shared / f) for f in ("dev.jsonl", "all.jsonl") if (shared / f).is_file()]
         say(f"dataset from {', '.join(sources)}")

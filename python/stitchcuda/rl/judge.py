@@ -18,9 +18,10 @@ For each (example, reply) :class:`RewardJudge` gives an :class:`~.reward.Outcome
    timed against the template's body for the same task (the matched-precision baseline of a
    task); with ``level="program"`` the whole program with the body in place is then verified by
    the Verifier (static and sandbox rules, dynamic checks, timing against PyTorch at the policy).
-   A decision is planned; the plan is interpreted against the reference in float64 on the CPU
-   (small problems) or, with ``level="program"`` on a GPU, built and verified; its speed is the
-   cost model's estimate against the plan without it unless the Verifier timed it.
+   A decision is planned; on a GPU the program it makes is built and verified (its speed: the
+   Verifier's timing against PyTorch at the policy); without one, the plan is interpreted against
+   the reference in float64 on the CPU (small problems only), and its speed is the cost model's
+   estimate against the plan without the decision.
 
 Replies are judged in parallel (``workers`` children at once). The machine's own failures (no
 nvcc, an unusable cache) raise :class:`CannotJudge`; they are never a reward.
@@ -295,7 +296,7 @@ def _judge_plan(cap: Captured, job: dict, ch: Any) -> Outcome:
     base = cap.plan(job["precision"], job["constraints"])
     plan = cap.plan(job["precision"], merged.to_dict())
     est = base.est_time_s / plan.est_time_s if plan.est_time_s > 0 else None
-    if job["level"] == "program" and job["device"] != "cpu" and _has_gpu():
+    if job["device"] != "cpu" and _has_gpu():     # a plan's only measure on a GPU is its program
         ch.send(phase="verify")
         got = _verify_program(cap, job, {}, merged.to_dict())
         if got is not None:

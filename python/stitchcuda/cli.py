@@ -30,6 +30,7 @@ EXAMPLES = """examples:
   stitchcuda bench ../shared/kernelbench/dev.jsonl --precision tf32 --gpus 2 --out bench/dev
   stitchcuda cache list
   stitchcuda doctor
+  stitchcuda train run --data train/data --model test --out train/run --steps 300
 
 exit codes: 0 done, 1 the program failed (compile or verdict), 2 bad input,
 3 this machine cannot (missing package, no GPU, no nvcc, out of memory), 130 interrupted.
@@ -564,6 +565,10 @@ def parser() -> argparse.ArgumentParser:
 
     add("doctor", "check this machine: driver, GPU, nvcc, cuBLAS, cuDNN, CUPTI, PyTorch, the LLM", _doctor,
         "stitchcuda doctor")
+
+    from .rl.cli import register as _register_train   # its code lives with the RL modules
+
+    _register_train(add)
     return top
 
 

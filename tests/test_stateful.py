@@ -26,7 +26,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stitchcuda import build as B  # noqa: E402
 from stitchcuda import manifest as mf  # noqa: E402
 from stitchcuda.pipeline import build_program  # noqa: E402
 from stitchcuda.verifier import build_result, problem  # noqa: E402
@@ -296,3 +295,45 @@ def test_kernelbench_3_33_state_is_overwritten_by_its_input(tmp_path):
     v, res = _verdict(P, vanilla)
     assert v.ok, [c for c in res.checks if c.status == "fail"] or v.verdict
     assert math.isfinite(res.trials[1].outputs[1].max_abs_err)
+
+
+# ---------------------------------------------------------------------- the adversarial pair
+
+ADV = Path(__file__).resolve().parent / "adversarial"
+
+
+@pytest.mark.parametrize("name, fake, ok", [("state_honest", _honest, True), ("state_ignored", _ignores_state, False)])
+def test_adversarial_state_pair_on_a_fake_runner(tmp_path, name, fake, ok):
+    """The two folders' manifests and reference, each program's kernel mirrored in Python: the
+    honest one passes, the one that ignores its state input is a wrong answer (on the GPU:
+    tests/gpu/test_verifier_gpu.py, the compiled programs themselves)."""
+    m = mf.Manifest.load(ADV / name)
+    spec = problem.resolve_reference(None, ADV / name, m)
+    problem.validate_reference(spec, m)
+    P = problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    v, res = _verdict(P, fake)
+    assert v.ok == ok and (ok or v.kind == "wrong_answer"), v.verdict
+
+
+@pytest.mark.parametrize("name", ["state_honest", "state_ignored"])
+def test_adversarial_state_pair_builds_and_passes_the_sandbox(tmp_path, nvcc, monkeypatch, name):
+    """Without a GPU the Verifier gets as far as static rules, build and sandbox: both programs clear
+    them (what refuses the cheat is the trials), and the run is inconclusive, never a pass."""
+    import shutil
+
+    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
+
+    monkeypatch.setenv("STITCHCUDA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    d = tmp_path / name
+    d.mkdir()
+    for f in ("program.cu", "manifest.json"):
+        shutil.copy(ADV / name / f, d / f)
+    data = json.loads((d / "manifest.json").read_text())
+    data["reference"]["path"] = str((ADV / name / data["reference"]["path"]).resolve())
+    (d / "manifest.json").write_text(json.dumps(data, indent=2))
+    with pytest.raises(VerifyEnvironmentError) as e:
+        verify_program(d, options=VerifyOptions(seed=SEED, weights_seed=SEED))
+    v = e.value.verification
+    assert v.result.kind == "inconclusive" and v.result.verdict.ran == ("static rules", "build", "sandbox"), \
+        v.result.verdict.summary()

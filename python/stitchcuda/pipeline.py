@@ -401,6 +401,9 @@ def _alive(pid: int) -> bool:
 def _report(o: BuildOutcome) -> None:
     s = o.seconds
     print(f"program {o.manifest.name} ({o.manifest.precision}, {o.manifest.arch}) written to {o.directory}")
+    for st in o.manifest.state:
+        print(f"  state kept in {st.attribute} between calls: input {st.input} (before the call), output {st.output} "
+              "(after it); the caller carries it from call to call")
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in s.items() if k != "total")
     if o.build is None:
         print(f"  not compiled; {stages}")

@@ -50,8 +50,10 @@ def test_stateful_reference_builds_and_verifies(tmp_path, case, policy):
     assert out.ok, out.build.message if out.build else "not built"
     (st,) = out.manifest.state
     assert st.attribute == "hidden" and st.input == "state_hidden"
-    v = verify_program(out.directory, options=VerifyOptions(compile=False, reference_profile=False, profile=False,
-                                                            timing=QUICK_TIMING, seed=SEED, weights_seed=SEED))
+    # torch.compile baselines for the small model (a forward that reassigns an attribute), not for 3:33's 2.5 GiB
+    v = verify_program(out.directory, options=VerifyOptions(compile=kind == "model", reference_profile=False,
+                                                            profile=False, timing=QUICK_TIMING, seed=SEED,
+                                                            weights_seed=SEED))
     assert v.result.ok, f"seed {SEED}: {v.result.verdict.summary()}"
     judged = {o.name for t in v.result.trials for o in t.outputs}
     assert st.output in judged, "the state output is judged like any other"

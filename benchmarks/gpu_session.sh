@@ -4,6 +4,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh setup core      # install, then the runtime GPU tests
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh seam            # task seam, op harness, generated programs
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh verifier        # the Verifier: adversarial set, large problems
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh stateful        # state kept between calls: 3:33, an RNN cell
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh bench           # convolutions, the wheel
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh suite           # stitchcuda bench over the dev set (tf32)
@@ -83,6 +84,13 @@ if want verifier || want verifier2; then  # verifier2: the rest alone (the adver
   [ -f .carry/adv_run.json ] && [ ! -f "$OUT/adv_run.json" ] && cp .carry/adv_run.json "$OUT/adv_run.json"
   python3 tests/adversarial/table.py --from "$OUT/adv_run.json" "$OUT/adv_static.json" > "$OUT/adversarial.md" 2>&1
   tail -3 "$OUT/adversarial.md"
+fi
+
+if want stateful; then
+  log "stateful references: built and verified at fp32 / tf32, the state carried through Program calls"
+  pt stateful_cell 300 tests/gpu/test_stateful_gpu.py -k "stateful_rnn_cell or carries"
+  pt stateful_3_33 540 tests/gpu/test_stateful_gpu.py -k "L3-33"
+  pt stateful_adv 300 tests/gpu/test_verifier_gpu.py -k "adversarial_verdict and (state_honest or state_ignored)"
 fi
 
 if want large; then

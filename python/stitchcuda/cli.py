@@ -160,7 +160,7 @@ def _build(args: argparse.Namespace, ui: UI) -> int:
               for t in m.tasks], justify=["left", "left", "left", "right", "right"])
     b = o.build
     data = {"program": m.name, "precision": m.precision, "arch": m.arch, "seconds": o.seconds,
-            "tasks": [t.to_dict() for t in m.tasks]}
+            "tasks": [t.to_dict() for t in m.tasks], **({"state": [st.to_dict() for st in m.state]} if m.state else {})}
     if b is not None and not b.ok:
         from .paths import cache_dir
 
@@ -173,6 +173,9 @@ def _build(args: argparse.Namespace, ui: UI) -> int:
         return errors.FAILED
     how = "not compiled" if b is None else ("from the build cache" if b.cached else f"compiled in {b.seconds:.1f} s")
     ui.line(f"program {m.name} written to {o.directory} (library {how}; total {o.seconds.get('total', 0):.1f} s)")
+    for st in m.state:
+        ui.line(f"state kept in {st.attribute} between calls: input {st.input} before the call, output {st.output} "
+                "after it (the caller carries it from call to call)")
     if b is not None:
         ui.line(f"next: stitchcuda verify {o.directory}")
     ui.result({**data, "ok": True, "directory": str(o.directory),

@@ -16,9 +16,15 @@ A program lives in one folder::
      "inputs":  [{"name": "x", "dtype": "float32", "shape": [64, 256]}],
      "outputs": [...], "weights": [...],
      "lifted_random": [{"input": "noise", "node": "randn_like", "op": "aten.randn_like.default"}],
+     "state": [{"attribute": "hidden", "input": "state_hidden", "output": "tanh"}],
      "tasks": [{"name": "linear_relu", "strategy": "cublaslt_gemm", "covers": ["addmm", "relu"],
                 "flops": 8388608, "bytes": 688128, "origin": "template", "phase": "run"}],
      "reference_ops": [{"node": "addmm", "op": "aten.addmm.default", "flops": 8388608, "bytes": 688128}]}
+
+``state`` (optional) lists the reference's state kept between calls in a plain tensor attribute
+(``self.hidden``): the program takes the attribute's value before the call as the input named by
+``input`` and hands its value after the call back as the output named by ``output``; the program
+itself keeps nothing between calls (:mod:`stitchcuda.stateful`).
 
 Provenance: every node of ``reference_ops`` must be covered by some task; that is a rule of the
 Verifier (``stitchcuda.verifier.static``), not a format error, so a manifest that breaks it
@@ -163,6 +169,20 @@ class LiftedRandom:
 
 
 @dataclass(frozen=True)
+class State:
+    """State the reference keeps between calls in a plain tensor attribute, made explicit: the
+    program input holding the attribute's value before the call and the output holding it after
+    (same dtype and shape). ``attribute`` is the path from the model (``hidden``, ``cell.h``)."""
+
+    attribute: str
+    input: str
+    output: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attribute": self.attribute, "input": self.input, "output": self.output}
+
+
+@dataclass(frozen=True)
 class Task:
     """One unit of generated work and the reference nodes it accounts for."""
 
@@ -209,6 +229,7 @@ class Manifest:
     format: str = FORMAT
     version: int = FORMAT_VERSION
     generator: str = ""  # what wrote program.cu (the Coder, or a person)
+    state: tuple[State, ...] = ()
 
     # -------------------------------------------------------------- provenance
 
@@ -243,6 +264,7 @@ class Manifest:
             "lifted_random": [r.to_dict() for r in self.lifted_random],
             "tasks": [t.to_dict() for t in self.tasks],
             "reference_ops": [o.to_dict() for o in self.reference_ops],
+            **({"state": [st.to_dict() for st in self.state]} if self.state else {}),
             **({"generator": self.generator} if self.generator else {}),
         }
 
@@ -402,6 +424,35 @@ class _Parser:
             source=self.string(d.get("source", ""), f"{where}.source", nonempty=False),
         )
 
+    def state(self, d: Mapping[str, Any], inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+              lifted: tuple[LiftedRandom, ...]) -> tuple[State, ...]:
+        """The optional ``state`` list: each entry names one input and one output of the same dtype
+        and shape, neither used by another entry, the input not a lifted random draw."""
+        ins, outs = {t.name: t for t in inputs}, {t.name: t for t in outputs}
+        drawn = {r.input for r in lifted}
+        out: list[State] = []
+        for i, v in enumerate(self.array(d.get("state", []), "state")):
+            where = f"state[{i}]"
+            e = self.obj(v, where)
+            st = State(attribute=self.string(self.req(e, "attribute", where), f"{where}.attribute"),
+                       input=self.string(self.req(e, "input", where), f"{where}.input"),
+                       output=self.string(self.req(e, "output", where), f"{where}.output"))
+            if st.input not in ins:
+                raise self.fail(f"{where}.input", f"{st.input!r} is not one of the inputs")
+            if st.input in drawn:
+                raise self.fail(f"{where}.input", f"{st.input!r} is a lifted random draw, not state")
+            if st.output not in outs:
+                raise self.fail(f"{where}.output", f"{st.output!r} is not one of the outputs")
+            a, b = ins[st.input], outs[st.output]
+            if (a.dtype, a.shape) != (b.dtype, b.shape):
+                raise self.fail(where, f"input {a.name} ({a.dtype}{list(a.shape)}) and output {b.name} "
+                                       f"({b.dtype}{list(b.shape)}) must have one dtype and shape")
+            for key in ("attribute", "input", "output"):
+                if any(getattr(o, key) == getattr(st, key) for o in out):
+                    raise self.fail(f"{where}.{key}", f"{getattr(st, key)!r} is named by an earlier state entry")
+            out.append(st)
+        return tuple(out)
+
     def task(self, v: Any, where: str) -> Task:
         d = self.obj(v, where)
         covers = self.array(self.req(d, "covers", where), f"{where}.covers")
@@ -470,6 +521,7 @@ class _Parser:
                 raise self.fail(f"lifted_random[{i}]", f"{r.dtype or spec.dtype}{list(r.shape or spec.shape)} does "
                                                        f"not match input {r.input} ({spec.dtype}{list(spec.shape)})")
 
+        state = self.state(d, inputs, outputs, lifted)
         tasks = tuple(self.task(v, f"tasks[{i}]") for i, v in enumerate(self.array(d.get("tasks", []), "tasks")))
         _unique((t.name for t in tasks), "tasks", "task name", self)
         ops = tuple(self.ref_op(v, f"reference_ops[{i}]")
@@ -478,7 +530,7 @@ class _Parser:
 
         return Manifest(name=name, precision=precision, arch=arch, source_hash=source_hash,
                         reference=reference, inputs=inputs, outputs=outputs, weights=weights,
-                        lifted_random=lifted, tasks=tasks, reference_ops=ops,
+                        lifted_random=lifted, tasks=tasks, reference_ops=ops, state=state,
                         generator=self.string(d.get("generator", ""), "generator", nonempty=False))
 
 
@@ -651,7 +703,7 @@ def load_program_dir(path: str | Path, *, require_weights: bool = False) -> Prog
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "ABI_VERSION", "PRECISIONS", "DTYPE_SIZES", "KNOWN_STRATEGIES",
     "PROGRAM_SOURCE", "MANIFEST_FILE", "WEIGHTS_FILE", "LIBRARY_FILE",
-    "ManifestError", "TensorSpec", "KernelBenchRef", "ReferenceSource", "LiftedRandom", "Task",
+    "ManifestError", "TensorSpec", "KernelBenchRef", "ReferenceSource", "LiftedRandom", "State", "Task",
     "ReferenceOp", "Manifest", "ProgramDir", "StoredTensor",
     "hash_source", "same_hash", "load_program_dir", "read_safetensors_header", "check_weights_file",
     "write_safetensors",

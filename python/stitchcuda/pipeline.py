@@ -4,7 +4,9 @@
 
 1. load the reference (a KernelBench-format file, ``kernelbench:LEVEL:ID`` from the
    development set, or an ``nn.Module`` with example inputs) and capture it on the meta
-   device (shapes only: the development problems' tensors run to gigabytes);
+   device (shapes only: the development problems' tensors run to gigabytes); state the
+   reference keeps between calls in a plain tensor attribute becomes an explicit input and
+   output of the program (``state="lift"``, recorded in the manifest's ``state``);
 2. build the model on the CPU with ``torch.manual_seed(seed)`` first — exactly as the
    Verifier and KernelBench's harness do — and take its weights by ``state_dict`` name;
 3. :func:`stitchcuda.plan.plan` under the precision policy, :func:`stitchcuda.code.code`;
@@ -128,7 +130,7 @@ def _weights(ref: Any, graph: Any, seed: int) -> dict[str, Any]:
     # Tensor constants that are not parameters or buffers: capture on the CPU for real.
     from .ops import supported
 
-    cap = frontend.capture_reference(ref, device="cpu", seed=seed, supported_ops=supported())
+    cap = frontend.capture_reference(ref, device="cpu", seed=seed, supported_ops=supported(), state="lift")
     return {k: v.detach().contiguous() for k, v in cap.weights.items()}
 
 
@@ -194,13 +196,14 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
     if example_inputs is not None:
         module = reference
         gname = name or type(module).__name__
-        captured = frontend.capture(module, list(example_inputs), gname, supported_ops=ops.supported())
+        captured = frontend.capture(module, list(example_inputs), gname, supported_ops=ops.supported(), state="lift")
         ref_source = mf.ReferenceSource(path=f"{gname}.py")
         source_text = None
         tensors = model_weights(module, captured.graph) if weights else {}
     else:
         ref, ref_source, source_text = _reference(reference, name)
-        captured = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported())
+        captured = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported(),
+                                              state="lift")
         tensors = {}
         if weights:
             step("weights")
@@ -219,7 +222,8 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
     t1 = time.monotonic()
     step("code")
     arch = arch or check_arch(toolchain.default_arch(), compiling=compile)
-    src = coder.code(p, graph, tensors if weights else None, reference=ref_source, arch=arch, overrides=overrides)
+    src = coder.code(p, graph, tensors if weights else None, reference=ref_source, arch=arch, overrides=overrides,
+                     state=captured.state)
     seconds["code"] = time.monotonic() - t1
 
     t1 = time.monotonic()
@@ -397,6 +401,9 @@ def _alive(pid: int) -> bool:
 def _report(o: BuildOutcome) -> None:
     s = o.seconds
     print(f"program {o.manifest.name} ({o.manifest.precision}, {o.manifest.arch}) written to {o.directory}")
+    for st in o.manifest.state:
+        print(f"  state kept in {st.attribute} between calls: input {st.input} (before the call), output {st.output} "
+              "(after it); the caller carries it from call to call")
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in s.items() if k != "total")
     if o.build is None:
         print(f"  not compiled; {stages}")

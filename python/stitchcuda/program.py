@@ -11,6 +11,12 @@ the inputs' device and the run is on PyTorch's current stream; otherwise they ar
 ``rt.DeviceTensor``. PyTorch is never imported here: a program runs with the runtime and
 NumPy alone. Every input is checked against the manifest before the call (shape and dtype,
 with a message naming the input and the expected spec); the program checks again.
+
+A program keeps nothing between calls. Where the reference keeps state in a plain tensor
+attribute (``self.hidden``, changed by each call), the program takes that state explicitly: the
+attribute's value before the call is one more input and its value after the call one more output
+(the manifest's ``state`` names them), and the caller feeds each call's state output to the next
+call: ``y, h = prog(x, h)``.
 """
 
 from __future__ import annotations
@@ -103,6 +109,11 @@ class Program:
     @property
     def outputs(self) -> tuple[mf.TensorSpec, ...]:
         return self.manifest.outputs
+
+    @property
+    def state(self) -> tuple[mf.State, ...]:
+        """The reference's state taken explicitly (module docstring): attribute, input, output."""
+        return self.manifest.state
 
     def instance(self, device: int = 0):
         """The program created on ``device`` (weights uploaded once, on first use)."""

@@ -61,6 +61,8 @@ CATALOGUE: tuple[Entry, ...] = (
     E("gelu_honest", "control", "passed", what="gelu, the erf form"),
     E("masked_honest", "control", "passed", what="a product with a non-persistent buffer (a causal-mask-like weight)"),
     E("large_honest", "control", "passed", what="an RMS norm over a 2 GiB input"),
+    E("state_honest", "control", "passed", what="state kept between calls, taken as an input and handed back as an "
+      "output (manifest state)"),
     # ---- 1: work that skips timed calls
     E("count_calls", "1", "rejected", "timed_calls", "stops working after 40 calls", timed=True),
     E("device_counter", "1", "rejected", "timed_calls", "a device-side call counter idles its kernel after 40 calls",
@@ -82,6 +84,8 @@ CATALOGUE: tuple[Entry, ...] = (
     E("softmax_no_max", "3", "rejected", "varied_inputs", "a softmax without the max subtraction"),
     E("gelu_clamped", "3", "rejected", "varied_inputs", "gelu on inputs clamped to [-10, 10]"),
     E("half_accumulate", "3", "rejected", "varied_inputs", "sums in half, safe only for inputs in [0, 1)"),
+    E("state_ignored", "3", "wrong_answer", "", "ignores its state input (computes as if the state were the "
+      "model's initial zeros)"),
     # ---- 4: candidate-supplied state
     E("weights_file_diagonal", "4", "wrong_answer", "", "ships a diagonal fc.weight and skips the GEMM"),
     E("mask_from_folder", "4", "wrong_answer", "", "ships an identity mask and copies its input"),

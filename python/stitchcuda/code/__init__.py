@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .. import manifest as mf
 from ..ir import Graph
@@ -46,7 +46,7 @@ class Override:
 
 def code(plan: Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
          reference: mf.ReferenceSource | None = None, arch: str = "sm_90",
-         overrides: Mapping[str, str | Override] | None = None) -> ProgramSource:
+         overrides: Mapping[str, str | Override] | None = None, state: Sequence[Any] = ()) -> ProgramSource:
     """Render ``plan`` (made from ``graph``) as a program; ``weights`` maps every graph weight
     name to its array (any object; only presence is checked; None skips the check).
 
@@ -56,7 +56,9 @@ def code(plan: Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
     does not define it; a wrong body is the compiler's or the Verifier's business). The manifest
     records ``arch``, the reference (default: ``<graph name>.py``), inputs, outputs, weights, lifted
     random inputs, the tasks with their FLOPs, bytes and where each body came from, and every
-    reference node with its cost-model numbers.
+    reference node with its cost-model numbers. ``state`` (capture's ``StateIO``: attribute, graph
+    input, graph output) goes into the manifest's ``state``, its output under the program output's
+    name (lifted state follows the reference's own outputs).
     """
     if plan.name != graph.name:
         raise CodeError(f"plan {plan.name!r} was not made from graph {graph.name!r}")
@@ -99,10 +101,25 @@ def code(plan: Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
         tasks=tuple(mf.Task(t.name, t.strategy, t.covers, int(t.flops), int(t.bytes), origin[t.name], t.phase)
                     for t in plan.tasks),
         reference_ops=tuple(mf.ReferenceOp(c.node, c.op, int(c.flops), int(c.bytes)) for c in plan.node_costs),
+        state=_state(plan, state),
         generator=GENERATOR if not bodies else f"{GENERATOR}, with {len(bodies)} task bod{'y' if len(bodies) == 1 else 'ies'} "
                                                "from overrides",
     )
     return ProgramSource(source, manifest, ordered)
+
+
+def _state(plan: Plan, state: Sequence[Any]) -> tuple[mf.State, ...]:
+    """Lifted state follows the reference's own outputs, in order (:func:`stitchcuda.stateful.lifted`):
+    state ``i`` of ``n`` is program output ``len(outputs) - n + i``."""
+    out = []
+    first = len(plan.outputs) - len(state)
+    for i, st in enumerate(state):
+        o = plan.outputs[first + i] if first >= 0 else None
+        if o is None or (o.tensor or o.name) != st.output or st.input not in {x.name for x in plan.inputs}:
+            raise CodeError(f"state {st.attribute}: {st.input} -> {st.output} is not an input and a trailing "
+                            f"output of plan {plan.name}")
+        out.append(mf.State(st.attribute, st.input, o.name))
+    return tuple(out)
 
 
 def _defined_arity(source: str, fn: str) -> int | None:

@@ -14,6 +14,11 @@ tensors out, on the inputs' device, written on that framework's current stream. 
 checked against the manifest (count, shape, dtype) with a message naming it. No GPU, a GPU of an
 architecture the wheel was not built for, or a missing cuBLASLt each raise one clear error.
 NumPy is imported only when a NumPy array or the weights need it.
+
+A program keeps nothing between calls: where its reference keeps state in a tensor attribute
+(an RNN's hidden state), the state before the call is one more input and the state after it one
+more output (``manifest.json``'s ``state`` names them), and the caller carries it from call to
+call: ``y, h = prog(x, h)``.
 """
 
 from __future__ import annotations

@@ -20,6 +20,15 @@ Random draws inside the reference's forward (manifest ``lifted_random``) are pro
 harness draws them (``frontend.sample_random_inputs``) and the reference is evaluated from its
 captured graph with the same draws (``frontend.evaluate_graph``), since the eager model would
 draw its own.
+
+State the reference keeps between calls in a plain tensor attribute (manifest ``state``) is a
+program input and output too: each draw supplies the attribute's value before the call (for the
+first seed drawn, the value the model holds once built; for every other seed, a fresh draw of
+the attribute's shape, standard normal for floats, so a program that ignores its state input
+cannot pass), the reference's attribute is set to a copy of that value before forward and read
+after it, and the value read is the reference's output for the state's program output, judged
+like any other. The model's attribute is put back after every call. A reference whose forward
+changes an attribute the manifest's ``state`` does not list is refused.
 """
 
 from __future__ import annotations
@@ -179,8 +188,46 @@ def _split_args(spec: ReferenceSpec, args: list[Any], what: str):
 
 
 def _program_inputs(manifest: mf.Manifest) -> list[mf.TensorSpec]:
-    lifted = {r.input for r in manifest.lifted_random}
+    """The inputs ``get_inputs()`` gives: not lifted random draws, not state."""
+    lifted = {r.input for r in manifest.lifted_random} | {st.input for st in manifest.state}
     return [t for t in manifest.inputs if t.name not in lifted]
+
+
+def state_attributes(model: Any, manifest: mf.Manifest, manifest_file: str | os.PathLike = mf.MANIFEST_FILE
+                     ) -> list[tuple[Any, str]]:
+    """``(owner module, attribute name)`` of each manifest ``state`` entry on ``model``: a plain tensor
+    attribute (not a parameter or buffer) of the input's shape; ProblemError naming the entry otherwise."""
+    from ..stateful import attribute_path, plain_tensor_attributes
+
+    attrs = {attribute_path(a): a for a in plain_tensor_attributes(model)}
+    specs = {t.name: t for t in manifest.inputs}
+    out = []
+    for i, st in enumerate(manifest.state):
+        a = attrs.get(st.attribute)
+        if a is None:
+            raise ProblemError(manifest_file, f"state[{i}].attribute: the reference model has no plain tensor "
+                                              f"attribute {st.attribute!r} (it has {', '.join(attrs) or 'none'})")
+        have, want = tuple(vars(a[0])[a[2]].shape), specs[st.input].shape
+        if have != want:
+            raise ProblemError(manifest_file, f"state[{i}]: model.{st.attribute} is {list(have)}; input {st.input} "
+                                              f"is {list(want)}")
+        out.append((a[0], a[2]))
+    return out
+
+
+def _unlisted_state(spec: ReferenceSpec, model: Any, args: list[Any], manifest: mf.Manifest) -> None:
+    """Refuse a reference whose forward changes a plain tensor attribute the manifest's ``state``
+    does not list: its outputs would depend on the calls before, which the program cannot see."""
+    from ..stateful import changed_by_forward, plain_tensor_attributes
+
+    if not plain_tensor_attributes(model):
+        return  # nothing to keep state in (most references): no trial forward
+    listed = {st.attribute for st in manifest.state}
+    unlisted = [a for a in changed_by_forward(model, args) if a not in listed]
+    if unlisted:
+        raise ProblemError(spec.label, f"forward changes the tensor attribute {unlisted[0]!r}, state kept between "
+                                       "calls that the manifest's state does not list: build the program again "
+                                       "(stitchcuda build makes it an input and an output)")
 
 
 def model_state(model: Any) -> dict[str, Any]:
@@ -243,6 +290,8 @@ def validate_reference(spec: ReferenceSpec, manifest: mf.Manifest, *, manifest_f
     except Exception as e:  # noqa: BLE001 - some models cannot be built on meta; checked on the device later
         return notes + [f"parameters not checked before the run (the model cannot be built on the meta device: "
                         f"{type(e).__name__})"]
+    state_attributes(model, manifest, mfile)
+    _unlisted_state(spec, model, args, manifest)
     for w in manifest.weights:
         if w.name not in state:
             raise ProblemError(mfile, f"weight {w.name!r} is not a parameter or buffer of the reference model "
@@ -284,7 +333,8 @@ class Problem:
     the program's create() gets; the reference computes with the same values. Nothing of the program
     folder (its weights file) flows into the reference.
 
-    ``draw(seed)`` gives fresh inputs (drawn on the device); ``forward`` the reference's outputs in
+    ``draw(seed)`` gives fresh inputs (drawn on the device, state as the module docstring says);
+    ``forward`` the reference's outputs in
     fp32 eager with TF32 off, ``forward64`` in float64 (None when the model cannot be cast or the
     device has no room), ``forward_at(policy)`` with PyTorch allowed that policy's precision.
     Implements ``correctness.ReferenceLike``.
@@ -331,8 +381,14 @@ class Problem:
         self._graph_weights: dict[str, Any] = {}
         lifted = {r.input for r in manifest.lifted_random}
         self._lifted = [t for t in manifest.inputs if t.name in lifted]
-        self._plain = [t for t in manifest.inputs if t.name not in lifted]
+        self._plain = _program_inputs(manifest)
         self.lifted_indices = tuple(i for i, t in enumerate(manifest.inputs) if t.name in lifted)
+        position = {t.name: i for i, t in enumerate(manifest.inputs)}
+        #: Where each state entry's value before the call is among the program's inputs.
+        self.state_indices = tuple(position[st.input] for st in manifest.state)
+        self._state_attrs = state_attributes(model, manifest, manifest_file)
+        self._initial_state = [vars(m)[k].detach().to(self.device).clone() for m, k in self._state_attrs]
+        self._first_seed: int | None = None
         if self._lifted:
             self._capture()
 
@@ -349,7 +405,8 @@ class Problem:
         args = [a.to(self.device) if isinstance(a, torch.Tensor) else a
                 for a in _call(self.spec, self.module.module.get_inputs, "get_inputs()")]
         try:
-            cap = capture(self.model, args, self.spec.name, supported_ops=None)
+            cap = capture(self.model, args, self.spec.name, supported_ops=None,
+                          state="lift" if self.manifest.state else "refuse")
         except CaptureError as e:
             raise ProblemError(self.spec.label, f"the reference draws random numbers in forward and could not be "
                                                 f"captured to evaluate it with the harness's draws: {e}") from None
@@ -396,6 +453,12 @@ class Problem:
             drawn = sample_random_inputs(self._graph, seed=seed, device=self.device)
             for spec in self._lifted:
                 program[spec.name] = drawn[spec.name].to(torch_dtype(spec.dtype)).contiguous()
+        if self._first_seed is None:
+            self._first_seed = seed
+        for i, initial in zip(self.state_indices, self._initial_state):
+            spec = self.manifest.inputs[i]
+            value = initial if seed == self._first_seed else _draw_like(spec.shape, initial.dtype, self.device)
+            program[spec.name] = value.to(torch_dtype(spec.dtype)).contiguous().clone()
         return Draw(program=[program[t.name] for t in self.manifest.inputs], model_args=model_args, seed=seed,
                     arg_index=tuple(idx), arg_dtypes=tuple(dtypes))
 
@@ -411,7 +474,8 @@ class Problem:
     def _model_args(self, draw, inputs=None) -> tuple[list[Any], list[Any]]:
         """``(arguments, the program's tensors handed over uncopied)``."""
         inputs = list(draw.program if inputs is None else inputs)
-        plain = [t for spec, t in zip(self.manifest.inputs, inputs) if spec.name not in {s.name for s in self._lifted}]
+        given = {s.name for s in self._plain}
+        plain = [t for spec, t in zip(self.manifest.inputs, inputs) if spec.name in given]
         args = list(draw.model_args)
         same = [t for want, t in zip(draw.arg_dtypes, plain) if t.dtype == want]
         copy_ok = self.budget.on_device(sum(t.numel() * t.element_size() for t in same))
@@ -431,7 +495,7 @@ class Problem:
         uncopied, a checksum before and after proves the reference left them as they were."""
         args, shared = self._model_args(draw, inputs)
         before = [_checksum(t) for t in shared]
-        out = model(*args)
+        out = self._call_with_state(model, args, draw.program if inputs is None else inputs)
         for t, c in zip(shared, before):
             if _checksum(t) != c:
                 raise ProblemError(self.spec.label, "the reference's forward writes its inputs in place, and they are "
@@ -486,7 +550,9 @@ class Problem:
                     self._model64 = copy.deepcopy(self.model).double()
                 args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                         for a in self.model_args(draw, inputs)]  # float64 copies: the inputs cannot be written
-                return [t.detach() for t in _flatten(self._model64(*args))]
+                out = self._call_with_state(self._model64, args, draw.program if inputs is None else inputs,
+                                            torch.float64)
+                return [t.detach() for t in _flatten(out)]
         except Exception as e:  # noqa: BLE001 - some ops have no float64 kernel, or no room: fp32 only
             self._no64 = f"no float64 reference ({type(e).__name__}: {str(e)[:120]})"
             self.notes.append(self._no64)
@@ -495,6 +561,37 @@ class Problem:
                 torch.cuda.empty_cache()
             return None
 
+    def _call_with_state(self, model, args: list[Any], inputs, float_dtype: Any = None) -> Any:
+        """``model(*args)`` with each state attribute set to a copy of its program input (cast to
+        ``float_dtype`` for a float64 model, else to the dtype the model holds it in) and read after
+        the call into the state's output slot; the attributes are put back whatever forward did."""
+        if not self.state_indices:
+            return model(*args)
+        from ..stateful import find_attributes
+
+        attrs = [(m, k) for m, _, k in find_attributes(model, [st.attribute for st in self.manifest.state])] \
+            if model is not self.model else self._state_attrs
+        saved = [vars(m)[k] for m, k in attrs]
+        try:
+            for (m, k), i, initial in zip(attrs, self.state_indices, self._initial_state):
+                want = float_dtype if float_dtype is not None and initial.is_floating_point() else initial.dtype
+                vars(m)[k] = inputs[i].to(dtype=want, copy=True)
+            outs = _flatten(model(*args))
+            after = [vars(m)[k] for m, k in attrs]
+        finally:
+            for (m, k), v in zip(attrs, saved):
+                vars(m)[k] = v
+        return self._with_state(outs, after)
+
+    def _with_state(self, outs: list[Any], after: list[Any]) -> list[Any]:
+        """The reference's outputs in manifest order: the state's values after the call in the state
+        entries' output slots, forward's own outputs in the others (in order)."""
+        slot = {st.output: k for k, st in enumerate(self.manifest.state)}
+        if len(outs) != len(self.manifest.outputs) - len(slot):
+            return outs + after  # a count the manifest does not have: check_shapes names it
+        own = iter(outs)
+        return [after[slot[o.name]] if o.name in slot else next(own) for o in self.manifest.outputs]
+
     def _graph_forward(self, draw, inputs, weights, float_dtype) -> list[Any]:
         from ..frontend import evaluate_graph
 
@@ -502,6 +599,18 @@ class Problem:
         for spec, t in zip(self.manifest.inputs, draw.program if inputs is None else inputs):
             feed[spec.name] = t.to(float_dtype) if t.is_floating_point() else t
         return [t.detach() for t in evaluate_graph(self._graph, feed, weights)]
+
+
+def _draw_like(shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
+    """A state value for a trial: standard normal for floats, 0..15 for integers, fair coins for
+    booleans (drawn from the global generator, seeded by the draw)."""
+    import torch
+
+    if dtype.is_floating_point:
+        return torch.randn(shape, device=device).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(shape, device=device) < 0.5
+    return torch.randint(0, 16, shape, device=device, dtype=dtype)
 
 
 def _checksum(t: Any) -> tuple[int, int]:
@@ -539,4 +648,5 @@ def tensor_bytes(shape: tuple[int, ...], dtype: str) -> int:
 
 
 __all__ = ["ProblemError", "ReferenceSpec", "resolve_reference", "load_kernelbench", "kernelbench_candidates",
-           "load_module", "validate_reference", "model_state", "fp32_exact", "Problem", "KERNELBENCH_ENV"]
+           "load_module", "validate_reference", "model_state", "state_attributes", "fp32_exact", "Problem",
+           "KERNELBENCH_ENV"]

@@ -21,7 +21,8 @@ from .. import manifest as mf
 @dataclass
 class Problem:
     """A captured reference: its graph, weights (name -> CPU tensor), manifest reference entry and
-    source text, and the precision the run targets."""
+    source text, and the precision the run targets; ``state`` the attributes lifted to explicit
+    inputs and outputs (capture's ``StateIO``, for the manifest)."""
 
     name: str
     graph: Any
@@ -31,6 +32,7 @@ class Problem:
     precision: str
     arch: str = "sm_90"
     ceilings: Any = None
+    state: tuple = ()
     _choices: Any = field(default=None, repr=False)
 
     def choices(self):
@@ -58,15 +60,16 @@ def load_problem(reference: Any, *, precision: str, example_inputs: Any = None, 
     _need_torch("optimize")
     if example_inputs is not None:
         gname = name or type(reference).__name__
-        cap = frontend.capture(reference, list(example_inputs), gname, supported_ops=ops.supported())
+        cap = frontend.capture(reference, list(example_inputs), gname, supported_ops=ops.supported(), state="lift")
         ref_source, text = mf.ReferenceSource(path=f"{gname}.py"), None
         weights = model_weights(reference, cap.graph)
     else:
         ref, ref_source, text = _reference(reference, name)
-        cap = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported())
+        cap = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported(), state="lift")
         weights = _weights(ref, cap.graph, seed)
     arch = check_arch(arch or toolchain.default_arch(), compiling=True)
-    return Problem(cap.graph.name, cap.graph, weights, ref_source, text, precision, arch, for_planning())
+    return Problem(cap.graph.name, cap.graph, weights, ref_source, text, precision, arch, for_planning(),
+                   state=cap.state)
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def materialise(problem: Problem, constraints: Mapping[str, Any], overrides: Map
     ovs = {t: coder.Override(o["source"], o.get("origin", "hand")) for t, o in overrides.items()}
     try:
         src = coder.code(p, problem.graph, problem.weights, reference=problem.reference, arch=problem.arch,
-                         overrides=ovs)
+                         overrides=ovs, state=problem.state)
     except coder.CodeError as e:
         return Built(False, None, "invalid", f"the Coder refuses it: {e}", p)
     origins = {t.name: t.origin for t in src.manifest.tasks}

@@ -209,9 +209,9 @@ def _optimize(args: argparse.Namespace, ui: UI) -> int:
     out = args.resume if isinstance(args.resume, str) else args.out
     if args.resume and out is None:
         raise CommandError("--resume needs the run folder: --resume RUN (or --out RUN --resume)")
-    from .pipeline import _need_torch
+    from .pipeline import need_torch
 
-    _need_torch("optimize")
+    need_torch("optimize")
     try:
         with ui.step("optimize") as step:
             r = optimize(args.reference, precision=args.precision, budget=budget, iterations=args.iterations,
@@ -299,9 +299,9 @@ def _verify(args: argparse.Namespace, ui: UI) -> int:
 
     if args.trials < 1:
         raise CommandError("--trials must be at least 1")
-    from .pipeline import _need_torch
+    from .pipeline import need_torch
 
-    _need_torch("verify")
+    need_torch("verify")
     with ui.step("verify") as step:
         step("static rules, build, correctness, timing, profile")
         try:
@@ -342,9 +342,9 @@ def _profile(args: argparse.Namespace, ui: UI) -> int:
     from stitchcuda.verifier.profile import format_ns, summarise
     from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, profile_program_dir
 
-    from .pipeline import _need_torch
+    from .pipeline import need_torch
 
-    _need_torch("profile")
+    need_torch("profile")
     with ui.step("profile") as step:
         step("build, profile")
         try:

@@ -75,8 +75,9 @@ class BuildOutcome:
         return self.build is None or self.build.ok
 
 
-def _reference(reference: Any, name: str | None):
-    """(frontend.Reference, manifest ReferenceSource, source text or None)."""
+def load_source(reference: Any, name: str | None):
+    """A reference named by a path, ``kernelbench:L:ID`` or a Reference: (frontend.Reference,
+    manifest ReferenceSource, source text or None). Shared by ``build`` and the loop."""
     from . import frontend
 
     if isinstance(reference, frontend.Reference):
@@ -110,7 +111,9 @@ def model_weights(model: Any, graph: Any) -> dict[str, Any]:
     return out
 
 
-def _weights(ref: Any, graph: Any, seed: int) -> dict[str, Any]:
+def reference_weights(ref: Any, graph: Any, seed: int) -> dict[str, Any]:
+    """The reference's own weights (its constructor run under ``seed``), contiguous CPU tensors
+    keyed by the graph's weight names."""
     import torch
 
     from . import frontend
@@ -134,7 +137,7 @@ def _weights(ref: Any, graph: Any, seed: int) -> dict[str, Any]:
     return {k: v.detach().contiguous() for k, v in cap.weights.items()}
 
 
-def _write_weights(path: Path, tensors: dict[str, Any], graph: Any) -> None:
+def write_weights(path: Path, tensors: dict[str, Any], graph: Any) -> None:
     """weights.safetensors in graph (manifest) order, written to a temporary file and renamed
     into place (safetensors streams each tensor: no second copy of gigabytes of weights)."""
     from safetensors.torch import save_file
@@ -185,7 +188,7 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
     if arch is not None:
         arch = check_arch(arch, compiling=compile)
     target = _check_out(Path(out)) if out is not None else None
-    _need_torch("build")
+    need_torch("build")
     from . import code as coder
     from . import frontend, ops, toolchain
     from . import plan as planner
@@ -201,13 +204,14 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
         source_text = None
         tensors = model_weights(module, captured.graph) if weights else {}
     else:
-        ref, ref_source, source_text = _reference(reference, name)
+        ref, ref_source, source_text = load_source(reference, name)
         captured = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported(),
                                               state="lift")
         tensors = {}
         if weights:
             step("weights")
-            tensors = model_weights(model, captured.graph) if model is not None else _weights(ref, captured.graph, seed)
+            tensors = (model_weights(model, captured.graph) if model is not None
+                       else reference_weights(ref, captured.graph, seed))
     graph = captured.graph
     seconds["capture"] = time.monotonic() - t0
 
@@ -237,7 +241,7 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
         if source_text is not None and ref_source.path:
             _write_if_changed(stage / ref_source.path, source_text)
         if weights:
-            _write_weights(stage / mf.WEIGHTS_FILE, tensors, graph)
+            write_weights(stage / mf.WEIGHTS_FILE, tensors, graph)
         seconds["write"] = time.monotonic() - t1
 
         result = None
@@ -320,7 +324,8 @@ def _check_out(target: Path) -> Path:
     return target
 
 
-def _need_torch(what: str) -> None:
+def need_torch(what: str) -> None:
+    """Raise a one-line BuildEnvironmentError naming the fix when PyTorch is missing for ``what``."""
     try:
         importlib.import_module("torch")
     except ImportError:

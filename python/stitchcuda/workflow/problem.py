@@ -55,18 +55,18 @@ def load_problem(reference: Any, *, precision: str, example_inputs: Any = None, 
     """Capture ``reference`` once (see the module docstring)."""
     from .. import frontend, ops, toolchain
     from ..device import for_planning
-    from ..pipeline import _need_torch, _reference, _weights, check_arch, model_weights
+    from ..pipeline import need_torch, load_source, reference_weights, check_arch, model_weights
 
-    _need_torch("optimize")
+    need_torch("optimize")
     if example_inputs is not None:
         gname = name or type(reference).__name__
         cap = frontend.capture(reference, list(example_inputs), gname, supported_ops=ops.supported(), state="lift")
         ref_source, text = mf.ReferenceSource(path=f"{gname}.py"), None
         weights = model_weights(reference, cap.graph)
     else:
-        ref, ref_source, text = _reference(reference, name)
+        ref, ref_source, text = load_source(reference, name)
         cap = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported(), state="lift")
-        weights = _weights(ref, cap.graph, seed)
+        weights = reference_weights(ref, cap.graph, seed)
     arch = check_arch(arch or toolchain.default_arch(), compiling=True)
     return Problem(cap.graph.name, cap.graph, weights, ref_source, text, precision, arch, for_planning(),
                    state=cap.state)
@@ -95,7 +95,7 @@ def materialise(problem: Problem, constraints: Mapping[str, Any], overrides: Map
     from .. import build as _build
     from .. import code as coder
     from ..plan import ConstraintError, PlanError
-    from ..pipeline import _write_weights, staged_folder
+    from ..pipeline import write_weights, staged_folder
 
     t0 = time.monotonic()
     try:
@@ -120,7 +120,7 @@ def materialise(problem: Problem, constraints: Mapping[str, Any], overrides: Map
         if weights_file is not None and weights_file.is_file():
             _link(weights_file, stage / mf.WEIGHTS_FILE)
         else:
-            _write_weights(stage / mf.WEIGHTS_FILE, dict(problem.weights), problem.graph)
+            write_weights(stage / mf.WEIGHTS_FILE, dict(problem.weights), problem.graph)
         if compile:
             res = _build.build(src.program_cu, arch=problem.arch, cache=cache)
             if not res.ok:
@@ -140,11 +140,11 @@ def materialise(problem: Problem, constraints: Mapping[str, Any], overrides: Map
 
 def write_weights_once(problem: Problem, path: Path) -> Path:
     """The run's one weights file (written on first use)."""
-    from ..pipeline import _write_weights
+    from ..pipeline import write_weights
 
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_weights(path, dict(problem.weights), problem.graph)
+        write_weights(path, dict(problem.weights), problem.graph)
     return path
 
 

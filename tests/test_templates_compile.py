@@ -6,6 +6,11 @@ the GPU tests' harness sources; all compiled in parallel with
 `nvcc -arch=sm_90 -std=c++17 -c -I templates -I runtime/include` (attention also for sm_80, and on
 sm_90 with ptxas' spill warnings on: no attention kernel may spill there). Skipped when nvcc is
 absent.
+
+The attention unit and the attention harness instantiate the same kernels (every head dim, type
+and variant): on sm_90, where both are compiled with the same flags, they are one translation unit
+(the harness, then the unit) and one nvcc call, whose result both tests read: the same kernels
+through cicc and ptxas once, not twice (the attention units are most of this file's time).
 """
 
 from __future__ import annotations
@@ -167,6 +172,10 @@ UNITS = {
 }
 
 
+#: Units compiled together for an arch (same flags): one nvcc call, one result for each of them.
+TOGETHER = {"sm_90": ("attention_harness", "attention")}
+
+
 def _compile(nvcc: str, name: str, src: Path, out_dir: Path, arch: str):
     out = out_dir / f"{name}-{arch}.o"
     cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-c", f"-I{TEMPLATES}", f"-I{RUNTIME_INCLUDE}",
@@ -179,18 +188,28 @@ def _compile(nvcc: str, name: str, src: Path, out_dir: Path, arch: str):
 def compiled(nvcc, tmp_path_factory):
     """Compile every unit for every arch, in parallel; {(name, arch): (returncode, output)}."""
     tmp = tmp_path_factory.mktemp("templates_compile")
-    jobs = []
-    for name, (text, archs) in UNITS.items():
+    srcs = {}
+    for name, (text, _) in UNITS.items():
         if isinstance(text, Path):
-            src = text
+            srcs[name] = text
         else:
-            src = tmp / f"{name}.cu"
-            src.write_text(text)
-        jobs += [(name, src, arch) for arch in archs]
+            srcs[name] = tmp / f"{name}.cu"
+            srcs[name].write_text(text)
+    jobs, same = [], {}
+    for arch, names in TOGETHER.items():
+        assert all(EXTRA_FLAGS.get((n, arch)) == EXTRA_FLAGS.get((names[0], arch)) for n in names), names
+        joined = tmp / ("+".join(names) + ".cu")
+        joined.write_text("".join(f'#include "{srcs[n]}"\n' for n in names))
+        jobs.append((names[0], joined, arch))
+        same.update({(n, arch): (names[0], arch) for n in names})
+    jobs += [(name, srcs[name], arch) for name, (_, archs) in UNITS.items() for arch in archs
+             if (name, arch) not in same]
+    jobs.sort(key=lambda j: "attention" not in j[0])  # the longest first: no core idles at the end
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {(n, a): pool.submit(_compile, nvcc, n, s, tmp, a) for n, s, a in jobs}
-        return {key: f.result() for key, f in futures.items()}
+        done = {key: f.result() for key, f in futures.items()}
+    return {(n, a): done[same.get((n, a), (n, a))] for n, (_, archs) in UNITS.items() for a in archs}
 
 
 @pytest.mark.parametrize("key", [(n, a) for n, (_, archs) in UNITS.items() for a in archs],

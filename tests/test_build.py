@@ -14,8 +14,8 @@
 
 from __future__ import annotations
 
-import threading
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

@@ -25,7 +25,7 @@ ALL_SET = SHARED / "kernelbench" / "all.jsonl"
 SUPPORTED = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (2, 76), (2, 86), (2, 99),
              (3, 1), (3, 3), (3, 4), (3, 43), (3, 44)]
 #: ... and those it refuses, with what the refusal must name.
-UNSUPPORTED = {(3, 33): "tensor attribute state", (3, 35): "nn.LSTM"}
+UNSUPPORTED = {(3, 33): "tensor attribute state"}
 
 #: Small sizes for the simulator (name = value substitutions in the problem's source).
 SMALL = {

@@ -249,8 +249,8 @@ def test_cli_refuses_unsupported(capsys, monkeypatch, tmp_path):
     if not DEV_SET.is_file():
         pytest.skip("KernelBench development set not present")
     monkeypatch.setenv("STITCHCUDA_KERNELBENCH", str(DEV_SET))
-    assert cli.main(["build", "kernelbench:3:35", "--out", str(tmp_path / "lstm"), "--no-compile"]) == 2
-    assert "nn.LSTM" in capsys.readouterr().err
+    assert cli.main(["build", "kernelbench:3:33", "--out", str(tmp_path / "rnn"), "--no-compile"]) == 2
+    assert "tensor attribute state" in capsys.readouterr().err
     assert cli.main(["build", "no/such/file.py", "--no-compile"]) == 2
 
 

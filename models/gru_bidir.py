@@ -20,7 +20,7 @@ class Model(nn.Module):
         return out.mean(0), hn
 
 
-seq_len = 512
+seq_len = 64
 batch_size = 8
 input_size = 64
 hidden_size = 256

@@ -22,7 +22,7 @@ class Model(nn.Module):
 
 
 batch_size = 16
-seq_len = 256
+seq_len = 64
 input_size = 128
 hidden_size = 256
 num_layers = 3

@@ -220,7 +220,7 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = F
     attributes = _plain_tensor_attributes(model)
     noise = io.StringIO()  # what export prints on a failure (graph dumps): replaced by one message
     try:
-        with warnings.catch_warnings(record=True) as caught, _quiet_torch(noise):
+        with warnings.catch_warnings(record=True) as caught, _quiet_torch(noise), _recurrent.shapes_only():
             warnings.simplefilter("always")
             exported = torch.export.export(model, inputs, strict=False)
         sys.stderr.write(noise.getvalue())
@@ -239,7 +239,7 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = F
                 raise _StateFound(list(dict.fromkeys(assigned + changed)), error)
             raise error
         _replay_warnings(caught)
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, _recurrent.shapes_only():
             warnings.simplefilter("always")
             exported = exported.run_decompositions(decomposition_table())
         _replay_warnings(caught)

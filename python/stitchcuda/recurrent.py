@@ -13,13 +13,17 @@ lower_recurrent`). This module owns what capture and the planner share about suc
   ``batch_first``, sizes, and which graph tensor is which weight);
 * :func:`refuse_unsupported` refuses, before export, the recurrent modules the lowering does not
   compute (projections, live dropout between layers, subclasses with their own forward);
+* :func:`shapes_only` spares capture PyTorch's step-by-step decomposition where only shapes are
+  needed;
 * :func:`cell` is the one statement of each mode's cell, in float64, for the plan interpreter
   and the tests (PyTorch's formulas, including GRU's ``n = tanh(x_n + r * (W_hn h + b_hn))``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Any, Iterator
 from .ir import Node
 
 #: The recurrent ATen operators capture keeps whole, and their mode.
@@ -161,6 +165,71 @@ def refuse_unsupported(model, name: str) -> None:
         raise UnsupportedOpError(name, found)
 
 
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """While capturing, compute a recurrent operator's result on fake (or meta) tensors from its
+    shapes alone.
+
+    ``torch.export`` keeps the operator as one node but, to know its result's shape, runs PyTorch's
+    Python decomposition on fake tensors — every step of every layer, twice (export, then
+    ``run_decompositions``): half a minute for one small GRU, minutes for a KernelBench LSTM. The
+    shapes need none of that. For the length of the block this puts a shape function in the places
+    fake-tensor dispatch looks (the operator's Python kernels for the composite, autograd and meta
+    keys, and torch's meta table); real tensors still take PyTorch's own implementation. These are
+    torch internals: where they are not as expected nothing is changed, and capture is only slower.
+    """
+    saved: list[tuple[Any, Any, Any]] = []
+    saved_meta: list[tuple[Any, Any]] = []
+    try:
+        from torch._C import DispatchKey
+        from torch._decomp import meta_table
+
+        keys = (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd, DispatchKey.Meta)
+        for op in aten_ops():
+            original = op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)
+            if original is None:
+                continue
+            fn = _shape_function(op, original)
+            for k in keys:
+                if k in op.py_kernels:
+                    saved.append((op, k, op.py_kernels[k]))
+                    op.py_kernels[k] = fn
+            saved_meta.append((op, meta_table.get(op)))
+            meta_table[op] = fn
+            op._dispatch_cache.clear()
+    except (ImportError, AttributeError):  # another torch: keep its (slower) path
+        pass
+    try:
+        yield
+    finally:
+        for op, k, original in saved:
+            op.py_kernels[k] = original
+            op._dispatch_cache.clear()
+        for op, previous in saved_meta:
+            if previous is None:
+                meta_table.pop(op, None)
+            else:
+                meta_table[op] = previous
+
+
+def _shape_function(op, original):
+    lstm = "lstm" in str(op)
+
+    def run(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if not isinstance(input, FakeTensor) and input.device.type != "meta":
+            return original(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        h0 = hx[0] if isinstance(hx, (list, tuple)) else hx
+        width = (2 if bidirectional else 1) * h0.shape[-1]
+        out = input.new_empty((*input.shape[:2], width))  # [T, B] or [B, T]: the input's own order
+        if lstm:
+            return out, h0.new_empty(h0.shape), hx[1].new_empty(hx[1].shape)
+        return out, h0.new_empty(h0.shape)
+
+    return run
+
+
 def aten_ops() -> tuple:
     """The ATen overloads of :data:`RECURRENT_OPS` this torch has."""
     from .aten import resolve_op
@@ -169,4 +238,4 @@ def aten_ops() -> tuple:
 
 
 __all__ = ["RECURRENT_OPS", "GATES", "LayerWeights", "Recurrence", "recurrence", "cell", "refuse_unsupported",
-           "aten_ops"]
+           "shapes_only", "aten_ops"]

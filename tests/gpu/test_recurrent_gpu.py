@@ -4,6 +4,8 @@
   c_n returned; ``gru_bidir``: 2 layers, bidirectional, zero initial state; ``rnn_cell_loop``: a
   hand-written loop over time) are built by the pipeline and judged by the real Verifier (fresh
   inputs, poisoned outputs, inputs unchanged) at fp32 (1e-4) and tf32 (1e-2): the verdict passes;
+* the seven KernelBench problems with recurrent layers (3:35-3:38, 3:40-3:42), at their own
+  sizes, likewise through the Verifier at fp32 and tf32;
 * the recurrent template against PyTorch: one program per cell (LSTM, GRU, RNN tanh, RNN relu;
   several layers, both directions, batch first or not, with and without an initial state, and
   one with a hidden size too wide for one block's shared memory, which takes the global-memory
@@ -20,14 +22,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from stitchcuda import frontend  # noqa: E402
 from stitchcuda.pipeline import build_program  # noqa: E402
 from stitchcuda.verifier import verify  # noqa: E402
 from tests.gpu.test_coverage_gpu import _arch, _run  # noqa: E402
+from tests.test_coverage_cases import all_rows, problem_id  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ("lstm_stack", "gru_bidir", "rnn_cell_loop")
+#: The KernelBench problems with recurrent layers (level 3), at their own sizes: 6 layers, 512 steps.
+KERNELBENCH = [(3, 35), (3, 36), (3, 37), (3, 38), (3, 40), (3, 41), (3, 42)]
 
 
 @pytest.mark.parametrize("policy", ["fp32", "tf32"])
@@ -38,6 +44,20 @@ def test_recurrent_model_verifies(model, policy, tmp_path):
     assert outcome.ok, outcome.build.message if outcome.build else "not built"
     result = verify(out, precision=policy, trials=5, time=False, profile=False)
     assert result.ok, f"{model} {policy}: {result.kind}: {result.verdict.summary()}"
+
+
+@pytest.mark.parametrize("policy", ["fp32", "tf32"])
+@pytest.mark.parametrize("key", KERNELBENCH, ids=[problem_id(k) for k in KERNELBENCH])
+def test_kernelbench_recurrent_problem_verifies(key, policy, tmp_path):
+    rows = all_rows()
+    if key not in rows:
+        pytest.skip("KernelBench all.jsonl not present beside the checkout")
+    ref = frontend.load_reference(rows[key]["source"], name=rows[key]["name"])
+    out = tmp_path / problem_id(key)
+    outcome = build_program(ref, precision=policy, out=out, arch=_arch(), quiet=True)
+    assert outcome.ok, outcome.build.message if outcome.build else "not built"
+    result = verify(out, precision=policy, trials=5, time=False, profile=False)
+    assert result.ok, f"{problem_id(key)} {policy}: {result.kind}: {result.verdict.summary()}"
 
 
 class _Layer(torch.nn.Module):

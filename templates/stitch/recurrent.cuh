@@ -144,6 +144,14 @@ __global__ void __launch_bounds__(kRecurrentThreads) recurrent_kernel(RecurrentP
       const int b = o < outs ? o / U : 0, ul = o < outs ? o - b * U : 0;
       const bool live = o < outs && ul < units;
       const int u = u0 + ul;
+      // This step's input projection does not depend on h: its loads are in flight during the
+      // dot products instead of after them.
+      float x[G] = {};
+      if (live && ks == 0) {
+        const T* xg = p.gx + d * p.gx_sd + int64_t(t) * p.gx_st + b * p.gx_sb;
+#pragma unroll
+        for (int g = 0; g < G; ++g) x[g] = any_to_float(xg[g * H + u]);
+      }
       float acc[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) acc[g] = 0.f;
@@ -162,13 +170,9 @@ __global__ void __launch_bounds__(kRecurrentThreads) recurrent_kernel(RecurrentP
         for (int g = 0; g < G; ++g) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], off);
       }
       if (!live || ks != 0) continue;
-      const T* xg = p.gx + d * p.gx_sd + int64_t(t) * p.gx_st + b * p.gx_sb;
-      float x[G], a[G];
+      float a[G];
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        x[g] = any_to_float(xg[g * H + u]);
-        a[g] = acc[g] + (bh ? any_to_float(bh[g * H + u]) : 0.f);
-      }
+      for (int g = 0; g < G; ++g) a[g] = acc[g] + (bh ? any_to_float(bh[g * H + u]) : 0.f);
       float h, c = 0.f;
       if constexpr (M == RnnMode::Lstm) {
         const float ig = rnn_sigmoid(x[0] + a[0]), fg = rnn_sigmoid(x[1] + a[1]);

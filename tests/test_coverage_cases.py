@@ -270,6 +270,14 @@ SMALL: dict[tuple[int, int], dict[str, str]] = {
     (2, 21): dict(batch_size="2", in_channels="3", out_channels="8", height="width = 10", num_groups="4"),
     (2, 52): dict(batch_size="4", in_channels="3", out_channels="6", **{"height, width": "9, 10"}),
     (2, 89): dict(batch_size="2", in_channels="3", out_channels="4", **{"depth, height, width": "4, 6, 6"}),
+    # Recurrent layers (those taking their initial state as inputs; 35 and 36 draw it in forward).
+    (3, 37): dict(batch_size="3", sequence_length="7", input_size="8", hidden_size="16", num_layers="2",
+                  output_size="4"),
+    (3, 38): dict(batch_size="3", sequence_length="7", input_size="8", hidden_size="16", num_layers="2",
+                  output_size="4"),
+    (3, 40): dict(batch_size="3", seq_len="7", input_size="8", hidden_size="16", num_layers="2"),
+    (3, 41): dict(batch_size="3", seq_len="7", input_size="8", hidden_size="16", num_layers="2"),
+    (3, 42): dict(batch_size="3", seq_len="7", input_size="8", hidden_size="16", num_layers="2"),
 }
 
 

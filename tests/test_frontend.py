@@ -4,8 +4,8 @@
   op with ATen, also after a JSON round trip — reproduces the eager model exactly;
 * the KernelBench development problems, read at run time from ../shared/kernelbench
   (skipped when absent), capture on the meta device (their real tensors run to gigabytes)
-  with output shapes equal to the eager model's; the ones with convolutions, recurrent
-  layers or mutated state are refused quickly, naming the operator and the line;
+  with output shapes equal to the eager model's; the ones with mutated state, and recurrent
+  layers with projections, are refused quickly, naming the operator and the line;
 * random draws in forward become program inputs; unsupported operators name their line.
 """
 
@@ -49,7 +49,6 @@ SUPPORTED_DEV = [(1, 1), (1, 23), (1, 26), (1, 40), (1, 97), (2, 12), (2, 41), (
 # problem -> (what the error must name, module path, a snippet of the line it must point at)
 UNSUPPORTED_DEV = {
     (3, 33): ("tensor attribute state", "model.hidden", "self.hidden.copy_(initial_hidden)"),
-    (3, 35): ("nn.LSTM", "model.lstm (LSTM)", "out, _ = self.lstm(x, (h0, c0))"),
 }
 
 
@@ -309,20 +308,22 @@ def test_unsupported_op_names_its_source_line():
 class _Recurrent(nn.Module):
     def __init__(self):
         super().__init__()
-        self.gru = nn.GRU(4, 8, num_layers=2, batch_first=True)
+        self.lstm = nn.LSTM(4, 8, num_layers=2, batch_first=True, proj_size=4)
 
     def forward(self, x):
-        out, _ = self.gru(x)
+        out, _ = self.lstm(x)
         return out[:, -1]
 
 
-def test_recurrent_layer_refused_before_export():
-    line = _line_of(inspect.getsource(_Recurrent), "self.gru(x)", inspect.getsourcelines(_Recurrent)[1])
+def test_unsupported_recurrent_layer_refused_before_export():
+    """An LSTM with a projection (the recurrent lowering has none) is refused before export."""
+    line = _line_of(inspect.getsource(_Recurrent), "self.lstm(x)", inspect.getsourcelines(_Recurrent)[1])
     start = time.perf_counter()
     with pytest.raises(UnsupportedOpError) as info:
-        capture(_Recurrent(), [torch.randn(2, 1000, 4)], "gru")
+        capture(_Recurrent(), [torch.randn(2, 1000, 4)], "lstm")
     assert time.perf_counter() - start < 1.0
-    assert f"nn.GRU at model.gru (GRU), test_frontend.py line {line}: out, _ = self.gru(x)" in str(info.value)
+    assert f"nn.LSTM at model.lstm (LSTM), test_frontend.py line {line}: out, _ = self.lstm(x)" in str(info.value)
+    assert "proj_size=4" in str(info.value)
 
 
 class _Accumulates(nn.Module):

@@ -135,7 +135,7 @@ def _check_plan(plan: P.Plan, graph: Graph) -> None:
     _check_arena(plan)
     for t in plan.tasks:
         assert t.strategy in ("cublaslt_gemm", "elementwise_kernel", "reduction_template", "attention_template",
-                              "copy", "custom_kernel", "cudnn_conv")
+                              "copy", "custom_kernel", "cudnn_conv", "recurrent_template")
         assert t.est_time_s >= 0 and t.bytes > 0
         if t.phase == "create":
             assert all(plan.buffer(b).kind in ("weight", "const") for b in t.inputs)

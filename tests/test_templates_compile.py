@@ -1,6 +1,6 @@
 """Every CUDA template instantiated for every storage type, compiled by nvcc (no GPU needed).
 
-One translation unit per template (reduce, elementwise, attention), each instantiating every
+One translation unit per template (reduce, elementwise, attention, recurrent), each instantiating every
 entry point for float, __half and __nv_bfloat16 plus a few hook / mixed-type combinations, and
 the GPU tests' harness sources; all compiled in parallel with
 `nvcc -arch=sm_90 -std=c++17 -c -I templates -I runtime/include` (attention also for sm_80, and on
@@ -155,17 +155,38 @@ cudaError_t tf32_entry(const AttnParams<float>& p, cudaStream_t s) { return laun
 static_assert(!AttnHeadDim<40>::ok && !AttnHeadDim<144>::ok && AttnHeadDim<96>::ok, "head dims");
 """
 
+RECURRENT_TU = r"""
+#include "stitch/recurrent.cuh"
+using namespace stitch;
+
+struct Tag {};
+
+template <class T>
+void every_cell(const RecurrentParams<T>& p, cudaStream_t s) {
+  launch_recurrent<RnnMode::Lstm, T, Tag>(p, s);
+  launch_recurrent<RnnMode::Gru, T, Tag>(p, s);
+  launch_recurrent<RnnMode::RnnTanh, T, Tag>(p, s);
+  launch_recurrent<RnnMode::RnnRelu, T, Tag>(p, s);
+}
+
+template void every_cell<float>(const RecurrentParams<float>&, cudaStream_t);
+template void every_cell<__half>(const RecurrentParams<__half>&, cudaStream_t);
+template void every_cell<__nv_bfloat16>(const RecurrentParams<__nv_bfloat16>&, cudaStream_t);
+"""
+
 # ptxas reports spills and local memory as warnings (which fail the test) where these are given:
 # no attention kernel may spill on sm_90, the architecture the planner's programs target. (On
 # sm_80 some 16-bit and TF32 instantiations at D >= 64 spill a few dozen bytes.)
 NO_SPILLS = ("-Xptxas", "-warn-spills,-warn-lmem-usage")
-EXTRA_FLAGS = {("attention", "sm_90"): NO_SPILLS, ("attention_harness", "sm_90"): NO_SPILLS}
+EXTRA_FLAGS = {("attention", "sm_90"): NO_SPILLS, ("attention_harness", "sm_90"): NO_SPILLS,
+               ("recurrent", "sm_90"): NO_SPILLS}
 
 # name: (source text or harness path, archs)
 UNITS = {
     "reduce": (REDUCE_TU, ("sm_90",)),
     "elementwise": (ELEMENTWISE_TU, ("sm_90",)),
     "attention": (ATTENTION_TU, ("sm_90", "sm_80")),
+    "recurrent": (RECURRENT_TU, ("sm_90", "sm_80")),
     "reduce_harness": (HARNESS / "reduce_harness.cu", ("sm_90",)),
     "elementwise_harness": (HARNESS / "elementwise_harness.cu", ("sm_90",)),
     "attention_harness": (HARNESS / "attention_harness.cu", ("sm_90",)),

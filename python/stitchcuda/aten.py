@@ -26,6 +26,12 @@ PRESERVED_OPS: tuple[str, ...] = (
     "aten.matmul.default",
     "aten.scaled_dot_product_attention.default",
     "aten.logsumexp.default",
+    # Recurrent layers: one node each, lowered as a recurrence (see :mod:`stitchcuda.recurrent`)
+    # instead of a node set per time step.
+    "aten.lstm.input",
+    "aten.gru.input",
+    "aten.rnn_tanh.input",
+    "aten.rnn_relu.input",
 )
 
 class _Registry:

@@ -5,7 +5,7 @@ The stage in four steps:
 1. :func:`~stitchcuda.reference.load_reference` reads a KernelBench-format program
    (``class Model``, ``get_inputs()``, ``get_init_inputs()``) from a file or a source string.
 2. :func:`capture` refuses what cannot be captured before spending time on it (recurrent
-   layers), runs ``torch.export.export`` (non-strict) on the module as given — training
+   layers with projections or live dropout between layers), runs ``torch.export.export`` (non-strict) on the module as given — training
    mode included, since KernelBench never calls ``.eval()`` — and decomposes the result
    to core ATen with :func:`decomposition_table`.
 3. The exported graph becomes a Graph: shapes and dtypes from each node's ``meta["val"]``,
@@ -24,8 +24,10 @@ only have to be pattern-matched back together: ``linear`` (a GEMM with a bias ep
 instead of ``permute`` + ``addmm`` + ``view``), ``matmul`` (a batched GEMM with
 broadcasting instead of ``expand`` + ``clone`` + ``view`` + ``bmm`` + ``view``),
 ``scaled_dot_product_attention`` (fused attention; its decomposition also depends on the
-device the capture ran on) and ``logsumexp`` (a row reduction instead of seven
-elementwise ops). ``gelu``, ``_softmax``, ``_log_softmax``, ``native_layer_norm`` and
+device the capture ran on), ``logsumexp`` (a row reduction instead of seven
+elementwise ops) and the recurrent layers (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``: one node
+each instead of a node set per time step; :mod:`stitchcuda.recurrent`). ``gelu``, ``_softmax``,
+``_log_softmax``, ``native_layer_norm`` and
 ``_native_batch_norm_legit_functional`` are core ATen already and stay as they are. On
 torch older than 2.6, export itself may already have decomposed the preserved operators;
 the graph is then plain core ATen, which is still valid input for the planner.
@@ -62,6 +64,7 @@ import torch
 import torch.fx
 from torch import nn
 
+from . import recurrent as _recurrent
 from . import stateful as _stateful
 from .aten import (_DROPPED_ARGS, _TORCH_DIR, PRESERVED_OPS, SUPPORTED_OPS, UnsupportedOp,  # noqa: F401 - re-exported
                    UnsupportedOpError, check_supported, decomposition_table, op_name, resolve_op)
@@ -104,8 +107,8 @@ def capture(
     """Capture ``model(*example_inputs)`` as a Graph, specialised to these inputs' shapes.
 
     Non-tensor inputs are baked into the graph as constants. Raises
-    :class:`UnsupportedOpError` when the model holds recurrent layers (checked before
-    export, which would unroll them), keeps state in a plain tensor attribute that forward
+    :class:`UnsupportedOpError` when the model holds recurrent layers the lowering does not
+    compute (checked before export; :func:`stitchcuda.recurrent.refuse_unsupported`), keeps state in a plain tensor attribute that forward
     changes (unless ``state="lift"``: each such attribute becomes an extra input, its value
     before the call, and an extra output, its value after; :mod:`stitchcuda.stateful`), or —
     unless ``supported_ops`` is None — uses operators outside ``supported_ops``; raises
@@ -114,7 +117,7 @@ def capture(
     """
     if state not in ("refuse", "lift"):
         raise ValueError(f"state={state!r}: 'refuse' or 'lift'")
-    _refuse_recurrent(model, name)
+    _recurrent.refuse_unsupported(model, name)
     inputs = tuple(example_inputs)
     lifted: tuple[StateIO, ...] = ()
     notes: tuple[str, ...] = ()
@@ -217,7 +220,7 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = F
     attributes = _plain_tensor_attributes(model)
     noise = io.StringIO()  # what export prints on a failure (graph dumps): replaced by one message
     try:
-        with warnings.catch_warnings(record=True) as caught, _quiet_torch(noise):
+        with warnings.catch_warnings(record=True) as caught, _quiet_torch(noise), _recurrent.shapes_only():
             warnings.simplefilter("always")
             exported = torch.export.export(model, inputs, strict=False)
         sys.stderr.write(noise.getvalue())
@@ -236,7 +239,7 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = F
                 raise _StateFound(list(dict.fromkeys(assigned + changed)), error)
             raise error
         _replay_warnings(caught)
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, _recurrent.shapes_only():
             warnings.simplefilter("always")
             exported = exported.run_decompositions(decomposition_table())
         _replay_warnings(caught)
@@ -283,25 +286,6 @@ def _data_dependent_hint(err: BaseException) -> str:
             "pick with torch.where, or branch on shapes only")
 
 
-def _refuse_recurrent(model: nn.Module, name: str) -> None:
-    """Raise for nn.RNN/LSTM/GRU: export unrolls them into one node set per time step."""
-    found = []
-    for path, module in model.named_modules():
-        if isinstance(module, nn.RNNBase):
-            kind = type(module).__name__
-            torch_kind = next((c.__name__ for c in type(module).__mro__ if c.__module__.startswith("torch.nn")), kind)
-            found.append(
-                UnsupportedOp(
-                    op=f"nn.{torch_kind}",
-                    node=path,
-                    where=_attribute_location(model, path, kind),
-                    reason="recurrent layers are not supported yet; torch.export would unroll every time step",
-                )
-            )
-    if found:
-        raise UnsupportedOpError(name, found)
-
-
 _ASSIGNED = re.compile(r"tensor attribute self\.(\S+) was assigned during export")
 
 
@@ -309,6 +293,8 @@ def _replay_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
     """Re-issue warnings recorded around export, minus torch's internal deprecation noise."""
     for w in caught:
         if issubclass(w.category, FutureWarning) and w.filename.startswith((_TORCH_DIR, os.path.dirname(os.__file__))):
+            continue
+        if "_flat_weights" in str(w.message):  # nn.RNNBase re-lists its weights on every call: no state
             continue
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
@@ -360,11 +346,16 @@ def _draws(op: torch._ops.OpOverload, fx: torch.fx.Node) -> bool:
     """Whether a node of an operator tagged ``nondeterministic_seeded`` really draws.
 
     Fused attention carries the tag for its dropout; with ``dropout_p == 0`` it is
-    deterministic and stays an ordinary node.
+    deterministic and stays an ordinary node. So do the recurrent operators, for dropout between
+    layers, outside training or with ``dropout == 0``.
     """
-    if "dropout_p" in (a.name for a in op._schema.arguments):
+    names = [a.name for a in op._schema.arguments]
+    if "dropout_p" in names:
         bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
         return bound["dropout_p"] != 0.0
+    if op in _recurrent.aten_ops():  # dropout between layers: only while training, only with p > 0
+        bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
+        return bool(bound["train"]) and bound["dropout"] != 0.0 and bound["num_layers"] > 1
     return True
 
 
@@ -603,6 +594,8 @@ class _Converter:
         where = f"{self.name}:{name}"
         inputs: list[str] = []
         attrs: list[tuple[str, Any]] = []
+        # Two Tensor[] arguments (lstm's hx and params) share Node.inputs: record each list's names.
+        lists = sum(_arg_kind(a) == "tensor_list" for a in op._schema.arguments) > 1
         for arg, value in _bind(op, args, kwargs):
             kind = _arg_kind(arg)
             if arg.name in _DROPPED_ARGS:
@@ -611,7 +604,7 @@ class _Converter:
                 inputs.append(value.name)
             elif kind == "tensor_list" and isinstance(value, (list, tuple)):
                 inputs.extend(v.name for v in value if isinstance(v, _Ref))
-                if any(v is None for v in value):  # Tensor?[] with holes: say where they are
+                if lists or any(v is None for v in value):  # Tensor?[] with holes: say where they are
                     attrs.append((arg.name, tuple(v.name if isinstance(v, _Ref) else None for v in value)))
             else:
                 attrs.append((arg.name, _plain(value, where)))

@@ -66,7 +66,7 @@ SAFETENSORS_DTYPES = _dtypes.FROM_SAFETENSORS
 #: its own); these are the ones other stages know by name.
 KNOWN_STRATEGIES = (
     "cublaslt_gemm", "epilogue_template", "reduction_template", "elementwise_kernel",
-    "attention_template", "copy", "custom_kernel", "cudnn_conv",
+    "attention_template", "copy", "custom_kernel", "cudnn_conv", "recurrent_template",
 )
 
 PROGRAM_SOURCE = "program.cu"

@@ -153,6 +153,8 @@ def run_task(mem: Memory, t: P.Task) -> None:
         _gather(mem, s)
     elif isinstance(s, P.ConvSpec):
         _conv(mem, s)
+    elif isinstance(s, P.RecurrentSpec):
+        _recurrent(mem, s)
     elif isinstance(s, P.IotaSpec):
         n = s.out.shape[0] if s.out.ndim else 1
         mem.write(s.out, s.start + torch.arange(n, dtype=F64, device=mem.device) * s.step)
@@ -187,6 +189,31 @@ def _gemm(mem: Memory, g: P.GemmSpec) -> None:
         for e in g.chain:
             x = ops.EPILOGUES[e.kind].ref(x, e.a, e.b, ctx)
         mem.write(g.out, x, (rows, g.n), (g.ldo, 1))
+
+
+def _recurrent(mem: Memory, s: P.RecurrentSpec) -> None:
+    """One layer of a recurrence in float64 (recurrent.cuh): every step of every direction, the
+    state carried unrounded (the kernel keeps it in fp32), the sequence and final state stored."""
+    from ..recurrent import cell
+
+    D, T, B, H = s.directions, s.steps, s.batch, s.hidden
+    assert s.gx.strides[-1] == 1 and s.w_hh.is_contiguous(), "recurrent.cuh: gx rows and W_hh dense"
+    gx = mem.read(s.gx)
+    for d in range(D):
+        w = mem.read(s.w_hh if d == 0 else s.w_hh_r)
+        bv = s.b_hh if d == 0 else s.b_hh_r
+        b = mem.read(bv) if bv is not None else torch.zeros((), dtype=F64, device=mem.device)
+        h = mem.read(s.h0)[d] if s.h0 is not None else torch.zeros((B, H), dtype=F64, device=mem.device)
+        c = (mem.read(s.c0)[d] if s.c0 is not None else torch.zeros_like(h)) if s.mode == "lstm" else None
+        out = mem.view(s.out)
+        for step in range(T):
+            t = T - 1 - step if d == 1 else step
+            h, c = cell(s.mode, gx[d, t], h @ w.T + b, h, c)
+            out[t, :, d * H:(d + 1) * H].copy_(h.to(out.dtype))
+        if s.hn is not None:
+            mem.write(s.hn, h, shape=(B, H), strides=s.hn.strides[1:], offset=d * s.hn.strides[0])
+        if s.cn is not None:
+            mem.write(s.cn, c, shape=(B, H), strides=s.cn.strides[1:], offset=d * s.cn.strides[0])
 
 
 _CONV_ACT = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,

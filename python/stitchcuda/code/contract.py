@@ -136,7 +136,7 @@ def spec_views(spec: Any) -> Iterator[tuple[str, View, str]]:
 
 
 #: Spec fields a task writes, and its scratch workspaces.
-_WRITTEN = frozenset({"out", "o", "blocks", "scale", "shift"})
+_WRITTEN = frozenset({"out", "o", "blocks", "scale", "shift", "hn", "cn"})
 _SCRATCH = frozenset({"workspace"})
 
 

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from .. import ops
 from ..dtypes import ctype as _ctype
 from ..dtypes import st_enum as _st_enum
+from ..layout import View
 from ..plan import specs as S
 from ..precision import get as get_policy
 from .contract import TaskContract
@@ -430,8 +431,34 @@ def _dlit(x: float) -> str:
     return text if any(ch in text for ch in ".e") else text + ".0"
 
 
+_RNN_MODE = {"lstm": "Lstm", "gru": "Gru", "rnn_tanh": "RnnTanh", "rnn_relu": "RnnRelu"}
+
+
+def recurrent(t: S.Task, r: S.RecurrentSpec, n: _Names, fn: str) -> tuple[list[str], list[str]]:
+    """recurrent.cuh: one cooperative launch walking every step of the layer (both directions);
+    a tag type named after the task names the kernel in profiles."""
+
+    def strides(field: str, v: View | None, dims: str) -> str:
+        if v is None:
+            return f"p.{field} = nullptr;"
+        return f"p.{field} = {n(field)}; " + " ".join(f"p.{field}_s{c} = {s_};" for c, s_ in zip(dims, v.strides))
+
+    body = [f"  stitch::RecurrentParams<{_ctype(r.gx.dtype)}> p{{}};",
+            f"  p.steps = {r.steps}; p.batch = {r.batch}; p.hidden = {r.hidden}; p.directions = {r.directions};",
+            "  " + strides("gx", r.gx, "dtb"),
+            f"  p.w_hh[0] = {n('w_hh')}; p.w_hh[1] = {n.opt('w_hh_r')};",
+            f"  p.b_hh[0] = {n.opt('b_hh')}; p.b_hh[1] = {n.opt('b_hh_r')};",
+            "  " + strides("h0", r.h0, "dbh"), "  " + strides("c0", r.c0, "dbh"),
+            "  " + strides("out", r.out, "tbh"), "  " + strides("hn", r.hn, "dbh"), "  " + strides("cn", r.cn, "dbh"),
+            f"  p.state = {n('workspace')};"]
+    pre = [f"struct {fn}_tag {{}};  // names the kernel after its task", ""]
+    return pre, body + _call(t, f"stitch::launch_recurrent<stitch::RnnMode::{_RNN_MODE[r.mode]}, "
+                                f"{_ctype(r.gx.dtype)}, {fn}_tag>(p, stream)")
+
+
 _TAIL = {S.GroupStatsSpec: ("norm.cuh", group_stats), S.PoolSpec: ("pool.cuh", pool), S.ScanSpec: ("scan.cuh", scan),
-         S.ArgSpec: ("scan.cuh", arg), S.GatherSpec: ("index.cuh", gather), S.IotaSpec: ("index.cuh", iota)}
+         S.ArgSpec: ("scan.cuh", arg), S.GatherSpec: ("index.cuh", gather), S.IotaSpec: ("index.cuh", iota),
+         S.RecurrentSpec: ("recurrent.cuh", recurrent)}
 
 
 __all__ = ["CodeError", "flit", "ilist", "render_instrs", "functor", "hook", "hooks", "render_task"]

@@ -26,7 +26,7 @@ A = "aten."
 
 #: Kinds of ATen operator, by the planner pass that takes them.
 KINDS = ("elementwise", "view", "gemm", "row", "batch_norm", "attention", "cat", "group_norm", "arg", "pool", "scan",
-         "gather", "iota", "scatter", "conv")
+         "gather", "iota", "scatter", "conv", "recurrent")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Entries for the operators that are not elementwise: layout views, GEMMs, row reductions,
 batch / group / instance norm, arg reductions, pooling, scans, gathers, ``arange``, convolutions,
-attention and concatenation. Their lowering lives in the planner pass of their kind
+recurrent layers, attention and concatenation. Their lowering lives in the planner pass of their kind
 (:mod:`stitchcuda.plan`); the registry says which pass, their schema's tensor arguments, and
 their cost-model FLOPs per element (of the input for reductions and norms)."""
 
@@ -52,6 +52,9 @@ _add("view", ("unfold.default", "diagonal.default"), flops=0)
 _add("conv", ("convolution.default",), ("input", "weight", "bias"), 2)
 _add("attention", ("scaled_dot_product_attention.default",), ("query", "key", "value", "attn_mask"), 4)
 _add("cat", ("cat.default",), flops=0)
+# One node per recurrent module (stitchcuda.recurrent): every input, state and weight it reads is
+# positional in Node.inputs; the planner reads them with stitchcuda.recurrent.recurrence.
+_add("recurrent", ("lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input"), ("input",), 2)
 
 #: Layout ops that leave a tensor's value and shape as they are.
 TRANSPARENT = frozenset(A + s for s in ("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default",

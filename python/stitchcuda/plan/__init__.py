@@ -41,8 +41,8 @@ from .rewrite import REWRITES, apply_rewrites
 from .schedule import GRAPH_MIN_TASKS
 from .specs import (ARENA_ALIGN, GENERATOR, SCHEMA, ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec,
                     BnStatsSpec, Buffer, ConvSpec, CopyItem, CopySpec, EpOp, EwInstr, EwSpec, GatherSpec, GemmSpec,
-                    GroupStatsSpec, IOSpec, IotaSpec, NodeCost, Plan, PlanError, PoolSpec, RowSpec, ScanSpec, Task,
-                    TaskSpec)
+                    GroupStatsSpec, IOSpec, IotaSpec, NodeCost, Plan, PlanError, PoolSpec, RecurrentSpec, RowSpec, ScanSpec,
+                    Task, TaskSpec)
 
 #: Kept for readers of older code: the one ceilings type.
 DeviceCeilings = Ceilings
@@ -159,6 +159,6 @@ __all__ = [
     "ATTENTION_EFFICIENCY", "GEMM_EFFICIENCY", "MAX_CHAIN", "GRAPH_MIN_TASKS", "Ceilings", "DeviceCeilings", "H100",
     "H200", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec", "AttentionSpec", "AttentionMaskBlocksSpec",
     "attention_time", "CopyItem", "CopySpec", "BnStatsSpec", "GroupStatsSpec", "PoolSpec", "ScanSpec", "ArgSpec",
-    "GatherSpec", "IotaSpec", "ConvSpec", "TaskSpec", "Buffer", "Task", "NodeCost", "IOSpec", "Plan",
+    "GatherSpec", "IotaSpec", "ConvSpec", "RecurrentSpec", "TaskSpec", "Buffer", "Task", "NodeCost", "IOSpec", "Plan",
     "PlanError", "Constraints", "ConstraintError", "Choices", "plan", "choices",
 ]

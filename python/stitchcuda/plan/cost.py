@@ -18,7 +18,8 @@ from ..layout import View
 from ..precision import get as _policy
 from .graph import GraphIndex
 from .specs import (ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec, ConvSpec, CopySpec,
-                    EwSpec, GatherSpec, GemmSpec, GroupStatsSpec, IotaSpec, NodeCost, PoolSpec, RowSpec, ScanSpec)
+                    EwSpec, GatherSpec, GemmSpec, GroupStatsSpec, IotaSpec, NodeCost, PoolSpec, RecurrentSpec, RowSpec,
+                    ScanSpec)
 
 A = ops.A
 
@@ -56,6 +57,14 @@ def spec_cost(spec: Any, policy: str, ceil: Ceilings) -> tuple[float, float, flo
         flops += math.prod(spec.out.shape) * (int(spec.bias is not None) + int(spec.activation != "none"))
         nbytes = sum(_view_bytes(v) for v in (spec.x, spec.w, spec.bias, spec.out))
         return float(flops), nbytes, ceil.gemm_peak(spec.policy)
+    if isinstance(spec, RecurrentSpec):
+        # h W_hhᵀ every step (the input projections are GEMM tasks of their own) plus the cell;
+        # W_hh is read once per launch (the kernel keeps it on chip), the sequences once.
+        gh = spec.directions * spec.steps * 2 * spec.batch * spec.hidden * spec.gx.shape[-1]
+        flops = gh + spec.directions * spec.steps * spec.batch * spec.gx.shape[-1] * 4
+        nbytes = sum(_view_bytes(v) for v in (spec.gx, spec.w_hh, spec.w_hh_r, spec.b_hh, spec.b_hh_r, spec.h0,
+                                              spec.c0, spec.out, spec.hn, spec.cn))
+        return float(flops), nbytes, ceil.fp32
     if isinstance(spec, EwSpec):
         n = math.prod(spec.out.shape)
         return float(n * len(spec.instrs)), sum(_view_bytes(v) for v in spec.inputs) + _view_bytes(spec.out), ceil.fp32
@@ -180,6 +189,15 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         cin, cout = xs[1], ys[1]
         return float(conv_flops(xs[0], cin, cout, groups, ws[2:], xs[2:] if transposed else ys[2:])), \
             float(in_bytes + out_bytes)
+    if kind == "recurrent":
+        from ..recurrent import recurrence
+
+        r = recurrence(n, ix.shape)
+        flops = 0
+        for layer in range(r.layers):  # input projections, the recurrent products, the cells
+            flops += r.directions * r.steps * r.batch * r.gates * r.hidden * (2 * r.layer_input(layer) +
+                                                                               2 * r.hidden + 4)
+        return float(flops), float(in_bytes + out_bytes)
     if kind == "attention":
         a = ix.args(n, ops.args(op))
         qs, ks = ix.shape(a["query"][1]), ix.shape(a["key"][1])

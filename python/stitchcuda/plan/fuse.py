@@ -44,6 +44,7 @@ class Fuser:
 
         ix, cl = self.ix, self.cl
         fuse_tail.claim_conv(self)
+        fuse_tail.claim_recurrent(self)
         for n in list(ix.g.nodes):
             if ops.kind(n.op) == "row" and cl.free(n):
                 self.reduce(n)

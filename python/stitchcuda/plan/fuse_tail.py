@@ -1,4 +1,4 @@
-"""Pass 3, *fuse* (continued): the single-node task kinds — convolutions, arg reductions,
+"""Pass 3, *fuse* (continued): the single-node task kinds — convolutions, recurrent layers, arg reductions,
 pooling, scans, gathers, ``arange`` and slice assignments (``slice_scatter``, ``select_scatter``).
 
 Takes the :class:`~.fuse.Fuser` after the row reductions, GEMMs and concatenations claimed
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from .. import layout as L
 from .. import ops
 from ..ir import Node
-from .protos import ArgProto, ConvProto, GatherProto, IotaProto, PoolProto, ScanProto, ScatterProto
+from .protos import ArgProto, ConvProto, GatherProto, IotaProto, PoolProto, RecurrentProto, ScanProto, ScatterProto
 
 if TYPE_CHECKING:
     from .fuse import Fuser
@@ -124,6 +124,31 @@ def _conv_activation(fz: "Fuser", n: Node, out: str) -> tuple[str, list[str]]:
                 ix.only_user(sig.outputs[0].name) is mul:
             return "silu", [sig.name, mul.name]
     return "none", []
+
+
+# ---------------------------------------------------------------------- recurrent layers
+
+
+def claim_recurrent(fz: "Fuser") -> None:
+    """Claim every recurrent node (one proto each: see :mod:`.lower_recurrent`)."""
+    from ..recurrent import recurrence
+
+    ix, cl = fz.ix, fz.cl
+    for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
+        if ops.kind(n.op) != "recurrent" or not cl.free(n):
+            continue
+        try:
+            r = recurrence(n, ix.shape)
+        except ValueError as err:
+            raise cl.fail(n, str(err)) from None
+        for t in n.inputs:
+            if ix.spec(t).dtype not in _FLOAT:
+                raise cl.fail(n, f"a recurrent layer over {ix.spec(t).dtype}")
+        hn = r.hn if _used(fz, r.hn) else None
+        cn = r.cn if r.cn and _used(fz, r.cn) else None
+        outs = tuple(t for t in (r.out if _used(fz, r.out) else None, hn, cn) if t)
+        cl.claim(RecurrentProto(cl.name([n.name]), (n.name,), outs, tuple(dict.fromkeys(n.inputs)), node=n.name,
+                                out=r.out, hn=hn, cn=cn, policy=cl.policy_of([n.name])))
 
 
 # ---------------------------------------------------------------------- arg reductions

@@ -7,7 +7,7 @@ it touched (for *schedule*'s covering). A layout op's result is its input's layo
 copy made by a copy task placed before the reader. A task writes its placement target when its
 kernel can write that layout, else over an input that dies with it (in place), else a fresh
 buffer. The per-kind emitters are in :mod:`.lower_gemm`, :mod:`.lower_ops`, :mod:`.lower_tail` and
-:mod:`.lower_conv`.
+:mod:`.lower_conv` and :mod:`.lower_recurrent`.
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ class Lowerer:
     # ------------------------------------------------------------------ driving
 
     def emit(self, idx: int, rank: int) -> None:
-        from . import lower_conv, lower_gemm, lower_ops, lower_tail
+        from . import lower_conv, lower_gemm, lower_ops, lower_recurrent, lower_tail
 
         self.rank = rank
         pr = self.f.protos[idx]
@@ -276,7 +276,8 @@ class Lowerer:
                    "GroupStatsProto": lower_tail.emit_group_stats, "PoolProto": lower_tail.emit_pool,
                    "ScanProto": lower_tail.emit_scan, "ArgProto": lower_tail.emit_arg,
                    "GatherProto": lower_tail.emit_gather, "IotaProto": lower_tail.emit_iota,
-                   "ScatterProto": lower_tail.emit_scatter, "ConvProto": lower_conv.emit_conv}[type(pr).__name__]
+                   "ScatterProto": lower_tail.emit_scatter, "ConvProto": lower_conv.emit_conv,
+                   "RecurrentProto": lower_recurrent.emit_recurrent}[type(pr).__name__]
         emitter(self, pr, pre)
         new = self.tasks[before:]
         del self.tasks[before:]

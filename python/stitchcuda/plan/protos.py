@@ -260,8 +260,21 @@ class ConvProto(Proto):
     policy: str = ""
 
 
+@dataclass(frozen=True)
+class RecurrentProto(Proto):
+    """One recurrent node (``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM``; :class:`~stitchcuda.recurrent.
+    Recurrence` says what it computes): per layer, one input-projection GEMM per direction and one
+    persistent recurrent kernel. ``hn`` / ``cn`` are None when nobody reads them."""
+
+    node: str = ""
+    out: str = ""
+    hn: str | None = None
+    cn: str | None = None
+    policy: str = ""
+
+
 AnyProto = Union[GemmProto, EwProto, RowProto, AxisProto, AttnProto, BnStatsProto, CatProto, GroupStatsProto,
-                 PoolProto, ScanProto, ArgProto, GatherProto, IotaProto, ScatterProto, ConvProto]
+                 PoolProto, ScanProto, ArgProto, GatherProto, IotaProto, ScatterProto, ConvProto, RecurrentProto]
 
 
 @dataclass(frozen=True)
@@ -284,4 +297,4 @@ class Fused:
 
 __all__ = ["Operand", "ChainStep", "Proto", "GemmProto", "EwProto", "RowProto", "AxisProto", "AttnProto",
            "BnStatsProto", "CatProto", "GroupStatsProto", "PoolProto", "ScanProto", "ArgProto", "GatherProto",
-           "IotaProto", "ScatterProto", "ConvProto", "AnyProto", "Fused"]
+           "IotaProto", "ScatterProto", "ConvProto", "RecurrentProto", "AnyProto", "Fused"]

@@ -438,8 +438,44 @@ class ConvSpec:
         return tuple(self.out.shape[2:])
 
 
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """One layer of a recurrent module (both directions) through recurrent.cuh's persistent kernel:
+    for every step t (direction 1 walking t from ``steps - 1`` down),
+    ``gh = h W_hhᵀ + b_hh`` and ``(h, c) = cell(gx[d, t], gh, h, c)`` (:func:`stitchcuda.recurrent.
+    cell`; ``mode`` ``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``), written to ``out[t, :, d·H:(d+1)·H]``.
+
+    ``gx`` [D, T, B, G·H] (last dim dense) holds ``x W_ihᵀ + b_ih`` for every step, computed before
+    by the layer's input-projection GEMMs; ``w_hh`` / ``w_hh_r`` [G·H, H] dense; ``b_hh`` /
+    ``b_hh_r`` [G·H] or None; ``h0`` / ``c0`` [D, B, H] (None: zeros); ``out`` [T, B, D·H]; ``hn``
+    / ``cn`` [D, B, H] the final state (None: not written); any strides. All in the storage type of
+    ``policy``; the state stays fp32 (``workspace``: 2·D·B·H floats for the steps' exchange)."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "recurrent")
+
+    kind: str
+    policy: str
+    mode: str
+    steps: int
+    batch: int
+    hidden: int
+    directions: int
+    gx: View
+    w_hh: View
+    out: View
+    workspace: View
+    w_hh_r: View | None = None
+    b_hh: View | None = None
+    b_hh_r: View | None = None
+    h0: View | None = None
+    c0: View | None = None
+    hn: View | None = None
+    cn: View | None = None
+
+
 TaskSpec = Union[GemmSpec, EwSpec, RowSpec, AxisSpec, AttentionSpec, AttentionMaskBlocksSpec, CopySpec,
-                 BnStatsSpec, GroupStatsSpec, PoolSpec, ScanSpec, ArgSpec, GatherSpec, IotaSpec, ConvSpec]
+                 BnStatsSpec, GroupStatsSpec, PoolSpec, ScanSpec, ArgSpec, GatherSpec, IotaSpec, ConvSpec,
+                 RecurrentSpec]
 
 
 @dataclass(frozen=True)
@@ -631,5 +667,5 @@ def fmt_bytes(n: float) -> str:
 
 __all__ = ["SCHEMA", "GENERATOR", "ARENA_ALIGN", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec",
            "AttentionSpec", "AttentionMaskBlocksSpec", "CopyItem", "CopySpec", "BnStatsSpec", "GroupStatsSpec",
-           "PoolSpec", "ScanSpec", "ArgSpec", "GatherSpec", "IotaSpec", "ConvSpec", "TaskSpec", "Buffer",
+           "PoolSpec", "ScanSpec", "ArgSpec", "GatherSpec", "IotaSpec", "ConvSpec", "RecurrentSpec", "TaskSpec", "Buffer",
            "Task", "NodeCost", "IOSpec", "Plan", "PlanError", "fmt_bytes"]

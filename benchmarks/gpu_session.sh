@@ -4,6 +4,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh setup core      # install, then the runtime GPU tests
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh seam            # task seam, op harness, generated programs
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh verifier        # the Verifier: adversarial set, large problems
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh recurrent       # GRU / LSTM / RNN models and template, their speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh stateful        # state kept between calls: 3:33, an RNN cell
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh bench           # convolutions, the wheel
@@ -84,6 +85,16 @@ if want verifier || want verifier2; then  # verifier2: the rest alone (the adver
   [ -f .carry/adv_run.json ] && [ ! -f "$OUT/adv_run.json" ] && cp .carry/adv_run.json "$OUT/adv_run.json"
   python3 tests/adversarial/table.py --from "$OUT/adv_run.json" "$OUT/adv_static.json" > "$OUT/adversarial.md" 2>&1
   tail -3 "$OUT/adversarial.md"
+fi
+
+if want recurrent; then
+  log "recurrent layers: the models verified at fp32 / tf32, the template per cell; the state-carrying cell; speed"
+  pt recurrent 220 tests/gpu/test_recurrent_gpu.py -k "model_verifies or template"
+  pt stateful_cell 120 tests/gpu/test_stateful_gpu.py tests/gpu/test_verifier_gpu.py \
+    -k "stateful_rnn_cell or carries or (adversarial_verdict and state_)"
+  timeout 150 python3 benchmarks/bench_families.py --models gru_bidir,lstm_stack --policies tf32 --set seq_len=512 \
+    --out /tmp/recurrent --json "$OUT/recurrent.jsonl" > "$OUT/recurrent_bench.log" 2>&1
+  echo "bench_families exit $?"; tail -8 "$OUT/recurrent_bench.log"
 fi
 
 if want stateful; then

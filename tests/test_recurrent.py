@@ -30,7 +30,7 @@ from tests.dev_problems import MODELS
 from tests.test_coverage_kinds import run_case
 
 
-class _Layer(nn.Module):
+class Layer(nn.Module):
     """One recurrent module returning every result it has."""
 
     def __init__(self, kind: str, input_size: int = 6, hidden: int = 10, **kw):
@@ -69,7 +69,7 @@ def _inputs(kind: str, kw: dict, state: bool, steps: int = 7, batch: int = 3) ->
 def test_capture_keeps_one_recurrent_node(name):
     kind, kw = CONFIGS[name]
     torch.manual_seed(0)
-    model = _Layer(kind, **kw)
+    model = Layer(kind, **kw)
     # (Export computes the node's shapes by running the operator's step-by-step decomposition on
     # fake tensors: capture time grows with the steps even though the graph does not.)
     inputs = _inputs(kind, kw, state=True, steps=40)
@@ -96,7 +96,7 @@ def test_capture_keeps_one_recurrent_node(name):
 def test_plan_interpreter_matches_the_module(name, policy):
     kind, kw = CONFIGS[name]
     torch.manual_seed(1)
-    model = _Layer(kind, **kw)
+    model = Layer(kind, **kw)
     plan = run_case(copy.deepcopy(model), _inputs(kind, kw, state=True), policy, name)
     layers, dirs = kw.get("num_layers", 1), 2 if kw.get("bidirectional") else 1
     rec = [t for t in plan.tasks if isinstance(t.params, P.RecurrentSpec)]
@@ -111,7 +111,7 @@ def test_zero_initial_state(kind):
     """No h0 (and c0): the operator's zeros are a graph tensor the plan computes."""
     kw = dict(num_layers=2, bidirectional=True, batch_first=True)
     torch.manual_seed(2)
-    run_case(_Layer(kind, **kw), _inputs(kind, kw, state=False), "fp32", f"{kind.lower()}_zero_state")
+    run_case(Layer(kind, **kw), _inputs(kind, kw, state=False), "fp32", f"{kind.lower()}_zero_state")
 
 
 def test_unused_results_are_not_required():

@@ -17,7 +17,6 @@ Seeds are fixed (SEED).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -31,6 +30,7 @@ from stitchcuda.pipeline import build_program  # noqa: E402
 from stitchcuda.verifier import build_result, problem  # noqa: E402
 from stitchcuda.verifier.correctness import check_correctness  # noqa: E402
 from tests.dev_problems import DEV_SET, STATEFUL, STATEFUL_MODELS, dev_id, dev_reference  # noqa: E402
+from tests.fake_program import FunctionRunner  # noqa: E402
 
 SEED = 20261122
 RNN_CELL = STATEFUL_MODELS[0]
@@ -135,30 +135,6 @@ def test_manifest_state_input_and_output_must_agree():
 # ---------------------------------------------------------------------- the Verifier, with a fake program
 
 
-class Runner:
-    """The program is a Python function of all inputs returning all outputs, run at once."""
-
-    device = torch.device("cpu")
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def context(self):
-        return contextlib.nullcontext()
-
-    def run(self, inputs, outputs):
-        for o, v in zip(outputs, self.fn(*inputs)):
-            o.copy_(v)
-
-    def sync(self):
-        pass
-
-    sync_device = hold = sync
-
-    def ordered(self, fn):
-        fn()
-
-
 #: y = 2 tanh(x + h / 2), and h becomes tanh(x + h / 2); h starts at zero. Every output depends on h.
 DECAY_SOURCE = """import torch
 class Model(torch.nn.Module):
@@ -191,7 +167,7 @@ def _decay_problem(tmp_path: Path, source: str = DECAY_SOURCE, state=True) -> pr
 
 
 def _verdict(P, fn, policy="fp32"):
-    res = check_correctness(Runner(fn), P, precision=policy, seed=SEED)
+    res = check_correctness(FunctionRunner(fn, every=True), P, precision=policy, seed=SEED)
     return build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance), res
 
 

@@ -8,7 +8,6 @@ the test, except the first, which pins ``compare.errors`` itself. Seeds are fixe
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -20,32 +19,10 @@ from stitchcuda.precision import get  # noqa: E402
 from stitchcuda.verifier import build_result, problem  # noqa: E402
 from stitchcuda.verifier.compare import atol_for, errors  # noqa: E402
 from stitchcuda.verifier.correctness import check_correctness  # noqa: E402
+from tests.fake_program import FunctionRunner  # noqa: E402
 
 SEED = 20261122
 ADV = Path(__file__).resolve().parent / "adversarial"
-
-
-class Runner:
-    """The program is a Python function of the inputs, run at once (a well-ordered stream)."""
-
-    device = torch.device("cpu")
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def context(self):
-        return contextlib.nullcontext()
-
-    def run(self, inputs, outputs):
-        outputs[0].copy_(self.fn(inputs[0]))
-
-    def sync(self):
-        pass
-
-    sync_device = hold = sync
-
-    def ordered(self, fn):
-        fn()
 
 
 def reference(tmp_path: Path, body: str, shape=(64, 64), draw="torch.randn") -> problem.Problem:
@@ -63,7 +40,7 @@ def reference(tmp_path: Path, body: str, shape=(64, 64), draw="torch.randn") -> 
 
 
 def verdict(P, fn, policy, **kw):
-    res = check_correctness(Runner(fn), P, precision=policy, seed=SEED, **kw)
+    res = check_correctness(FunctionRunner(fn), P, precision=policy, seed=SEED, **kw)
     return build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance), res
 
 

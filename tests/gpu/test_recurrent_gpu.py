@@ -27,6 +27,7 @@ from stitchcuda.pipeline import build_program  # noqa: E402
 from stitchcuda.verifier import verify  # noqa: E402
 from tests.gpu.test_coverage_gpu import _arch, _run  # noqa: E402
 from tests.test_coverage_cases import all_rows, problem_id  # noqa: E402
+from tests.test_recurrent import Layer as _Layer  # noqa: E402  (one module per test, both files)
 
 pytestmark = pytest.mark.gpu
 
@@ -58,20 +59,6 @@ def test_kernelbench_recurrent_problem_verifies(key, policy, tmp_path):
     assert outcome.ok, outcome.build.message if outcome.build else "not built"
     result = verify(out, precision=policy, trials=5, time=False, profile=False)
     assert result.ok, f"{problem_id(key)} {policy}: {result.kind}: {result.verdict.summary()}"
-
-
-class _Layer(torch.nn.Module):
-    def __init__(self, kind: str, input_size: int, hidden: int, **kw):
-        super().__init__()
-        self.rnn = getattr(torch.nn, kind)(input_size, hidden, **kw)
-        self.lstm = kind == "LSTM"
-
-    def forward(self, x, h0=None, c0=None):
-        if self.lstm:
-            out, (hn, cn) = self.rnn(x, None if h0 is None else (h0, c0))
-            return out, hn, cn
-        out, hn = self.rnn(x, h0)
-        return out, hn
 
 
 TEMPLATE_CASES = {

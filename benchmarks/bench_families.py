@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench_programs import build_error, geomean, verification_row  # the same rows as the dev-set benchmark
+from bench_programs import build_error, speedup_summary, verification_row  # the same rows as the dev-set benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = "resnet_block,depthwise_separable,vgg_stack,conv3d_net,patch_vit,ssm_scan,pool_norm_block"
@@ -109,11 +109,7 @@ def main(argv=None) -> int:
         sel = [x for x in rows if x.get("verdict") == "passed" and x["policy"] == policy]
         if not sel:
             continue
-        parts = []
-        for key in ("eager_fp32_ms", "eager_policy_ms", "compile_fp32_ms", "compile_policy_ms"):
-            g = geomean([x[key] / x["ours_ms"] for x in sel if x.get(key) and x.get("ours_ms")])
-            parts.append(f"{key[:-3]} {g:.2f}x")
-        print(f"  {policy} (n={len(sel)}): " + "  ".join(parts))
+        print(f"  {policy} (n={len(sel)}): " + speedup_summary(sel))
     return 0
 
 

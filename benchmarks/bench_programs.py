@@ -28,6 +28,15 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def speedup_summary(rows) -> str:
+    """The geometric mean of baseline ms / ours ms for each baseline, over ``rows``, in one line."""
+    parts = []
+    for key in ("eager_fp32_ms", "eager_policy_ms", "compile_fp32_ms", "compile_policy_ms"):
+        g = geomean([x[key] / x["ours_ms"] for x in rows if x.get(key) and x.get("ours_ms")])
+        parts.append(f"{key[:-3]} {g:.2f}x")
+    return "  ".join(parts)
+
+
 def one(level: int, pid: int, policy: str, out_root: Path, trials: int, compile_baselines: bool) -> dict:
     from stitchcuda.pipeline import build_program
     from stitchcuda.verifier.run import VerifyOptions, verify_program
@@ -107,11 +116,7 @@ def main(argv=None) -> int:
                    and x["problem"].split(":")[1] == str(level)]
             if not sel:
                 continue
-            parts = []
-            for key in ("eager_fp32_ms", "eager_policy_ms", "compile_fp32_ms", "compile_policy_ms"):
-                g = geomean([x[key] / x["ours_ms"] for x in sel if x.get(key) and x.get("ours_ms")])
-                parts.append(f"{key[:-3]} {g:.2f}x")
-            print(f"  level {level} {policy} (n={len(sel)}): " + "  ".join(parts))
+            print(f"  level {level} {policy} (n={len(sel)}): " + speedup_summary(sel))
     return 0
 
 

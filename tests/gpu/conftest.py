@@ -41,3 +41,15 @@ def ew_lib(torch_cuda):
 @pytest.fixture(scope="session")
 def attn_lib(torch_cuda):
     return _load("attention_harness", torch_cuda)
+
+
+@pytest.fixture
+def exact_fp32():
+    """PyTorch's references in exact fp32 (TF32 off for matmuls and cuDNN) for the test, restored after."""
+    import torch
+
+    b = torch.backends
+    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
+    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = False
+    yield
+    b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old

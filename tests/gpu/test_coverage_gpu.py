@@ -26,21 +26,12 @@ from stitchcuda.pipeline import build_program  # noqa: E402
 from stitchcuda.program import Program  # noqa: E402
 from tests.test_coverage_cases import CASES, SMALL, all_rows, problem_id, problem_reference  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("exact_fp32")]
 
 TOL = {"fp32": 1e-4, "tf32": 1e-2}
 #: One problem per new task kind, at the size KernelBench gives it.
 FULL = [(1, 35), (1, 34), (1, 42), (1, 43), (1, 45), (1, 89), (1, 91), (1, 92), (1, 51), (1, 53), (1, 95), (1, 14),
         (2, 30), (2, 98)]
-
-
-@pytest.fixture(autouse=True)
-def _exact_fp32():
-    b = torch.backends
-    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
-    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = False
-    yield
-    b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old
 
 
 def _arch() -> str:

@@ -35,7 +35,7 @@ from stitchcuda import manifest as mf  # noqa: E402
 from stitchcuda.pipeline import build_program  # noqa: E402
 from tests.dev_problems import MODELS, SUPPORTED, dev_id, dev_reference  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("exact_fp32")]
 
 TOL = {"fp32": 1e-4, "tf32": 1e-2}
 TRIALS = 5
@@ -43,15 +43,6 @@ SEED0 = 1000
 
 CASES = [("model", p) for p in MODELS] + [("dev", k) for k in SUPPORTED]
 IDS = [p.stem for p in MODELS] + [dev_id(k) for k in SUPPORTED]
-
-
-@pytest.fixture(autouse=True)
-def _exact_fp32():
-    b = torch.backends
-    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
-    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = False
-    yield
-    b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old
 
 
 def _reference(case):

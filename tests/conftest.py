@@ -71,6 +71,23 @@ def dev_set_path() -> Path:
 # ---------------------------------------------------------------------- what the run is doing
 
 
+def pytest_collection_finish(session):
+    """The long commands the selected modules declare (``ahead_commands``, tests/ahead.py) start in
+    the background, in the order the modules run."""
+    if session.config.option.collectonly:
+        return
+    from tests import ahead
+
+    modules = list(dict.fromkeys(item.module for item in session.items if getattr(item, "module", None)))
+    ahead.start(modules)
+
+
+def pytest_sessionfinish(session):
+    from tests import ahead
+
+    ahead.stop()
+
+
 def pytest_unconfigure(config):
     """The run's last line says why tests were skipped, grouped by reason (instead of a bare count):
     written after pytest's own counts, so it is the line a reader sees last."""

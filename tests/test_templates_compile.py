@@ -2,25 +2,26 @@
 
 One translation unit per template (reduce, elementwise, attention, recurrent), each instantiating every
 entry point for float, __half and __nv_bfloat16 plus a few hook / mixed-type combinations, and
-the GPU tests' harness sources; all compiled in parallel with
-`nvcc -arch=sm_90 -std=c++17 -c -I templates -I runtime/include` (attention also for sm_80, and on
-sm_90 with ptxas' spill warnings on: no attention kernel may spill there). Skipped when nvcc is
-absent.
+the GPU tests' harness sources; all compiled with
+`nvcc -arch=sm_90 -std=c++17 -c -I templates -I runtime/include` (attention and recurrent also for
+sm_80, and on sm_90 with ptxas' spill warnings on: no attention or recurrent kernel may spill
+there). Skipped when nvcc is absent.
 
-The attention unit and the attention harness instantiate the same kernels (every head dim, type
-and variant): on sm_90, where both are compiled with the same flags, they are one translation unit
-(the harness, then the unit) and one nvcc call, whose result both tests read: the same kernels
-through cicc and ptxas once, not twice (the attention units are most of this file's time).
+A template's unit and its GPU harness instantiate mostly the same kernels: on sm_90, where both
+are compiled with the same flags, they are one translation unit (the harness, then the unit) and
+one nvcc call, whose result both tests read: the same kernels through cicc and ptxas once, not
+twice. The commands start in the background when the session starts (``ahead_commands``,
+tests/ahead.py), longest first; the tests read their results.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests import ahead
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO / "templates"
@@ -193,44 +194,60 @@ UNITS = {
 }
 
 
-#: Units compiled together for an arch (same flags): one nvcc call, one result for each of them.
-TOGETHER = {"sm_90": ("attention_harness", "attention")}
+#: Units compiled together for an arch (the same flags): one translation unit and one nvcc call
+#: per group, whose result each of its units reads.
+TOGETHER = {"sm_90": (("attention_harness", "attention"), ("reduce_harness", "reduce"),
+                      ("elementwise_harness", "elementwise"))}
+#: nvcc's wall time on one core, roughly (s): the lane and the pool take the longest first, so
+#: no core idles at the end.
+COST = {"reduce_harness": 90, "attention_harness": 60, "attention": 55, "elementwise_harness": 25}
 
 
-def _compile(nvcc: str, name: str, src: Path, out_dir: Path, arch: str):
-    out = out_dir / f"{name}-{arch}.o"
-    cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-c", f"-I{TEMPLATES}", f"-I{RUNTIME_INCLUDE}",
-           "-Xcompiler", "-Wall", *EXTRA_FLAGS.get((name, arch), ()), str(src), "-o", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
+def _jobs() -> dict[str, tuple[tuple[str, ...], str]]:
+    """{job key: (units, arch)}, longest first: each group of TOGETHER is one job, every other
+    (unit, arch) its own."""
+    grouped = {(n, a) for a, groups in TOGETHER.items() for g in groups for n in g}
+    jobs = {f"{'+'.join(g)}-{a}": (g, a) for a, groups in TOGETHER.items() for g in groups}
+    jobs.update({f"{n}-{a}": ((n,), a) for n, (_, archs) in UNITS.items() for a in archs if (n, a) not in grouped})
+    return dict(sorted(jobs.items(), key=lambda kv: -COST.get(kv[1][0][0], 10)))
+
+
+def _source(units: tuple[str, ...], out_dir: Path) -> Path:
+    """The translation unit of ``units``: a harness file as it is, a unit's text written out, a
+    group as one file that includes each of them in order."""
+    if len(units) > 1:
+        path = out_dir / ("+".join(units) + ".cu")
+        path.write_text("".join(f'#include "{_source((n,), out_dir)}"\n' for n in units))
+        return path
+    text = UNITS[units[0]][0]
+    if isinstance(text, Path):
+        return text
+    path = out_dir / f"{units[0]}.cu"
+    path.write_text(text)
+    return path
+
+
+def ahead_commands(out_dir: Path) -> dict[str, list[str]]:
+    """Every nvcc command of this file, longest first (run in the background: tests/ahead.py)."""
+    nvcc = ahead.nvcc()
+    if nvcc is None:
+        return {}
+    commands = {}
+    for key, (units, arch) in _jobs().items():
+        flags = {EXTRA_FLAGS.get((n, arch), ()) for n in units}
+        assert len(flags) == 1, f"{units} on {arch}: one nvcc call needs the same flags"
+        commands[key] = [nvcc, f"-arch={arch}", "-std=c++17", "-c", f"-I{TEMPLATES}", f"-I{RUNTIME_INCLUDE}",
+                         "-Xcompiler", "-Wall", *flags.pop(), str(_source(units, out_dir)),
+                         "-o", str(out_dir / f"{key}.o")]
+    return commands
 
 
 @pytest.fixture(scope="module")
 def compiled(nvcc, tmp_path_factory):
-    """Compile every unit for every arch, in parallel; {(name, arch): (returncode, output)}."""
-    tmp = tmp_path_factory.mktemp("templates_compile")
-    srcs = {}
-    for name, (text, _) in UNITS.items():
-        if isinstance(text, Path):
-            srcs[name] = text
-        else:
-            srcs[name] = tmp / f"{name}.cu"
-            srcs[name].write_text(text)
-    jobs, same = [], {}
-    for arch, names in TOGETHER.items():
-        assert all(EXTRA_FLAGS.get((n, arch)) == EXTRA_FLAGS.get((names[0], arch)) for n in names), names
-        joined = tmp / ("+".join(names) + ".cu")
-        joined.write_text("".join(f'#include "{srcs[n]}"\n' for n in names))
-        jobs.append((names[0], joined, arch))
-        same.update({(n, arch): (names[0], arch) for n in names})
-    jobs += [(name, srcs[name], arch) for name, (_, archs) in UNITS.items() for arch in archs
-             if (name, arch) not in same]
-    jobs.sort(key=lambda j: "attention" not in j[0])  # the longest first: no core idles at the end
-    workers = max(1, min(len(jobs), os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {(n, a): pool.submit(_compile, nvcc, n, s, tmp, a) for n, s, a in jobs}
-        done = {key: f.result() for key, f in futures.items()}
-    return {(n, a): done[same.get((n, a), (n, a))] for n, (_, archs) in UNITS.items() for a in archs}
+    """Compile every unit for every arch (started in the background); {(name, arch): (returncode, output)}."""
+    done = ahead.results(sys.modules[__name__], tmp_path_factory.mktemp("templates_compile"))
+    return {(n, arch): (done[key].returncode, done[key].output)
+            for key, (units, arch) in _jobs().items() for n in units}
 
 
 @pytest.mark.parametrize("key", [(n, a) for n, (_, archs) in UNITS.items() for a in archs],

@@ -7,13 +7,14 @@ from __future__ import annotations
 import ctypes
 import re
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+import sys
 from pathlib import Path
 
 import pytest
 
 import stitchcuda
 from stitchcuda import rt
+from tests import ahead
 
 REPO = Path(__file__).resolve().parents[1]
 NO_GPU = not stitchcuda.has_gpu()
@@ -233,8 +234,12 @@ def test_c_abi_graph_runner_legacy_stream_runs_eagerly(lib):
 # --------------------------------------------------------------------------- compile checks
 
 
+def nvcc_command(nvcc: str, src: Path, out: Path, *extra: str) -> list[str]:
+    return [nvcc, "-arch=sm_90", "-std=c++17", "-O2", f"-I{stitchcuda.INCLUDE_DIR}", *extra, str(src), "-o", str(out)]
+
+
 def nvcc_compile(nvcc: str, src: Path, out: Path, *extra: str) -> None:
-    cmd = [nvcc, "-arch=sm_90", "-std=c++17", "-O2", f"-I{stitchcuda.INCLUDE_DIR}", *extra, str(src), "-o", str(out)]
+    cmd = nvcc_command(nvcc, src, out, *extra)
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"nvcc failed:\n{' '.join(cmd)}\n{r.stderr[-4000:]}"
 
@@ -255,10 +260,19 @@ ALL(__nv_bfloat16)
 """
 
 
-def test_epilogue_template_compiles_for_sm90(nvcc, tmp_path):
-    src = tmp_path / "epilogue_all.cu"
+def ahead_commands(out_dir: Path) -> dict[str, list[str]]:
+    """The epilogue unit, the longest compile here (run in the background: tests/ahead.py)."""
+    nvcc = ahead.nvcc()
+    if nvcc is None:
+        return {}
+    src = out_dir / "epilogue_all.cu"
     src.write_text(EPILOGUE_TU)
-    nvcc_compile(nvcc, src, tmp_path / "epilogue_all.o", "-c")
+    return {"epilogue": nvcc_command(nvcc, src, out_dir / "epilogue_all.o", "-c")}
+
+
+def test_epilogue_template_compiles_for_sm90(nvcc, tmp_path):
+    r = ahead.results(sys.modules[__name__], tmp_path)["epilogue"]
+    assert r.returncode == 0, f"nvcc failed:\n{r.output[-4000:]}"
 
 
 def test_example_program_compiles_and_links_for_sm90(nvcc, tmp_path):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import re
 import struct
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
+import sys
 from pathlib import Path
 
 import pytest
 
 from stitchcuda import manifest as mf
 from stitchcuda.verifier import RULES, check_manifest, check_program, check_source
+from tests import ahead
 
 REPO = Path(__file__).resolve().parents[1]
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
@@ -90,21 +90,23 @@ def test_readme_names_every_program_and_reason():
             assert f"`{e.reason}`" in readme
 
 
-def test_adversarial_programs_compile(nvcc, tmp_path):
+def ahead_commands(out_dir: Path) -> dict[str, list[str]]:
+    """nvcc for each adversarial program (run in the background: tests/ahead.py)."""
+    nvcc = ahead.nvcc()
+    if nvcc is None:
+        return {}
     include = REPO / "runtime" / "include"
+    return {name: [nvcc, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", f"-I{include}", "-c",
+                   str(ADVERSARIAL / name / "program.cu"), "-o", str(out_dir / f"{name}.o")]
+            for name in _programs() if name not in NOT_COMPILED}
 
-    def build(name: str):
-        cmd = [nvcc, "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", f"-I{include}", "-c",
-               str(ADVERSARIAL / name / "program.cu"), "-o", str(tmp_path / f"{name}.o")]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        return name, p.returncode, p.stdout + p.stderr
 
-    names = [n for n in _programs() if n not in NOT_COMPILED]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(build, names))
-    failed = {n: out for n, rc, out in results if rc != 0}
+def test_adversarial_programs_compile(nvcc, tmp_path):
+    results = ahead.results(sys.modules[__name__], tmp_path)
+    assert set(results) == set(_programs()) - NOT_COMPILED
+    failed = {n: r.output for n, r in results.items() if r.returncode != 0}
     assert not failed, failed
-    warned = {n: out for n, rc, out in results if re.search(r"program\.cu\(\d+\): warning", out)}
+    warned = {n: r.output for n, r in results.items() if re.search(r"program\.cu\(\d+\): warning", r.output)}
     assert not warned, warned
 
 

@@ -14,15 +14,19 @@ go through capture + plan + code, per level, and what stops the others.
 from __future__ import annotations
 
 import os
+import pickle
+import sys
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable
 
 import pytest
 
-from tests.test_coverage_cases import ALL_SET, all_rows
+from tests import ahead
+from tests.test_coverage_cases import ALL_SET, REPO, all_rows
 
 #: Problems that must go through capture + plan + code, per level (what the sweep reaches today;
 #: raise these as coverage grows). Out of 94 / 90 / 38: one level-3 reference imports einops.
@@ -156,9 +160,46 @@ def _rows_or_skip() -> list[dict]:
     return rows
 
 
+#: The sweep runs in this many processes (tests/ahead.py): started in the background when the
+#: session starts; those not started when the test needs them run two at a time.
+PIECES = 4
+_PIECE = "import sys; sys.path.insert(0, sys.argv[1]); from tests.test_coverage import sweep_piece; sweep_piece(*sys.argv[2:])"
+
+
+def _piece(rows: list[dict], i: int, n: int) -> list[int]:
+    """The row indices of piece ``i`` of ``n``: dealt in turn, level 3 (the networks, most of the
+    time) first, so that the pieces take about as long."""
+    order = sorted(range(len(rows)), key=lambda k: (-rows[k]["level"], k))
+    return order[i::n]
+
+
+def sweep_piece(i: str, n: str, path: str) -> None:
+    """Run piece ``i`` of ``n`` of the sweep; write [(row index, Outcome)] to ``path`` (a pickle)."""
+    import torch
+
+    torch.set_num_threads(1)  # a process per core: torch's own threads would only contend
+    rows = list(all_rows().values())
+    Path(path).write_bytes(pickle.dumps([(k, run_one(rows[k])) for k in _piece(rows, int(i), int(n))]))
+
+
+def ahead_commands(out_dir: Path) -> dict[str, list[str]]:
+    """The sweep over all.jsonl in PIECES processes (run in the background: tests/ahead.py)."""
+    if not all_rows():
+        return {}
+    return {f"sweep-{i}": [sys.executable, "-c", _PIECE, str(REPO), str(i), str(PIECES), str(out_dir / f"sweep-{i}.pkl")]
+            for i in range(PIECES)}
+
+
 @pytest.fixture(scope="module")
-def outcomes() -> list[Outcome]:
-    return sweep(_rows_or_skip())
+def outcomes(tmp_path_factory) -> list[Outcome]:
+    """Capture, plan and code every KernelBench problem (in processes started in the background)."""
+    rows = _rows_or_skip()
+    done = ahead.results(sys.modules[__name__], tmp_path_factory.mktemp("sweep"))
+    failed = {k: d.output[-4000:] for k, d in done.items() if d.returncode != 0}
+    assert not failed, f"sweep processes failed: {failed}"
+    by_row = dict(kv for k, d in done.items() for kv in pickle.loads((d.out / f"{k}.pkl").read_bytes()))
+    assert sorted(by_row) == list(range(len(rows))), "every problem swept once"
+    return [by_row[k] for k in range(len(rows))]
 
 
 def test_coverage_over_all_problems(outcomes):

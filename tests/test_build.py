@@ -74,34 +74,35 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def built(nvcc, cache, tmp_path_factory):
-    """Every case: folder written (no weights), then compiled, two at a time."""
+    """Every case: folder written (no weights), then compiled, two at a time, while the next is written."""
     root = tmp_path_factory.mktemp("programs")
     modules = _extra_modules()
-    outcomes = {}
-    for name, policy, (kind, what) in CASES:
-        if kind in ("dev", "small") and not DEV_SET.is_file():
-            continue
-        out = root / f"{name}-{policy}"
-        t0 = time.monotonic()
-        if kind == "model":
-            o = build_program(Path(what), precision=policy, out=out, weights=False, compile=False, quiet=True)
-        elif kind == "dev":
-            o = build_program(dev_reference(what), precision=policy, out=out, weights=False, compile=False, quiet=True)
-        elif kind == "small":
-            o = build_program(dev_reference(what, SMALL_FUSED[what], "_fused"), precision=policy, out=out,
-                              weights=False, compile=False, quiet=True)
-        else:
-            mod, inputs = modules[what]
-            o = build_program(mod, example_inputs=inputs, name=what, precision=policy, out=out, weights=False,
-                              compile=False, quiet=True)
-        outcomes[f"{name}-{policy}"] = (o, time.monotonic() - t0)
+    outcomes, compiles = {}, {}
 
-    def compile_one(key):
-        o, _ = outcomes[key]
-        return key, B.build((o.directory / mf.PROGRAM_SOURCE).read_text(), arch="sm_90", cache=cache)
+    def compile_one(o):
+        return B.build((o.directory / mf.PROGRAM_SOURCE).read_text(), arch="sm_90", cache=cache)
 
     with ThreadPoolExecutor(2) as pool:
-        results = dict(pool.map(compile_one, list(outcomes)))
+        for name, policy, (kind, what) in CASES:
+            if kind in ("dev", "small") and not DEV_SET.is_file():
+                continue
+            out = root / f"{name}-{policy}"
+            t0 = time.monotonic()
+            if kind == "model":
+                o = build_program(Path(what), precision=policy, out=out, weights=False, compile=False, quiet=True)
+            elif kind == "dev":
+                o = build_program(dev_reference(what), precision=policy, out=out, weights=False, compile=False,
+                                  quiet=True)
+            elif kind == "small":
+                o = build_program(dev_reference(what, SMALL_FUSED[what], "_fused"), precision=policy, out=out,
+                                  weights=False, compile=False, quiet=True)
+            else:
+                mod, inputs = modules[what]
+                o = build_program(mod, example_inputs=inputs, name=what, precision=policy, out=out, weights=False,
+                                  compile=False, quiet=True)
+            outcomes[f"{name}-{policy}"] = (o, time.monotonic() - t0)
+            compiles[f"{name}-{policy}"] = pool.submit(compile_one, o)
+        results = {k: f.result() for k, f in compiles.items()}
     return {k: (outcomes[k][0], outcomes[k][1], results[k]) for k in outcomes}
 
 

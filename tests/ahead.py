@@ -13,7 +13,10 @@ asserts is unchanged; only when the work is done changes.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -45,11 +48,20 @@ def run(argv: list[str], out: Path, nice: bool = False, started=None) -> Done:
     t0 = time.monotonic()
     if nice and shutil.which("nice"):
         argv = ["nice", "-n", "19", *argv]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+    # A process group of its own: ending it ends nvcc's cicc / ptxas too, not only the driver.
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True) as p:
         if started is not None:
             started(p)
         output, _ = p.communicate()
     return Done(p.returncode, output, time.monotonic() - t0, out)
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Kill ``process`` and its group (what it started)."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 class Lane:
@@ -63,7 +75,7 @@ class Lane:
         self._commands: dict[str, dict[str, list[str]]] = {}
         self._out: dict[str, Path] = {}
         self._stop = False
-        self._process: subprocess.Popen | None = None
+        self._running: set[subprocess.Popen] = set()
         self._thread = threading.Thread(target=self._work, name="ahead", daemon=True)
 
     def add(self, module: ModuleType) -> None:
@@ -95,7 +107,7 @@ class Lane:
         while (job := self._take(wanted)) is not None:
             key, argv, future = job
             try:
-                future.set_result(run(argv, self._out[key[0]], nice, self._started if nice else None))
+                future.set_result(run(argv, self._out[key[0]], nice, self._started))
             except BaseException as e:  # noqa: BLE001 - the test that reads it re-raises
                 future.set_exception(e)
 
@@ -104,9 +116,16 @@ class Lane:
 
     def _started(self, process: subprocess.Popen) -> None:
         with self._lock:
-            self._process = process
+            self._running = {p for p in self._running if p.poll() is None} | {process}
             if self._stop:
-                process.kill()
+                _end(process)
+
+    def _kill(self) -> None:
+        """Stop taking commands and end those running (call with the lock held)."""
+        self._stop = True
+        self._pending.clear()
+        for p in self._running:
+            _end(p)
 
     def has(self, module: ModuleType) -> bool:
         with self._lock:
@@ -120,18 +139,22 @@ class Lane:
         with self._lock:
             busy = any(not f.done() for k, f in self._futures.items() if k not in keys)
         width = max(1, WORKERS - busy)
-        with ThreadPoolExecutor(width) as pool:
+        pool = ThreadPoolExecutor(width)
+        try:
             for f in [pool.submit(self._run, keys) for _ in range(width)]:
                 f.result()
+        except BaseException:  # Ctrl-C: end the running commands, or the pool waits for each of them
+            with self._lock:
+                self._kill()
+            raise
+        finally:
+            pool.shutdown(wait=True)
         return {k: self._futures[(name, k)].result() for k in self._commands[name]}
 
     def close(self) -> None:
         """Drop what is queued and end the command in flight (a session cut short leaves nothing running)."""
         with self._lock:
-            self._stop = True
-            self._pending.clear()
-            if self._process is not None and self._process.poll() is None:
-                self._process.kill()
+            self._kill()
         self._thread.join(timeout=60)
         shutil.rmtree(self.root, ignore_errors=True)
 

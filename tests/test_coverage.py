@@ -6,7 +6,8 @@ go through capture + plan + code, per level, and what stops the others.
   printed grouped by what stops them (the missing operator and its line, or the error), the rates
   per level are printed and asserted not to fall below what was reached (every problem of levels
   1 and 2 goes through). The file missing is a skip with the reason printed, and a failure under
-  ``CI=true``.
+  ``CI=true``. The sweep runs in four processes, started in the background when the session
+  starts (tests/ahead.py).
 * ``test_new_kinds_compile``: one problem per new task kind goes on through nvcc (the full nvcc
   sweep over every problem is ``benchmarks/coverage.py``, results in ``benchmarks/coverage.md``).
 """

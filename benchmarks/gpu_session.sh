@@ -8,6 +8,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh stateful        # state kept between calls: 3:33, an RNN cell
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh bench           # convolutions, the wheel
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh conv            # conv-family models verified, conv nets timed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh suite           # stitchcuda bench over the dev set (tf32)
 #
 # setup installs Python wheels found in .whl/ (packages the machine lacks) into /tmp/site and the
@@ -153,6 +154,21 @@ if want replay; then
   pt taskseam 200 tests/test_task_seam.py
   timeout 300 python3 benchmarks/bench_optimize.py replay --budget 60s --out /tmp/opt-replay > "$OUT/replay.log" 2>&1
   echo "replay exit $?"; grep -E "REPLAY|llm_candidates" "$OUT/replay.log" | cut -c1-400
+fi
+
+if want conv; then  # issue 9: the convolution-family models verified; conv nets against torch.compile
+  log "convolution-family models verified at fp32 and tf32 (4 at a time)"
+  pt convmodels 280 -n 4 tests/gpu/test_programs_gpu.py \
+    -k "resnet_block or depthwise_separable or vgg_stack or conv3d_net or patch_vit or ssm_scan or pool_norm_block"
+  grep -E "PASS|FAIL|ERROR" "$OUT/convmodels.log" | head -20
+  log "convolution nets against torch.compile (tf32): KernelBench ${CONV_KB:=3:8,3:17,3:21,3:25}; models/ at batch 32"
+  timeout "${CONV_KB_S:-200}" python3 benchmarks/bench_programs.py --problems "$CONV_KB" --policies tf32 --out /tmp/convkb \
+    --json "$OUT/conv_bench.jsonl" > "$OUT/conv_bench.log" 2>&1; echo "bench_programs exit $?"
+  timeout "${CONV_FAM_S:-200}" python3 benchmarks/bench_families.py --models "${CONV_FAM:-resnet_block,depthwise_separable,vgg_stack,conv3d_net}" \
+    --policies tf32 --set batch_size=32 --out /tmp/convfam --json "$OUT/conv_bench.jsonl" >> "$OUT/conv_bench.log" 2>&1
+  echo "bench_families exit $?"; grep -E "x |ERROR|geometric|level|passed|failed" "$OUT/conv_bench.log" | tail -20
+  p=$(ls -d /tmp/convkb/l3_8_tf32 2>/dev/null) && timeout 60 stitchcuda profile "$p" --runs 10 > "$OUT/conv_profile.txt" 2>&1
+  tail -30 "$OUT/conv_profile.txt" 2>/dev/null
 fi
 
 if want optsuite; then

@@ -9,6 +9,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh bench           # convolutions, the wheel
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh conv            # conv-family models verified, conv nets timed
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh sweep           # all.jsonl verified under tf32 (resumable)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh suite           # stitchcuda bench over the dev set (tf32)
 #
 # setup installs Python wheels found in .whl/ (packages the machine lacks) into /tmp/site and the
@@ -169,6 +170,16 @@ if want conv; then  # issue 9: the convolution-family models verified; conv nets
   echo "bench_families exit $?"; grep -E "x |ERROR|geometric|level|passed|failed" "$OUT/conv_bench.log" | tail -20
   p=$(ls -d /tmp/convkb/l3_8_tf32 2>/dev/null) && timeout 60 stitchcuda profile "$p" --runs 10 > "$OUT/conv_profile.txt" 2>&1
   tail -30 "$OUT/conv_profile.txt" 2>/dev/null
+fi
+
+if want sweep; then  # issue 9: all.jsonl verified under tf32, resumable across machines via .carry/va_results.jsonl
+  log "all.jsonl under tf32 (no timing): resumable in /tmp/va-out"
+  mkdir -p /tmp/va-out
+  [ -f .carry/va_results.jsonl ] && [ ! -f /tmp/va-out/results.jsonl ] && cp .carry/va_results.jsonl /tmp/va-out/results.jsonl
+  timeout "${SWEEP_TIMEOUT:-560}" python3 benchmarks/verify_all.py --set "$STITCHCUDA_SHARED/kernelbench/all.jsonl" \
+    --precision tf32 --out /tmp/va-out --work /tmp/va-work --budget-s "${SWEEP_BUDGET:-380}" --workers 12 \
+    --verifiers "${SWEEP_VERIFIERS:-3}" > "$OUT/sweep.log" 2>&1; echo "verify_all exit $?"; tail -30 "$OUT/sweep.log"
+  cp /tmp/va-out/results.jsonl "$OUT/va_results.jsonl" 2>/dev/null; cp /tmp/va-out/summary.md "$OUT/sweep_summary.md" 2>/dev/null
 fi
 
 if want optsuite; then

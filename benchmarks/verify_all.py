@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 def _first(text: str) -> str:
     text = (text or "").strip()
-    return (text.splitlines()[0] if text else "")[:200]
+    return (text.splitlines()[0] if text else "")[:600]
 
 
 def build_one(row: dict, out: str, precision: str) -> dict:

@@ -67,7 +67,7 @@ fi
 
 if want seam; then
   log "the task seam, the op harness, generated programs"
-  pt seam 240 tests/test_task_seam.py tests/test_ops_registry.py tests/gpu/test_op_harness_gpu.py
+  pt seam 240 tests/test_task_seam.py tests/gpu/test_task_seam_gpu.py tests/test_ops_registry.py tests/gpu/test_op_harness_gpu.py
   pt programs 300 tests/gpu/test_programs_gpu.py
 fi
 
@@ -152,7 +152,7 @@ fi
 
 if want replay; then
   log "a replayed LLM body: accepted when right and faster, discarded when wrong or slower"
-  pt taskseam 200 tests/test_task_seam.py
+  pt taskseam 200 tests/test_task_seam.py tests/gpu/test_task_seam_gpu.py
   timeout 300 python3 benchmarks/bench_optimize.py replay --budget 60s --out /tmp/opt-replay > "$OUT/replay.log" 2>&1
   echo "replay exit $?"; grep -E "REPLAY|llm_candidates" "$OUT/replay.log" | cut -c1-400
 fi

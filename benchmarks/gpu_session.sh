@@ -264,7 +264,7 @@ PY
   log "train_rl.py, budget ${budget} s, state in $RL_DIR"
   timeout $(( budget + 30 )) python3 benchmarks/train_rl.py --out "$RL_DIR" --budget "$budget" \
     --kinds body --steps "${RL_STEPS:-300}" --group "${RL_GROUP:-8}" --prompts "${RL_PROMPTS:-1}" \
-    --max-new-tokens "${RL_TOKENS:-192}" --max-prompt-tokens 4096 --lr "${RL_LR:-2e-5}" --workers "${RL_WORKERS:-12}" \
+    --max-new-tokens "${RL_TOKENS:-192}" --max-prompt-tokens 4096 --lr "${RL_LR:-5e-5}" --workers "${RL_WORKERS:-12}" \
     --eval-prompts "${RL_EVAL_PROMPTS:-24}" --eval-samples "${RL_EVAL_SAMPLES:-4}" --checkpoint-every 10 \
     --optimize "${RL_OPT:-2}" --optimize-budget "${RL_OPT_BUDGET:-60s}" $(want rlfinal && echo --final) \
     2>&1 | tee -a "$RL_DIR/train.log"

@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     from stitchcuda.workflow.state import parse_seconds
 
     reserve = 45.0
+    eval_s = times.get("eval_base", 120.0)     # the rates after take about what the rates before took
     if args.final:
-        reserve += 1.3 * times.get("eval_base", 120.0) + times.get("export", 60.0) + \
+        reserve += 1.3 * eval_s + times.get("export", 60.0) + \
             args.optimize * (parse_seconds(args.optimize_budget) + 60.0)
     ended = run / "final_step"      # written once the run is ended: no step after it
     steps = int(ended.read_text()) if ended.is_file() else args.steps
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     final = run / f"eval-step-{t.step:05d}.json"
     if not final.is_file():
-        if left() < 1.2 * times.get("eval_base", 240.0) + 20.0:
+        if left() < 1.1 * eval_s + 10.0:
             say("not enough of this invocation's budget left for the trained model's rates: run again")
             return 0
         say(f"trained adapter (step {t.step}) on the held-out prompts")

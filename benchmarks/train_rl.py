@@ -148,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             args.optimize * (parse_seconds(args.optimize_budget) + 60.0)
     ended = run / "final_step"      # written once the run is ended: no step after it
     steps = int(ended.read_text()) if ended.is_file() else args.steps
+    limit = left() - reserve if args.final else max(30.0, left() - reserve)   # final: no step it has no time for
     t = Trainer(pol, load_examples(data, "train"), judge, run,
-                GRPOSettings(**{**s.__dict__, "steps": steps, "time_limit_s": max(30.0, left() - reserve)}), say=say)
+                GRPOSettings(**{**s.__dict__, "steps": steps, "time_limit_s": limit}), say=say)
     t.run(resume=True)
     if t.step < steps and not args.final:
         say(f"step {t.step} of {steps}: run again to go on")

@@ -242,10 +242,11 @@ def drive_optimize(gguf: Path, refs: list, out: Path, budget: str, left, say) ->
         if rec_file.is_file():
             records.append(json.loads(rec_file.read_text()))
             continue
-        limit = parse_seconds(budget) + 120.0
-        if left() < limit + 30:
+        # the loop's budget, then its start and the final re-verification; killed only past what is left
+        if left() < parse_seconds(budget) + 40.0:
             say(f"optimize {ref.name}: not enough of this invocation's budget left: run again")
             break
+        limit = max(parse_seconds(budget) + 30.0, left() - 15.0)
         src = out / "heldout" / f"{name}.py"
         src.parent.mkdir(parents=True, exist_ok=True)
         src.write_text(ref.source)

@@ -177,12 +177,11 @@ def main(argv: list[str] | None = None) -> int:
                "after": json.loads(final.read_text()), "judge": judge.stats, "device": torch.cuda.get_device_name()
                if device == "cuda" else "cpu", "settings": {k: v for k, v in vars(args).items() if k != "sources"},
                "seconds": times}
-    if not gguf.is_file():
+    t1 = time.monotonic() if not gguf.is_file() else None
+    if t1 is not None:
         say(f"exporting the merged model (step {t.step}) to {gguf}")
-        t1 = time.monotonic()
         pol.model.to("cpu")
         export_gguf(pol, gguf, dtype="f16")
-        timed("export", t1)
     info = read_gguf(gguf)
     summary["gguf"] = {"path": str(gguf), "bytes": gguf.stat().st_size, "tensors": len(info["tensors"])}
     try:
@@ -191,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - llama-cpp-python missing on this machine
         summary["gguf"]["llama_cpp"] = f"not loaded: {type(e).__name__}: {e}"
         say(summary["gguf"]["llama_cpp"])
+    if t1 is not None:
+        timed("export", t1)     # the export, its read-back and llama.cpp's load: what a final call reserves
     summary["optimize"] = drive_optimize(gguf, held_out_references(data, args.optimize), out, args.optimize_budget,
                                          left, say) if "not loaded" not in str(summary["gguf"]["llama_cpp"]) else []
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -18,11 +18,17 @@ def test_check_task_runs_the_body_against_the_interpreter(mlp):
     r = check_task(plan, "linear_2", BODY, graph=graph, weights=weights, device="cuda", seed=7)
     print(r)
     assert r.ok and r.ran and r.stage == "done" and r.trials == 3, r
-    # the current stream busy (~50 ms): the body's stream must wait for the copies and the poison
+    # the current stream busy (~0.1 s) right before the check queues the body's input copies and
+    # output poison on it: the body's stream must wait for them, or it reads unfinished copies
     import torch
 
-    torch.cuda._sleep(100_000_000)
-    r = check_task(plan, "linear_2", BODY, graph=graph, weights=weights, device="cuda", seed=7)
+    from stitchcuda.check import task as task_check
+
+    task_check.HOLD_CURRENT_STREAM = lambda: torch.cuda._sleep(200_000_000)
+    try:
+        r = check_task(plan, "linear_2", BODY, graph=graph, weights=weights, device="cuda", seed=7)
+    finally:
+        task_check.HOLD_CURRENT_STREAM = None
     assert r.ok, r
     wrong = BODY.replace("acc + bias[j]", "acc")  # forgets the bias
     r = check_task(plan, "linear_2", wrong, graph=graph, weights=weights, device="cuda", seed=7)

@@ -683,3 +683,8 @@ def test_pointwise_convolutions_become_gemms_where_that_loses_nothing():
     assert (plain.m, plain.n, plain.batch, plain.stride_a) == (16, 60, 2, 0), "W · x[n] on the NCHW layout"
     grouped = next(g for g in gemms.values() if g.k == 4)
     assert (grouped.m, grouped.n, grouped.batch) == (4, 60, 8), "one product per (sample, group)"
+    # the rewrite's views and products count towards the convolutions they replace
+    assert not [c.node for c in plan.node_costs if "__rw" in c.node]
+    assert not [c for t in plan.tasks for c in t.covers if "__rw" in c]
+    assert sorted(c.op for c in plan.node_costs if c.node.startswith("convolution")) == \
+        ["aten.convolution.default"] * 3 + ["aten.matmul.default"] * 2

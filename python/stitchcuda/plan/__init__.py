@@ -116,10 +116,9 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
         c = node_cost(n, ix, pol.name, ceil)
         name = ix.expand([n.name])[0]
         prev = merged.get(name)
-        if prev is not None:
-            main = prev if prev.node == name or c.node != name else c
-            c = NodeCost(name, main.op, prev.flops + c.flops, prev.bytes + c.bytes, prev.time_s + c.time_s,
-                         max((prev, c), key=lambda x: x.time_s).bound)
+        if prev is not None:  # the op named is the one of the node that kept the reference's name
+            c = NodeCost(name, c.op if n.name == name else prev.op, prev.flops + c.flops, prev.bytes + c.bytes,
+                         prev.time_s + c.time_s, max((prev, c), key=lambda x: x.time_s).bound)
         merged[name] = dataclasses.replace(c, node=name)
     node_costs = tuple(merged.values())
     return Plan(name=graph.name, policy=pol.name, ceilings=ceil, inputs=tuple(inputs), outputs=tuple(outputs),

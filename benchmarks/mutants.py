@@ -97,6 +97,12 @@ MUTANTS: tuple[Mutant, ...] = (
       "templates/stitch/reduce.cuh", "for (int64_t r = r_begin + ty; r < r_end; r += by) {",
       "for (int64_t r = r_begin + ty; r < r_end - 1; r += by) {",
       ("tests/gpu/test_templates_gpu.py", "-k", "axis"), device=True),
+    M("axis-tree-sync-dropped", "templates", "the axis reduction's tree over the block's row lanes without its "
+      "__syncthreads (a level reads partials the level before has not written)",
+      "templates/stitch/reduce.cuh",
+      "part[((ty + h) * bx + tx) * V + e]);\n      }\n      __syncthreads();\n",
+      "part[((ty + h) * bx + tx) * V + e]);\n      }\n",
+      ("tests/gpu/test_templates_gpu.py", "-k", "axis"), device=True),
 
     # ------------------------------------------------------------------ the planner (plan/)
     M("arena-liveness-off-by-one", "planner", "arena buffers whose lifetimes touch at one task share bytes",
@@ -201,14 +207,16 @@ MUTANTS: tuple[Mutant, ...] = (
       "        return run.finish(build_result(findings=run.findings, compile_error=CompileError.from_output(built.output)))",
       '        run.inconclusive(f"the build failed: {built.output[:200]}")',
       ("tests/test_verifier_adversarial.py", "-k", "compile_error_is_a_verdict")),
-    # (An earlier "stream-sync-dropped", the runner's event wait deleted, survived on an H100 and is
-    # equivalent: the whole correctness run is on the program's stream, so the device already orders
-    # every comparison after the program and .item() waits for it. This is the fault that matters.)
-    M("stream-order-dropped", "verifier", "the Verifier compares on PyTorch's stream, not after the program's work",
-      VERIFIER_PY + "correctness.py", "    with runner.context(), torch.no_grad():\n",
-      "    with torch.no_grad():\n",
-      ("tests/gpu/test_verifier_gpu.py", "-k", "honest_program_passes or large_problem"),
-      device=True),
+    # (Two Verifier-side mutants survived on an H100 and are equivalent, not missing tests: each
+    # removes one of two orderings that are each enough. "stream-sync-dropped" deleted the runner's
+    # event wait, but the correctness run is on the program's stream; "stream-order-dropped" moved
+    # the run off that stream, but every run ends in the host waiting for the program's stream.
+    # The device-only synchronisation faults that change a result are "axis-tree-sync-dropped" and
+    # "task-check-stream-wait-dropped".)
+    M("task-check-stream-wait-dropped", "verifier", "the task check runs a body on its own stream without waiting "
+      "for the copies and poison queued on the current one",
+      "python/stitchcuda/check/task.py", "        stream.wait_stream(torch.cuda.current_stream(dev))\n", "",
+      ("tests/gpu/test_task_seam_gpu.py",), device=True),
     M("event-timer-empty", "verifier", "the timing events recorded around nothing (end recorded before the call)",
       VERIFIER_PY + "timing.py",
       '        fn()\n        _check(rt.cudaEventRecord(self.end, self.stream), "cudaEventRecord")\n',

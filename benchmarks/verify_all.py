@@ -7,8 +7,8 @@ Resumable: every finished problem is a line of ``<out>/results.jsonl`` and a rer
 the set can be covered over several runs of at most ten minutes (``--budget-s``: no problem is
 started after that many seconds; the ones in flight finish). Only ``results.jsonl`` needs to be
 kept between runs: the references and programs go under ``--work`` (default: ``--out``). Programs are built (capture, plan,
-code, nvcc for this GPU) in ``--workers`` processes while the ones built are verified, one at a
-time, by the Verifier in its child process: fresh-seed trials (``--trials``), outputs poisoned,
+code, nvcc for this GPU) in ``--workers`` processes while the ones built are verified, ``--verifiers``
+at a time, by the Verifier in its child process: fresh-seed trials (``--trials``), outputs poisoned,
 inputs checked unchanged, the dynamic checks; no timing, no profile, no torch.compile baseline.
 Prints (and writes to ``<out>/summary.md``) the correct rate per level over the whole set (a
 problem not run yet counts as not correct, and is said) and the failures grouped by cause.
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 def _first(text: str) -> str:
     text = (text or "").strip()
-    return (text.splitlines()[0] if text else "")[:200]
+    return (text.splitlines()[0] if text else "")[:600]
 
 
 def build_one(row: dict, out: str, precision: str) -> dict:
@@ -118,6 +118,9 @@ def main(argv=None) -> int:
     ap.add_argument("--work", type=Path, default=None, help="references and programs (default: --out)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no problem after this many seconds")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="build processes")
+    ap.add_argument("--verifiers", type=int, default=1,
+                    help="programs verified at once (each in its own process and Verifier child; no timing is "
+                         "taken, so sharing the GPU changes no verdict)")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--only", default="", help="LEVEL:ID,... (default: every problem of the set)")
     args = ap.parse_args(argv)
@@ -147,23 +150,31 @@ def main(argv=None) -> int:
         print(f"{rec['problem']:7s} {rec.get('verdict') or rec['stage']:10s} {rec.get('cause', '')[:110]} "
               f"(build {rec.get('build_s')} s, verify {rec.get('verify_s', '-')} s)", flush=True)
 
-    # spawn: the builders must not inherit this process's CUDA state (the Verifier's client side)
-    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending = set()
+    # spawn: the builders and verifiers must not inherit this process's state (CUDA, threads)
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(args.workers, mp_context=spawn) as builders, \
+            ProcessPoolExecutor(max(1, args.verifiers), mp_context=spawn) as verifiers:
+        building: set = set()
+        verifying: set = set()
         queue = list(todo)
-        while queue or pending:
-            while queue and len(pending) < args.workers and time.monotonic() - t_start < args.budget_s:
-                pending.add(pool.submit(build_one, queue.pop(0), str(args.work or out), args.precision))
-            if not pending:
+        while queue or building or verifying:
+            while queue and len(building) < args.workers and time.monotonic() - t_start < args.budget_s:
+                building.add(builders.submit(build_one, queue.pop(0), str(args.work or out), args.precision))
+            if not building and not verifying:
                 break
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            finished, _ = wait(building | verifying, return_when=FIRST_COMPLETED)
             for fut in finished:
+                stage = "build" if fut in building else "verify"
+                (building if stage == "build" else verifying).discard(fut)
                 try:
                     rec = fut.result()
                 except Exception as e:  # noqa: BLE001 - a crashed worker: the problem is not recorded
-                    print(f"build worker failed: {type(e).__name__}: {e}", flush=True)
+                    print(f"{stage} worker failed: {type(e).__name__}: {e}", flush=True)
                     continue
-                record(verify_one(rec, args.trials) if rec["stage"] == "built" else rec)
+                if stage == "build" and rec["stage"] == "built":
+                    verifying.add(verifiers.submit(verify_one, rec, args.trials))
+                else:
+                    record(rec)
     text = summary(rows, done)
     (out / "summary.md").write_text(f"# {args.set.name} under {args.precision} (benchmarks/verify_all.py)\n\n"
                                     f"```\n{text}\n```\n")

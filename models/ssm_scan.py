@@ -30,14 +30,14 @@ class Model(nn.Module):
         da = (dt * -torch.exp(self.a_log)).transpose(1, 2)     # (b, h, t): log-decay per step
         cs = torch.cumsum(da, dim=-1)
         seg = cs.unsqueeze(-1) - cs.unsqueeze(-2)              # (b, h, t, t): cs_i - cs_j
-        i = torch.arange(t)
+        i = torch.arange(t, device=x.device)
         causal = i.unsqueeze(-1) >= i.unsqueeze(0)
         decay = torch.exp(seg.masked_fill(~causal, float("-inf")))
         scores = (cm @ bm.transpose(1, 2)).unsqueeze(1) * decay  # (b, h, t, t)
         xh = (xs.view(b, t, h, d // h) * dt.unsqueeze(-1)).transpose(1, 2)  # (b, h, t, d/h)
         y = (scores @ xh).transpose(1, 2).reshape(b, t, d)
         y = y * gate * torch.sigmoid(gate)  # SiLU gate
-        y = y + torch.cumsum(y, dim=1) / torch.arange(1, t + 1).view(1, t, 1)
+        y = y + torch.cumsum(y, dim=1) / torch.arange(1, t + 1, device=x.device).view(1, t, 1)
         y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-5) * self.norm_weight
         return self.out_proj(y)
 

@@ -496,3 +496,21 @@ def test_save_weights_refuses_meta_capture(tmp_path):
     captured = capture_reference(load_reference(REPO / "models" / "mlp.py"), device="meta")
     with pytest.raises(CaptureError, match="meta"):
         save_weights(captured, tmp_path / "w.safetensors")
+
+
+class _Constants(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        x = torch.min(x * self.w, torch.tensor(0.5))      # one value: a full node
+        return x + torch.tensor([1.0, 2.0, 3.0])           # several: stays a weight (no other way to hold it)
+
+
+def test_a_uniform_constant_the_forward_creates_is_a_full_node_not_a_weight():
+    cap = frontend.capture(_Constants(), [torch.randn(2, 3)], "constants")
+    fulls = [n for n in cap.graph.nodes if n.op == "aten.full.default"]
+    assert len(fulls) == 1 and fulls[0].attr("fill_value") == 0.5 and fulls[0].outputs[0].shape == ()
+    others = [w.name for w in cap.graph.weights if w.name != "w"]
+    assert len(others) == 1 and cap.weights[others[0]].tolist() == [1.0, 2.0, 3.0], cap.graph.weights

@@ -651,3 +651,40 @@ def test_simulated_constant_mask_summary(additive, policy):
     assert a.mask_blocks.strides[0] == 0 and a.mask_blocks.strides[1] != 0, "per head, broadcast over the batch"
     (s,) = [t for t in plan.tasks if isinstance(t.params, P.AttentionMaskBlocksSpec)]
     assert s.phase == "create" and s.params.mask_kind == a.mask_kind
+
+
+class _Pointwise(nn.Module):
+    """Each pointwise-convolution case the rewrite must take or leave, one after another."""
+
+    def __init__(self):
+        super().__init__()
+        self.plain = nn.Conv2d(8, 16, 1, bias=False)            # -> GEMM (batch norm after it)
+        self.bn = nn.BatchNorm2d(16)
+        self.grouped = nn.Conv2d(16, 16, 1, groups=4, bias=False)  # -> GEMM per group
+        self.biased = nn.Conv2d(16, 12, 1)                      # cuDNN: the bias is per channel
+        self.act = nn.Conv2d(12, 12, 1, bias=False)             # cuDNN: it fuses the ReLU
+        self.strided = nn.Conv2d(12, 8, 1, stride=2, bias=False)  # cuDNN: not one matrix
+
+    def forward(self, x):
+        y = self.bn(self.plain(x))
+        y = self.grouped(y) * 0.5
+        y = torch.relu(self.act(self.biased(y)))
+        return self.strided(y) + 1.0
+
+
+def test_pointwise_convolutions_become_gemms_where_that_loses_nothing():
+    torch.manual_seed(0)
+    model, x = _Pointwise(), torch.randn(2, 8, 6, 10)
+    plan = _simulate(model, [x], "fp32", 1e-5, "pointwise")
+    convs = [t.name for t in plan.tasks if t.strategy == "cudnn_conv"]
+    gemms = {t.name: t.params for t in plan.tasks if isinstance(t.params, P.GemmSpec)}
+    assert [c.split("_")[0] for c in convs] == ["convolution"] * 3 and len(convs) == 3, str(plan)
+    plain = next(g for g in gemms.values() if g.k == 8)
+    assert (plain.m, plain.n, plain.batch, plain.stride_a) == (16, 60, 2, 0), "W · x[n] on the NCHW layout"
+    grouped = next(g for g in gemms.values() if g.k == 4)
+    assert (grouped.m, grouped.n, grouped.batch) == (4, 60, 8), "one product per (sample, group)"
+    # the rewrite's views and products count towards the convolutions they replace
+    assert not [c.node for c in plan.node_costs if "__rw" in c.node]
+    assert not [c for t in plan.tasks for c in t.covers if "__rw" in c]
+    assert sorted(c.op for c in plan.node_costs if c.node.startswith("convolution")) == \
+        ["aten.convolution.default"] * 3 + ["aten.matmul.default"] * 2

@@ -98,6 +98,21 @@ def test_one_step_changes_the_adapter_and_logs_each_component(tiny, tmp_path):
     assert line["reward_max"] >= line["reward_mean"] and "seconds" in line
 
 
+def test_prompts_batched_with_padding_sample_as_each_alone(tiny):
+    """sample_many left-pads prompts of different lengths into one generate call; with sampling
+    made greedy (top-p near 0) every prompt's completions are those it gets alone."""
+    from stitchcuda.rl.grpo import encode, sample, sample_many
+
+    s = GRPOSettings(max_new_tokens=10, top_p=1e-9)
+    prompts = [encode(tiny, t) for t in ("add two vectors", "x", "a longer prompt than the others, by far")]
+    assert len({len(p) for p in prompts}) == 3
+    got = sample_many(tiny, [(p, 2, None) for p in prompts], s)
+    alone = [sample(tiny, p, 2, s) for p in prompts]
+    assert got == alone and all(len(c) == 2 for c in got)
+    split = sample_many(tiny, [(p, 2, None) for p in prompts], s, max_batch_tokens=2 * max(map(len, prompts)))
+    assert split == alone                                   # more than one generate call: the same answer
+
+
 def test_checkpoint_and_resume(tiny, tmp_path):
     from stitchcuda.rl.model import tiny_policy, with_lora
 
@@ -121,3 +136,11 @@ def test_checkpoint_and_resume(tiny, tmp_path):
 
 def torch_equal(a, b) -> bool:
     return bool((a == b).all())
+
+
+def test_throughput_is_said_early_with_what_fits(tiny, tmp_path):
+    said = []
+    s = GRPOSettings(steps=4, group=2, max_new_tokens=4, checkpoint_every=10, time_limit_s=3600.0)
+    Trainer(tiny, _examples(), ParityJudge(), tmp_path, s, say=said.append).run()
+    line = next(t for t in said if t.startswith("throughput:"))
+    assert "over 3 step(s)" in line and "1 step(s) to go" in line and "more fit in this invocation" in line

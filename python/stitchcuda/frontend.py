@@ -498,6 +498,8 @@ class _Converter:
                 target = spec.target
                 value = state[target] if target in state else constants[target]
                 self.used.add(target)
+                if spec.kind == InputKind.CONSTANT_TENSOR and self._uniform_constant(arg_name, target, value):
+                    continue
                 self.env[arg_name] = target
                 ts = self._spec(target, value)
                 weights.append(ts)
@@ -548,6 +550,25 @@ class _Converter:
             lifted_random=tuple(self.lifted),
         )
         return graph, {w.name: weight_values[w.name] for w in weights}
+
+    def _uniform_constant(self, arg_name: str, target: str, value: torch.Tensor) -> bool:
+        """A tensor the forward creates with one value (``torch.tensor(0.5)``, ``torch.ones(n) * c``
+        folded by export) becomes a ``full`` node, not a weight: it is no parameter or buffer of
+        the model, so a program's weights could not be checked against the reference's."""
+        if value.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                               torch.int32, torch.bool) or value.numel() > 1 << 20:
+            return False
+        flat = value.detach().reshape(-1)
+        if flat.numel() and not bool((flat == flat[0]).all()):
+            return False
+        fill = flat[0].item() if flat.numel() else 0
+        name = self.fresh(target.replace(".", "_"))
+        self.env[arg_name] = name
+        out = self._spec(name, value)
+        self.nodes.append(Node(name, "aten.full.default", (), (out,),
+                               (("size", tuple(value.shape)), ("fill_value", fill), ("dtype", None)),
+                               f"a constant tensor the forward creates ({target})"))
+        return True
 
     # -- nodes ------------------------------------------------------------------------
 

@@ -744,6 +744,26 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
     collect(handle, build_graph(handle, a, geo, key, false), a.policy, want, ws_limit, cands, why);
     for (size_t i = n_fused; i < cands.size(); ++i) cands[i]->post = extra;
   }
+  if (cands.empty() && !capturing) {
+    // The limit ranks plans, it does not forbid them: when every engine wants more workspace
+    // (large transposed convolutions), take up to half of the device memory free now.
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && free_b / 2 > ws_limit) {
+      why.clear();
+      if (extra) {
+        try {
+          collect(handle, build_graph(handle, a, geo, key, true), a.policy, want, free_b / 2, cands, why);
+        } catch (const Error& e) {
+          why = e.what();
+        }
+      }
+      n_fused = cands.size();
+      collect(handle, build_graph(handle, a, geo, key, false), a.policy, want, free_b / 2, cands, why);
+      for (size_t i = n_fused; i < cands.size(); ++i) cands[i]->post = extra;
+    } else {
+      cudaGetLastError();
+    }
+  }
   if (cands.empty())
     throw Error(ST_ERR_NOT_SUPPORTED, cat("conv: cuDNN has no usable engine for ", describe(a), ": ", why));
   // Fused or not, only the best-ranked numerics compete.

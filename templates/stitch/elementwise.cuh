@@ -3,7 +3,7 @@
 // launch_elementwise<F, TOut, TIn...>(f, out, layout, stream, in...)
 //   F      functor `__device__ float operator()(const float* a) const`; a[k] is input k's
 //          element as fp32 (Spread<N, G> adapts a functor taking N floats);
-//   TOut   storage of out; TIn... storage of each input, 1 to 4 inputs. Storage types are
+//   TOut   storage of out; TIn... storage of each input, 1 to 8 inputs. Storage types are
 //          float, __half, __nv_bfloat16, and also bool / uint8_t / int32_t / int64_t (read as
 //          their value in fp32; written as the truncated fp32 result, bool as result != 0).
 //   layout EwLayout<N>: output shape (ndim <= 6, row-major dims), the output's element strides,
@@ -39,7 +39,7 @@
 namespace stitch {
 
 constexpr int kEwMaxDims = 6;
-constexpr int kEwMaxInputs = 4;
+constexpr int kEwMaxInputs = 8;
 
 template <int NIN>
 struct EwLayout {
@@ -283,7 +283,7 @@ template <class F, class TOut, class... TIn>
 cudaError_t launch_elementwise(const F& f, TOut* out, const EwLayout<sizeof...(TIn)>& layout,
                                cudaStream_t stream, const TIn*... in) {
   constexpr int NIN = sizeof...(TIn);
-  static_assert(NIN >= 1 && NIN <= kEwMaxInputs, "1 to 4 inputs");
+  static_assert(NIN >= 1 && NIN <= kEwMaxInputs, "1 to 8 inputs");
   constexpr int NT = NIN + 1;
   if (layout.ndim < 0 || layout.ndim > kEwMaxDims) return cudaErrorInvalidValue;
   int64_t n = 1;

@@ -28,7 +28,7 @@ import ctypes
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .. import build as _build
 from ..code import CodeError, Override, code, contract
@@ -117,6 +117,12 @@ def check_task(plan: Plan, task: str, source: str | Override | None = None, *, g
     return _run(plan, c, graph, weights, res.library, trials, seed, tol, verdict)
 
 
+#: A test seam: when set, called on each trial just before the body's inputs are copied and its
+#: outputs poisoned on the current stream (a GPU test queues a long sleep there, so a body stream
+#: that does not wait for those copies reads them unfinished).
+HOLD_CURRENT_STREAM: Callable[[], None] | None = None
+
+
 def _has_gpu() -> bool:
     from .. import has_gpu
 
@@ -147,6 +153,8 @@ def _run(plan: Plan, c: TaskContract, graph: Graph, weights, library: str, trial
         # The body's own copy of every buffer it touches: what the interpreter had before the task;
         # what it must write poisoned (unless it also reads it: in place).
         read = {p.buffer for p in c.params if p.role == "in"}
+        if HOLD_CURRENT_STREAM is not None:
+            HOLD_CURRENT_STREAM()
         bufs = {p.buffer: before.bufs[p.buffer].clone() for p in c.params}
         for p in c.params:
             if p.role != "in" and p.buffer not in read:

@@ -323,9 +323,15 @@ def bn_stats(t: S.Task, b: S.BnStatsSpec, n: _Names) -> list[str]:
     rows = b.n * b.s
     per = -(-rows // b.splits)
     ws = n("workspace")
-    return [f"  const dim3 grid({(b.c + 31) // 32}, {b.splits});",
-            f"  bn_partial_kernel<<<grid, dim3(32, 8), 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
-            f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws});",
+    if b.by_planes:
+        first = [f"  const dim3 grid({b.c}, {b.splits});",
+                 f"  bn_plane_partial_kernel<<<grid, 256, 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, {b.sn}, "
+                 f"{b.sc}, {per}, {ws});"]
+    else:
+        first = [f"  const dim3 grid({(b.c + 31) // 32}, {b.splits});",
+                 f"  bn_partial_kernel<<<grid, dim3(32, 8), 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
+                 f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws});"]
+    return first + [
             f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));',
             f"  bn_finish_kernel<<<{blocks}, 256, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, {flit(b.eps)}, "
             f"{sc}, {sh});",

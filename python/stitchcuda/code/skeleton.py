@@ -524,6 +524,78 @@ __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, 
   }
 }
 
+// Batch statistics, pass 1 when each channel's elements are contiguous runs (NCHW: s > 1 with
+// stride 1): block (ch, slice) of 256 threads walks the slice's elements of channel ch plane by
+// plane, consecutive threads on consecutive elements (coalesced, where the lanes-along-c kernel
+// above would read one element per channel plane), four loads in flight; each thread's shifted
+// sums become a (count, mean, m2) state, merged (Chan et al.) over the warp, then the 8 warps,
+// into part[(slice * c + ch) * 3].
+__device__ __forceinline__ void bn_merge(float& cnt, float& mean, float& m2, float nb, float mb, float m2b) {
+  if (nb == 0.f) return;
+  const float nt = cnt + nb;
+  const float d = mb - mean;
+  mean += d * (nb / nt);
+  m2 += m2b + d * d * cnt * (nb / nt);
+  cnt = nt;
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) bn_plane_partial_kernel(const T* x, int64_t n, int64_t c, int64_t s,
+                                                               int64_t sn, int64_t sc, int64_t per, float* part) {
+  __shared__ float sh[3][8];
+  const int64_t ch = blockIdx.x;
+  const int64_t e0 = int64_t(blockIdx.y) * per;
+  const int64_t e1 = e0 + per < n * s ? e0 + per : n * s;
+  const T* base = x + ch * sc;
+  // Sums of (v - shift), shift = the slice's first element: no division per element, and the
+  // offset of the data cancels (the shifted-data algorithm); each thread's sums become a
+  // (count, mean, m2) state before the merge.
+  const float shift = e0 < e1 ? stitch::to_float(base[(e0 / s) * sn + e0 % s]) : 0.f;
+  float sum = 0.f, sq = 0.f;
+  int64_t count = 0;
+  for (int64_t i = e0 / s; i * s < e1; ++i) {
+    const int64_t j0 = e0 > i * s ? e0 - i * s : 0;
+    const int64_t j1 = e1 - i * s < s ? e1 - i * s : s;
+    const T* row = base + i * sn;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += 4 * 256) {
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = j + u * 256 < j1 ? stitch::to_float(row[j + u * 256]) - shift : 0.f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        sum += v[u];
+        sq = fmaf(v[u], v[u], sq);
+      }
+      count += j + 3 * 256 < j1 ? 4 : (j1 - j + 255) / 256;
+    }
+  }
+  float cnt = float(count);
+  float mean = count ? sum / cnt : 0.f;
+  float m2 = count ? fmaxf(sq - sum * mean, 0.f) : 0.f;
+  mean += shift;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float nb = __shfl_down_sync(0xffffffffu, cnt, off);
+    const float mb = __shfl_down_sync(0xffffffffu, mean, off);
+    const float m2b = __shfl_down_sync(0xffffffffu, m2, off);
+    bn_merge(cnt, mean, m2, nb, mb, m2b);
+  }
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    sh[0][warp] = cnt;
+    sh[1][warp] = mean;
+    sh[2][warp] = m2;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < 8; ++w) bn_merge(cnt, mean, m2, sh[0][w], sh[1][w], sh[2][w]);
+    float* o = part + (int64_t(blockIdx.y) * c + ch) * 3;
+    o[0] = cnt;
+    o[1] = mean;
+    o[2] = m2;
+  }
+}
+
 // Batch statistics, pass 2: merge the slices per channel; scale = weight * rsqrt(var + eps)
 // with the biased variance (what batch norm normalises with), shift = bias - mean * scale.
 template <class TW>

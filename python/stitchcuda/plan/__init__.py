@@ -3,7 +3,8 @@
 ``plan(graph, policy, ceilings, constraints=...)`` runs the passes in order, each a module that
 takes frozen values and gives frozen values:
 
-1. :mod:`.rewrite` — exact algebraic rewrites the constraints ask for (graph -> graph);
+1. :mod:`.rewrite` — library choices made on every graph (a pointwise convolution as a GEMM), and
+   exact algebraic rewrites the constraints ask for (graph -> graph);
 2. :mod:`.match` — *check* that every op is one the registry maps, then multi-node patterns
    (attention, RMS norm, logsumexp, tanh-GELU, batch norm) become one proto each;
 3. :mod:`.fuse` — reductions take their unary neighbours as hooks, GEMMs their epilogue
@@ -21,6 +22,8 @@ table. The planner never imports PyTorch.
 
 from __future__ import annotations
 
+import dataclasses
+
 from .. import layout as L
 from ..device import DEFAULT as _DEFAULT_CEILINGS
 from ..device import H100, H200, Ceilings
@@ -37,7 +40,7 @@ from .fuse import MAX_CHAIN, fuse
 from .graph import GraphIndex
 from .lower import Lowerer
 from .match import match
-from .rewrite import REWRITES, apply_rewrites
+from .rewrite import REWRITES, apply_always, apply_rewrites
 from .schedule import GRAPH_MIN_TASKS
 from .specs import (ARENA_ALIGN, GENERATOR, SCHEMA, ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec,
                     BnStatsSpec, Buffer, ConvSpec, CopyItem, CopySpec, EpOp, EwInstr, EwSpec, GatherSpec, GemmSpec,
@@ -64,8 +67,14 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
     constraints = constraints or Constraints()
     if constraints:
         choices(graph).check(constraints)
+    # The library choices' new nodes (<node>__rw<k>) stand for the reference node they came from;
+    # the nodes of a rewrite the constraints asked for keep their own names (the loop reads them).
+    reference_nodes = {n.name for n in graph.nodes}
+    graph = apply_always(graph)
+    chosen = {n.name: n.name.rsplit("__rw", 1)[0] for n in graph.nodes if n.name not in reference_nodes}
     graph = apply_rewrites(graph, constraints.rewrites)
     ix = GraphIndex(graph)
+    ix.synthetic_cover.update((n, [origin]) for n, origin in chosen.items() if origin in reference_nodes)
     cl = Claims(ix, pol.name, constraints)
     match(ix, cl, ceil)
     ix.freeze()
@@ -101,7 +110,17 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
                      "buffers, and replayed after that")
     from .cost import node_cost
 
-    node_costs = tuple(node_cost(n, ix, pol.name, ceil) for n in graph.nodes)
+    # One cost per reference node: a rewrite's new nodes count towards the node they came from.
+    merged: dict[str, NodeCost] = {}
+    for n in graph.nodes:
+        c = node_cost(n, ix, pol.name, ceil)
+        name = ix.expand([n.name])[0]
+        prev = merged.get(name)
+        if prev is not None:  # the op named is the one of the node that kept the reference's name
+            c = NodeCost(name, c.op if n.name == name else prev.op, prev.flops + c.flops, prev.bytes + c.bytes,
+                         prev.time_s + c.time_s, max((prev, c), key=lambda x: x.time_s).bound)
+        merged[name] = dataclasses.replace(c, node=name)
+    node_costs = tuple(merged.values())
     return Plan(name=graph.name, policy=pol.name, ceilings=ceil, inputs=tuple(inputs), outputs=tuple(outputs),
                 weights=tuple(weights), buffers=bufs, tasks=tuple(tasks), node_costs=node_costs,
                 arena_bytes=_schedule.arena_bytes(bufs), cuda_graph=bool(graphed), notes=tuple(notes),

@@ -9,7 +9,7 @@ cuBLASLt bias, a same-shape add as ``beta·C`` (or a residual op), relu (and, of
 GELU) into cuBLASLt's epilogue, the rest as the runtime's fused epilogue chain (which ops may
 join: :func:`stitchcuda.ops.epilogue_of`); ``cat`` becomes a copy task (or none, when its parts
 are written in place); the remaining elementwise ops are grouped into kernels (one output each,
-at most four inputs, recomputing cheap broadcast values). A node the constraints ``unfuse``
+at most eight inputs, recomputing cheap broadcast values). A node the constraints ``unfuse``
 starts a task of its own.
 """
 
@@ -28,6 +28,9 @@ from .specs import EpOp, EwInstr
 A = ops.A
 #: cuBLASLt / runtime limit on the fused epilogue chain.
 MAX_CHAIN = 8
+#: elementwise.cuh's kEwMaxInputs: the most distinct tensors one elementwise kernel reads (two
+#: batch norms' affines before an add — a residual block's tail — read six).
+MAX_EW_INPUTS = 8
 #: A reduction of a whole tensor at least this large to one value runs on the axis template,
 #: which splits it over many blocks (the row template gives one row one block).
 WHOLE_AXIS = 1 << 16
@@ -310,7 +313,7 @@ class Fuser:
         for n in sorted(ew, key=lambda x: -ix.pos[x.name]):
             if not cl.free(n):
                 continue
-            nodes = cl.pull_ew_group(n, set(), limit=4)
+            nodes = cl.pull_ew_group(n, set(), limit=MAX_EW_INPUTS)
             out = n.outputs[0].name
             leaves = cl.leaves(set(nodes))
             phase = "create" if out in ix.const and leaves and all(self._at_create(t) for t in leaves) else "run"

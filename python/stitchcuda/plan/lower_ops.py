@@ -22,7 +22,7 @@ from .cost import ATTENTION_MASK_CELL
 from .lower import Lowerer, copy_item
 from .protos import AttnProto, AxisProto, BnStatsProto, CatProto, EwProto, RowProto
 from .specs import (AttentionMaskBlocksSpec, AttentionSpec, AxisSpec, BnStatsSpec, CopySpec, EwInstr, EwSpec, RowSpec,
-                    Task)
+                    Task, bn_by_planes)
 
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -339,7 +339,7 @@ def emit_bn_stats(lw: Lowerer, pr: BnStatsProto, pre: list[Task]) -> None:
     shift = lw.out_view(pr, pr.shift, lambda tv: False)
     splits, ws = 1, None
     if pr.mode == "batch":
-        splits = _bn_splits(n * s, c)
+        splits = _bn_splits(n * s, c, bn_by_planes(s, ss))
         wt = lw.alloc.add_tensor(f"{pr.scale}_ws", (splits * c * 3,), "float32")
         ws = lw.alloc.fresh(wt, "float32", (splits * c * 3,), pr.phase)
         lw.views[wt] = ws
@@ -392,8 +392,11 @@ def _shift_instr(i: EwInstr, by: int) -> EwInstr:
                                for x in i.args), i.consts)
 
 
-def _bn_splits(rows: int, c: int) -> int:
-    """How many pieces the batch-statistics kernel cuts the reduced rows into."""
+def _bn_splits(rows: int, c: int, planes: bool) -> int:
+    """How many pieces the batch-statistics kernel cuts the reduced rows into: by planes, about
+    1024 blocks in all, none under 8192 elements; lanes along c, about 1024 slices of 32 channels."""
+    if planes:
+        return max(1, min(-(-1024 // c), rows // 8192))
     tiles = max(1, (c + 31) // 32)
     want = max(1, 1024 // tiles)
     per = max(64, -(-rows // want))

@@ -11,6 +11,17 @@ reports still point at the reference; weight-only subexpressions become create-t
                          with a reduced weight — fewer FLOPs, and no cancellation over thousands
                          of TF32-rounded products (exactly the case where tf32 fails 1e-2).
 ``drop_identities``      ``x * 1``, ``x / 1``, ``x + 0``, ``x - 0`` become ``x``.
+
+Applied to every graph (:func:`apply_always`), not asked for:
+
+``pointwise_conv_as_gemm``  a 1×1 (×1) convolution with stride 1, no padding and no bias is a
+                         batched matrix product ``W[Cout, Cin] · x[n, Cin, pixels]`` (per group
+                         for a grouped one) on the tensor's own NCHW layout, where cuDNN's
+                         engines for NCHW transpose to NHWC and back around the product (twice
+                         the output's traffic again). A convolution followed directly by an
+                         activation keeps cuDNN, which fuses the activation; one with a bias
+                         too (the runtime's GEMM epilogue adds a bias per column, not per
+                         output channel).
 """
 
 from __future__ import annotations
@@ -153,6 +164,76 @@ def _apply_identity(graph: Graph, n: Node) -> Graph:
     return dataclasses.replace(graph, nodes=tuple(nodes))
 
 
+# ---------------------------------------------------------------------- pointwise_conv_as_gemm
+
+_ACTIVATIONS = frozenset(A + f"{op}.default" for op in ("relu", "sigmoid", "tanh", "gelu", "silu", "hardtanh",
+                                                        "leaky_relu", "elu", "hardswish", "mish"))
+
+
+def _find_pointwise_convs(graph: Graph) -> list[Node]:
+    out = []
+    for n in graph.nodes:
+        if n.op != A + "convolution.default" or len(n.inputs) != 2 or n.attr("transposed"):
+            continue
+        x, w = (graph.spec(t) for t in n.inputs)
+        y = n.outputs[0]
+        if x.dtype != "float32" or w.dtype != "float32" or len(x.shape) < 3 or len(x.shape) != len(w.shape):
+            continue
+        nsp = len(x.shape) - 2
+        if any(k != 1 for k in w.shape[2:]) or tuple(n.attr("stride") or ()) != (1,) * nsp or \
+                any(int(v) for v in n.attr("padding") or ()) or any(int(v) != 1 for v in n.attr("dilation") or ()):
+            continue
+        users = _users(graph, y.name)
+        if len(users) == 1 and users[0].op in _ACTIVATIONS and y.name not in graph.outputs:
+            continue  # cuDNN fuses the activation
+        out.append(n)
+    return out
+
+
+def _apply_pointwise_conv(graph: Graph, n: Node) -> Graph:
+    x, w = n.inputs
+    xs, ws = graph.spec(x).shape, graph.spec(w).shape
+    y = n.outputs[0]
+    batch, cin, cout = xs[0], xs[1], ws[0]
+    g = int(n.attr("groups") or 1)
+    pixels = 1
+    for d in xs[2:]:
+        pixels *= d
+    name = _fresh(graph, n.name)
+    new: list[Node] = []
+
+    def node(op: str, inputs: Sequence[str], shape: Sequence[int], attrs=(), out: str | None = None,
+             node_name: str | None = None) -> str:
+        t = out or name()
+        new.append(Node(node_name or t, op, tuple(inputs), (TensorSpec(t, tuple(shape), "float32"),), tuple(attrs),
+                        n.source))
+        return t
+
+    def view(t: str, shape: Sequence[int], out: str | None = None) -> str:
+        return node(A + "view.default", [t], shape, (("size", tuple(shape)),), out, None if out is None else name())
+
+    # The product keeps the convolution's node name: reports, and constraints naming it, still fit.
+    if g == 1:
+        prod = node(A + "matmul.default", [view(w, (cout, cin)), view(x, (batch, cin, pixels))], (batch, cout, pixels),
+                    node_name=n.name)
+    else:
+        prod = node(A + "matmul.default", [view(w, (g, cout // g, cin // g)), view(x, (batch, g, cin // g, pixels))],
+                    (batch, g, cout // g, pixels), node_name=n.name)
+    view(prod, y.shape, out=y.name)
+    return _replace(graph, [n], new)
+
+
+#: Library choices made on every graph (module docstring), in order.
+ALWAYS: tuple[Rewrite, ...] = (Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),)
+
+
+def apply_always(graph: Graph) -> Graph:
+    """``graph`` with the rewrites of :data:`ALWAYS` applied."""
+    for rw in ALWAYS:
+        graph = rw.apply(graph)
+    return graph
+
+
 REWRITES: dict[str, Rewrite] = {r.name: r for r in (
     Rewrite("reduce_after_linear", _find_reduce_after_linear, _apply_reduce_after_linear),
     Rewrite("drop_identities", _find_identities, _apply_identity),
@@ -169,4 +250,4 @@ def apply_rewrites(graph: Graph, names: Sequence[str]) -> Graph:
     return graph
 
 
-__all__ = ["Rewrite", "REWRITES", "apply_rewrites"]
+__all__ = ["Rewrite", "REWRITES", "ALWAYS", "apply_rewrites", "apply_always"]

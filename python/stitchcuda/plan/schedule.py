@@ -115,7 +115,7 @@ def cover_views(fused: Fused, tasks: list[Task], touch: Mapping[int, set[str]], 
         if hit is None and tasks:
             hit = 0
         if hit is not None:
-            extra[hit].append(n.name)
+            extra[hit].extend(fused.index.expand([n.name]))
     order_of = {nm: k for k, nm in enumerate(n.name for n in g.nodes)}
     out = []
     for i, t in enumerate(tasks):

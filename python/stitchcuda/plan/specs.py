@@ -257,6 +257,18 @@ class BnStatsSpec:
     workspace: View | None = None
     splits: int = 1
 
+    @property
+    def by_planes(self) -> bool:
+        """Whether pass 1 walks each channel's contiguous runs (see :func:`bn_by_planes`)."""
+        return bn_by_planes(self.s, self.ss)
+
+
+def bn_by_planes(s: int, ss: int) -> bool:
+    """Batch statistics of x as [n, c, s]: with runs of at least 64 contiguous elements per
+    (sample, channel) (NCHW), a block per channel slice reads along the runs; otherwise (NHWC,
+    or few elements per plane) a block's lanes run along the channels."""
+    return s >= 64 and ss == 1
+
 
 @dataclass(frozen=True)
 class GroupStatsSpec:

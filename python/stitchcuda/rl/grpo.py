@@ -9,14 +9,17 @@ for a loop that is about a hundred lines here. What this loop does, per step:
 
 1. take ``prompts_per_step`` training examples (a pure function of the seed and the step, so a
    resumed run takes the same ones), render each as the loop's client would send it;
-2. sample ``group`` completions per prompt from the policy (temperature, top-p);
+2. sample ``group`` completions per prompt from the policy (temperature, top-p); the step's
+   prompts share one ``generate`` call (left-padded), as do the held-out prompts of an evaluation:
+   decoding a small model is bound by its kernel launches, so rows are almost free;
 3. judge every completion in parallel (:class:`.judge.RewardJudge`) and score it with the rubric
    (:func:`.reward.score`);
 4. advantage of a completion = (reward - group mean) / (group std + eps); a group whose rewards
    are all equal teaches nothing and is skipped;
 5. loss per token = -min(rho A, clip(rho, 1-eps, 1+eps) A) + beta KL(pi || pi_ref), with rho the
    ratio to the policy that sampled (1 on the first epoch: its gradient is the plain policy
-   gradient; the clip matters from ``epochs`` >= 2) and KL the k3 estimator
+   gradient, and with ``epochs`` = 1 the sampling policy's log-probs are the current ones, not a
+   pass of their own; the clip matters from ``epochs`` >= 2) and KL the k3 estimator
    exp(ref - logp) - (ref - logp) - 1; averaged over a completion's tokens, then over completions;
 6. AdamW on the LoRA parameters, gradients clipped to norm 1.
 
@@ -84,28 +87,73 @@ def encode(policy: Any, text: str) -> list[int]:
     return list(policy.tokenizer(text, add_special_tokens=add).input_ids)
 
 
+def _constrained(ex: Example | None, s: GRPOSettings) -> bool:
+    return ex is not None and ex.kind == "plan" and s.grammar and bool(ex.spec)
+
+
 def sample(policy: Any, prompt_ids: list[int], n: int, s: GRPOSettings, ex: Example | None = None) -> list[list[int]]:
     """``n`` completions (token ids, cut after the first EOS) of ``prompt_ids``; a plan example's
     under the decision grammar (``s.grammar``)."""
-    import torch
-
-    model = policy.model
-    ids = torch.tensor([prompt_ids] * n, device=policy.device)
-    eos = policy.tokenizer.eos_token_id
-    kw: dict[str, Any] = {"max_new_tokens": s.max_new_tokens}
-    if ex is not None and ex.kind == "plan" and s.grammar and ex.spec:
+    kw: dict[str, Any] = {}
+    if _constrained(ex, s):
         from ..llm import DecisionSpec
         from .constrained import for_example
 
         kw["prefix_allowed_tokens_fn"] = for_example(policy.tokenizer, ex.spec).prefix_fn(len(prompt_ids))
         longest = DecisionSpec.from_json(ex.spec).grammar().max_chars    # the loop's bound: max(max_tokens, this)
         kw["max_new_tokens"] = min(max(s.max_new_tokens, longest + 1), s.max_decision_tokens)
+    return _generate(policy, [prompt_ids] * n, s, **kw)
+
+
+def sample_many(policy: Any, jobs: Sequence[tuple[list[int], int, Example | None]], s: GRPOSettings,
+                max_batch_tokens: int = 131072) -> list[list[list[int]]]:
+    """The completions of several prompts: ``jobs`` are (prompt ids, n, example); the answer has
+    ``n`` completions per job, in order. Prompts sampled free share ``generate`` calls (left-padded
+    to the longest, at most ``max_batch_tokens`` prompt tokens a call): a decode step costs about
+    the same for one row as for dozens, so a batch of prompts takes the time of one. A plan under
+    the decision grammar is sampled alone (its constraint is per request)."""
+    out: list[list[list[int]] | None] = [None] * len(jobs)
+    chunk: list[int] = []
+
+    def flush() -> None:
+        if not chunk:
+            return
+        rows = [jobs[i][0] for i in chunk for _ in range(jobs[i][1])]
+        comps = _generate(policy, rows, s)
+        k = 0
+        for i in chunk:
+            out[i] = comps[k:k + jobs[i][1]]
+            k += jobs[i][1]
+        chunk.clear()
+
+    for i, (ids, n, ex) in enumerate(jobs):
+        if _constrained(ex, s):
+            out[i] = sample(policy, ids, n, s, ex)
+            continue
+        longest = max([len(ids)] + [len(jobs[j][0]) for j in chunk])
+        if chunk and longest * (n + sum(jobs[j][1] for j in chunk)) > max_batch_tokens:
+            flush()
+        chunk.append(i)
+    flush()
+    return [o if o is not None else [] for o in out]
+
+
+def _generate(policy: Any, prompts: list[list[int]], s: GRPOSettings, **kw: Any) -> list[list[int]]:
+    """One ``generate`` call over ``prompts`` (left-padded; the mask hides the padding), each row
+    cut after its first EOS."""
+    import torch
+
+    pad = policy.tokenizer.pad_token_id
+    eos = policy.tokenizer.eos_token_id
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=policy.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=policy.device)
+    kw.setdefault("max_new_tokens", s.max_new_tokens)
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                             temperature=s.temperature, top_p=s.top_p, pad_token_id=policy.tokenizer.pad_token_id,
-                             eos_token_id=eos, **kw)
+        out = policy.model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=s.temperature,
+                                    top_p=s.top_p, pad_token_id=pad, eos_token_id=eos, **kw)
     comps = []
-    for row in out[:, len(prompt_ids):].tolist():
+    for row in out[:, width:].tolist():
         cut = row.index(eos) + 1 if eos in row else len(row)
         comps.append(row[:cut] or [eos])
     return comps
@@ -252,7 +300,8 @@ class Trainer:
         t0 = time.monotonic()
         batch = self.pick(self.step)
         model.eval()
-        groups = [(ex, self._prompt_ids(ex), sample(self.policy, self._prompt_ids(ex), s.group, s, ex)) for ex in batch]
+        comps = sample_many(self.policy, [(self._prompt_ids(ex), s.group, ex) for ex in batch], s)
+        groups = [(ex, self._prompt_ids(ex), c) for ex, c in zip(batch, comps)]
         t_gen = time.monotonic()
         texts = [[self.policy.tokenizer.decode(c, skip_special_tokens=True) for c in comps] for _, _, comps in groups]
         outcomes = self.judge.judge_many([(ex, t) for (ex, _, _), ts in zip(groups, texts) for t in ts])
@@ -270,7 +319,9 @@ class Trainer:
         loss_sum, kl_sum, n_tok = 0.0, 0.0, 0
         if work:
             with torch.no_grad():
-                olds = [token_logprobs(model, p, c).detach() for p, c, _ in work]
+                # one epoch: the policy that sampled is the one being updated, so its log-probs are
+                # the current ones (ratio 1) and need no pass of their own
+                olds = [token_logprobs(model, p, c).detach() for p, c, _ in work] if s.epochs > 1 else [None] * len(work)
                 with model.disable_adapter():
                     refs = [token_logprobs(model, p, c).detach() for p, c, _ in work]
             model.train()
@@ -278,7 +329,7 @@ class Trainer:
                 self.opt.zero_grad(set_to_none=True)
                 for (p, c, a), old, ref in zip(work, olds, refs):
                     logp = token_logprobs(model, p, c)
-                    loss, kl = grpo_loss(logp, old, ref, a, s.clip, s.beta)
+                    loss, kl = grpo_loss(logp, logp.detach() if old is None else old, ref, a, s.clip, s.beta)
                     (loss / len(work)).backward()
                     loss_sum += float(loss.detach()) / (len(work) * s.epochs)
                     kl_sum += float(kl) / (len(work) * s.epochs)
@@ -333,12 +384,30 @@ class Trainer:
             self.say(f"step {rec['step']}: reward {rec['reward_mean']:+.3f} (max {rec['reward_max']:+.2f}) "
                      f"valid {rec['valid']:.2f} compiled {rec['compiled']:.2f} correct {rec['correct']:.2f} "
                      f"kl {rec['kl']:.4f} [{', '.join(f'{k} {v:.1f}s' for k, v in rec['seconds'].items())}]")
+            done = len(recs)
+            if done in (3, 10) or done % 25 == 0:
+                self.say(throughput(recs, self.s, time.monotonic() - t0, self.s.steps - self.step))
             if self.step % self.s.checkpoint_every == 0:
                 self.save()
         if not self.latest() or self.latest().name != f"step-{self.step:05d}":
             self.save()
         plot_curve(self.out / "curve.jsonl", self.out / "curve.png")
         return recs
+
+
+def throughput(recs: Sequence[dict], s: GRPOSettings, elapsed: float, to_go: int) -> str:
+    """One line on the speed so far: seconds per step (and per phase), and how many more steps
+    this invocation's time limit holds at that rate."""
+    n = len(recs)
+    per = elapsed / n
+    phases = {k: sum(r["seconds"].get(k, 0.0) for r in recs) / n for k in ("generate", "judge", "update")}
+    text = (f"throughput: {per:.2f} s/step over {n} step(s) (generate {phases['generate']:.2f}, judge "
+            f"{phases['judge']:.2f}, update {phases['update']:.2f}); {to_go} step(s) to go, "
+            f"about {to_go * per / 60:.1f} min at this rate")
+    if s.time_limit_s is not None:
+        fit = max(0, int((s.time_limit_s - elapsed) / per))
+        text += f"; about {min(fit, to_go)} more fit in this invocation"
+    return text
 
 
 # ---------------------------------------------------------------------------- evaluation and the curve
@@ -357,12 +426,13 @@ def evaluate_policy(policy: Any, examples: Sequence[Example], judge: Judge, *, s
     items = []
     with ctx:
         policy.model.eval()
+        jobs = []
         for ex in examples:
             ids = encode(policy, policy.render(Prompt(ex.system, ex.user)))
-            if len(ids) > settings.max_prompt_tokens:
-                continue
-            for c in sample(policy, ids, samples, settings, ex):
-                items.append((ex, policy.tokenizer.decode(c, skip_special_tokens=True)))
+            if len(ids) <= settings.max_prompt_tokens:
+                jobs.append((ids, samples, ex))
+        for (_, _, ex), comps in zip(jobs, sample_many(policy, jobs, settings)):
+            items += [(ex, policy.tokenizer.decode(c, skip_special_tokens=True)) for c in comps]
     outcomes = judge.judge_many(items)
     out: dict[str, Any] = {}
     for kind in sorted({e.kind for e, _ in items}):
@@ -421,5 +491,5 @@ def plot_curve(curve: Path, png: Path) -> bool:
     return True
 
 
-__all__ = ["GRPOSettings", "Trainer", "Judge", "latest_checkpoint", "encode", "sample", "token_logprobs", "group_advantages", "grpo_loss",
-           "evaluate_policy", "plot_curve"]
+__all__ = ["GRPOSettings", "Trainer", "Judge", "latest_checkpoint", "encode", "sample", "sample_many", "token_logprobs", "group_advantages", "grpo_loss",
+           "throughput", "evaluate_policy", "plot_curve"]

@@ -307,6 +307,11 @@ def validate_reference(spec: ReferenceSpec, manifest: mf.Manifest, *, manifest_f
 # ------------------------------------------------------------------ the problem on a device
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
 def fp32_exact():
     """PyTorch's fp32 without TF32 (matmul and cuDNN), as the reference is computed."""
     from ..precision import fp32_exact as exact
@@ -524,10 +529,18 @@ class Problem:
 
         if self.device.type != "cuda":
             return None
-        with torch.no_grad(), get(policy).baseline():
-            if self._graph is not None:
-                return [t.float() for t in self._graph_forward(draw, inputs, self._graph_weights, torch.float32)]
-            out = self._run_model(self.model, draw, inputs)
+        try:
+            with torch.no_grad(), get(policy).baseline():
+                if self._graph is not None:
+                    return [t.float() for t in self._graph_forward(draw, inputs, self._graph_weights, torch.float32)]
+                out = self._run_model(self.model, draw, inputs)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as e:  # PyTorch's own limit (an op autocast leaves in the wrong dtype): no comparison
+            note = f"PyTorch cannot run the reference at {policy} ({_first_line(e)}): not compared at {policy}"
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
         return [t.detach().float() if t.is_floating_point() else t.detach() for t in _flatten(out)]
 
     def forward64(self, draw, inputs=None) -> list[Any] | None:

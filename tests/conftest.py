@@ -36,7 +36,15 @@ def _gpu_available() -> bool:
     return stitchcuda.has_gpu()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command), a module's tests
+    stay on one worker (its module fixtures are built once) and the GPU tests all share one
+    (never two timings on one device at once); without a device the GPU tests are skipped."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "gpu" if "gpu" in item.keywords else item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
     if _gpu_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
@@ -74,8 +82,8 @@ def dev_set_path() -> Path:
 def pytest_collection_finish(session):
     """The long commands the selected modules declare (``ahead_commands``, tests/ahead.py) start in
     the background, in the order the modules run."""
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
+        return   # under pytest-xdist every core runs tests already; each worker would queue every module's commands
     from tests import ahead
 
     modules = list(dict.fromkeys(item.module for item in session.items if getattr(item, "module", None)))

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one of several test processes (pytest-xdist): PyTorch's own thread pool in each would spin on
+    # the cores the others use (two processes x two threads on two cores doubled the CPU time)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 SHARED = Path(os.environ.get("STITCHCUDA_SHARED") or REPO.parent / "shared")
 DEV_SET = SHARED / "kernelbench" / "dev.jsonl"
 
@@ -15,6 +22,11 @@ DEV_SET = SHARED / "kernelbench" / "dev.jsonl"
 def in_ci() -> bool:
     """``CI`` set to true (as CI services set it): a missing dataset is then a failure, not a skip."""
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER") and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 def pytest_sessionstart(session):

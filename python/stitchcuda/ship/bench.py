@@ -336,21 +336,42 @@ def remember_seconds(recs: list[dict], problems: dict[str, Problem], opts: Bench
         pass
 
 
+def input_bytes(p: Problem) -> int | None:
+    """The bytes of ``get_inputs()``'s tensors, drawn on PyTorch's meta device (shapes only,
+    nothing allocated); None when the reference does not run that way."""
+    try:
+        import torch
+
+        ns: dict[str, Any] = {"__name__": f"stitchcuda_bench_{_slug(p.id)}"}
+        with torch.device("meta"):
+            exec(compile(p.source, f"<{p.id}>", "exec"), ns)  # noqa: S102 - the worker runs the same reference
+            inputs = ns["get_inputs"]()
+        return int(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)))
+    except Exception:  # noqa: BLE001 - only a guess is lost
+        return None
+
+
 def schedule(pending: list[Problem], opts: BenchOptions, workers: int, history: dict[str, float] | None = None) -> list[Problem]:
     """The order problems go out in: the suite's order for one worker (the total does not depend
     on it); longest first for several (the classic longest-processing-time rule: the last problems
     to start are short, so the workers finish together). A problem's length is what it took the
-    last time here, else a guess: a higher level first (whole networks before fused operators
-    before single operators), then a longer reference; a known time always outranks a guess."""
+    last time here, else a guess: larger inputs first (:func:`input_bytes`: each verification
+    trial draws, copies and compares them), and where those are unknown a higher level, then a
+    longer reference; a known time always outranks a guess."""
     if workers <= 1:
         return list(pending)
     history = read_history() if history is None else history
+
+    sizes = {p.id: input_bytes(p) for p in pending if _history_key(p, opts) not in history}
 
     def length(p: Problem) -> tuple[int, float]:
         known = history.get(_history_key(p, opts))
         if known is not None:
             return (1, known)
-        return (0, (p.level or 0) * 1e6 + len(p.source))
+        # a problem's time grows with its inputs (each trial draws, copies and compares them);
+        # without them, a higher level, then a longer reference
+        size = sizes.get(p.id)
+        return (0, 1e15 + size if size is not None else (p.level or 0) * 1e6 + len(p.source))
 
     known = [p for p in pending if length(p)[0]]
     if known and len(known) < len(pending):
@@ -377,18 +398,24 @@ def _run_local(pending: list[Problem], opts: BenchOptions, folder: Path, record:
     if gpus and n > len(gpus):
         raise SuiteError(f"--gpus {n}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
     slots = [gpus[i] if gpus else (str(i) if opts.gpus else None) for i in range(min(n, len(pending)))]
-    queue = schedule(pending, opts, len(slots))
+    queue: list[Problem] = []
     sel = selectors.DefaultSelector()
     workers: dict[int, _Worker] = {}
 
-    def start(i: int) -> None:
+    def spawn(i: int) -> _Worker:
         w = _Worker(i, slots[i], opts, folder)
         workers[i] = w
         sel.register(w.proc.stdout, selectors.EVENT_READ, i)
+        return w
+
+    def feed(w: _Worker) -> None:
         if queue:
             w.give(queue.pop(0))
         else:
             w.stop()
+
+    def start(i: int) -> None:
+        feed(spawn(i))
 
     def retire(i: int, failure: str | None = None) -> None:
         w = workers.pop(i)
@@ -403,9 +430,11 @@ def _run_local(pending: list[Problem], opts: BenchOptions, folder: Path, record:
 
     log(f"{len(pending)} problem(s) on {len(slots)} worker(s)" + (f" (GPUs {','.join(s for s in slots if s)})"
                                                                    if any(slots) else ""))
-    for i in range(len(slots)):
-        start(i)
     try:
+        fresh = [spawn(i) for i in range(len(slots))]     # their PyTorch starts while the order is worked out
+        queue.extend(schedule(pending, opts, len(slots)))
+        for w in fresh:
+            feed(w)
         while workers:
             for key, _ in sel.select(timeout=5.0):
                 i = key.data

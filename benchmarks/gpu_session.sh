@@ -263,6 +263,13 @@ if want rldata || want rl || want rlfinal; then
     && rl_install 'llama_cpp_python-*.whl' || exit 1
   python3 -c "import stitchcuda" 2>/dev/null || { echo "stitchcuda is not installed here: run the setup phase first"; exit 1; }
   mkdir -p "$RL_DIR"
+  # carried from an earlier machine: the dataset (built where there is no GPU) and a run to resume
+  if [ -f .carry/rl-data/manifest.json ] && [ ! -f "$RL_DIR/data/manifest.json" ]; then
+    cp -r .carry/rl-data "$RL_DIR/data" && echo "the RL dataset carried in .carry/rl-data"
+  fi
+  if [ -f .carry/rl-run.tgz ] && [ ! -d "$RL_DIR/run/checkpoints" ]; then
+    tar xzf .carry/rl-run.tgz -C "$RL_DIR" && echo "resuming the run carried in .carry/rl-run.tgz: $(cat "$RL_DIR/run/checkpoints/latest")"
+  fi
 fi
 
 if want rldata; then
@@ -291,7 +298,7 @@ PY
   log "train_rl.py, budget ${budget} s, state in $RL_DIR"
   timeout $(( budget + 30 )) python3 benchmarks/train_rl.py --out "$RL_DIR" --budget "$budget" \
     --kinds body --steps "${RL_STEPS:-300}" --group "${RL_GROUP:-8}" --prompts "${RL_PROMPTS:-1}" \
-    --max-new-tokens "${RL_TOKENS:-192}" --max-prompt-tokens 4096 --lr "${RL_LR:-5e-5}" --workers "${RL_WORKERS:-12}" \
+    --max-new-tokens "${RL_TOKENS:-128}" --max-prompt-tokens "${RL_PROMPT_TOKENS:-8192}" --lr "${RL_LR:-5e-5}" --workers "${RL_WORKERS:-12}" \
     --eval-prompts "${RL_EVAL_PROMPTS:-24}" --eval-samples "${RL_EVAL_SAMPLES:-4}" --checkpoint-every 10 \
     --optimize "${RL_OPT:-2}" --optimize-budget "${RL_OPT_BUDGET:-60s}" $(want rlfinal && echo --final) \
     2>&1 | tee -a "$RL_DIR/train.log"
@@ -301,6 +308,13 @@ PY
   ls "$RL_DIR"/optimize-*.json >/dev/null 2>&1 && python3 -c 'import glob, json, sys; json.dump([json.load(open(f))
     for f in sorted(glob.glob(sys.argv[1] + "/optimize-*.json"))], sys.stdout, indent=1)' "$RL_DIR" > "$OUT/optimize.json"
   cp "$RL_DIR/train.log" "$OUT/train_rl.log"
+  # what a later machine needs to go on (the latest checkpoint, the curve, the judge's cache):
+  # carry it back as .carry/rl-run.tgz
+  if [ -f "$RL_DIR/run/checkpoints/latest" ]; then
+    ( cd "$RL_DIR" && tar czf "$OUT/rl-run.tgz" run/checkpoints/latest "run/checkpoints/$(cat run/checkpoints/latest)" \
+        $(cd "$RL_DIR" && ls run/curve.jsonl run/eval-base.json run/times.json run/judge-cache.jsonl run/final_step 2>/dev/null) ) \
+      && echo "rl-run.tgz: $(du -h "$OUT/rl-run.tgz" | cut -f1)"
+  fi
   ls "$OUT"
 fi
 log "done"

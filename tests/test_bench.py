@@ -145,9 +145,40 @@ def _suite(tmp: Path, bodies: dict[str, str]) -> Path:
 
 
 @pytest.fixture
-def workers_env(monkeypatch):
+def workers_env(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("STITCHCUDA_CACHE", str(tmp_path / "cache"))      # the timing history stays here
     monkeypatch.chdir(REPO)
+
+
+def test_several_workers_take_the_longest_problems_first(tmp_path, monkeypatch):
+    """One worker keeps the suite's order; several take the longest first: by the seconds a run
+    here recorded, else whole networks before fused operators before single ones, longer first."""
+    monkeypatch.setenv("STITCHCUDA_CACHE", str(tmp_path / "cache"))
+    P = bench.Problem
+    ps = [P("L1_a", "a", "x" * 10, 1), P("L3_b", "b", "x" * 10, 3), P("L2_c", "c", "x" * 50, 2),
+          P("L2_d", "d", "x" * 90, 2), P("L1_e", "e", "x" * 99, 1)]
+    opts = BenchOptions(gpus=2)
+    assert bench.schedule(ps, opts, 1) == ps
+    assert [p.id for p in bench.schedule(ps, opts, 2)] == ["L3_b", "L2_d", "L2_c", "L1_e", "L1_a"]
+    # a run here took: L1_a 50 s (slow for its level), L2_c 5 s, L3_b 20 s; the rest are guessed
+    # by the mean of their level's known problems (L1_e: 50 s, L2_d: 5 s; a longer source breaks a tie)
+    bench.remember_seconds([{"id": "L1_a", "seconds": 50.0, "status": "passed"},
+                            {"id": "L2_c", "seconds": 5.0, "status": "wrong_answer"},
+                            {"id": "L3_b", "seconds": 20.0, "status": "passed"},
+                            {"id": "L1_e", "seconds": 900.0, "status": "timeout"}],    # a timeout says nothing
+                           {p.id: p for p in ps}, opts)
+    assert [p.id for p in bench.schedule(ps, opts, 2)] == ["L1_e", "L1_a", "L3_b", "L2_d", "L2_c"]
+    assert bench.schedule(ps, BenchOptions(gpus=2, precision="tf32"), 2)[0].id == "L3_b"   # per precision
+    # a reference that runs on the meta device is guessed by its inputs' bytes, before any level
+    big = "import torch\ndef get_inputs():\n    return [torch.rand(4096, 65536), 3]\n"
+    small = "import torch\ndef get_inputs():\n    return [torch.rand(64, 64)]\n"
+    refs = [P("L3_n", "n", small, 3), P("L1_x", "x", big, 1), P("L2_y", "y", "x", 2)]
+    assert bench.input_bytes(refs[1]) == 4096 * 65536 * 4 and bench.input_bytes(refs[0]) == 64 * 64 * 4
+    assert bench.input_bytes(refs[2]) is None
+    assert [p.id for p in bench.schedule(refs, BenchOptions(gpus=2, precision="bf16"), 2)] == ["L1_x", "L3_n", "L2_y"]
+    (tmp_path / "cache" / "bench" / "seconds.json").write_text("{not json")
+    assert bench.read_history() == {}                                  # a broken history only loses the order
 
 
 def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):

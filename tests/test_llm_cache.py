@@ -222,6 +222,24 @@ def test_chat_template_is_used_when_the_model_has_one(fake_llama):
     assert off.complete(PROMPT).text == "generated"
 
 
+def test_an_opening_primes_a_plain_model_and_begins_the_reply(fake_llama, tmp_path):
+    """A prompt's opening is sent after the text to a model without a chat template and the reply
+    read back begins with it (also from the cache); a chat model is asked without it; the opening
+    is part of the request's key."""
+    primed = Prompt("system text", "user text", "```cuda\n")
+    assert request_key(MODEL, primed, None, Sampling()) != request_key(MODEL, PROMPT, None, Sampling())
+    llm = LLM(fake_llama, cache=tmp_path / "run")
+    c = llm.complete(primed)
+    kind, text, _ = _FakeLlama.instances[0].calls[-1]
+    assert kind == "completion" and text == PROMPT.text() + "```cuda\n"
+    assert c.text == "```cuda\ngenerated"
+    assert LLM.replay(tmp_path / "run").complete(primed).text == "```cuda\ngenerated"
+    chat = LLM(fake_llama)
+    chat.load().metadata["tokenizer.chat_template"] = "{{ messages }}"
+    assert chat.complete(primed).text == "chatted"
+    assert _FakeLlama.instances[-1].calls[-1][1] == [{"role": "user", "content": "system text\n\nuser text"}]
+
+
 def test_count_tokens_uses_the_tokenizer_once_loaded(fake_llama):
     llm = LLM(fake_llama)
     assert llm.count_tokens("a b c d e f") == 4          # estimate: 11 chars / 3, rounded up

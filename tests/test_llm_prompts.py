@@ -87,6 +87,7 @@ def test_code_prompt_carries_contract_subgraph_feedback_api_and_rules():
     assert "launch_softmax" in user and "Runtime API reference" in user
     assert f"defines the function `{FN}`" in user and "```cuda" in user and "No PyTorch" in user
     assert "CUDA" in p.system and estimate_tokens(p.system + user) <= 4000 + 64
+    assert p.opening == "```cuda\n" and extract_code(p.opening + f"void {FN}() {{}}\n```", FN).code  # a primed reply parses
 
 
 def test_code_prompt_api_excerpt_shrinks_to_the_budget():

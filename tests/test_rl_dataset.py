@@ -58,6 +58,8 @@ def test_the_same_program_from_two_sources_is_one_reference(data):
     assert {e.kind for e in exs} == {"plan", "body"}
     body = next(e for e in exs if e.kind == "body")
     assert body.function and body.task and "## Task contract" in body.user and body.function in body.user
+    assert body.opening == "```cuda\n" and body.prompt().opening == body.opening    # the reply starts in its block
+    assert all(e.opening == "" for e in exs if e.kind == "plan")
 
 
 class RecordingClient:

@@ -144,3 +144,31 @@ def test_throughput_is_said_early_with_what_fits(tiny, tmp_path):
     Trainer(tiny, _examples(), ParityJudge(), tmp_path, s, say=said.append).run()
     line = next(t for t in said if t.startswith("throughput:"))
     assert "over 3 step(s)" in line and "1 step(s) to go" in line and "more fit in this invocation" in line
+
+
+def test_replies_begin_with_the_opening_and_long_prompts_are_passed_over(tiny, tmp_path):
+    """A body prompt's opening is part of what the model continues and of the reply judged (as the
+    llama.cpp client returns it); a prompt longer than max_prompt_tokens is never drawn, and the
+    held-out rates count the ones left out."""
+    from stitchcuda.llm import Prompt
+    from stitchcuda.llm.prompts import CODE_OPENING
+    from stitchcuda.rl.grpo import evaluate_policy
+
+    short = Example("short", "body", "r0", "tiny", "fp32", "Write CUDA.", "Add.", task="add", function="add",
+                    opening=CODE_OPENING)
+    long_ = Example("long", "body", "r0", "tiny", "fp32", "Write CUDA.", "Add. " * 400, task="add", function="add",
+                    opening=CODE_OPENING)
+    assert tiny.render(short.prompt()).endswith("Add.\n" + CODE_OPENING)
+    assert tiny.reply(short.prompt(), "x") == CODE_OPENING + "x"
+    judge = ParityJudge()
+    s = GRPOSettings(steps=1, group=4, max_new_tokens=6, max_prompt_tokens=200)
+    t = Trainer(tiny, [long_, long_, short], judge, tmp_path, s)
+    for step in range(4):
+        assert [e.id for e in t.pick(step)] == ["short"]
+    t.train_step()
+    assert len(judge.seen) == 4 and all(text.startswith(CODE_OPENING) for text in judge.seen)
+    res = evaluate_policy(tiny, [short, long_], ParityJudge(), samples=2, settings=s)
+    assert res["body"]["n"] == 2 and res["body"]["prompts_too_long"] == 1
+    with pytest.raises(ValueError, match="none of the 1 prompts fits"):
+        evaluate_policy(tiny, [long_], ParityJudge(), samples=2, settings=s)
+    assert Prompt("a", "b").opening == ""          # other requests are unchanged

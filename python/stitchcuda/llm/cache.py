@@ -91,7 +91,7 @@ class Record:
     @classmethod
     def from_json(cls, d: dict) -> "Record":
         return cls(str(d["key"]), ModelIdentity.from_json(d["model"]),
-                   Prompt(d["prompt"]["system"], d["prompt"]["user"]), d.get("grammar"),
+                   Prompt.from_json(d["prompt"]), d.get("grammar"),
                    Sampling(**d["sampling"]), str(d["text"]), str(d.get("finish_reason", "stop")),
                    int(d.get("prompt_tokens", 0)), int(d.get("completion_tokens", 0)),
                    float(d.get("wall_s", 0.0)), str(d.get("source", "model")), str(d.get("created", "")))

@@ -231,8 +231,8 @@ class LLM:
                     messages=[{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}], **kw)
                 text = out["choices"][0]["message"]["content"] or ""
             else:
-                out = llama.create_completion(prompt.text(), **kw)
-                text = out["choices"][0]["text"]
+                out = llama.create_completion(prompt.text() + prompt.opening, **kw)
+                text = prompt.opening + out["choices"][0]["text"]
         except ValueError as e:
             if "context window" in str(e) or "exceed" in str(e):
                 raise ContextOverflow(f"{e} (n_ctx = {self.n_ctx})") from e

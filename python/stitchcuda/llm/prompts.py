@@ -25,19 +25,34 @@ from .apiref import ApiExcerpt, api_reference, estimate_tokens
 from .grammar import FIELDS, DecisionSpec
 
 
+#: The start of a reply to :func:`code_prompt`: the opening of the fenced block the rules ask for.
+CODE_OPENING = "```cuda\n"
+
+
 @dataclass(frozen=True)
 class Prompt:
-    """One request: ``system`` (the role and rules) and ``user`` (the material)."""
+    """One request: ``system`` (the role and rules) and ``user`` (the material). ``opening`` is
+    the start of the reply, written for the model: a model without a chat template (a base model,
+    which would otherwise ramble on in the prompt's own voice) continues it, and the reply read
+    back begins with it. A chat model is asked in its own format, without it."""
 
     system: str
     user: str
+    opening: str = ""
 
     def text(self) -> str:
         """Both parts as one plain text, for models without a chat template."""
         return f"{self.system}\n\n{self.user}\n"
 
     def to_json(self) -> dict:
-        return {"system": self.system, "user": self.user}
+        d = {"system": self.system, "user": self.user}
+        if self.opening:             # absent when empty: the keys of requests without one are unchanged
+            d["opening"] = self.opening
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Prompt":
+        return cls(d["system"], d["user"], d.get("opening", ""))
 
 
 @dataclass(frozen=True)
@@ -125,7 +140,7 @@ def code_prompt(function: str, contract: str, subgraph: str, *, attempts: Sequen
         parts.append(_section("Runtime API reference (excerpts of the installed headers)",
                               f"```cpp\n{api.text}\n```"))
     parts.append(rules)
-    return Prompt(CODE_SYSTEM, "\n".join(parts))
+    return Prompt(CODE_SYSTEM, "\n".join(parts), CODE_OPENING)
 
 
 @dataclass(frozen=True)

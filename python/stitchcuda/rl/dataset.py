@@ -81,6 +81,13 @@ class Example:
     completion: str = ""
     outcome: dict = field(default_factory=dict)
     split: str = ""
+    opening: str = ""       #: the start of the reply (:class:`stitchcuda.llm.Prompt`'s ``opening``)
+
+    def prompt(self) -> Any:
+        """The request, as the loop sends it."""
+        from ..llm import Prompt
+
+        return Prompt(self.system, self.user, self.opening)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -206,7 +213,7 @@ def plan_prompt(cap: Captured, plan: Any, feedback: Sequence[str] = (), *,
 
 def _example(kind: str, entry: ReferenceEntry, precision: str, prompt: Any, **kw: Any) -> Example:
     return Example(prompt_hash(kind, prompt.system, prompt.user), kind, entry.id, entry.name, precision,
-                   prompt.system, prompt.user, **kw)
+                   prompt.system, prompt.user, opening=prompt.opening, **kw)
 
 
 def examples_from_reference(cap: Captured, precisions: Sequence[str] = ("fp32",), *,

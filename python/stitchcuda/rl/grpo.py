@@ -275,22 +275,25 @@ class Trainer:
 
     def _prompt_ids(self, ex: Example) -> list[int]:
         if ex.id not in self._tokens:
-            from ..llm import Prompt
-
-            self._tokens[ex.id] = encode(self.policy, self.policy.render(Prompt(ex.system, ex.user)))
+            self._tokens[ex.id] = encode(self.policy, self.policy.render(ex.prompt()))
         return self._tokens[ex.id]
 
     def pick(self, step: int) -> list[Example]:
+        """The step's prompts: drawn (seeded by the step) among those that fit in
+        ``max_prompt_tokens``; a prompt too long is passed over, never a reason to stop."""
         rng = random.Random(self.s.seed * 1_000_003 + step)
+        order = list(range(len(self.examples)))
+        rng.shuffle(order)
         out: list[Example] = []
-        for _ in range(50 * self.s.prompts_per_step):
+        for i in order:
             if len(out) == self.s.prompts_per_step:
                 break
-            ex = rng.choice(self.examples)
+            ex = self.examples[i]
             if len(self._prompt_ids(ex)) <= self.s.max_prompt_tokens:
                 out.append(ex)
         if not out:
-            raise ValueError(f"no training prompt fits in {self.s.max_prompt_tokens} tokens")
+            raise ValueError(f"no training prompt fits in {self.s.max_prompt_tokens} tokens "
+                             f"(the shortest has {min(len(self._prompt_ids(e)) for e in self.examples)})")
         return out
 
     def train_step(self) -> dict:
@@ -303,7 +306,8 @@ class Trainer:
         comps = sample_many(self.policy, [(self._prompt_ids(ex), s.group, ex) for ex in batch], s)
         groups = [(ex, self._prompt_ids(ex), c) for ex, c in zip(batch, comps)]
         t_gen = time.monotonic()
-        texts = [[self.policy.tokenizer.decode(c, skip_special_tokens=True) for c in comps] for _, _, comps in groups]
+        texts = [[self.policy.reply(ex.prompt(), self.policy.tokenizer.decode(c, skip_special_tokens=True)) for c in comps]
+                 for ex, _, comps in groups]
         outcomes = self.judge.judge_many([(ex, t) for (ex, _, _), ts in zip(groups, texts) for t in ts])
         rewards = [score(o) for o in outcomes]
         t_judge = time.monotonic()
@@ -419,20 +423,25 @@ def evaluate_policy(policy: Any, examples: Sequence[Example], judge: Judge, *, s
     reward with each component, per kind; ``adapter=False`` measures the base model."""
     import contextlib
 
-    from ..llm import Prompt
-
     ctx = contextlib.nullcontext() if adapter or not hasattr(policy.model, "disable_adapter") \
         else policy.model.disable_adapter()
     items = []
+    too_long: Counter = Counter()
     with ctx:
         policy.model.eval()
         jobs = []
         for ex in examples:
-            ids = encode(policy, policy.render(Prompt(ex.system, ex.user)))
+            ids = encode(policy, policy.render(ex.prompt()))
             if len(ids) <= settings.max_prompt_tokens:
                 jobs.append((ids, samples, ex))
+            else:
+                too_long[ex.kind] += 1
         for (_, _, ex), comps in zip(jobs, sample_many(policy, jobs, settings)):
-            items += [(ex, policy.tokenizer.decode(c, skip_special_tokens=True)) for c in comps]
+            items += [(ex, policy.reply(ex.prompt(), policy.tokenizer.decode(c, skip_special_tokens=True)))
+                      for c in comps]
+    if not items:
+        raise ValueError(f"none of the {len(examples)} prompts fits in {settings.max_prompt_tokens} tokens: "
+                         "raise max_prompt_tokens")
     outcomes = judge.judge_many(items)
     out: dict[str, Any] = {}
     for kind in sorted({e.kind for e, _ in items}):
@@ -448,7 +457,8 @@ def evaluate_policy(policy: Any, examples: Sequence[Example], judge: Judge, *, s
                      "ran": sum(o.ran for o in os_) / len(os_),
                      "reward_mean": sum(r.total for r in rs) / len(rs),
                      "components": {k: sum(v) / len(v) for k, v in comps.items()},
-                     "stages": dict(Counter(o.stage for o in os_))}
+                     "stages": dict(Counter(o.stage for o in os_)),
+                     "prompts_too_long": too_long.get(kind, 0)}
     return out
 
 

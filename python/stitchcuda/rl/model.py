@@ -59,7 +59,12 @@ class Policy:
             return self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}], tokenize=False,
                 add_generation_prompt=True)
-        return prompt.text()
+        return prompt.text() + prompt.opening
+
+    def reply(self, prompt: Any, completion: str) -> str:
+        """The reply the loop would read for ``completion`` (what was sampled after :meth:`render`):
+        the prompt's opening and the completion, as the llama.cpp client returns it."""
+        return completion if self.chat else prompt.opening + completion
 
     @property
     def device(self) -> Any:

@@ -10,8 +10,11 @@ worker process per GPU, with a report.
   interrupted suite resumes where it stopped.
 * Workers: ``--gpus N`` starts N processes (``python -m stitchcuda.ship.bench worker``), the i-th
   with ``CUDA_VISIBLE_DEVICES`` set to the i-th visible GPU; each takes the next problem when it
-  finishes one, so a slow problem holds one GPU only. A worker that dies or passes the per-problem
-  time limit is replaced and its problem recorded as an error. ``--ray ADDRESS`` runs the same
+  finishes one, so a slow problem holds one GPU only. With more than one worker the problems go
+  out longest first (:func:`schedule`): by the seconds each took before on this machine (a
+  history in the cache folder, ``bench/seconds.json``), else by a guess from its level and size,
+  so that no long problem starts last while the other GPUs sit idle. A worker that dies or passes
+  the per-problem time limit is replaced and its problem recorded as an error. ``--ray ADDRESS`` runs the same
   solver as Ray tasks of one GPU each instead (``pip install ray``).
 * A solver turns one problem into one result line. :class:`BuildSolver` (``--build``, the default)
   runs :func:`stitchcuda.pipeline.build_program` then the Verifier
@@ -293,6 +296,99 @@ def visible_gpus() -> list[str]:
         return []
 
 
+# ---------------------------------------------------------------------- the order problems go out in
+
+
+def _history_file() -> Path:
+    from ..paths import cache_dir
+
+    return cache_dir() / "bench" / "seconds.json"
+
+
+def _history_key(p: Problem, opts: BenchOptions) -> str:
+    import hashlib
+
+    return f"{opts.mode}:{opts.precision}:{hashlib.sha256(p.source.encode()).hexdigest()[:16]}"
+
+
+def read_history() -> dict[str, float]:
+    """Seconds each problem took the last time a suite ran it here (by mode, precision and the
+    reference's source); empty when there is none or it cannot be read."""
+    try:
+        d = json.loads(_history_file().read_text())
+        return {str(k): float(v) for k, v in d.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def remember_seconds(recs: list[dict], problems: dict[str, Problem], opts: BenchOptions) -> None:
+    """Add finished problems' seconds to the history (never fatal: it only orders later runs)."""
+    h = read_history()
+    for r in recs:
+        p = problems.get(r.get("id"))
+        if p is not None and isinstance(r.get("seconds"), (int, float)) and r.get("status") not in ("timeout", "error"):
+            h[_history_key(p, opts)] = float(r["seconds"])
+    try:
+        f = _history_file()
+        f.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(f, json.dumps(h, indent=0, sort_keys=True) + "\n")
+    except OSError:
+        pass
+
+
+def input_bytes(p: Problem) -> int | None:
+    """The bytes of ``get_inputs()``'s tensors, drawn on PyTorch's meta device (shapes only,
+    nothing allocated); None when the reference does not run that way."""
+    try:
+        import torch
+
+        ns: dict[str, Any] = {"__name__": f"stitchcuda_bench_{_slug(p.id)}"}
+        with torch.device("meta"):
+            exec(compile(p.source, f"<{p.id}>", "exec"), ns)  # noqa: S102 - the worker runs the same reference
+            inputs = ns["get_inputs"]()
+        return int(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)))
+    except Exception:  # noqa: BLE001 - only a guess is lost
+        return None
+
+
+def schedule(pending: list[Problem], opts: BenchOptions, workers: int, history: dict[str, float] | None = None) -> list[Problem]:
+    """The order problems go out in: the suite's order for one worker (the total does not depend
+    on it); longest first for several (the classic longest-processing-time rule: the last problems
+    to start are short, so the workers finish together). A problem's length is what it took the
+    last time here, else a guess: larger inputs first (:func:`input_bytes`: each verification
+    trial draws, copies and compares them), and where those are unknown a higher level, then a
+    longer reference; a known time always outranks a guess."""
+    if workers <= 1:
+        return list(pending)
+    history = read_history() if history is None else history
+
+    sizes = {p.id: input_bytes(p) for p in pending if _history_key(p, opts) not in history}
+
+    def length(p: Problem) -> tuple[int, float]:
+        known = history.get(_history_key(p, opts))
+        if known is not None:
+            return (1, known)
+        # a problem's time grows with its inputs (each trial draws, copies and compares them);
+        # without them, a higher level, then a longer reference
+        size = sizes.get(p.id)
+        return (0, 1e15 + size if size is not None else (p.level or 0) * 1e6 + len(p.source))
+
+    known = [p for p in pending if length(p)[0]]
+    if known and len(known) < len(pending):
+        # guesses go among the known by the known problems' mean per level (else the overall mean)
+        by_level: dict[int | None, list[float]] = {}
+        for p in known:
+            by_level.setdefault(p.level, []).append(length(p)[1])
+        mean = sum(length(p)[1] for p in known) / len(known)
+        guess = {lv: sum(v) / len(v) for lv, v in by_level.items()}
+
+        def seconds(p: Problem) -> float:
+            k, v = length(p)
+            return v if k else guess.get(p.level, mean) + len(p.source) * 1e-6
+        return sorted(pending, key=seconds, reverse=True)
+    return sorted(pending, key=lambda p: length(p)[1], reverse=True)
+
+
 def _run_local(pending: list[Problem], opts: BenchOptions, folder: Path, record: Callable[[dict], None],
                log: Callable[[str], None]) -> None:
     gpus = visible_gpus()
@@ -302,18 +398,24 @@ def _run_local(pending: list[Problem], opts: BenchOptions, folder: Path, record:
     if gpus and n > len(gpus):
         raise SuiteError(f"--gpus {n}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
     slots = [gpus[i] if gpus else (str(i) if opts.gpus else None) for i in range(min(n, len(pending)))]
-    queue = list(pending)
+    queue: list[Problem] = []
     sel = selectors.DefaultSelector()
     workers: dict[int, _Worker] = {}
 
-    def start(i: int) -> None:
+    def spawn(i: int) -> _Worker:
         w = _Worker(i, slots[i], opts, folder)
         workers[i] = w
         sel.register(w.proc.stdout, selectors.EVENT_READ, i)
+        return w
+
+    def feed(w: _Worker) -> None:
         if queue:
             w.give(queue.pop(0))
         else:
             w.stop()
+
+    def start(i: int) -> None:
+        feed(spawn(i))
 
     def retire(i: int, failure: str | None = None) -> None:
         w = workers.pop(i)
@@ -328,9 +430,11 @@ def _run_local(pending: list[Problem], opts: BenchOptions, folder: Path, record:
 
     log(f"{len(pending)} problem(s) on {len(slots)} worker(s)" + (f" (GPUs {','.join(s for s in slots if s)})"
                                                                    if any(slots) else ""))
-    for i in range(len(slots)):
-        start(i)
     try:
+        fresh = [spawn(i) for i in range(len(slots))]     # their PyTorch starts while the order is worked out
+        queue.extend(schedule(pending, opts, len(slots)))
+        for w in fresh:
+            feed(w)
         while workers:
             for key, _ in sel.select(timeout=5.0):
                 i = key.data
@@ -371,7 +475,7 @@ def _run_ray(pending: list[Problem], opts: BenchOptions, folder: Path, record: C
     gpus = int(ray.cluster_resources().get("GPU", 0))
     remote = ray.remote(num_gpus=1 if gpus else 0)(_ray_task)
     log(f"{len(pending)} problem(s) on Ray at {opts.ray} ({gpus} GPU(s) in the cluster)")
-    futures = {remote.remote(asdict(p), asdict(opts), str(folder)): p for p in pending}
+    futures = {remote.remote(asdict(p), asdict(opts), str(folder)): p for p in schedule(pending, opts, max(gpus, 1))}
     try:
         while futures:
             done, _ = ray.wait(list(futures), num_returns=1)
@@ -493,6 +597,7 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
         (_run_ray if opts.ray else _run_local)(pending, opts, folder, record, log)
     ids = {p.id for p in problems}
     results = [r for r in read_results(results_file) if r.get("id") in ids]
+    remember_seconds(results, {p.id: p for p in problems}, opts)
     meta = {"suite": name, "precision": opts.precision, "mode": opts.mode, "date": _now()[:10],
             "device": next((r["device"] for r in results if r.get("device")), None),
             "command": "stitchcuda " + " ".join(sys.argv[1:]) if sys.argv[1:] else None}

@@ -48,21 +48,42 @@ def _gpu_available() -> bool:
     return stitchcuda.has_gpu()
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+#: Modules that take minutes (nvcc over many units, the coverage sweep, a trained tiny model):
+#: they go first, so that under pytest-xdist (``-n 2 --dist loadfile``, the README's test command)
+#: no long module starts last while the other worker sits idle.
+LONG_MODULES = ("test_build.py", "test_templates_compile.py", "test_coverage.py", "test_rl_cli.py",
+                "test_bench.py", "test_cli_readme.py", "test_verifier_static.py", "test_runtime_cpu.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command), a module's tests
-    stay on one worker (its module fixtures are built once) and the GPU tests all share one
-    (never two timings on one device at once); without a device the GPU tests are skipped."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = "gpu" if "gpu" in item.keywords else item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(group))
+    """The long modules first (a stable sort: the order within a module is kept); without a
+    device the GPU tests are skipped."""
+    rank = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1], len(rank)))
     if _gpu_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _one_gpu_test_at_a_time(request):
+    """Under pytest-xdist, a GPU test holds a lock shared by the workers: two tests never time or
+    fill one device at once (each file runs on one worker, but two files may run together)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    import fcntl
+    import tempfile
+
+    with open(Path(tempfile.gettempdir()) / f"stitchcuda-pytest-gpu-{os.getuid()}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def find_nvcc() -> str | None:

@@ -180,7 +180,7 @@ def test_a_cached_model_that_no_longer_reads_the_same_is_converted_again(tmp_pat
     again from the source, with a warning, instead of training a different model."""
     import warnings
 
-    from stitchcuda.rl.model import fingerprint, load_policy_cached, same_model, tiny_policy
+    from stitchcuda.rl.model import PROBE, fingerprint, load_policy_cached, same_model, tiny_policy
 
     src = tmp_path / "src"
     pol = tiny_policy(seed=3, vocab_extra="`{}[];*")
@@ -191,6 +191,14 @@ def test_a_cached_model_that_no_longer_reads_the_same_is_converted_again(tmp_pat
     assert same_model(fingerprint(first), want)
     with warnings.catch_warnings():
         warnings.simplefilter("error")                     # a faithful cache loads silently
+        assert same_model(fingerprint(load_policy_cached(src, tmp_path / "cache")), want)
+    # the folder's tokenizer files read as another tokenizer (as transformers 5.17 reads a saved
+    # Gemma tokenizer: one token per character): the tokenizer's own serialisation is used instead
+    other = tiny_policy(seed=3, vocab_extra="\x01").tokenizer          # every id one higher
+    assert list(other(PROBE).input_ids) != want["ids"]
+    other.save_pretrained(str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert same_model(fingerprint(load_policy_cached(src, tmp_path / "cache")), want)
     tiny_policy(seed=4, vocab_extra="`{}[];*").model.save_pretrained(str(tmp_path / "cache"))
     with pytest.warns(UserWarning, match="converting it again"):

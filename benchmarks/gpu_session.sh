@@ -267,8 +267,9 @@ if want rldata || want rl || want rlfinal; then
   if [ -f .carry/rl-data/manifest.json ] && [ ! -f "$RL_DIR/data/manifest.json" ]; then
     cp -r .carry/rl-data "$RL_DIR/data" && echo "the RL dataset carried in .carry/rl-data"
   fi
-  if [ -f .carry/rl-run.tgz ] && [ ! -d "$RL_DIR/run/checkpoints" ]; then
-    tar xzf .carry/rl-run.tgz -C "$RL_DIR" && echo "resuming the run carried in .carry/rl-run.tgz: $(cat "$RL_DIR/run/checkpoints/latest")"
+  if ls .carry/rl-run.tgz.* >/dev/null 2>&1 && [ ! -d "$RL_DIR/run/checkpoints" ]; then
+    cat .carry/rl-run.tgz.* | tar xz -C "$RL_DIR" \
+      && echo "resuming the run carried in .carry/rl-run.tgz.*: $(cat "$RL_DIR/run/checkpoints/latest")"
   fi
 fi
 
@@ -308,12 +309,13 @@ PY
   ls "$RL_DIR"/optimize-*.json >/dev/null 2>&1 && python3 -c 'import glob, json, sys; json.dump([json.load(open(f))
     for f in sorted(glob.glob(sys.argv[1] + "/optimize-*.json"))], sys.stdout, indent=1)' "$RL_DIR" > "$OUT/optimize.json"
   cp "$RL_DIR/train.log" "$OUT/train_rl.log"
-  # what a later machine needs to go on (the latest checkpoint, the curve, the judge's cache):
-  # carry it back as .carry/rl-run.tgz
-  if [ -f "$RL_DIR/run/checkpoints/latest" ]; then
-    ( cd "$RL_DIR" && tar czf "$OUT/rl-run.tgz" run/checkpoints/latest "run/checkpoints/$(cat run/checkpoints/latest)" \
-        $(cd "$RL_DIR" && ls run/curve.jsonl run/eval-base.json run/times.json run/judge-cache.jsonl run/final_step 2>/dev/null) ) \
-      && echo "rl-run.tgz: $(du -h "$OUT/rl-run.tgz" | cut -f1)"
+  # what a later machine needs to go on (the latest checkpoint with its optimizer, the curve, the
+  # judge's cache), in pieces of 15 MiB (a file coming back is at most 16): carry them back in
+  # .carry/ (a call of their own: the adapter and AdamW's moments are ~40 MiB)
+  if [ -f "$RL_DIR/run/checkpoints/latest" ] && [ -z "${RL_NO_STATE:-}" ]; then
+    ( cd "$RL_DIR" && tar cz run/checkpoints/latest "run/checkpoints/$(cat run/checkpoints/latest)" \
+        $(ls run/curve.jsonl run/eval-base.json run/times.json run/judge-cache.jsonl run/final_step 2>/dev/null) ) \
+      | split -b 15m -d - "$OUT/rl-run.tgz." && echo "rl-run.tgz: $(cat "$OUT"/rl-run.tgz.* | wc -c) bytes in $(ls "$OUT"/rl-run.tgz.* | wc -l) pieces"
   fi
   ls "$OUT"
 fi

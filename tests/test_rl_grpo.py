@@ -172,3 +172,36 @@ def test_replies_begin_with_the_opening_and_long_prompts_are_passed_over(tiny, t
     with pytest.raises(ValueError, match="none of the 1 prompts fits"):
         evaluate_policy(tiny, [long_], ParityJudge(), samples=2, settings=s)
     assert Prompt("a", "b").opening == ""          # other requests are unchanged
+
+
+def test_a_cached_model_that_no_longer_reads_the_same_is_converted_again(tmp_path):
+    """load_policy_cached keeps a fingerprint (a probe's tokens and logits) of what it converted; a
+    cached folder that reloads differently (here: other weights written over it) is converted
+    again from the source, with a warning, instead of training a different model."""
+    import warnings
+
+    from stitchcuda.rl.model import PROBE, fingerprint, load_policy_cached, same_model, tiny_policy
+
+    src = tmp_path / "src"
+    pol = tiny_policy(seed=3, vocab_extra="`{}[];*")
+    pol.model.save_pretrained(str(src))
+    pol.tokenizer.save_pretrained(str(src))
+    want = fingerprint(pol)
+    first = load_policy_cached(src, tmp_path / "cache")
+    assert same_model(fingerprint(first), want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                     # a faithful cache loads silently
+        assert same_model(fingerprint(load_policy_cached(src, tmp_path / "cache")), want)
+    # the folder's tokenizer files read as another tokenizer (as transformers 5.17 reads a saved
+    # Gemma tokenizer: one token per character): the tokenizer's own serialisation is used instead
+    other = tiny_policy(seed=3, vocab_extra="\x01").tokenizer          # every id one higher
+    assert list(other(PROBE).input_ids) != want["ids"]
+    other.save_pretrained(str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert same_model(fingerprint(load_policy_cached(src, tmp_path / "cache")), want)
+    tiny_policy(seed=4, vocab_extra="`{}[];*").model.save_pretrained(str(tmp_path / "cache"))
+    with pytest.warns(UserWarning, match="converting it again"):
+        again = load_policy_cached(src, tmp_path / "cache")
+    assert same_model(fingerprint(again), want)
+    assert not same_model(want, {**want, "logits": [v + 1.0 for v in want["logits"]]})

@@ -439,7 +439,7 @@ def evaluate_policy(policy: Any, examples: Sequence[Example], judge: Judge, *, s
         for (_, _, ex), comps in zip(jobs, sample_many(policy, jobs, settings)):
             items += [(ex, policy.reply(ex.prompt(), policy.tokenizer.decode(c, skip_special_tokens=True)))
                       for c in comps]
-    if not items:
+    if not jobs:
         raise ValueError(f"none of the {len(examples)} prompts fits in {settings.max_prompt_tokens} tokens: "
                          "raise max_prompt_tokens")
     outcomes = judge.judge_many(items)

@@ -118,19 +118,87 @@ def load_policy_cached(source: str | os.PathLike, cache: str | os.PathLike, *, d
     there; later calls (a resumed run) load the folder. The GGUF it came from is remembered
     beside it, for the export's metadata."""
     import json
+    import warnings
 
     c = Path(cache)
     note = c / "stitchcuda_source.json"
     if note.is_file():
         d = json.loads(note.read_text())
         pol = load_policy(c, dtype=dtype, device=device)
-        return Policy(pol.model, pol.tokenizer, d["source"], Path(d["gguf"]) if d.get("gguf") else None, d["chat"])
+        tok = _load_backend(c, pol.tokenizer)
+        pol = Policy(pol.model, tok, d["source"], Path(d["gguf"]) if d.get("gguf") else None, d["chat"])
+        if same_model(fingerprint(pol), d.get("fingerprint")):
+            return pol
+        # a transformers version that saves and reloads a converted tokenizer (or model) differently
+        # would train and judge something else than the model the loop runs: convert again
+        warnings.warn(f"{c}: the saved model no longer reads as the one converted from {d['source']} "
+                      f"(tokens or logits of a probe differ): converting it again", stacklevel=2)
     pol = load_policy(source, dtype=dtype, device=device)
     c.mkdir(parents=True, exist_ok=True)
     pol.model.save_pretrained(str(c))
     pol.tokenizer.save_pretrained(str(c))
-    note.write_text(json.dumps({"source": pol.source, "gguf": str(pol.gguf) if pol.gguf else None, "chat": pol.chat}))
+    _save_backend(c, pol.tokenizer)
+    note.write_text(json.dumps({"source": pol.source, "gguf": str(pol.gguf) if pol.gguf else None, "chat": pol.chat,
+                                "fingerprint": fingerprint(pol)}))
     return pol
+
+
+_BACKEND = "stitchcuda_tokenizer.json"
+
+
+def _save_backend(folder: Path, tok: Any) -> None:
+    """The tokenizer's own serialisation (the Rust tokenizer, merges and all) and its special
+    tokens: transformers 5.17 reloads the folder's saved Gemma tokenizer without its merges (one
+    token per character), so a reload builds the tokenizer from this instead."""
+    import json
+
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return
+    (folder / _BACKEND).write_text(json.dumps({
+        "tokenizer": backend.to_str(), "chat_template": getattr(tok, "chat_template", None),
+        "special": {k: getattr(tok, k) for k in ("bos_token", "eos_token", "pad_token", "unk_token")
+                    if isinstance(getattr(tok, k, None), str)}}))
+
+
+def _load_backend(folder: Path, fallback: Any) -> Any:
+    """The tokenizer :func:`_save_backend` wrote, else ``fallback`` (what ``from_pretrained`` read)."""
+    import json
+
+    f = folder / _BACKEND
+    if not f.is_file():
+        return fallback
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    d = json.loads(f.read_text())
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(d["tokenizer"]), **d["special"])
+    if d.get("chat_template"):
+        tok.chat_template = d["chat_template"]
+    return tok
+
+
+#: What :func:`fingerprint` reads: prose, code and the reply's opening.
+PROBE = "Write the body of task_3_add.\n```cuda\n__global__ void k(const float* x, float* y, int n) { y[0] = x[0]; }\n"
+
+
+def fingerprint(policy: Policy) -> dict:
+    """The token ids of :data:`PROBE` and the first logits of its last position (what a saved and
+    reloaded model must reproduce to be the same model)."""
+    import torch
+
+    ids = list(policy.tokenizer(PROBE).input_ids)
+    with torch.no_grad():
+        x = torch.tensor([ids], device=policy.device)
+        logits = policy.model(input_ids=x).logits[0, -1, :8].float().cpu().tolist()
+    return {"ids": ids, "logits": logits}
+
+
+def same_model(a: dict | None, b: dict | None, tol: float = 1e-2) -> bool:
+    """Two fingerprints of one model: the same tokens, logits within ``tol`` (scaled by their size)."""
+    if not a or not b or a.get("ids") != b.get("ids") or len(a.get("logits", ())) != len(b.get("logits", ())):
+        return False
+    return all(abs(x - y) <= tol * max(1.0, abs(x)) for x, y in zip(a["logits"], b["logits"]))
 
 
 def _gguf_chat_template(path: Path) -> str:
@@ -198,5 +266,5 @@ def tiny_policy(seed: int = 0, vocab_extra: str = "", layers: int = 2, hidden: i
     return Policy(model, tok, "tiny", None, False)
 
 
-__all__ = ["INSTALL_HINT", "TrainUnavailable", "require", "Policy", "load_policy", "load_policy_cached", "LoraSettings", "with_lora",
+__all__ = ["INSTALL_HINT", "TrainUnavailable", "require", "Policy", "load_policy", "load_policy_cached", "fingerprint", "LoraSettings", "with_lora",
            "tiny_policy"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -162,7 +163,14 @@ def pytest_fixture_setup(fixturedef, request):
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     announced = []
 
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+
     def say(text: str) -> None:
+        if worker:  # a pytest-xdist worker's reporter writes nowhere; its own stderr is the terminal's
+            with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+                sys.__stderr__.write(f"{text.strip()} ({worker})\n")
+                sys.__stderr__.flush()
+            return
         if reporter is None:
             return
         if capture is None:
@@ -175,7 +183,7 @@ def pytest_fixture_setup(fixturedef, request):
         say(f"\n[{fixturedef.argname}] {what} ...")
         announced.append(True)
 
-    timer = threading.Timer(3.0, announce)
+    timer = threading.Timer(float(os.environ.get("STITCHCUDA_TEST_ANNOUNCE_S", "3")), announce)
     t0 = time.monotonic()
     timer.start()
     try:

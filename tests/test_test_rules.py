@@ -13,9 +13,10 @@ REPO = Path(__file__).resolve().parents[1]
 NEEDS_DATA = "tests/test_bench.py::test_dev_set_loads"
 
 
-def _pytest(tmp_path: Path, *args: str, ci: str | None, shared: Path) -> subprocess.CompletedProcess:
+def _pytest(tmp_path: Path, *args: str, ci: str | None, shared: Path, **extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["STITCHCUDA_SHARED"] = str(shared)
+    env.update(extra)
     if ci is not None:
         env["CI"] = ci
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=REPO, env=env,
@@ -43,3 +44,13 @@ def test_in_ci_with_the_dataset_the_test_runs(tmp_path, dev_set_path):
     (shared / "kernelbench" / "dev.jsonl").write_bytes(dev_set_path.read_bytes())
     r = _pytest(tmp_path, NEEDS_DATA, ci="true", shared=shared)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
+
+
+def test_under_xdist_a_slow_fixture_still_says_what_it_is_doing(tmp_path, dev_set_path):
+    """The README's test command runs two pytest-xdist workers, whose own reporters write nowhere:
+    a module fixture past the threshold (0 s here) is still announced, naming the worker."""
+    r = _pytest(tmp_path, "-n", "2", "--dist", "loadfile", "tests/test_conv_cpu.py", ci=None,
+                shared=dev_set_path.parents[1], STITCHCUDA_TEST_ANNOUNCE_S="0")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "[lib] setting up ... (gw" in out, out

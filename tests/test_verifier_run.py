@@ -301,6 +301,15 @@ def _programs(P):
                 o[0].copy_(f(i[0]))
         r.enqueue(go)
 
+    replayed = {}
+
+    def replay_drift(i, o, r):  # called again on its last buffers, replays work with a stale bias
+        def go():
+            k = (i[0].data_ptr(), o[0].data_ptr())
+            o[0].copy_(f(i[0]) + (0.5 if replayed.get("k") == k else 0.0))
+            replayed["k"] = k
+        r.enqueue(go)
+
     return locals()
 
 
@@ -332,6 +341,20 @@ def test_dynamic_cheats_get_their_reason(adv_problem, name, failed_check, wrong)
     assert v.verdict.reasons[0].startswith(f"dynamic check {failed_check} failed")
     if wrong is not None:
         assert any(not t.passed for t in res.trials[:5]) == wrong, SEED
+
+
+def test_a_program_wrong_only_when_called_again_on_its_buffers_fails_repeat_calls(adv_problem):
+    """Right on fresh buffers, wrong (not stale) when called again on the same ones, as a replayed
+    CUDA graph with a stale value would be: repeat_calls names it (sensitivity's in-place change
+    sees it too)."""
+    res = check_correctness(FakeRunner(_programs(adv_problem)["replay_drift"]), adv_problem, precision="fp32",
+                            seed=SEED)
+    v = build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance)
+    failed = {c.name: c for c in res.checks if c.status == "fail"}
+    assert v.kind == "rejected" and all(t.passed for t in res.trials[:5]), (SEED, v.verdict)
+    assert "repeat_calls" in failed and "on a repeated call with the same buffers" in failed["repeat_calls"].detail, \
+        (SEED, list(failed))
+    assert "no_output_reuse" not in failed           # its outputs never repeat the previous call's
 
 
 def test_a_constant_output_is_a_wrong_answer(adv_problem):

@@ -171,8 +171,9 @@ def test_several_workers_take_the_longest_problems_first(tmp_path, monkeypatch):
     assert [p.id for p in bench.schedule(ps, opts, 2)] == ["L1_e", "L1_a", "L3_b", "L2_d", "L2_c"]
     assert bench.schedule(ps, BenchOptions(gpus=2, precision="tf32"), 2)[0].id == "L3_b"   # per precision
     # a reference that runs on the meta device is guessed by its inputs' bytes, before any level
-    big = "import torch\ndef get_inputs():\n    return [torch.rand(4096, 65536), 3]\n"
-    small = "import torch\ndef get_inputs():\n    return [torch.rand(64, 64)]\n"
+    model = "class Model(torch.nn.Module):\n    pass\ndef get_init_inputs():\n    return []\n"
+    big = "import torch\n" + model + "def get_inputs():\n    return [torch.rand(4096, 65536), 3]\n"
+    small = "import torch\n" + model + "def get_inputs():\n    return [torch.rand(64, 64)]\n"
     refs = [P("L3_n", "n", small, 3), P("L1_x", "x", big, 1), P("L2_y", "y", "x", 2)]
     assert bench.input_bytes(refs[1]) == 4096 * 65536 * 4 and bench.input_bytes(refs[0]) == 64 * 64 * 4
     assert bench.input_bytes(refs[2]) is None

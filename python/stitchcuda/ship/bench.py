@@ -12,8 +12,8 @@ worker process per GPU, with a report.
   with ``CUDA_VISIBLE_DEVICES`` set to the i-th visible GPU; each takes the next problem when it
   finishes one, so a slow problem holds one GPU only. With more than one worker the problems go
   out longest first (:func:`schedule`): by the seconds each took before on this machine (a
-  history in the cache folder, ``bench/seconds.json``), else by a guess from its level and size,
-  so that no long problem starts last while the other GPUs sit idle. A worker that dies or passes
+  history in the cache folder, ``bench/seconds.json``), else by a guess from its inputs' size, so
+  that no long problem starts last while the other GPUs sit idle. A worker that dies or passes
   the per-problem time limit is replaced and its problem recorded as an error. ``--ray ADDRESS`` runs the same
   solver as Ray tasks of one GPU each instead (``pip install ray``).
 * A solver turns one problem into one result line. :class:`BuildSolver` (``--build``, the default)
@@ -342,10 +342,11 @@ def input_bytes(p: Problem) -> int | None:
     try:
         import torch
 
-        ns: dict[str, Any] = {"__name__": f"stitchcuda_bench_{_slug(p.id)}"}
+        from ..reference import load_reference
+
+        ref = load_reference(p.source, name=_slug(p.id))
         with torch.device("meta"):
-            exec(compile(p.source, f"<{p.id}>", "exec"), ns)  # noqa: S102 - the worker runs the same reference
-            inputs = ns["get_inputs"]()
+            inputs = ref.get_inputs()
         return int(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)))
     except Exception:  # noqa: BLE001 - only a guess is lost
         return None
@@ -357,7 +358,8 @@ def schedule(pending: list[Problem], opts: BenchOptions, workers: int, history: 
     to start are short, so the workers finish together). A problem's length is what it took the
     last time here, else a guess: larger inputs first (:func:`input_bytes`: each verification
     trial draws, copies and compares them), and where those are unknown a higher level, then a
-    longer reference; a known time always outranks a guess."""
+    longer reference. When only some problems have a time, each of the others is given the mean
+    time of the known problems of its level (of all known ones without), its longer source first."""
     if workers <= 1:
         return list(pending)
     history = read_history() if history is None else history

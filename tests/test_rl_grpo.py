@@ -98,6 +98,39 @@ def test_one_step_changes_the_adapter_and_logs_each_component(tiny, tmp_path):
     assert line["reward_max"] >= line["reward_mean"] and "seconds" in line
 
 
+def test_sampling_runs_the_merged_model_and_leaves_the_base_weights_bit_for_bit(tiny):
+    """Sampling folds the adapters into the base weights (fewer launches a token): inside, the
+    logits are the adapted model's; after, every base weight is what it was, bit for bit, and
+    the layers are unmerged. Under ``disable_adapter()`` (the reference model) nothing merges."""
+    import torch
+
+    from stitchcuda.rl.model import merged_for_sampling
+
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for n, p in tiny.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)       # a trained adapter: new ones start at zero
+    ids = torch.tensor([[2, 40, 41, 42, 43]])
+    base = {n: p.detach().clone() for n, p in tiny.model.named_parameters() if "lora_" not in n}
+    with torch.no_grad():
+        adapted = tiny.model(input_ids=ids).logits
+        with tiny.model.disable_adapter():
+            plain = tiny.model(input_ids=ids).logits
+        assert (adapted - plain).abs().max() > 1e-3             # the adapter matters
+        with merged_for_sampling(tiny.model):
+            assert any(getattr(m, "merged", False) for m in tiny.model.modules())
+            merged = tiny.model(input_ids=ids).logits
+        with tiny.model.disable_adapter(), merged_for_sampling(tiny.model):
+            assert not any(getattr(m, "merged", False) for m in tiny.model.modules())
+            assert (tiny.model(input_ids=ids).logits == plain).all()
+    torch.testing.assert_close(merged, adapted, rtol=1e-5, atol=1e-5)
+    assert not any(getattr(m, "merged", False) for m in tiny.model.modules())
+    assert all(torch.equal(p.detach(), base[n]) for n, p in tiny.model.named_parameters() if "lora_" not in n)
+    with torch.no_grad():
+        assert torch.equal(tiny.model(input_ids=ids).logits, adapted)
+
+
 def test_prompts_batched_with_padding_sample_as_each_alone(tiny):
     """sample_many left-pads prompts of different lengths into one generate call; with sampling
     made greedy (top-p near 0) every prompt's completions are those it gets alone."""

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from .dataset import Example
+from .model import merged_for_sampling
 from .reward import Outcome, Reward, score
 
 
@@ -149,7 +150,7 @@ def _generate(policy: Any, prompts: list[list[int]], s: GRPOSettings, **kw: Any)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=policy.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=policy.device)
     kw.setdefault("max_new_tokens", s.max_new_tokens)
-    with torch.no_grad():
+    with torch.no_grad(), merged_for_sampling(policy.model):
         out = policy.model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=s.temperature,
                                     top_p=s.top_p, pad_token_id=pad, eos_token_id=eos, **kw)
     comps = []

@@ -20,7 +20,9 @@ does not.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,6 +238,35 @@ def with_lora(policy: Policy, settings: LoraSettings = LoraSettings(), adapter: 
     return Policy(model, policy.tokenizer, policy.source, policy.gguf, policy.chat, dict(policy.meta))
 
 
+@contextlib.contextmanager
+def merged_for_sampling(model: Any) -> Iterator[None]:
+    """Inside: ``model``'s active LoRA adapters folded into the base weights, so that sampling
+    runs the plain model. Decoding a token is launch-bound (a few hundred kernels for one token
+    of a small model), and an unmerged LoRA layer adds four launches to each projection it wraps;
+    the sampled distribution is the same up to float rounding. On leaving, the layers are
+    unmerged and their base weights restored bit for bit from a copy (unmerging subtracts, which
+    would leave the reference model a rounding away after every step). Does nothing for a model
+    without adapters, or inside ``disable_adapter()``."""
+    import torch
+
+    layers = [m for m in model.modules()
+              if hasattr(m, "merge") and hasattr(m, "unmerge") and hasattr(m, "get_base_layer")
+              and not getattr(m, "merged", False) and not getattr(m, "disable_adapters", False)]
+    saved = []
+    try:
+        with torch.no_grad():
+            for m in layers:
+                saved.append((m, m.get_base_layer().weight.detach().clone()))
+                m.merge()
+        yield
+    finally:
+        with torch.no_grad():
+            for m, w in saved:
+                if getattr(m, "merged", False):
+                    m.unmerge()
+                m.get_base_layer().weight.copy_(w)
+
+
 def tiny_policy(seed: int = 0, vocab_extra: str = "", layers: int = 2, hidden: int = 32) -> Policy:
     """A randomly initialised two-layer Gemma3 text model over a character-level tokenizer: the
     smallest thing the training and export paths run on (tests). Its tokenizer knows printable
@@ -267,4 +298,4 @@ def tiny_policy(seed: int = 0, vocab_extra: str = "", layers: int = 2, hidden: i
 
 
 __all__ = ["INSTALL_HINT", "TrainUnavailable", "require", "Policy", "load_policy", "load_policy_cached", "fingerprint", "LoraSettings", "with_lora",
-           "tiny_policy"]
+           "merged_for_sampling", "tiny_policy"]

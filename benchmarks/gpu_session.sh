@@ -267,6 +267,9 @@ if want rldata || want rl || want rlfinal; then
   if [ -f .carry/rl-data/manifest.json ] && [ ! -f "$RL_DIR/data/manifest.json" ]; then
     cp -r .carry/rl-data "$RL_DIR/data" && echo "the RL dataset carried in .carry/rl-data"
   fi
+  if [ -f .carry/rl-data.tgz ] && [ ! -f "$RL_DIR/data/manifest.json" ]; then   # data/ packed: 2 MB, not 32
+    tar xzf .carry/rl-data.tgz -C "$RL_DIR" && echo "the RL dataset carried in .carry/rl-data.tgz"
+  fi
   if ls .carry/rl-run.tgz.* >/dev/null 2>&1 && [ ! -d "$RL_DIR/run/checkpoints" ]; then
     cat .carry/rl-run.tgz.* | tar xz -C "$RL_DIR" \
       && echo "resuming the run carried in .carry/rl-run.tgz.*: $(cat "$RL_DIR/run/checkpoints/latest")"

@@ -82,3 +82,32 @@ def test_an_unmapped_architecture_is_refused():
                                      num_attention_heads=2, num_key_value_heads=1))
     with pytest.raises(ExportError, match="llama"):
         export_gguf(Policy(m, None, "x"), "never.gguf", merge=False)
+
+
+def test_loading_a_gguf_parses_its_header_once(exported, monkeypatch):
+    """transformers reads a GGUF's header for the tokenizer, the config and the weights, and the
+    chat template is read from it too: inside ``load_policy`` each path is parsed once (a 262k-token
+    vocabulary takes tens of seconds a parse), and ``gguf.GGUFReader`` is itself again after."""
+    import gguf
+
+    from stitchcuda.rl.model import _gguf_chat_template, _one_parse_per_gguf
+
+    _, _, path = exported
+    parsed = []
+
+    class Counting(gguf.GGUFReader):
+        def __init__(self, p, mode="r"):
+            parsed.append(p)
+            super().__init__(p, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counting)
+    with _one_parse_per_gguf():
+        first = gguf.GGUFReader(str(path))
+        assert gguf.GGUFReader(path) is first             # str or Path, the same file
+        assert _gguf_chat_template(path) == ""            # the tiny model has no template
+    assert len(parsed) == 1 and gguf.GGUFReader is Counting
+    with pytest.raises(RuntimeError):
+        with _one_parse_per_gguf():
+            raise RuntimeError("a failed load")
+    assert gguf.GGUFReader is Counting
+    assert gguf.GGUFReader(str(path)) is not first and len(parsed) == 2

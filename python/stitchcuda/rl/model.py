@@ -90,17 +90,19 @@ def load_policy(source: str | os.PathLike, *, dtype: str = "float32", device: st
     td = getattr(torch, dtype)
     if p.is_file() and p.suffix == ".gguf":
         require("gguf")
-        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-        model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=td)
+        with _one_parse_per_gguf():
+            tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+            model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=td)
+            template = _gguf_chat_template(p)
         # transformers dequantised every tensor; the model is plain from here on (saving and PEFT
         # must not treat it as a quantised one)
         model.hf_quantizer = None
         if getattr(model.config, "quantization_config", None) is not None:
             del model.config.quantization_config
         gguf_path: Path | None = p
-        chat = bool(_gguf_chat_template(p))
+        chat = bool(template)
         if chat and not getattr(tok, "chat_template", None):
-            tok.chat_template = _gguf_chat_template(p)
+            tok.chat_template = template
     elif p.is_dir():
         tok = AutoTokenizer.from_pretrained(str(p))
         model = AutoModelForCausalLM.from_pretrained(str(p), dtype=td)
@@ -201,6 +203,31 @@ def same_model(a: dict | None, b: dict | None, tol: float = 1e-2) -> bool:
     if not a or not b or a.get("ids") != b.get("ids") or len(a.get("logits", ())) != len(b.get("logits", ())):
         return False
     return all(abs(x - y) <= tol * max(1.0, abs(x)) for x, y in zip(a["logits"], b["logits"]))
+
+
+@contextlib.contextmanager
+def _one_parse_per_gguf() -> Iterator[None]:
+    """Inside: ``gguf.GGUFReader`` of a path already read returns that reader. Loading a GGUF
+    through transformers reads the file's header for the tokenizer, again for the config and
+    again for the weights; parsing the header of a 262k-token vocabulary is a Python loop of
+    seconds to tens of seconds, so a conversion spent most of its time reading the same metadata.
+    The readers are read-only memory maps; the patch is undone on leaving."""
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: str | os.PathLike, mode: str = "r") -> Any:
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 def _gguf_chat_template(path: Path) -> str:

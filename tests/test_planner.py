@@ -688,3 +688,76 @@ def test_pointwise_convolutions_become_gemms_where_that_loses_nothing():
     assert not [c for t in plan.tasks for c in t.covers if "__rw" in c]
     assert sorted(c.op for c in plan.node_costs if c.node.startswith("convolution")) == \
         ["aten.convolution.default"] * 3 + ["aten.matmul.default"] * 2
+
+
+class _PoolAfterPointwise(nn.Module):
+    """Average pools after 1×1 convolutions: where pooling first is taken and where it is not."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(6)
+        self.widen = nn.Conv2d(6, 12, 1, bias=False)          # DenseNet's transition: pool first
+        self.biased = nn.Conv2d(12, 12, 1)                    # a bias passes a plain pool: pool first
+        self.padded = nn.Conv2d(12, 8, 1)                     # a bias and counted padding: not
+        self.narrow = nn.Conv2d(12, 1, 1, bias=False)         # 12 channels to 1 under a 2x2 pool: not
+        self.shared = nn.Conv2d(12, 8, 1, bias=False)         # its output read twice: not
+
+    def forward(self, x):
+        y = F.avg_pool2d(self.widen(torch.relu(self.bn(x))), 2)                 # 16x12 -> 8x6
+        y = F.avg_pool2d(self.biased(y), 2, stride=1)     # overlapping windows, 8x6 -> 7x5: still fewer
+        p = F.avg_pool2d(self.padded(y), 3, stride=2, padding=1)              # 4x3
+        n = F.avg_pool2d(self.narrow(y), 2)                                    # 3x2
+        s = self.shared(y)
+        return p, n, F.avg_pool2d(s, 2) + s[..., :3, :2]
+
+
+class _PoolAfterPointwise3d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 8, 1)
+
+    def forward(self, x):
+        return F.avg_pool3d(self.conv(x), (1, 2, 2), ceil_mode=True)          # odd width: a partial window
+
+
+def _pool_first(model: nn.Module, x: torch.Tensor) -> tuple[set[str], Graph]:
+    """The weights of the convolutions the rewrite pools before, and the graph after it."""
+    graph = frontend.capture(model, [x], "pp", supported_ops=ops.supported()).graph
+    rw = P.rewrite.ALWAYS[0]
+    assert rw.name == "pool_before_pointwise_conv"
+    taken = {conv.inputs[1] for conv, _ in rw.find(graph)}
+    return taken, rw.apply(graph)
+
+
+def _conv_pixels(graph: Graph) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Each convolution's (input pixels, output pixels), by its weight's name."""
+    return {n.inputs[1]: (graph.spec(n.inputs[0]).shape[2:], n.outputs[0].shape[2:])
+            for n in graph.nodes if n.op == "aten.convolution.default"}
+
+
+@pytest.mark.parametrize("policy", ["fp32", "tf32"])
+def test_average_pools_go_before_pointwise_convolutions_where_that_is_exact(policy):
+    torch.manual_seed(3)
+    model, x = _PoolAfterPointwise(), torch.randn(2, 6, 16, 12)
+    taken, after = _pool_first(model, x)
+    assert taken == {"widen.weight", "biased.weight"}
+    # The widening convolution moves past both pools (once past the first, the second follows it
+    # directly), the biased one past the second; the other three keep theirs after them.
+    pixels = _conv_pixels(after)
+    assert pixels["widen.weight"] == pixels["biased.weight"] == ((7, 5), (7, 5)), pixels
+    assert pixels["padded.weight"] == pixels["narrow.weight"] == pixels["shared.weight"] == ((7, 5), (7, 5))
+    pooled = {after.producer(n.inputs[0]).inputs[1] for n in after.nodes
+              if n.op == "aten.avg_pool2d.default" and after.producer(n.inputs[0]).op == "aten.convolution.default"}
+    assert pooled == {"padded.weight", "narrow.weight", "shared.weight"}
+    plan = _simulate(model, [x], policy, TOL[policy], "pool_pointwise")
+    gemm = next(t.params for t in plan.tasks if isinstance(t.params, P.GemmSpec) and t.params.k == 6)
+    assert (gemm.m, gemm.n) == (12, 35), "then as a GEMM over the 7x5 pooled pixels"
+
+
+def test_pool_before_pointwise_conv_in_3d_with_a_partial_window():
+    torch.manual_seed(4)
+    model, x = _PoolAfterPointwise3d(), torch.randn(2, 4, 3, 6, 7)
+    taken, after = _pool_first(model, x)
+    assert taken == {"conv.weight"}
+    assert _conv_pixels(after) == {"conv.weight": ((3, 3, 4), (3, 3, 4))}
+    _simulate(model, [x], "fp32", TOL["fp32"], "pool_pointwise_3d")

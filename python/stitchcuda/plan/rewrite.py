@@ -14,6 +14,16 @@ reports still point at the reference; weight-only subexpressions become create-t
 
 Applied to every graph (:func:`apply_always`), not asked for:
 
+``pool_before_pointwise_conv``  ``avg_pool(W·x + b) = W·avg_pool(x) + b``: an average pool is a
+                         weighted sum over pixels, a 1×1 convolution a linear map over channels
+                         at each pixel, so they commute (exactly, in real arithmetic). Pooling
+                         first gives the convolution 1/area of the pixels (a DenseNet transition,
+                         BN → ReLU → 1×1 conv → 2×2 average pool: a quarter of the FLOPs, and the
+                         wide full-size tensor between them is never written). Taken when the
+                         pool is the convolution's only reader and the convolution does not
+                         narrow the channels by more than the pool's area; with a bias, only
+                         where the pool's weights add up to 1 (no padding counted, no divisor
+                         override).
 ``pointwise_conv_as_gemm``  a 1×1 (×1) convolution with stride 1, no padding and no bias is a
                          batched matrix product ``W[Cout, Cin] · x[n, Cin, pixels]`` (per group
                          for a grouped one) on the tensor's own NCHW layout, where cuDNN's
@@ -223,8 +233,69 @@ def _apply_pointwise_conv(graph: Graph, n: Node) -> Graph:
     return _replace(graph, [n], new)
 
 
+# ---------------------------------------------------------------------- pool_before_pointwise_conv
+
+_AVG_POOLS = {A + "avg_pool2d.default": 2, A + "avg_pool3d.default": 3}
+
+
+def _pointwise_conv(graph: Graph, n: Node | None) -> bool:
+    """``n`` is a 1×1 (×1) convolution with stride 1, no padding, no dilation, not transposed."""
+    if n is None or n.op != A + "convolution.default" or n.attr("transposed"):
+        return False
+    w = graph.spec(n.inputs[1]).shape
+    nsp = len(w) - 2
+    return nsp >= 1 and all(k == 1 for k in w[2:]) and tuple(n.attr("stride") or ()) == (1,) * nsp and \
+        not any(int(v) for v in n.attr("padding") or ()) and all(int(v) == 1 for v in n.attr("dilation") or ())
+
+
+def _find_pool_after_pointwise(graph: Graph) -> list[tuple[Node, Node]]:
+    out = []
+    for pool in graph.nodes:
+        nsp = _AVG_POOLS.get(pool.op)
+        if nsp is None:
+            continue
+        conv = graph.producer(pool.inputs[0])
+        if not _pointwise_conv(graph, conv) or len(graph.spec(conv.inputs[0]).shape) != nsp + 2:
+            continue
+        y = conv.outputs[0]
+        if y.dtype != "float32" or len(_users(graph, y.name)) != 1 or y.name in graph.outputs:
+            continue
+        biased = len(conv.inputs) > 2 and conv.inputs[2] is not None
+        # Each output of an average pool is a weighted sum of its window with weights adding up to
+        # 1 — unless padded zeros are counted or the divisor is overridden; then a bias does not
+        # pass through it (a weighted sum of b is not b), while W·x still does.
+        if biased and (any(int(v) for v in pool.attr("padding") or ()) or pool.attr("divisor_override") is not None):
+            continue
+        cin, cout = graph.spec(conv.inputs[0]).shape[1], y.shape[1]
+        area = 1
+        for a, b in zip(y.shape[2:], pool.outputs[0].shape[2:]):
+            area *= a / max(b, 1)
+        # Pooling first reads the input and writes it 1/area the size; worth it unless the
+        # convolution narrows the channels more than the pool shrinks the pixels.
+        if cin > area * cout:
+            continue
+        out.append((conv, pool))
+    return out
+
+
+def _apply_pool_before_pointwise(graph: Graph, place) -> Graph:
+    conv, pool = place
+    x = conv.inputs[0]
+    xs = graph.spec(x).shape
+    z = pool.outputs[0]
+    pooled = TensorSpec(_fresh(graph, pool.name)(), (xs[0], xs[1], *z.shape[2:]), graph.spec(x).dtype)
+    # The pool keeps its name, the convolution its own (reports and constraints naming either
+    # still fit); the convolution now writes the pool's output tensor.
+    first = Node(pool.name, pool.op, (x,), (pooled,), pool.attrs, pool.source)
+    second = Node(conv.name, conv.op, (pooled.name, *conv.inputs[1:]), (z,), conv.attrs, conv.source)
+    return _replace(graph, [conv, pool], [first, second])
+
+
 #: Library choices made on every graph (module docstring), in order.
-ALWAYS: tuple[Rewrite, ...] = (Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),)
+ALWAYS: tuple[Rewrite, ...] = (
+    Rewrite("pool_before_pointwise_conv", _find_pool_after_pointwise, _apply_pool_before_pointwise),
+    Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
+)
 
 
 def apply_always(graph: Graph) -> Graph:

@@ -28,6 +28,11 @@ def in_ci() -> bool:
 def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER") and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
+    # pytest-xdist's --dist loadfile hands out the modules with the most tests first, which put
+    # the long ones (LONG_MODULES, a few tests each) last: the run ended on one worker's nvcc while
+    # the other sat idle. Keep the collection's order, where they come first.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_sessionstart(session):

@@ -90,6 +90,20 @@ def test_code_prompt_carries_contract_subgraph_feedback_api_and_rules():
     assert p.opening == "```cuda\n" and extract_code(p.opening + f"void {FN}() {{}}\n```", FN).code  # a primed reply parses
 
 
+def test_a_request_is_sent_and_read_back_one_way_for_every_backend():
+    """The llama.cpp client and the RL policy both send a request through these: a chat model
+    gets one user turn without the opening; a plain model continues the text and the opening, and
+    the reply read back starts with the opening."""
+    from stitchcuda.llm import Prompt
+
+    p = Prompt("You write CUDA.", "Task: add.", "```cuda\n")
+    assert p.user_turn() == "You write CUDA.\n\nTask: add."
+    assert p.plain() == "You write CUDA.\n\nTask: add.\n```cuda\n"
+    assert p.reply("void f() {}\n```") == "```cuda\nvoid f() {}\n```"
+    bare = Prompt("S", "U")
+    assert bare.plain() == bare.text() and bare.reply("x") == "x"
+
+
 def test_code_prompt_api_excerpt_shrinks_to_the_budget():
     big = code_prompt(FN, CONTRACT, SUBGRAPH, budget_tokens=8000, api_budget_tokens=3000)
     small = code_prompt(FN, CONTRACT, SUBGRAPH, budget_tokens=900, api_budget_tokens=3000)

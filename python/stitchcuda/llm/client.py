@@ -226,13 +226,11 @@ class LLM:
         t0 = time.perf_counter()
         try:
             if self._use_chat(llama, sampling):
-                # One user turn: not every chat template has a system role.
-                out = llama.create_chat_completion(
-                    messages=[{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}], **kw)
+                out = llama.create_chat_completion(messages=[{"role": "user", "content": prompt.user_turn()}], **kw)
                 text = out["choices"][0]["message"]["content"] or ""
             else:
-                out = llama.create_completion(prompt.text() + prompt.opening, **kw)
-                text = prompt.opening + out["choices"][0]["text"]
+                out = llama.create_completion(prompt.plain(), **kw)
+                text = prompt.reply(out["choices"][0]["text"])
         except ValueError as e:
             if "context window" in str(e) or "exceed" in str(e):
                 raise ContextOverflow(f"{e} (n_ctx = {self.n_ctx})") from e

@@ -44,6 +44,22 @@ class Prompt:
         """Both parts as one plain text, for models without a chat template."""
         return f"{self.system}\n\n{self.user}\n"
 
+    # How every backend sends a request and reads the reply (the llama.cpp client, and the RL
+    # policy that must see exactly what the loop sends): in one place, so the two cannot drift.
+
+    def user_turn(self) -> str:
+        """The one user turn a chat model gets (not every chat template has a system role)."""
+        return f"{self.system}\n\n{self.user}"
+
+    def plain(self) -> str:
+        """What a model without a chat template continues: the text, then the reply's opening."""
+        return self.text() + self.opening
+
+    def reply(self, continuation: str) -> str:
+        """The reply read back from a model without a chat template: the opening it continued,
+        then what it wrote."""
+        return self.opening + continuation
+
     def to_json(self) -> dict:
         d = {"system": self.system, "user": self.user}
         if self.opening:             # absent when empty: the keys of requests without one are unchanged

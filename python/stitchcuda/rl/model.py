@@ -58,15 +58,14 @@ class Policy:
         """The text the loop's llama.cpp client would be sent for ``prompt`` (a
         :class:`stitchcuda.llm.Prompt`): the chat template with one user turn, or plain text."""
         if self.chat:
-            return self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}], tokenize=False,
-                add_generation_prompt=True)
-        return prompt.text() + prompt.opening
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt.user_turn()}],
+                                                      tokenize=False, add_generation_prompt=True)
+        return prompt.plain()
 
     def reply(self, prompt: Any, completion: str) -> str:
         """The reply the loop would read for ``completion`` (what was sampled after :meth:`render`):
         the prompt's opening and the completion, as the llama.cpp client returns it."""
-        return completion if self.chat else prompt.opening + completion
+        return completion if self.chat else prompt.reply(completion)
 
     @property
     def device(self) -> Any:

@@ -264,9 +264,6 @@ if want rldata || want rl || want rlfinal; then
   python3 -c "import stitchcuda" 2>/dev/null || { echo "stitchcuda is not installed here: run the setup phase first"; exit 1; }
   mkdir -p "$RL_DIR"
   # carried from an earlier machine: the dataset (built where there is no GPU) and a run to resume
-  if [ -f .carry/rl-data/manifest.json ] && [ ! -f "$RL_DIR/data/manifest.json" ]; then
-    cp -r .carry/rl-data "$RL_DIR/data" && echo "the RL dataset carried in .carry/rl-data"
-  fi
   if [ -f .carry/rl-data.tgz ] && [ ! -f "$RL_DIR/data/manifest.json" ]; then   # data/ packed: 2 MB, not 32
     tar xzf .carry/rl-data.tgz -C "$RL_DIR" && echo "the RL dataset carried in .carry/rl-data.tgz"
   fi

@@ -180,18 +180,24 @@ _ACTIVATIONS = frozenset(A + f"{op}.default" for op in ("relu", "sigmoid", "tanh
                                                         "leaky_relu", "elu", "hardswish", "mish"))
 
 
+def _pointwise_conv(graph: Graph, n: Node | None) -> bool:
+    """``n`` is a 1×1 (×1) convolution with stride 1, no padding, no dilation, not transposed."""
+    if n is None or n.op != A + "convolution.default" or n.attr("transposed"):
+        return False
+    w = graph.spec(n.inputs[1]).shape
+    nsp = len(w) - 2
+    return nsp >= 1 and all(k == 1 for k in w[2:]) and tuple(n.attr("stride") or ()) == (1,) * nsp and \
+        not any(int(v) for v in n.attr("padding") or ()) and all(int(v) == 1 for v in n.attr("dilation") or ())
+
+
 def _find_pointwise_convs(graph: Graph) -> list[Node]:
     out = []
     for n in graph.nodes:
-        if n.op != A + "convolution.default" or len(n.inputs) != 2 or n.attr("transposed"):
+        if len(n.inputs) != 2 or not _pointwise_conv(graph, n):
             continue
         x, w = (graph.spec(t) for t in n.inputs)
         y = n.outputs[0]
-        if x.dtype != "float32" or w.dtype != "float32" or len(x.shape) < 3 or len(x.shape) != len(w.shape):
-            continue
-        nsp = len(x.shape) - 2
-        if any(k != 1 for k in w.shape[2:]) or tuple(n.attr("stride") or ()) != (1,) * nsp or \
-                any(int(v) for v in n.attr("padding") or ()) or any(int(v) != 1 for v in n.attr("dilation") or ()):
+        if x.dtype != "float32" or w.dtype != "float32" or len(x.shape) != len(w.shape):
             continue
         users = _users(graph, y.name)
         if len(users) == 1 and users[0].op in _ACTIVATIONS and y.name not in graph.outputs:
@@ -236,16 +242,6 @@ def _apply_pointwise_conv(graph: Graph, n: Node) -> Graph:
 # ---------------------------------------------------------------------- pool_before_pointwise_conv
 
 _AVG_POOLS = {A + "avg_pool2d.default": 2, A + "avg_pool3d.default": 3}
-
-
-def _pointwise_conv(graph: Graph, n: Node | None) -> bool:
-    """``n`` is a 1×1 (×1) convolution with stride 1, no padding, no dilation, not transposed."""
-    if n is None or n.op != A + "convolution.default" or n.attr("transposed"):
-        return False
-    w = graph.spec(n.inputs[1]).shape
-    nsp = len(w) - 2
-    return nsp >= 1 and all(k == 1 for k in w[2:]) and tuple(n.attr("stride") or ()) == (1,) * nsp and \
-        not any(int(v) for v in n.attr("padding") or ()) and all(int(v) == 1 for v in n.attr("dilation") or ())
 
 
 def _find_pool_after_pointwise(graph: Graph) -> list[tuple[Node, Node]]:

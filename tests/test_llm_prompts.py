@@ -154,10 +154,14 @@ def test_extract_finds_the_defining_block():
     ("", "no_block"),
     ("I would use a softmax kernel.", "no_block"),
     ("```python\ndef task_3_softmax(x): pass\n```", "no_block"),
-    (f"```cuda\nst_status {FN}(const float* x) {{\n  return ST_OK;\n", "unterminated"),
+    ("```cuda\n```", "no_block"),                                                      # blank blocks
+    ("```cuda\n```\n```\n  \n```\n```\n", "no_block"),
+    ("```cuda\n", "no_block"),                                                          # opened, nothing in it
+    ("```cuda\n__global__ void k(float* x) {\n  x[0] = 1;\n", "unterminated"),
     ("```cuda\n__global__ void helper() {}\n```", "missing_function"),
-    (f"```cuda\nst_status {FN}(const float* x);\n```", "missing_function"),          # a declaration
-    (f"```cuda\nvoid g() {{ {FN}(x); }}\n```", "missing_function"),                    # a call
+    (f"```cuda\nst_status {FN}(const float* x) {{\n  return ST_OK;\n", "partial_function"),  # cut
+    (f"```cuda\nst_status {FN}(const float* x);\n```", "partial_function"),          # a declaration
+    (f"```cuda\nvoid g() {{ {FN}(x); }}\n```", "partial_function"),                    # a call
     (f"```cuda\nst_status {FN}(int a) {{ }}\nst_status {FN}(int b) {{ }}\n```", "ambiguous"),
 ])
 def test_replies_without_usable_code(text, reason):

@@ -85,9 +85,9 @@ def test_the_honest_ladder_and_the_logged_components():
 def test_format_is_graded_by_how_near_the_reply_came():
     from stitchcuda.rl.reward import FORMAT
 
-    t = {r: score(Outcome("body", "format", format_reason=r)).total for r in ("no_block", "unterminated",
-                                                                           "missing_function")}
-    assert t["no_block"] < t["unterminated"] < t["missing_function"] < score(HONEST["contract"]).total
+    ladder = ("no_block", "missing_function", "unterminated", "partial_function")
+    t = [score(Outcome("body", "format", format_reason=r)).total for r in ladder]
+    assert t == sorted(set(t)) and t[-1] < score(HONEST["contract"]).total, dict(zip(ladder, t))
     assert max(FORMAT.values()) < score(HONEST["contract"]).total and min(FORMAT.values()) == W["format"]
     assert all(v > max(PENALTIES.values()) for v in FORMAT.values())
 
@@ -146,6 +146,19 @@ def test_cheap_exits_need_no_child_and_no_compile(mlp_judge):
     assert score(outs[2]).penalties == ("host-state-global",)
     assert "torch-include" in score(outs[3]).penalties
     assert judge.stats["children"] == before
+
+
+def test_closing_the_block_at_once_scores_no_more_than_nothing(mlp_judge):
+    # What a 400-step GRPO run converged to while closed blank blocks outscored an attempt cut at
+    # max tokens: the primed opening, then fences only.
+    judge, ex, _ = mlp_judge
+    blank, cut, named = (score(o).total for o in judge.judge_many([
+        (ex, "```cuda\n```\n```\n```\n```\n```\n"),
+        (ex, "```cuda\n__global__ void k(const float* x, float* y, int n) {\n  int i = blockIdx.x"),
+        (ex, "```cuda\n__global__ void k(float* y) { y[0] = 0; }\nst_status linear_2(const float* a,"),
+    ]))
+    assert blank == score(Outcome("body", "format", format_reason="")).total == -1.0
+    assert blank < cut < named
 
 
 def test_bodies_are_built_in_a_child_and_cached_by_body(mlp_judge, nvcc):

@@ -171,12 +171,15 @@ class CodeBlock:
 class NoCode:
     """A reply with no usable code.
 
-    reason: ``"no_block"`` (no fenced C/C++/CUDA block), ``"unterminated"`` (a block opens and
-    never closes: the reply hit max tokens), ``"missing_function"`` (blocks, none defining the
-    function), ``"ambiguous"`` (the block defines the function more than once).
+    reason: ``"no_block"`` (no fenced C/C++/CUDA block holding code: blank blocks count as
+    none), ``"missing_function"`` (closed blocks of code that never name the function),
+    ``"unterminated"`` (a block of code opens and never closes: the reply hit max tokens),
+    ``"partial_function"`` (a block names the function, but no definition of it completes: a
+    declaration, a call, or a definition cut at max tokens), ``"ambiguous"`` (the block defines
+    the function more than once). In that order a reply comes nearer to usable code.
     """
 
-    reason: Literal["no_block", "unterminated", "missing_function", "ambiguous"]
+    reason: Literal["no_block", "missing_function", "unterminated", "partial_function", "ambiguous"]
     detail: str
 
     def __str__(self) -> str:
@@ -187,8 +190,8 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+#.-]*)")
 _CODE_LANGS = {"", "cuda", "cu", "cuh", "cpp", "c++", "cxx", "cc", "c", "h", "hpp"}
 
 
-def _blocks(text: str) -> tuple[list[tuple[str, str]], str | None]:
-    """Closed fenced blocks as (language, code), and the language of a block left open."""
+def _blocks(text: str) -> tuple[list[tuple[str, str]], tuple[str, str] | None]:
+    """Closed fenced blocks as (language, code), and the block left open, if one is."""
     closed, open_lang, fence, body = [], None, "", []
     for line in text.splitlines():
         if open_lang is None:
@@ -202,7 +205,7 @@ def _blocks(text: str) -> tuple[list[tuple[str, str]], str | None]:
             open_lang = None
         else:
             body.append(line)
-    return closed, open_lang
+    return closed, (None if open_lang is None else (open_lang, "\n".join(body)))
 
 
 def _definitions(code: str, function: str) -> int:
@@ -220,9 +223,10 @@ def _definitions(code: str, function: str) -> int:
 
 
 def extract_code(text: str, function: str) -> CodeBlock | NoCode:
-    """The first closed C/C++/CUDA fenced block of ``text`` that defines ``function``."""
-    closed, open_lang = _blocks(text)
-    code_blocks = [(lang, code) for lang, code in closed if lang in _CODE_LANGS]
+    """The first closed C/C++/CUDA fenced block of ``text`` that defines ``function``; else why
+    not (:class:`NoCode`)."""
+    closed, left_open = _blocks(text)
+    code_blocks = [(lang, code) for lang, code in closed if lang in _CODE_LANGS and code.strip()]
     defining = [(lang, code, _definitions(code, function)) for lang, code in code_blocks]
     defining = [d for d in defining if d[2] > 0]
     if defining:
@@ -230,11 +234,16 @@ def extract_code(text: str, function: str) -> CodeBlock | NoCode:
         if n > 1:
             return NoCode("ambiguous", f"the block defines {function} {n} times")
         return CodeBlock(code.strip("\n") + "\n", lang or "cuda")
-    if open_lang is not None and open_lang in _CODE_LANGS:
+    cut = left_open[1] if left_open is not None and left_open[0] in _CODE_LANGS and left_open[1].strip() else None
+    named = re.compile(r"\b" + re.escape(function) + r"\s*\(")
+    if any(named.search(code) for _, code in code_blocks) or (cut is not None and named.search(cut)):
+        return NoCode("partial_function", f"{function} is named, but no definition of it completes"
+                      + (" (a code block is cut off: max tokens?)" if cut is not None else ""))
+    if cut is not None:
         return NoCode("unterminated", "a code block opens and never closes (cut at max tokens?)")
     if code_blocks:
-        return NoCode("missing_function", f"{len(code_blocks)} code block(s), none defines {function}")
-    return NoCode("no_block", "no fenced C/C++/CUDA code block in the reply")
+        return NoCode("missing_function", f"{len(code_blocks)} code block(s), none names {function}")
+    return NoCode("no_block", "no fenced C/C++/CUDA code in the reply (blank blocks count as none)")
 
 
 # ---------------------------------------------------------------------------- decisions

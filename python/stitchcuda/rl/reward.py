@@ -8,9 +8,13 @@ turns it into a :class:`Reward`:
 =============  =============================================================================
 format         when no code block defines the function (or no decision parses), graded by how
                near the reply came, so that a model that never writes a valid reply still gets a
-               signal: -1 nothing (no block, no JSON), -0.9 a block or object cut off at max tokens,
-               -0.85 blocks that define no (or twice the) function, or JSON naming what the request
-               does not allow. Nothing else is tried (no compile)
+               signal: -1 nothing (no block, blank blocks, no JSON), -0.95 closed blocks of code
+               that never name the function, -0.9 a block of code or a JSON object cut off at max
+               tokens, -0.85 a block that names the function without completing its definition
+               (or defines it twice), or JSON naming what the request does not allow. A reply
+               never scores more for holding less: an empty block is worth nothing, and an
+               attempt cut off at max tokens more than closed code that misses the function.
+               Nothing else is tried (no compile)
 contract       -0.8 when the Coder refuses the body (wrong signature) or the planner refuses the
                decision's constraints
 anti_hacking   the sum of :data:`PENALTIES` over every refusal class found: each static rule the
@@ -60,8 +64,8 @@ PENALTY_FLOOR = -6.0
 
 #: Weights of the honest components.
 #: The format component by the parser's reason (``NoCode.reason``, ``DecisionFailure.reason``).
-FORMAT = {"": -1.0, "no_block": -1.0, "empty": -1.0, "not_json": -1.0, "unterminated": -0.9, "truncated": -0.9,
-          "missing_function": -0.85, "ambiguous": -0.85, "invalid": -0.85}
+FORMAT = {"": -1.0, "no_block": -1.0, "empty": -1.0, "not_json": -1.0, "missing_function": -0.95,
+          "unterminated": -0.9, "truncated": -0.9, "partial_function": -0.85, "ambiguous": -0.85, "invalid": -0.85}
 W = {"format": -1.0, "contract": -0.8, "compiled": 0.2, "compile_error": -0.5, "crash": -0.3, "correct": 1.0,
      "speed": 0.5, "warning": -0.1, "warnings_max": -0.3, "undefined_behaviour": -0.2}
 UB_CRASHES = ("illegal_address",)

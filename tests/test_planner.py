@@ -761,38 +761,3 @@ def test_pool_before_pointwise_conv_in_3d_with_a_partial_window():
     assert taken == {"conv.weight"}
     assert _conv_pixels(after) == {"conv.weight": ((3, 3, 4), (3, 3, 4))}
     _simulate(model, [x], "fp32", TOL["fp32"], "pool_pointwise_3d")
-
-
-class _ConvsIntoCat(nn.Module):
-    """A fire module (squeeze, then 1x1 and 3x3 expands joined along channels) and a dense-block
-    step (the input joined with a convolution of it)."""
-
-    def __init__(self):
-        super().__init__()
-        self.squeeze = nn.Conv2d(5, 3, 1)
-        self.e1 = nn.Conv2d(3, 4, 1)
-        self.e3 = nn.Conv2d(3, 6, 3, padding=1)
-        self.grow = nn.Conv2d(10, 2, 3, padding=1, bias=False)
-
-    def forward(self, x):
-        s = torch.relu(self.squeeze(x))
-        fire = torch.cat([torch.relu(self.e1(s)), torch.relu(self.e3(s))], 1)
-        return torch.cat([fire, self.grow(fire)], 1)
-
-
-@pytest.mark.parametrize("policy", ["fp32", "tf32", "bf16"])
-def test_convolutions_write_their_slots_of_a_concatenation(policy):
-    torch.manual_seed(5)
-    plan = _simulate(_ConvsIntoCat(), [torch.randn(3, 5, 7, 6)], policy, TOL[policy], "convs_into_cat")
-    convs = [t.params for t in plan.tasks if isinstance(t.params, P.ConvSpec)]
-    if policy == "bf16":  # the output stays float32: the convolutions write bfloat16, the joins cast
-        assert not any(c.y_batch_stride for c in convs)
-        return
-    slotted = sorted((c.out_channels, c.y_batch_stride) for c in convs if c.y_batch_stride)
-    # The fire output is itself the first 10 channels of the final 12, so each expand writes its
-    # channels of the final output, and the growth its last 2: no copy joins them.
-    assert slotted == [(2, 12 * 42), (4, 12 * 42), (6, 12 * 42)], (slotted, plan)
-    copies = [t for t in plan.tasks if t.strategy == "copy"]
-    # The growth convolution reads the fire channels, a strided slice now: cuDNN reads its input
-    # dense, so that one is copied out (a tenth of what the joins moved).
-    assert [t.params.items[0].dst.shape for t in copies] == [(3, 10, 7, 6)], plan

@@ -63,17 +63,6 @@ void require_layout(const View& v, const char* name, bool channels_last) {
   }
 }
 
-// Channels-first with each batch item dense and the items further apart than one item: a slice
-// along dim 1 of a larger contiguous tensor (st_conv_args.y_batch_stride).
-bool channel_slice(const View& v) {
-  if (v.shape.size() < 2 || v.shape[0] < 2) return false;
-  std::vector<int64_t> item(v.shape.begin() + 1, v.shape.end());
-  const auto want = dense_strides(item, false);
-  for (size_t i = 0; i < item.size(); ++i)
-    if (item[i] != 1 && v.strides[i + 1] != want[i]) return false;
-  return v.strides[0] > want[0] * item[0];
-}
-
 py::object conv(py::object x_obj, py::object w_obj, py::object bias_obj, py::object stride_obj, py::object padding_obj,
                 py::object dilation_obj, int64_t groups, bool transposed, py::object output_padding_obj,
                 const std::string& policy_s, const std::string& activation_s, bool channels_last, py::object out_obj,
@@ -155,11 +144,7 @@ py::object conv(py::object x_obj, py::object w_obj, py::object bias_obj, py::obj
       want.shape = out_shape;
       arg_error(cat("out: expected shape ", want.shape_str(), ", got ", o.shape_str()));
     }
-    if (!channels_last && channel_slice(o)) {
-      a.y_batch_stride = o.strides[0];  // a slice along channels of a larger tensor: written in place
-    } else {
-      require_layout(o, "out", channels_last);
-    }
+    require_layout(o, "out", channels_last);
   }
 
   a.x = x.data;
@@ -193,8 +178,7 @@ x: (batch, in_channels, *spatial) with 1 to 3 spatial dims; w: (out_channels, in
 *kernel), or (in_channels, out_channels / groups, *kernel) when transposed (PyTorch's layouts).
 stride, padding, dilation, output_padding: an int or one per spatial dim. groups = in_channels is a
 depthwise convolution. x, w and out are dense in one layout: channels-first (contiguous), or
-channels-last (torch.channels_last / channels_last_3d) with channels_last=True. Channels-first,
-out may also be a slice along channels of a larger contiguous tensor (joined[:, a:b]).
+channels-last (torch.channels_last / channels_last_3d) with channels_last=True.
 Dtypes follow the policy: fp32 (no TF32) / tf32 -> float32, bf16 -> bfloat16, fp16 -> float16;
 accumulation in fp32. activation: 'none', 'relu', 'gelu' (erf), 'gelu_tanh', 'silu', 'sigmoid', 'tanh'.
 Returns out (a new DeviceTensor when out is None). Asynchronous on `stream`.)doc");

@@ -67,15 +67,6 @@ class View:
     def is_contiguous(self) -> bool:
         return same_strides(self.shape, self.strides, contiguous_strides(self.shape))
 
-    def dense_items(self) -> bool:
-        """Each index of dim 0 is a dense block, the blocks apart without overlap: a contiguous
-        tensor, or a slice of one along dim 1 (a concatenation's part along channels)."""
-        if self.ndim < 2:
-            return self.is_contiguous()
-        item = math.prod(self.shape[1:])
-        return same_strides(self.shape[1:], self.strides[1:], contiguous_strides(self.shape[1:])) and \
-            (self.shape[0] == 1 or self.strides[0] >= item)
-
     def describe(self) -> str:
         return f"{self.buffer}+{self.offset} {self.dtype}{list(self.shape)} strides {list(self.strides)}"
 

@@ -58,7 +58,6 @@ struct ConvKey {
   int64_t padding[ST_CONV_MAX_SPATIAL], dilation[ST_CONV_MAX_SPATIAL], output_padding[ST_CONV_MAX_SPATIAL];
   int64_t dtype, has_bias, activation;
   int64_t align_x, align_w, align_bias, align_y;
-  int64_t y_batch_stride;
   bool operator==(const ConvKey& o) const { return std::memcmp(this, &o, sizeof(ConvKey)) == 0; }
 };
 

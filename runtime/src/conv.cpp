@@ -119,13 +119,6 @@ void check_conv_shape(const st_conv_args& a) {
                dims_str(a.kernel_size, d), ", stride ", dims_str(a.stride, d), ", padding ", dims_str(a.padding, d),
                ", dilation ", dims_str(a.dilation, d));
   }
-  if (a.y_batch_stride != 0) {
-    int64_t item = a.out_channels;
-    for (int i = 0; i < d; ++i) item *= output_extent(a, i);
-    ST_REQUIRE(!a.channels_last, "conv: y_batch_stride is for channels-first layouts only");
-    ST_REQUIRE(a.y_batch_stride >= item, "conv: y_batch_stride ", a.y_batch_stride,
-               " is smaller than one dense batch item of y (", item, " elements)");
-  }
 }
 
 void conv_output_size(const st_conv_args& a, int64_t* out) {
@@ -174,8 +167,7 @@ void check_conv_args(const st_conv_args& a) {
   ST_REQUIRE(!a.bias || aligned(a.bias), "conv: bias is not aligned to its element size (", es, " bytes)");
   int64_t out[ST_CONV_MAX_SPATIAL] = {1, 1, 1};
   for (int i = 0; i < a.spatial_dims; ++i) out[i] = output_extent(a, i);
-  const int64_t item = numel(a, out, a.out_channels) / a.batch;  // one batch item of y; items y_batch_stride apart
-  const int64_t y_bytes = ((a.batch - 1) * (a.y_batch_stride ? a.y_batch_stride : item) + item) * es;
+  const int64_t y_bytes = numel(a, out, a.out_channels) * es;
   ST_REQUIRE(!overlaps(a.y, y_bytes, a.x, numel(a, a.in_size, a.in_channels) * es), "conv: y overlaps x");
   ST_REQUIRE(!overlaps(a.y, y_bytes, a.w, weight_numel(a) * es), "conv: y overlaps w");
 }
@@ -212,7 +204,6 @@ ConvKey make_key(const st_conv_args& a) {
   k.align_w = alignment(a.w);
   k.align_bias = a.bias ? alignment(a.bias) : 0;
   k.align_y = alignment(a.y);
-  k.y_batch_stride = a.y_batch_stride;
   return k;
 }
 
@@ -223,7 +214,7 @@ std::string describe(const st_conv_args& a) {
              " stride=", dims_str(a.stride, d), " padding=", dims_str(a.padding, d), " dilation=",
              dims_str(a.dilation, d), " groups=", a.groups, " policy=", st_policy_name(a.policy),
              a.channels_last ? " channels-last" : " channels-first", a.bias ? " bias" : "", " activation=",
-             act_name(a.activation), a.y_batch_stride ? cat(" y_batch_stride=", a.y_batch_stride) : std::string());
+             act_name(a.activation));
 }
 
 // ------------------------------------------------------------------ the problem as cuDNN sees it
@@ -287,7 +278,6 @@ Geometry geometry(const st_conv_args& a) {
   dense_strides(g.x, n, cl, g.xs);
   dense_strides(g.w, n, cl, g.ws);
   dense_strides(g.y, n, cl, g.ys);
-  if (a.y_batch_stride) g.ys[0] = a.y_batch_stride;  // a channel slice: items apart, each dense
   dense_strides(g.b, n, true, g.bs);
   return g;
 }
@@ -646,7 +636,7 @@ void run_plan(Context& ctx, ConvPlan& p, const st_conv_args& a, cudaStream_t str
   ST_CUDNN_CHECK(cudnnBackendExecute(ctx.cudnn(), p.plan.get(), vp));
   if (p.post)
     conv_bias_act(policy_storage(a.policy), a.y, a.bias, a.batch, a.out_channels, spatial_numel(a),
-                  a.y_batch_stride, a.channels_last != 0, a.activation, stream);
+                  a.channels_last != 0, a.activation, stream);
 }
 
 // Times candidates on the real operands: warm-up first (clocks ramp up), then the median of

@@ -71,10 +71,9 @@ void conv_output_size(const st_conv_args& a, int64_t* out);
 void conv(const st_conv_args& a, cudaStream_t stream);
 void conv_plan_cache_clear(cudaStream_t stream);
 
-// conv_epilogue.cu: y = act(y + bias[channel]) in place over y's n * c * spatial elements,
-// channels-first ([n, c, spatial]) or channels-last ([n, spatial, c]); batch item k at
-// y + k * y_batch_stride (0: dense); bias may be null. Math in fp32.
+// conv_epilogue.cu: y = act(y + bias[channel]) in place over a dense y of n * c * spatial elements,
+// channels-first ([n, c, spatial]) or channels-last ([n, spatial, c]); bias may be null. Math in fp32.
 void conv_bias_act(st_dtype dtype, void* y, const void* bias, int64_t n, int64_t c, int64_t spatial,
-                   int64_t y_batch_stride, bool channels_last, st_activation act, cudaStream_t stream);
+                   bool channels_last, st_activation act, cudaStream_t stream);
 
 }  // namespace st

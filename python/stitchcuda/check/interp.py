@@ -225,7 +225,7 @@ def _conv(mem: Memory, c: P.ConvSpec) -> None:
     """PyTorch's convolution in float64 (stitchrt.h: st_conv)."""
     F = torch.nn.functional
     sp = len(c.in_size)
-    assert c.x.is_contiguous() and c.w.is_contiguous() and c.out.dense_items(), "st_conv takes dense operands"
+    assert c.x.is_contiguous() and c.w.is_contiguous() and c.out.is_contiguous(), "st_conv takes dense operands"
     assert c.x.dtype == c.w.dtype == c.out.dtype, "st_conv: one storage type"
     x, w = mem.read(c.x), mem.read(c.w)
     b = mem.read(c.bias) if c.bias is not None else None

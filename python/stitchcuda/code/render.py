@@ -204,8 +204,7 @@ def conv(c: S.ConvSpec, n: _Names) -> list[str]:
         L.append(f"  a.bias = {n('bias')}; a.bias_dtype = {_st_enum(c.bias.dtype)};")
     else:
         L.append(f"  a.bias = nullptr; a.bias_dtype = {_st_enum(c.out.dtype)};")
-    L += [f"  a.y = {n('out')}; a.y_dtype = {_st_enum(c.out.dtype)};"
-          + (f" a.y_batch_stride = {c.y_batch_stride};" if c.y_batch_stride else ""),
+    L += [f"  a.y = {n('out')}; a.y_dtype = {_st_enum(c.out.dtype)};",
           f"  a.activation = {_ACTIVATION[c.activation]};",
           "  return st_conv(&a, stream);"]
     return L

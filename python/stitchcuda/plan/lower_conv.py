@@ -4,10 +4,8 @@ Takes a :class:`~.protos.ConvProto` and the :class:`~.lower.Lowerer`; gives a ta
 :class:`~.specs.ConvSpec` (strategy ``cudnn_conv``: the runtime's cuDNN plan, cached by shape,
 on the runtime's per-stream workspace). cuDNN reads x, w and bias and writes out dense and in
 one storage type (the policy's): an operand that is a strided view or in another dtype is copied
-(cast) first. The output may be a concatenation's slot along channels (each batch item dense,
-the items apart: st_conv's y_batch_stride), so the concatenation copies nothing; an output whose
-placement target is otherwise strided, or in another dtype (a tensor kept in float32 under a
-16-bit policy), is written to a fresh buffer and copied back.
+(cast) first, and an output whose placement target is not dense (a slot of a concatenation, a
+tensor kept in float32 under a 16-bit policy) is written to a fresh buffer and copied back.
 """
 
 from __future__ import annotations
@@ -22,11 +20,6 @@ from .specs import ConvSpec, Task
 
 def _dense(v: View, dtype: str) -> bool:
     return v.dtype == dtype and v.is_contiguous()
-
-
-def _slot(v: View, dtype: str) -> bool:
-    """What st_conv can write: dense, or each batch item dense (a channel slice)."""
-    return v.dtype == dtype and v.dense_items()
 
 
 def emit_conv(lw: Lowerer, pr: ConvProto, pre: list[Task]) -> None:
@@ -46,9 +39,9 @@ def emit_conv(lw: Lowerer, pr: ConvProto, pre: list[Task]) -> None:
         vb = operand(pr.bias, "cuDNN reads the bias as one contiguous vector")
         if vb.ndim != 1:
             vb = L.reshape(vb, (vb.numel,))
-    vo = lw.out_view(pr, pr.out, lambda tv: _slot(tv, st))
+    vo = lw.out_view(pr, pr.out, lambda tv: _dense(tv, st))
     post = None
-    if not _slot(vo, st):
+    if not _dense(vo, st):
         written = lw.fresh_rows(f"{pr.out}_conv", st, vo.shape, pr.phase)
         post = (written, vo)
         vo = written

@@ -422,9 +422,7 @@ class ConvSpec:
     groups, *kernel] when ``transposed``), out [batch, out_channels, *out_size]: all dense
     channels-first, in the storage type of ``policy`` (bias too: one value per output channel).
     ``activation``: ``none``, ``relu``, ``gelu`` (erf), ``gelu_tanh``, ``silu``, ``sigmoid``,
-    ``tanh``. ``out`` may also be the channel slice of a larger tensor (each batch item dense,
-    items ``y_batch_stride`` apart: a concatenation's part written in place). The workspace is
-    the runtime's (per stream), the plan cached by shape."""
+    ``tanh``. The workspace is the runtime's (per stream), the plan cached by shape."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "conv")
 
@@ -450,11 +448,6 @@ class ConvSpec:
     @property
     def out_size(self) -> tuple[int, ...]:
         return tuple(self.out.shape[2:])
-
-    @property
-    def y_batch_stride(self) -> int:
-        """st_conv_args.y_batch_stride: 0 for a dense out, else the elements between its batch items."""
-        return 0 if self.out.is_contiguous() else self.out.strides[0]
 
 
 @dataclass(frozen=True)

@@ -247,9 +247,6 @@ typedef enum st_activation {
  *  float32, bf16 -> bfloat16, fp16 -> float16 for x, w, bias and y; accumulation is fp32, and
  *  the fp32 policy uses no TF32 (no tensor-core engine, no down-converting engine). y must not
  *  overlap x or w.
- *  y_batch_stride (channels-first only; 0 = dense): elements from one batch item of y to the
- *  next, at least out_channels * prod(out_size). Each item stays dense, so y can be the channel
- *  slice of a larger tensor, such as a concatenation's part written in place.
  *  Plans: the first call of a key (every field but the pointers, plus the pointers' alignment)
  *  builds cuDNN operation graphs (the convolution with bias and activation fused where an
  *  engine takes them; the convolution alone, followed by the runtime's bias/activation kernel,
@@ -275,7 +272,6 @@ typedef struct st_conv_args {
   const void* bias; st_dtype bias_dtype;
   void* y; st_dtype y_dtype;
   st_activation activation;
-  int64_t y_batch_stride;
 } st_conv_args;
 
 ST_API st_status st_conv(const st_conv_args* args, void* stream);

@@ -208,10 +208,15 @@ def _blocks(text: str) -> tuple[list[tuple[str, str]], tuple[str, str] | None]:
     return closed, (None if open_lang is None else (open_lang, "\n".join(body)))
 
 
+def _named(function: str) -> re.Pattern[str]:
+    """``function``'s name followed by an opening parenthesis: a definition, declaration or call."""
+    return re.compile(r"\b" + re.escape(function) + r"\s*\(")
+
+
 def _definitions(code: str, function: str) -> int:
     """How many times ``code`` defines ``function`` (a name, balanced parameters, then ``{``)."""
     n = 0
-    for m in re.finditer(r"\b" + re.escape(function) + r"\s*\(", code):
+    for m in _named(function).finditer(code):
         depth, i = 1, m.end()
         while i < len(code) and depth:
             depth += {"(": 1, ")": -1}.get(code[i], 0)
@@ -234,8 +239,10 @@ def extract_code(text: str, function: str) -> CodeBlock | NoCode:
         if n > 1:
             return NoCode("ambiguous", f"the block defines {function} {n} times")
         return CodeBlock(code.strip("\n") + "\n", lang or "cuda")
-    cut = left_open[1] if left_open is not None and left_open[0] in _CODE_LANGS and left_open[1].strip() else None
-    named = re.compile(r"\b" + re.escape(function) + r"\s*\(")
+    cut = None  # the code of a block cut off at max tokens
+    if left_open is not None and left_open[0] in _CODE_LANGS and left_open[1].strip():
+        cut = left_open[1]
+    named = _named(function)
     if any(named.search(code) for _, code in code_blocks) or (cut is not None and named.search(cut)):
         return NoCode("partial_function", f"{function} is named, but no definition of it completes"
                       + (" (a code block is cut off: max tokens?)" if cut is not None else ""))

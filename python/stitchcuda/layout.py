@@ -83,6 +83,43 @@ def contiguous(buffer: str, shape: Sequence[int], dtype: str, offset: int = 0) -
     return View(buffer, offset, tuple(shape), contiguous_strides(shape), dtype)
 
 
+def strides_in_order(shape: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
+    """Dense strides with the dims laid out outermost to innermost as ``order`` lists them
+    (``order`` = (0, 1, ..., n-1): contiguous; :func:`channels_last_order`: PyTorch's channels_last)."""
+    out = [0] * len(shape)
+    s = 1
+    for d in reversed(tuple(order)):
+        out[d] = s
+        s *= max(int(shape[d]), 1)
+    return tuple(out)
+
+
+def dense(buffer: str, shape: Sequence[int], dtype: str, order: Sequence[int] | None = None, offset: int = 0) -> View:
+    """A dense view of a new buffer: contiguous, or laid out in ``order`` (see :func:`strides_in_order`)."""
+    if order is None:
+        return contiguous(buffer, shape, dtype, offset)
+    return View(buffer, offset, tuple(shape), strides_in_order(shape, order), dtype)
+
+
+def channels_last_order(ndim: int) -> tuple[int, ...]:
+    """The dim order of channels-last data ([N, C, *spatial] stored N, *spatial, C: NHWC / NDHWC)."""
+    return (0,) + tuple(range(2, ndim)) + (1,)
+
+
+def is_dense_in(v: View, order: Sequence[int] | None) -> bool:
+    """Whether ``v`` is dense in ``order`` (None: contiguous)."""
+    if order is None:
+        return v.is_contiguous()
+    return same_strides(v.shape, v.strides, strides_in_order(v.shape, order))
+
+
+def is_channels_last(v: View) -> bool:
+    """Dense channels-last data of 4 or 5 dims (what a 2-d or 3-d channels-last convolution reads
+    and writes) whose channels and spatial extent both exceed 1 (where the two layouts differ)."""
+    return 4 <= v.ndim <= 5 and v.shape[1] > 1 and math.prod(v.shape[2:]) > 1 and \
+        is_dense_in(v, channels_last_order(v.ndim))
+
+
 def same_strides(shape: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
     """Strides that address the same elements (size-1 dims do not matter)."""
     if math.prod(shape) == 0:
@@ -341,5 +378,5 @@ __all__ = [
     "View", "Matrix", "INT64_MAX", "contiguous_strides", "contiguous", "same_strides", "norm_dim",
     "reshape", "permute", "inverse_permutation", "transpose", "slice_", "select", "unsqueeze",
     "squeeze", "expand", "broadcast_shapes", "broadcast_to", "collapse", "coalesce", "as_matrix",
-    "rows_cols",
+    "rows_cols", "strides_in_order", "dense", "channels_last_order", "is_dense_in", "is_channels_last",
 ]

@@ -507,12 +507,17 @@ EngineNotes engine_notes(cudnnBackendDescriptor_t config) {
 // -1: the policy forbids the engine. Otherwise its rank: 0 preferred; non-deterministic engines
 // (results that change between identical runs read as a race to the Verifier) and, under the
 // exact fp32 policy, FFT and Winograd engines (transform rounding) only when nothing else works.
+// Under a policy that allows tensor cores, engines without them come after those with them: for
+// channels-first fp32 data cuDNN's heuristics list its SIMT implicit GEMMs first, and the six
+// plans timed were all SIMT (2.5x slower than the TF32 engine PyTorch gets, measured on an H100:
+// BENCHMARKS.md, "Convolution engines").
 int policy_rank(const EngineNotes& e, st_policy policy) {
   if (!e.ok || e.reduced_reduction) return -1;  // accumulation stays fp32 under every policy
   if (policy == ST_POLICY_FP32 && (e.tensor_core || e.down_convert)) return -1;  // no TF32, no fp16
   int rank = 0;
-  if (e.nondeterministic) rank += 2;
+  if (e.nondeterministic) rank += 4;
   if (policy == ST_POLICY_FP32 && (e.fft || e.winograd)) rank += 1;
+  if (policy != ST_POLICY_FP32 && !e.tensor_core) rank += 2;
   return rank;
 }
 

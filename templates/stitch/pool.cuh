@@ -16,6 +16,12 @@
 //     Avg: the sum over the valid taps divided by `divisor` when > 0, else by the window clipped to
 //     the padded input (count_include_pad; PyTorch's pool_size) or by the number of valid taps.
 //   - Math in fp32; one thread per output element (grid-stride), taps read through L1/L2.
+//
+// launch_pool_channels_last<MODE, Tin, Tout, Pro, Epi>(PoolClParams<Tin, Tout>, stream, pro, epi)
+//   The same pooling over in [batch, channels, d, h, w] and out [batch, channels, od, oh, ow] (element
+//   strides per dim, in that logical order), with the channel index varying fastest between
+//   consecutive threads: for channels-last data (channel stride 1) every tap's loads and the stores
+//   are coalesced across a warp, where launch_pool's threads would stride by the channel count.
 #pragma once
 
 #include <climits>
@@ -41,6 +47,21 @@ struct PoolParams {
   int divisor;            // > 0: divisor_override
 };
 
+template <class Tin, class Tout>
+struct PoolClParams {
+  const Tin* in;
+  int64_t batch, channels;
+  int64_t in_size[3];
+  int64_t in_stride[5];   // batch, channels, d, h, w
+  Tout* out;
+  int64_t out_size[3];
+  int64_t out_stride[5];
+  int kernel[3], stride[3], pad[3], dilation[3];
+  bool adaptive;
+  bool count_include_pad;
+  int divisor;
+};
+
 namespace detail {
 
 // Taps of output index o along one dim: [lo, hi) stepping `step`, and the avg pool_size factor.
@@ -48,8 +69,8 @@ struct PoolWindow {
   int64_t lo, hi, step, padded;
 };
 
-template <class Tin, class Tout>
-__device__ __forceinline__ PoolWindow pool_window(const PoolParams<Tin, Tout>& p, int j, int64_t o) {
+template <class P>
+__device__ __forceinline__ PoolWindow pool_window(const P& p, int j, int64_t o) {
   const int64_t n = p.in_size[j];
   if (p.adaptive) {
     const int64_t m = p.out_size[j];
@@ -107,16 +128,76 @@ __global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, int6
   }
 }
 
+template <PoolMode MODE, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(256) pool_cl_kernel(PoolClParams<Tin, Tout> p, int64_t total, Pro pro, Epi epi) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += grid) {
+    int64_t t = idx;
+    const int64_t c = t % p.channels;
+    t /= p.channels;
+    const int64_t ow = t % p.out_size[2];
+    t /= p.out_size[2];
+    const int64_t oh = t % p.out_size[1];
+    t /= p.out_size[1];
+    const int64_t od = t % p.out_size[0];
+    const int64_t n = t / p.out_size[0];
+    const PoolWindow wd = pool_window(p, 0, od), wh = pool_window(p, 1, oh), ww = pool_window(p, 2, ow);
+    const Tin* base = p.in + n * p.in_stride[0] + c * p.in_stride[1];
+    float acc = MODE == PoolMode::Max ? -CUDART_INF_F : 0.f;
+    int64_t count = 0;
+    for (int64_t d = wd.lo; d < wd.hi; d += wd.step) {
+      for (int64_t h = wh.lo; h < wh.hi; h += wh.step) {
+        const Tin* row = base + d * p.in_stride[2] + h * p.in_stride[3];
+        for (int64_t w = ww.lo; w < ww.hi; w += ww.step) {
+          const float v = pro(to_float(row[w * p.in_stride[4]]));
+          if constexpr (MODE == PoolMode::Max) {
+            if (v > acc || v != v) acc = acc != acc ? acc : v;
+          } else {
+            acc += v;
+          }
+          ++count;
+        }
+      }
+    }
+    float r = acc;
+    if constexpr (MODE == PoolMode::Avg) {
+      const int64_t div = p.divisor > 0 ? p.divisor
+                          : (p.count_include_pad && !p.adaptive) ? wd.padded * wh.padded * ww.padded
+                                                                 : count;
+      r = acc / float(div);
+    }
+    p.out[n * p.out_stride[0] + c * p.out_stride[1] + od * p.out_stride[2] + oh * p.out_stride[3] +
+          ow * p.out_stride[4]] = from_float<Tout>(epi(r));
+  }
+}
+
+template <class P>
+inline bool pool_args_ok(const P& p) {
+  for (int j = 0; j < 3; ++j)
+    if (p.in_size[j] < 1 || p.out_size[j] < 0 || (!p.adaptive && (p.kernel[j] < 1 || p.stride[j] < 1 ||
+                                                                    p.dilation[j] < 1)))
+      return false;
+  return true;
+}
+
 }  // namespace detail
+
+template <PoolMode MODE, class Tin, class Tout, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_pool_channels_last(const PoolClParams<Tin, Tout>& p, cudaStream_t stream, const Pro& pro = Pro{},
+                                      const Epi& epi = Epi{}) {
+  if (!p.in || !p.out || !detail::pool_args_ok(p)) return cudaErrorInvalidValue;
+  const int64_t total = p.batch * p.channels * p.out_size[0] * p.out_size[1] * p.out_size[2];
+  if (total <= 0) return cudaSuccess;
+  const int64_t want = ceil_div<int64_t>(total, 256);
+  const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
+  detail::pool_cl_kernel<MODE, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, total, pro, epi);
+  return cudaGetLastError();
+}
 
 template <PoolMode MODE, class Tin, class Tout, class Pro = Identity, class Epi = Identity>
 cudaError_t launch_pool(const PoolParams<Tin, Tout>& p, cudaStream_t stream, const Pro& pro = Pro{},
                         const Epi& epi = Epi{}) {
-  if (!p.in || !p.out) return cudaErrorInvalidValue;
-  for (int j = 0; j < 3; ++j)
-    if (p.in_size[j] < 1 || p.out_size[j] < 0 || (!p.adaptive && (p.kernel[j] < 1 || p.stride[j] < 1 ||
-                                                                    p.dilation[j] < 1)))
-      return cudaErrorInvalidValue;
+  if (!p.in || !p.out || !detail::pool_args_ok(p)) return cudaErrorInvalidValue;
   const int64_t total = p.planes * p.out_size[0] * p.out_size[1] * p.out_size[2];
   if (total <= 0) return cudaSuccess;
   const int64_t want = ceil_div<int64_t>(total, 256);

@@ -64,10 +64,27 @@ def lowering(proto: Any) -> Callable[..., None]:
     return entry[1]
 
 
+def input_layouts(proto: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The (tensor, dim order) layouts ``proto`` wants its inputs written in (none by default)."""
+    entry = _LOWERINGS.get(type(proto))
+    if entry is None or entry[0].layouts is None:
+        return ()
+    return tuple(entry[0].layouts(proto))
+
+
+def output_order(proto: Any, order_of: Callable[[str], Any]) -> tuple[int, ...] | None:
+    """The dim order ``proto``'s result is dense in when nothing else asks (None: contiguous)."""
+    entry = _LOWERINGS.get(type(proto))
+    if entry is None or entry[0].out_order is None:
+        return None
+    return entry[0].out_order(proto, order_of)
+
+
 def claim_rules(stage: str) -> list[ClaimRule]:
     """The claim rules of ``stage`` (``match`` or ``fuse``) in the order they run."""
     rules = [r for k in KINDS for r in k.claims if r.stage == stage]
     return sorted(rules, key=lambda r: r.order)
 
 
-__all__ = ["KINDS", "TaskKind", "ClaimRule", "Proto", "TaskSpec", "AnyProto", "of_spec", "lowering", "claim_rules"]
+__all__ = ["KINDS", "TaskKind", "ClaimRule", "Proto", "TaskSpec", "AnyProto", "of_spec", "lowering", "input_layouts",
+           "output_order", "claim_rules"]

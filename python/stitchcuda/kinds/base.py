@@ -16,7 +16,12 @@ and one :class:`TaskKind` value says everything the pipeline needs to know of it
   its template);
 * ``headers``: the template headers its tasks include; ``writes`` / ``scratch``: the spec's
   fields it writes and uses as workspace (the task contract's roles); ``strategy``: its label in
-  the plan's table.
+  the plan's table;
+* ``layouts(proto)``: the layouts its protos want their inputs in, as (tensor, dim order) pairs,
+  which *place* asks each input's producer to write (a channels-last convolution's input);
+  ``out_order(proto, order_of)``: the dim order its result will be dense in when nothing else asks
+  (``order_of(tensor)`` answers the same for its inputs; None: contiguous), so that a join of
+  channels-last parts is laid out channels-last too.
 
 Kinds take the planner's lowerer, the claim context and the interpreter's memory as arguments and
 never import them: this package sits below :mod:`stitchcuda.plan`, :mod:`stitchcuda.code` and
@@ -82,6 +87,8 @@ class TaskKind:
     headers: tuple[str, ...] = ()
     writes: frozenset[str] = frozenset({"out"})
     scratch: frozenset[str] = frozenset({"workspace"})
+    layouts: Callable[[Any], tuple[tuple[str, tuple[int, ...]], ...]] | None = None
+    out_order: Callable[[Any, Callable[[str], Any]], tuple[int, ...] | None] | None = None
 
 
 def view_bytes(v: View | None) -> int:

@@ -4,12 +4,22 @@ Claim: every free convolution, in graph order, before the reductions and GEMMs (
 reduction's prologue hook does not take its activation first), with the activation right after it
 (ReLU, GELU, sigmoid, tanh, or SiLU written as ``x * sigmoid(x)``) for cuDNN's fused epilogue.
 
-Lowering: the dense channels-first operands st_conv takes (strategy ``cudnn_conv``: the runtime's
-cuDNN plan, cached by shape, on the runtime's per-stream workspace). cuDNN reads x, w and bias and
-writes out dense and in one storage type (the policy's): an operand that is a strided view or in
-another dtype is copied (cast) first, and an output whose placement target is not dense (a slot of
-a concatenation, a tensor kept in float32 under a 16-bit policy) is written to a fresh buffer and
-copied back.
+Layout: a 2-d or 3-d convolution under a policy with tensor cores (tf32, bf16, fp16) runs
+channels-last (NHWC / NDHWC): cuDNN's tensor-core engines are channels-last kernels, and for
+channels-first data its heuristics offer SIMT engines or pay a conversion inside the call (on an
+H100 at tf32, 2.5x to 8x slower: BENCHMARKS.md, "Convolution engines"). The data is converted
+where a channels-last region starts (a copy of the input, the weights once at create) and where it
+ends (the layout a consumer needs, usually fused into the elementwise pass after it); in between,
+elementwise groups, batch-norm statistics, pooling and joins keep the layout (see *place*, which
+asks the producer of a channels-last convolution's input to write it so). Under fp32 the
+channels-first SIMT engines are the fast ones and the layout stays. A ``strategy`` constraint
+(``channels_first`` / ``channels_last``) overrides the choice.
+
+Lowering: the dense operands st_conv takes, all in one layout and one storage type (the policy's)
+(strategy ``cudnn_conv``: the runtime's cuDNN plan, cached by shape, on the runtime's per-stream
+workspace): an operand in another layout or dtype is copied (cast) first — a weight once, at create
+— and an output whose placement target is not dense in that layout (a slot of a concatenation, a
+tensor kept in float32 under a 16-bit policy) is written to a fresh buffer and copied back.
 """
 
 from __future__ import annotations
@@ -59,6 +69,7 @@ class ConvSpec:
     transposed: bool = False
     bias: View | None = None
     activation: str = "none"
+    channels_last: bool = False
 
     @property
     def out_size(self) -> tuple[int, ...]:
@@ -84,6 +95,7 @@ class ConvProto(Proto):
     groups: int = 1
     activation: str = "none"
     policy: str = ""
+    channels_last: bool = False
 
 
 # ---------------------------------------------------------------------- claim
@@ -122,12 +134,15 @@ def _conv(cx, n: Node) -> None:
         nodes += [m for m in last]
         out = ix.nodes[last[-1]].outputs[0].name
     transposed = bool(n.attr("transposed"))
+    policy = cx.policy_of(nodes)
+    choice = cx.constraints.option(n.name, "auto")
+    channels_last = choice == "channels_last" or (choice == "auto" and nsp >= 2 and get_policy(policy).tensor_cores)
     cx.claim(ConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x, w=w,
                        bias=bias, out=out, stride=int_list(n.attr("stride"), nsp, 1),
                        padding=int_list(n.attr("padding"), nsp, 0), dilation=int_list(n.attr("dilation"), nsp, 1),
                        output_padding=int_list(n.attr("output_padding"), nsp, 0) if transposed else (0,) * nsp,
                        transposed=transposed, groups=int(n.attr("groups") or 1), activation=act,
-                       policy=cx.policy_of(nodes)))
+                       policy=policy, channels_last=channels_last))
 
 
 def _conv_activation(cx, n: Node, out: str) -> tuple[str, list[str]]:
@@ -164,31 +179,43 @@ def _conv_activation(cx, n: Node, out: str) -> tuple[str, list[str]]:
 # ---------------------------------------------------------------------- lower
 
 
-def _dense(v: View, dtype: str) -> bool:
-    return v.dtype == dtype and v.is_contiguous()
+def layout_order(pr: ConvProto, ndim: int) -> tuple[int, ...] | None:
+    """The dim order a convolution's operands are dense in: channels-last, or None (contiguous)."""
+    return L.channels_last_order(ndim) if pr.channels_last else None
 
 
 def lower(lw, pr: ConvProto, pre: list) -> None:
     policy = pr.policy or lw.f.policy
     st = get_policy(policy).storage
+    order = layout_order(pr, len(pr.stride) + 2)
+
+    def dense(v: View) -> bool:
+        return v.dtype == st and L.is_dense_in(v, order)
 
     def operand(t: str, why: str) -> View:
         v = lw.read(t, pre, pr.phase)
-        if _dense(v, st):
+        if dense(v):
             return v
-        return lw.views[lw.copy_contiguous(t, v, pre, pr.phase, why=why, dtype=st)]
+        # A weight (or what is made of weights at create) is laid out once, when the program is created.
+        phase = "create" if lw.buffers[v.buffer].kind in ("weight", "const") else pr.phase
+        return lw.views[lw.copy_contiguous(t, v, pre, phase, why=why, dtype=st, order=order)]
 
-    vx = operand(pr.x, "cuDNN reads the convolution's input dense, channels-first")
-    vw = operand(pr.w, "cuDNN reads the convolution's weight dense")
+    layout = "channels-last" if order else "channels-first"
+    vx = operand(pr.x, f"cuDNN reads the convolution's input dense, {layout}")
+    vw = operand(pr.w, f"cuDNN reads the convolution's weight dense, {layout}")
     vb = None
     if pr.bias:
-        vb = operand(pr.bias, "cuDNN reads the bias as one contiguous vector")
+        vb = lw.read(pr.bias, pre, pr.phase)
+        if not (vb.dtype == st and vb.is_contiguous()):
+            phase = "create" if lw.buffers[vb.buffer].kind in ("weight", "const") else pr.phase
+            vb = lw.views[lw.copy_contiguous(pr.bias, vb, pre, phase, why="cuDNN reads the bias as one contiguous "
+                                             "vector", dtype=st)]
         if vb.ndim != 1:
             vb = L.reshape(vb, (vb.numel,))
-    vo = lw.out_view(pr, pr.out, lambda tv: _dense(tv, st))
+    vo = lw.out_view(pr, pr.out, dense, order=order)
     post = None
-    if not _dense(vo, st):
-        written = lw.fresh_rows(f"{pr.out}_conv", st, vo.shape, pr.phase)
+    if not dense(vo):
+        written = lw.fresh_rows(f"{pr.out}_conv", st, vo.shape, pr.phase, order)
         post = (written, vo)
         vo = written
     nsp = len(pr.stride)
@@ -197,7 +224,7 @@ def lower(lw, pr: ConvProto, pre: list) -> None:
     spec = ConvSpec("conv", policy, vx, vw, vo, batch=xs[0], in_channels=xs[1], out_channels=out_channels,
                     groups=pr.groups, in_size=tuple(xs[2:]), kernel=tuple(ws[2:]), stride=tuple(pr.stride),
                     padding=tuple(pr.padding), dilation=tuple(pr.dilation), output_padding=tuple(pr.output_padding),
-                    transposed=pr.transposed, bias=vb, activation=pr.activation)
+                    transposed=pr.transposed, bias=vb, activation=pr.activation, channels_last=pr.channels_last)
     assert len(spec.in_size) == nsp and vo.shape[:2] == (xs[0], out_channels), (vo.shape, xs, ws)
     lw.add(pr, pr.name, spec, [vx, vw, vb], [vo], touched=list(pr.ins) + [pr.out])
     if post is not None:
@@ -231,7 +258,8 @@ def interpret(mem, c: ConvSpec) -> None:
     act = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": F.silu,
            "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
     sp = len(c.in_size)
-    assert c.x.is_contiguous() and c.w.is_contiguous() and c.out.is_contiguous(), "st_conv takes dense operands"
+    order = L.channels_last_order(sp + 2) if c.channels_last else None
+    assert all(L.is_dense_in(v, order) for v in (c.x, c.w, c.out)), "st_conv takes dense operands, one layout"
     assert c.x.dtype == c.w.dtype == c.out.dtype, "st_conv: one storage type"
     x, w = mem.read(c.x), mem.read(c.w)
     b = mem.read(c.bias) if c.bias is not None else None
@@ -259,8 +287,8 @@ def render(t, c: ConvSpec, n, fn: str) -> tuple[list[str], list[str]]:
         return " ".join(f"a.{field}[{j}] = {v};" for j, v in enumerate(vals))
 
     lines = ["  st_conv_args a{};",
-             f"  a.policy = {get_policy(c.policy).c_enum}; a.spatial_dims = {sp}; a.transposed = {int(c.transposed)}; "
-             "a.channels_last = 0;",
+                 f"  a.policy = {get_policy(c.policy).c_enum}; a.spatial_dims = {sp}; a.transposed = {int(c.transposed)}; "
+             f"a.channels_last = {int(c.channels_last)};",
              f"  a.batch = {c.batch}; a.in_channels = {c.in_channels}; a.out_channels = {c.out_channels}; "
              f"a.groups = {c.groups};",
              "  " + arr("in_size", c.in_size), "  " + arr("kernel_size", c.kernel), "  " + arr("stride", c.stride),
@@ -278,7 +306,14 @@ def render(t, c: ConvSpec, n, fn: str) -> tuple[list[str], list[str]]:
     return [], lines
 
 
-KIND = TaskKind("conv", ConvSpec, "cudnn_conv", cost, interpret, render, lowers=((ConvProto, lower),),
-                claims=(ClaimRule("fuse", 100, claim),), scratch=frozenset())
+def layouts(pr: ConvProto) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A channels-last convolution asks for its input channels-last (its producer writes it so)."""
+    order = layout_order(pr, len(pr.stride) + 2)
+    return ((pr.x, order),) if order and pr.phase == "run" else ()
 
-__all__ = ["ConvSpec", "ConvProto", "conv_flops", "KIND"]
+
+KIND = TaskKind("conv", ConvSpec, "cudnn_conv", cost, interpret, render, lowers=((ConvProto, lower),),
+                claims=(ClaimRule("fuse", 100, claim),), scratch=frozenset(), layouts=layouts,
+                out_order=lambda pr, order_of: layout_order(pr, len(pr.stride) + 2))
+
+__all__ = ["ConvSpec", "ConvProto", "conv_flops", "layout_order", "KIND"]

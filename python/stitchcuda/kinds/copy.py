@@ -92,7 +92,11 @@ def claim_scatter(cx) -> None:
 
 def lower_cat(lw, pr: CatProto, pre: list) -> None:
     out_t = pr.outs[0]
-    vo = lw.out_view(pr, out_t, lambda tv: True)
+    # Channels-last parts join into a channels-last result (each part's slot a strided copy).
+    parts = [lw.views.get(x) for x in pr.parts]
+    order = L.channels_last_order(len(lw.shape(out_t))) if any(v is not None and L.is_channels_last(v)
+                                                                 for v in parts) else None
+    vo = lw.out_view(pr, out_t, lambda tv: True, order=order)
     dim = pr.dim
     off = 0
     items = []
@@ -154,9 +158,17 @@ def render(t, c: CopySpec, n, fn: str) -> tuple[list[str], list[str]]:
     return [], lines
 
 
+def out_order(pr, order_of) -> tuple[int, ...] | None:
+    """A join of channels-last parts is channels-last."""
+    if not isinstance(pr, CatProto):
+        return None
+    orders = [order_of(x) for x in pr.parts]
+    return next((o for o in orders if o is not None and o == L.channels_last_order(len(o))), None)
+
+
 KIND = TaskKind("copy", CopySpec, "copy", cost, interpret, render,
                 lowers=((CatProto, lower_cat), (ScatterProto, lower_scatter)),
                 claims=(ClaimRule("fuse", 140, claim_cat), ClaimRule("fuse", 200, claim_scatter)),
-                headers=("stitch/elementwise.cuh",), writes=frozenset(), scratch=frozenset())
+                headers=("stitch/elementwise.cuh",), writes=frozenset(), scratch=frozenset(), out_order=out_order)
 
 __all__ = ["CopyItem", "CopySpec", "CatProto", "ScatterProto", "copy_item", "KIND"]

@@ -192,7 +192,12 @@ def lower(lw, pr: EwProto, pre: list) -> None:
         instrs.append(EwInstr(fin.op, tuple(src if a == "x" else a for a in fin.args), fin.consts))
     elif not nodes:
         instrs.append(EwInstr("copy", (ref(pr.root),)))
-    ins = [L.broadcast_to(lw.read(t, pre, pr.phase), shape) for t in leaves]
+    views = [lw.read(t, pre, pr.phase) for t in leaves]
+    ins = [L.broadcast_to(v, shape) for v in views]
+    # A channels-last input of the output's shape (a convolution's result) keeps the layout: the
+    # group's result goes on to the next channels-last reader without a conversion.
+    order = L.channels_last_order(len(shape)) if any(v.shape == shape and L.is_channels_last(v) for v in views) \
+        else None
     # Written in place over an input that dies here, when no other input reads that buffer
     # through another layout (each element is read before it is written, by one thread).
     cands = []
@@ -200,7 +205,7 @@ def lower(lw, pr: EwProto, pre: list) -> None:
         if t in lw.materialized and lw.shape(t) == shape and all(
                 w.buffer != v.buffer or (w.offset == v.offset and w.strides == v.strides) for w in ins):
             cands.append(t)
-    vo = lw.out_view(pr, out_t, lambda tv: len(L.coalesce(tv.shape, tv.strides)[0]) <= 6, inplace=cands)
+    vo = lw.out_view(pr, out_t, lambda tv: len(L.coalesce(tv.shape, tv.strides)[0]) <= 6, inplace=cands, order=order)
     if not ins:
         # A constant: the template needs one input to drive it; it reads (and ignores) one
         # element of the output.
@@ -240,9 +245,15 @@ def render(t, e: EwSpec, n, fn: str) -> tuple[list[str], list[str]]:
     return pre, body
 
 
+def out_order(pr: EwProto, order_of) -> tuple[int, ...] | None:
+    """Channels-last when a leaf of the result's shape is (see :func:`lower`)."""
+    cl = L.channels_last_order(len(pr.out_shape))
+    return cl if len(pr.out_shape) in (4, 5) and any(order_of(t) == cl for t in pr.ins) else None
+
+
 KIND = TaskKind("elementwise", EwSpec, "elementwise_kernel", cost, interpret, render,
                 lowers=((EwProto, lower),),
                 claims=(ClaimRule("match", 40, claim_gelu_tanh), ClaimRule("fuse", 900, claim_groups)),
-                headers=("stitch/elementwise.cuh",), scratch=frozenset())
+                headers=("stitch/elementwise.cuh",), scratch=frozenset(), out_order=out_order)
 
 __all__ = ["EwSpec", "EwProto", "MAX_EW_INPUTS", "KIND"]

@@ -1,10 +1,13 @@
-"""Pooling through pool.cuh: max / average, adaptive or not, over 1 to 3 spatial dims.
+"""Pooling through pool.cuh: max / average, adaptive or not, over 1 to 3 spatial dims, in either
+layout.
 
 Claim: every free pooling node, taking the unary elementwise ops before and after it as prologue /
-epilogue hooks (as row reductions do). The indices of max pooling are refused. Lowering: x and out
-as [planes, d, h, w] views (the leading dims collapsed into planes, else copied first).
+epilogue hooks (as row reductions do). The indices of max pooling are refused. Lowering: a
+channels-last input (a channels-last convolution's result) is pooled as it lies, channels varying
+fastest between threads, into a channels-last result (``channels_last``: x and out as
+[batch, channels, d, h, w] views); otherwise x and out are [planes, d, h, w] views (the leading
+dims collapsed into planes, else copied first).
 """
-
 
 from __future__ import annotations
 
@@ -36,7 +39,9 @@ class PoolSpec:
     ``kernel``, ``stride``, ``padding``, ``dilation``; ``adaptive``: window i of an output of n
     over an input of m is [floor(i m / n), ceil((i + 1) m / n)). ``mode`` ``max`` (padding never
     wins; NaN propagates) or ``avg`` (``count_include_pad``: divide by the window clipped to the
-    padded input, else by its valid elements; ``divisor`` > 0 overrides both). Hooks as RowSpec."""
+    padded input, else by its valid elements; ``divisor`` > 0 overrides both). Hooks as RowSpec.
+    ``channels_last``: x and out are [batch, channels, d, h, w] instead (any strides; the kernel
+    walks channels fastest, for channels-last data)."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "pool")
 
@@ -53,6 +58,7 @@ class PoolSpec:
     divisor: int = 0
     prologue: tuple[EwInstr, ...] = ()
     epilogue: tuple[EwInstr, ...] = ()
+    channels_last: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,25 @@ def lower(lw, pr: PoolProto, pre: list) -> None:
     pro, epi = lw.hook(pr.pro), lw.hook(pr.epi)
     vx = lw.read(pr.x, pre, pr.phase)
     lead = vx.ndim - nsp
+
+    def three(xs: Sequence[int], fill: int) -> tuple[int, int, int]:
+        return tuple([fill] * (3 - nsp) + list(xs))
+
+    window = (three(pr.kernel, 1), three(pr.stride, 1), three(pr.padding, 0), three(pr.dilation, 1))
+    touched = list(pr.ins) + [pr.out, pr.x] + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi]
+    if lead == 2 and L.is_channels_last(vx) and vx.dtype in FLOAT_DTYPES:
+        vo = lw.out_view(pr, pr.out, lambda tv: all(s >= 0 for s in tv.strides),
+                         order=L.channels_last_order(vx.ndim))
+
+        def as5(v: View) -> View:  # [batch, channels, d, h, w]: missing spatial dims of size 1
+            pad = 3 - nsp
+            return View(v.buffer, v.offset, v.shape[:2] + (1,) * pad + v.shape[2:],
+                        v.strides[:2] + (0,) * pad + v.strides[2:], v.dtype)
+
+        spec = PoolSpec("pool", pr.op, as5(vx), as5(vo), *window, pr.adaptive, pr.count_include_pad, pr.divisor,
+                        pro, epi, channels_last=True)
+        lw.add(pr, pr.name, spec, [spec.x], [spec.out], touched=touched)
+        return
     cuts = [lead] + list(range(lead + 1, vx.ndim))
     vx = readable(lw, pr.x, vx, pre, pr.phase, cuts, "pooling reads planes that collapse")
     vo, post = writable(lw, pr, pr.out, cuts)
@@ -140,13 +165,8 @@ def lower(lw, pr: PoolProto, pre: list) -> None:
         return View(v.buffer, v.offset, (planes,) + (1,) * pad + v.shape[lead:], (sp,) + (0,) * pad + v.strides[lead:],
                     v.dtype)
 
-    def three(xs: Sequence[int], fill: int) -> tuple[int, int, int]:
-        return tuple([fill] * (3 - nsp) + list(xs))
-
-    spec = PoolSpec("pool", pr.op, as4(vx), as4(vo), three(pr.kernel, 1), three(pr.stride, 1), three(pr.padding, 0),
-                    three(pr.dilation, 1), pr.adaptive, pr.count_include_pad, pr.divisor, pro, epi)
-    lw.add(pr, pr.name, spec, [spec.x], [spec.out], touched=list(pr.ins) + [pr.out, pr.x] +
-           [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
+    spec = PoolSpec("pool", pr.op, as4(vx), as4(vo), *window, pr.adaptive, pr.count_include_pad, pr.divisor, pro, epi)
+    lw.add(pr, pr.name, spec, [spec.x], [spec.out], touched=touched)
     copy_back(lw, pr, post)
 
 
@@ -154,18 +174,28 @@ def lower(lw, pr: PoolProto, pre: list) -> None:
 
 
 def cost(spec: PoolSpec, ceil) -> tuple[float, float, float]:
+    sp = 2 if spec.channels_last else 1  # the first spatial dim of the views
     window = math.prod(spec.kernel) if not spec.adaptive else max(1, math.ceil(
-        math.prod(spec.x.shape[1:]) / max(1, math.prod(spec.out.shape[1:]))))
+        math.prod(spec.x.shape[sp:]) / max(1, math.prod(spec.out.shape[sp:]))))
     n = math.prod(spec.out.shape)
     return float(n * (window + len(spec.prologue) * window + len(spec.epilogue))), \
         float(view_bytes(spec.x) + view_bytes(spec.out)), ceil.fp32
 
 
 def interpret(mem, p: PoolSpec) -> None:
+    x = mem.hook(p.prologue, mem.read(p.x))  # [planes, d, h, w], or [batch, channels, d, h, w]
+    if p.channels_last:
+        out = _pool_planes(mem, p, x.reshape((-1,) + tuple(x.shape[2:])), p.out.shape[2:])
+        out = out.reshape(p.out.shape)
+    else:
+        out = _pool_planes(mem, p, x, p.out.shape[1:])
+    mem.write(p.out, mem.hook(p.epilogue, out))
+
+
+def _pool_planes(mem, p: PoolSpec, x, osh: Sequence[int]):
+    """Pooled values of x [planes, d, h, w] (float64) into [planes, *osh]."""
     import torch
 
-    x = mem.hook(p.prologue, mem.read(p.x))  # [planes, d, h, w]
-    osh = p.out.shape[1:]
     ish = x.shape[1:]
     out = torch.empty((x.shape[0],) + tuple(osh), dtype=torch.float64, device=mem.device)
     for idx in itertools.product(*[range(d) for d in osh]):
@@ -195,27 +225,36 @@ def interpret(mem, p: PoolSpec) -> None:
             div = p.divisor or (padded if p.count_include_pad and not p.adaptive else count)
             v = win.sum(1) / div
         out[(slice(None),) + tuple(idx)] = v
-    mem.write(p.out, mem.hook(p.epilogue, out))
+    return out
 
 
 def render(t, p: PoolSpec, n, fn: str) -> tuple[list[str], list[str]]:
     pre, hk = cxx.hooks(fn, p.prologue, p.epilogue) if (p.prologue or p.epilogue) else ([], "")
     mode = {"max": "Max", "avg": "Avg"}[p.mode]
-    body = [f"  stitch::PoolParams<{ctype(p.x.dtype)}, {ctype(p.out.dtype)}> p{{}};",
-            f"  p.in = {n('x')}; p.planes = {p.x.shape[0]};",
-            "  " + " ".join(f"p.in_size[{j}] = {d};" for j, d in enumerate(p.x.shape[1:])),
+    sp = 2 if p.channels_last else 1
+    params, launch = ("PoolClParams", "launch_pool_channels_last") if p.channels_last else ("PoolParams", "launch_pool")
+    head = f"p.batch = {p.x.shape[0]}; p.channels = {p.x.shape[1]};" if p.channels_last else f"p.planes = {p.x.shape[0]};"
+    body = [f"  stitch::{params}<{ctype(p.x.dtype)}, {ctype(p.out.dtype)}> p{{}};",
+            f"  p.in = {n('x')}; {head}",
+            "  " + " ".join(f"p.in_size[{j}] = {d};" for j, d in enumerate(p.x.shape[sp:])),
             "  " + " ".join(f"p.in_stride[{j}] = {s_};" for j, s_ in enumerate(p.x.strides)),
             f"  p.out = {n('out')};",
-            "  " + " ".join(f"p.out_size[{j}] = {d};" for j, d in enumerate(p.out.shape[1:])),
+            "  " + " ".join(f"p.out_size[{j}] = {d};" for j, d in enumerate(p.out.shape[sp:])),
             "  " + " ".join(f"p.out_stride[{j}] = {s_};" for j, s_ in enumerate(p.out.strides))]
     for field, vals in (("kernel", p.kernel), ("stride", p.stride), ("pad", p.padding), ("dilation", p.dilation)):
         body.append("  " + " ".join(f"p.{field}[{j}] = {v};" for j, v in enumerate(vals)))
     body.append(f"  p.adaptive = {cxx.cbool(p.adaptive)}; p.count_include_pad = {cxx.cbool(p.count_include_pad)}; "
                 f"p.divisor = {p.divisor};")
-    return cxx.include(HEADER) + pre, body + cxx.call(t.name, f"stitch::launch_pool<stitch::PoolMode::{mode}>(p, stream{hk})")
+    return cxx.include(HEADER) + pre, body + cxx.call(t.name, f"stitch::{launch}<stitch::PoolMode::{mode}>(p, stream{hk})")
+
+
+def out_order(pr: PoolProto, order_of) -> tuple[int, ...] | None:
+    """A pooling of channels-last data is channels-last (see :func:`lower`)."""
+    order = order_of(pr.x)
+    return order if order is not None and order == L.channels_last_order(len(order)) else None
 
 
 KIND = TaskKind("pool", PoolSpec, "reduction_template", cost, interpret, render, lowers=((PoolProto, lower),),
-                claims=(ClaimRule("fuse", 160, claim),), scratch=frozenset())
+                claims=(ClaimRule("fuse", 160, claim),), scratch=frozenset(), out_order=out_order)
 
 __all__ = ["PoolSpec", "PoolProto", "KIND"]

@@ -168,6 +168,8 @@ def choices(graph: Graph) -> Choices:
             strat.append((n.name, STRATEGIES["row"]))
         elif n.op in (ops.A + "rsqrt.default", ops.A + "sqrt.default"):
             strat.append((n.name, STRATEGIES["row"]))
+        elif ops.kind(n.op) == "conv":
+            strat.append((n.name, STRATEGIES["conv"]))
     applicable = tuple(name for name, rw in REWRITES.items() if rw.applies(graph))
     return Choices(tuple(n.name for n in graph.nodes), tuple(strat), applicable)
 

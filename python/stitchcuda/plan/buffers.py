@@ -46,8 +46,10 @@ class Alloc:
         self.buffers[name] = b
         return b
 
-    def fresh(self, tensor: str, dtype: str, shape: Sequence[int], phase: str) -> View:
-        """A new contiguous buffer for ``tensor``: a create-time constant or an arena slot."""
+    def fresh(self, tensor: str, dtype: str, shape: Sequence[int], phase: str,
+              order: Sequence[int] | None = None) -> View:
+        """A new dense buffer for ``tensor`` — contiguous, or laid out in ``order``
+        (:func:`stitchcuda.layout.strides_in_order`) — a create-time constant or an arena slot."""
         safe = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in tensor)
         if phase == "create":
             name = f"c{self.const_count}_{safe}"
@@ -59,7 +61,7 @@ class Alloc:
             while name in self.buffers:
                 name, k = f"t_{safe}_{k}", k + 1
             b = self.new_buffer(name, "arena", dtype, shape, source=tensor)
-        return L.contiguous(b.name, b.shape, dtype)
+        return L.dense(b.name, b.shape, dtype, order)
 
 
 class Tensors:

@@ -80,6 +80,7 @@ class Constraints:
 STRATEGIES: dict[str, tuple[str, ...]] = {
     "attention": ("auto", "fused", "unfused"),
     "row": ("auto", "single", "split"),
+    "conv": ("auto", "channels_first", "channels_last"),
 }
 
 

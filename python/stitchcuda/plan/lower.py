@@ -200,13 +200,14 @@ class Lowerer:
         return v1
 
     def copy_contiguous(self, x: str, vx: View, pre: list[Task], phase: str, *, why: str,
-                        dtype: str | None = None, shape_view: View | None = None) -> str:
+                        dtype: str | None = None, shape_view: View | None = None,
+                        order: Sequence[int] | None = None) -> str:
         """Append a copy of ``vx`` (or ``shape_view``, a view to materialise as is) into a
-        fresh contiguous buffer; return the new tensor's name."""
+        fresh dense buffer (contiguous, or laid out in ``order``); return the new tensor's name."""
         src = shape_view or vx
         dtype = dtype or src.dtype
         name = self.alloc.add_tensor(f"{x}_c", src.shape, dtype)
-        dst = self.alloc.fresh(name, dtype, src.shape, phase)
+        dst = self.alloc.fresh(name, dtype, src.shape, phase, order)
         self.views[name] = dst
         verb = "cast" if dtype != src.dtype else "copy"
         pre.append(self.copy_task(f"{verb}_{ident(x)}", [], src, dst, phase, note=why))
@@ -222,19 +223,22 @@ class Lowerer:
         spec = CopySpec("copy", (copy_item(src, dst),))
         return self.task(name, covers, (src.buffer,), (dst.buffer,), spec, phase=phase, note=note)
 
-    def fresh_rows(self, tensor: str, dtype: str, shape: Sequence[int], phase: str) -> View:
-        """A fresh buffer for a synthetic tensor (rows written before a copy back, a workspace)."""
+    def fresh_rows(self, tensor: str, dtype: str, shape: Sequence[int], phase: str,
+                   order: Sequence[int] | None = None) -> View:
+        """A fresh buffer for a synthetic tensor (rows written before a copy back, a workspace),
+        contiguous or dense in ``order``."""
         tmp = self.alloc.add_tensor(tensor, shape, dtype)
-        v = self.alloc.fresh(tmp, dtype, shape, phase)
+        v = self.alloc.fresh(tmp, dtype, shape, phase, order)
         self.views[tmp] = v
         return v
 
     # ------------------------------------------------------------------ outputs of a task
 
-    def out_view(self, pr: AnyProto, t: str, accept: Callable[[View], bool], inplace: Sequence[str] = ()) -> View:
+    def out_view(self, pr: AnyProto, t: str, accept: Callable[[View], bool], inplace: Sequence[str] = (),
+                 order: Sequence[int] | None = None) -> View:
         """The layout a proto writes ``t`` in: its placement target when ``accept`` takes it,
-        else the buffer of an input (``inplace`` candidates) that no later task reads, else a
-        fresh contiguous buffer."""
+        else the buffer of an input (``inplace`` candidates) that no later task reads, dense in
+        ``order``, else a fresh dense buffer (contiguous, or in ``order``)."""
         if t in self.views:
             return self.views[t]
         tv = self.target.get(t)
@@ -247,8 +251,8 @@ class Lowerer:
                         self.last_read.get(x, math.inf) != self.rank:
                     continue
                 b = self.buffers[vx.buffer]
-                if b.kind == "arena" and vx.offset == 0 and vx.is_contiguous() and vx.numel == math.prod(b.shape) \
-                        and vx.shape == self.spec(t).shape and vx.dtype == want:
+                if b.kind == "arena" and vx.offset == 0 and L.is_dense_in(vx, order) and \
+                        vx.numel == math.prod(b.shape) and vx.shape == self.spec(t).shape and vx.dtype == want:
                     reuse = vx
                     self.inplace_used.add(x)
                     break
@@ -257,7 +261,7 @@ class Lowerer:
         elif tv is not None and pr.phase == "run" and accept(tv):
             v = tv
         else:
-            v = self.alloc.fresh(t, self.tensor_storage(t), self.spec(t).shape, pr.phase)
+            v = self.alloc.fresh(t, self.tensor_storage(t), self.spec(t).shape, pr.phase, order)
         self.views[t] = v
         return v
 

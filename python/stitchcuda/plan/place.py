@@ -3,7 +3,8 @@
 Takes the :class:`~.fused.Fused` protos, the buffer table (:class:`~.buffers.Alloc`, which
 already holds the program's inputs, weights and outputs) and :class:`~.buffers.Tensors`; gives
 :class:`Targets`: for a tensor, the layout (a :class:`~stitchcuda.layout.View` into a graph
-output's buffer or a ``cat``'s slot) its producer should write, traced back through the layout
+output's buffer, a ``cat``'s slot, or the layout a reader's kind asks for — a channels-last
+convolution's input: :func:`stitchcuda.kinds.input_layouts`) its producer should write, traced back through the layout
 ops (views, permutes, reshapes, squeezes) between them. *lower* takes a target when the task's
 kernel can write that layout; otherwise it writes a fresh buffer and the layout becomes a copy.
 """
@@ -14,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 
+from .. import kinds
 from .. import layout as L
 from .. import ops
 from ..ir import Node
@@ -82,15 +84,36 @@ def targets(fused: Fused, alloc: Alloc, tensors: Tensors, storage_of) -> Targets
             continue
         done.add(t)
         target[t] = L.contiguous(f"out{i}", g.spec(t).shape, g.spec(t).dtype)
+    orders: dict[str, tuple[int, ...] | None] = {}
+
+    def order_of(t: str) -> tuple[int, ...] | None:
+        """The dim order tensor ``t``'s producer writes it in when nothing asks (through layout
+        ops that keep it: none)."""
+        if t not in orders:
+            orders[t] = None  # a cycle cannot happen; this only ends the recursion early
+            j = tensors.materialized.get(t)
+            orders[t] = kinds.output_order(fused.protos[j], order_of) if j is not None else None
+        return orders[t]
+
+    for pr in fused.protos:
+        for t, order in kinds.input_layouts(pr):
+            # The layout a task wants its input in, written so by the input's producer.
+            j = tensors.materialized.get(t)
+            if t in target or j is None or fused.protos[j].phase != "run":
+                continue
+            s = ix.spec(t)
+            target[t] = alloc.fresh(t, fused.tensor_storage(t, storage_of), s.shape, "run", order)
     for n in reversed(g.nodes):
         if n.op == ops.CAT and n.name in fused.claimed:
             out = n.outputs[0].name
             if out not in target:
                 if fused.protos[fused.claimed[n.name]].phase != "run":
                     continue
-                # The cat's own buffer, so that its parts can be written into their slots.
+                # The cat's own buffer, so that its parts can be written into their slots (laid out
+                # as its parts are: channels-last parts join channels-last).
                 s = ix.spec(out)
-                target[out] = alloc.fresh(out, fused.tensor_storage(out, storage_of), s.shape, "run")
+                target[out] = alloc.fresh(out, fused.tensor_storage(out, storage_of), s.shape, "run",
+                                          order_of(out))
             tv = target[out]
             dim = L.norm_dim(int(n.attr("dim") or 0), len(tv.shape))
             off = 0

@@ -1,0 +1,138 @@
+"""Layout as a plan decision: channels-last convolution regions (CPU, the plan interpreter).
+
+Under a policy with tensor cores a 2-d / 3-d convolution runs channels-last; its input's producer
+writes channels-last (*place*), elementwise groups and pooling keep the layout, weights are laid
+out once at create, and the region converts only where it starts (the program's input) and ends.
+Every plan here runs in the plan interpreter against PyTorch in float64, so each channels-last
+path (convolution, pooling, elementwise, batch-norm statistics, joins) is checked by its twin.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from stitchcuda import frontend
+from stitchcuda import layout as L
+from stitchcuda import ops
+from stitchcuda import plan as P
+from stitchcuda.pipeline import model_weights
+from tests.plan_sim import simulate
+
+
+class Net(nn.Module):
+    """conv -> batch norm -> relu -> max pool -> conv + bias -> relu -> join with a 1x1 branch ->
+    average pool: what a small CNN's body does."""
+
+    def __init__(self, c: int = 8, spatial: int = 2):
+        super().__init__()
+        conv, bn, pool = ((nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d) if spatial == 2 else
+                          (nn.Conv3d, nn.BatchNorm3d, nn.MaxPool3d))
+        self.c1 = conv(3, c, 3, padding=1, bias=False)
+        self.bn = bn(c)
+        self.pool = pool(2)
+        self.c2 = conv(c, c, 3, padding=1)
+        self.c3 = conv(c, c, 3, padding=1)
+        self.spatial = spatial
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn(self.c1(x))))
+        z = torch.cat([torch.relu(self.c2(y)), torch.sigmoid(self.c3(y))], dim=1)
+        mean = F.adaptive_avg_pool2d if self.spatial == 2 else F.adaptive_avg_pool3d
+        return mean(z * 2.0, 2)
+
+
+def _plan(model: nn.Module, x: torch.Tensor, policy: str, constraints: P.Constraints | None = None):
+    cap = frontend.capture(model, [x], "net", supported_ops=ops.supported())
+    return P.plan(cap.graph, policy, constraints=constraints), cap
+
+
+def _simulated_error(model, x, plan, cap) -> float:
+    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])[0].double()
+    model = copy.deepcopy(model).double()
+    with torch.no_grad():
+        want = model(x.double())
+    assert not torch.isnan(out).any(), "output not fully written"
+    return ((out - want).abs() / (1 + want.abs())).max().item()
+
+
+def _convs(plan):
+    return [t for t in plan.tasks if isinstance(t.params, P.ConvSpec)]
+
+
+@pytest.mark.parametrize("spatial", [2, 3])
+@pytest.mark.parametrize("policy", ["tf32", "bf16"])
+def test_tensor_core_policies_plan_the_region_channels_last(spatial, policy):
+    torch.manual_seed(0)
+    model = Net(spatial=spatial)
+    x = torch.randn(2, 3, *([8] * spatial))
+    plan, cap = _plan(model, x, policy)
+    convs = _convs(plan)
+    assert len(convs) == 3 and all(t.params.channels_last for t in convs)
+    for t in convs:
+        order = L.channels_last_order(2 + spatial)
+        assert all(L.is_dense_in(v, order) for v in (t.params.x, t.params.w, t.params.out))
+    pools = [t.params for t in plan.tasks if isinstance(t.params, P.PoolSpec)]
+    assert pools and all(p.channels_last for p in pools), "pooling keeps the layout"
+    conversions = [t for t in plan.run_tasks if isinstance(t.params, P.CopySpec) and t.name.startswith(("copy_", "cast_"))]
+    assert [t.inputs for t in conversions] == [("in0",)], "one conversion where the region starts (the input)"
+    assert all(t.phase == "create" for t in plan.tasks if t.name.startswith(("copy_", "cast_")) and "weight" in t.name), \
+        "weights are laid out once, at create"
+    tol = 2e-2 if policy == "bf16" else 1e-2
+    assert _simulated_error(model, x, plan, cap) < tol
+
+
+def test_fp32_keeps_channels_first():
+    torch.manual_seed(0)
+    model = Net()
+    x = torch.randn(2, 3, 8, 8)
+    plan, cap = _plan(model, x, "fp32")
+    assert not any(t.params.channels_last for t in _convs(plan))
+    assert not any(t.params.channels_last for t in plan.tasks if isinstance(t.params, P.PoolSpec))
+    assert _simulated_error(model, x, plan, cap) < 1e-4
+
+
+def test_a_strategy_constraint_chooses_the_layout():
+    torch.manual_seed(0)
+    model = Net()
+    x = torch.randn(2, 3, 8, 8)
+    plan, cap = _plan(model, x, "tf32")
+    first = next(t for t in _convs(plan)).covers[0]
+    choices = P.choices(cap.graph)
+    assert ("channels_first" in dict(choices.strategies)[first])
+    forced, _ = _plan(model, x, "tf32", P.Constraints.of(strategy={first: "channels_first"}))
+    by = {t.covers[0]: t.params.channels_last for t in _convs(forced)}
+    assert by[first] is False and any(by.values()), "only the constrained convolution changes"
+    assert _simulated_error(model, x, forced, cap) < 1e-2
+    on, _ = _plan(model, x, "fp32", P.Constraints.of(strategy={first: "channels_last"}))
+    assert {t.covers[0]: t.params.channels_last for t in _convs(on)}[first] is True
+    assert _simulated_error(model, x, on, cap) < 1e-4
+
+
+@pytest.mark.parametrize("mode", ["max", "avg"])
+def test_channels_last_pooling_matches_pytorch(mode):
+    """The channels-last pooling path alone: strided, padded, dilated windows over a channels-last
+    convolution's result, with the divisor rules of average pooling."""
+
+    class Pool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 6, 3)
+
+        def forward(self, x):
+            y = self.conv(x)
+            if mode == "max":
+                return F.max_pool2d(y, 3, stride=2, padding=1, dilation=1, ceil_mode=True)
+            return F.avg_pool2d(y, 3, stride=2, padding=1, count_include_pad=False, ceil_mode=True)
+
+    torch.manual_seed(1)
+    model = Pool()
+    x = torch.randn(2, 4, 11, 9)
+    plan, cap = _plan(model, x, "tf32")
+    (pool,) = [t.params for t in plan.tasks if isinstance(t.params, P.PoolSpec)]
+    assert pool.channels_last and pool.x.ndim == 5
+    assert _simulated_error(model, x, plan, cap) < 1e-2

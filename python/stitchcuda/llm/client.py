@@ -7,27 +7,31 @@
     c.text, c.prompt_tokens, c.completion_tokens, c.wall_s, c.cached
 
     llm = LLM.replay("run/dir")                          # no model file, no llama-cpp-python
+    llm = LLM("http://127.0.0.1:8080/v1", cache=...)     # a llama.cpp server on this machine (llm.server)
 
 Every call goes through the cache first: a hit needs neither the model nor llama-cpp-python, so
 the model is loaded (and the package imported) on the first miss only. In replay mode a miss
 raises :class:`CacheMiss` naming the key. Each model call starts from an empty KV cache (no
 prefix reuse between calls), so a response depends on its request alone.
 
-Nothing here touches a network: llama.cpp reads the GGUF file and computes on this machine.
+Nothing here touches a network: llama.cpp reads the GGUF file and computes on this machine, or
+a server on this machine does (:mod:`.server`: loopback addresses only).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import MachineError
 from .apiref import estimate_tokens
 from .cache import Record, ResponseCache, Sampling, request_key
 from .grammar import Grammar
-from .model import ModelIdentity, ModelNotFound, resolve_model_path
+from .model import ENV_VAR, ModelIdentity, ModelNotFound, resolve_model_path
 from .prompts import Prompt
 
 INSTALL_HINT = "pip install 'stitchcuda[llm]'  (builds llama-cpp-python from source; CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" for a portable build)"
@@ -37,7 +41,7 @@ class LLMError(RuntimeError):
     """Base of the LLM layer's errors."""
 
 
-class LLMUnavailable(LLMError):
+class LLMUnavailable(LLMError, MachineError):
     """llama-cpp-python is not installed."""
 
 
@@ -92,7 +96,8 @@ class Completion:
 class LLM:
     """A GGUF model behind a response cache.
 
-    model: GGUF path (else ``$STITCHCUDA_LLM``); not needed in replay mode.
+    model: GGUF path (else ``$STITCHCUDA_LLM``), or the address of an OpenAI-compatible server on
+    this machine (``http://127.0.0.1:PORT/v1``, :mod:`.server`); not needed in replay mode.
     cache: a folder (or a :class:`ResponseCache`) for the responses; None keeps none.
     replay: serve only from the cache; a miss raises :class:`CacheMiss`.
     identity: the model identity to key on; in replay mode without it, the cache's only one.
@@ -113,10 +118,14 @@ class LLM:
         self._llama: Any = None
         self._grammars: dict[str, Any] = {}
         self.path: Path | None = None
+        self.endpoint: Any = None
+        from .server import Endpoint, is_url
+
+        url = model if model is not None else os.environ.get(ENV_VAR) or None
         if replay:
             if self.cache is None:
                 raise ValueError("replay needs a cache folder")
-            if identity is None and model is not None:
+            if identity is None and model is not None and not is_url(str(model)):
                 identity = ModelIdentity.of(resolve_model_path(model))
             if identity is None:
                 models = self.cache.models()
@@ -124,6 +133,9 @@ class LLM:
                     raise LLMError(f"replay: the cache holds responses of {len(models)} models; "
                                    f"name one with identity= ({', '.join(sorted(map(str, models))) or 'none'})")
                 identity = next(iter(models))
+        elif url is not None and is_url(str(url)):
+            self.endpoint = Endpoint(str(url))
+            identity = identity or self.endpoint.identity()   # fails now (ServerError) when nobody answers
         else:
             if not _llama_cpp_installed():       # fail now, not at the first miss
                 import_llama_cpp()
@@ -183,7 +195,11 @@ class LLM:
         return len(self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def load(self) -> Any:
-        """The llama.cpp model, loaded on first use (needs llama-cpp-python and the file)."""
+        """The llama.cpp model, loaded on first use (needs llama-cpp-python and the file); for a
+        server, its :class:`~.server.Endpoint`, checked (it answers and honours grammars)."""
+        if self.endpoint is not None:
+            self.endpoint.check()
+            return self.endpoint
         if self._llama is None:
             if self.path is None:
                 raise ModelNotFound("replay mode has no model file to load")
@@ -218,6 +234,8 @@ class LLM:
         return g
 
     def _generate(self, key: str, prompt: Prompt, gtext: str | None, sampling: Sampling) -> Record:
+        if self.endpoint is not None:
+            return self._generate_on_server(key, prompt, gtext, sampling)
         llama = self.load()
         kw = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
                   min_p=sampling.min_p, repeat_penalty=sampling.repeat_penalty, max_tokens=sampling.max_tokens,
@@ -235,6 +253,24 @@ class LLM:
             if "context window" in str(e) or "exceed" in str(e):
                 raise ContextOverflow(f"{e} (n_ctx = {self.n_ctx})") from e
             raise
+        wall = time.perf_counter() - t0
+        usage = out.get("usage") or {}
+        return Record(key, self.identity, prompt, gtext, sampling, text,
+                      str(out["choices"][0].get("finish_reason") or "stop"),
+                      int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), wall, "model")
+
+    def _generate_on_server(self, key: str, prompt: Prompt, gtext: str | None, sampling: Sampling) -> Record:
+        """The same request as in process, sent to the server (chat or plain as :mod:`.server` says)."""
+        ep = self.endpoint
+        chat = sampling.chat == "on" or (sampling.chat == "auto" and ep.uses_chat())
+        t0 = time.perf_counter()
+        if chat:
+            out = ep.complete(messages=[{"role": "user", "content": prompt.user_turn()}], grammar=gtext,
+                              sampling=sampling)
+            text = (out["choices"][0].get("message") or {}).get("content") or ""
+        else:
+            out = ep.complete(prompt=prompt.plain(), grammar=gtext, sampling=sampling)
+            text = prompt.reply(out["choices"][0].get("text") or "")
         wall = time.perf_counter() - t0
         usage = out.get("usage") or {}
         return Record(key, self.identity, prompt, gtext, sampling, text,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence, Union
 
 from ..device import Ceilings
+from ..errors import ArgumentError
 from ..ir import DTYPE_SIZES
 from ..layout import View
 from ..serial import from_jsonable, to_jsonable
@@ -653,7 +654,7 @@ class Plan:
         return "\n".join(lines)
 
 
-class PlanError(ValueError):
+class PlanError(ArgumentError):
     """The graph uses what the planner cannot map; ``unsupported`` lists (op, node, where, why)."""
 
     def __init__(self, name: str, unsupported: Sequence[tuple[str, str, str, str]]):

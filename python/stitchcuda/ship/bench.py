@@ -40,14 +40,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import ArgumentError, MachineError
 from ..fsutil import atomic_write_text
 
 
-class SuiteError(ValueError):
+class SuiteError(ArgumentError):
     """A suite or results folder that cannot be used; one line."""
 
 
-class MissingExtra(RuntimeError):
+class MissingExtra(MachineError):
     """An optional package a chosen feature needs (Ray, stitchcuda.optimize); one line with the fix."""
 
 

@@ -37,6 +37,10 @@ class UI:
         if not self.quiet:
             self._console(True).print(text, style="dim", markup=False)
 
+    def warn(self, text: str) -> None:
+        """A warning (stderr, one line): shown even when quiet, as errors are."""
+        print(f"stitchcuda: warning: {text}", file=sys.stderr, flush=True)
+
     def error(self, text: str) -> None:
         print(f"stitchcuda: error: {text}", file=sys.stderr, flush=True)
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import manifest as mf
+from ..errors import MachineError
 from ..precision import get as get_policy
 from . import sandbox, serde
 from .correctness import CorrectnessResult
@@ -61,7 +62,7 @@ from .verdict import (CompileError, Crash, DynamicCheck, Inconclusive, Passed, T
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_VERIFY = 0, 1, 2, 3
 
 
-class VerifyEnvironmentError(RuntimeError):
+class VerifyEnvironmentError(MachineError):
     """The machine cannot finish verifying (no CUDA device, no nvcc, no usable TMPDIR): nobody's
     candidate is at fault. ``verification`` holds the partial result (an ``Inconclusive`` verdict
     and the report written) when the inputs could be read."""

@@ -48,6 +48,7 @@ from ._rt import (  # noqa: E402
     StitchError,
 )
 
+from .errors import MachineError  # noqa: E402
 from .paths import INCLUDE_DIR, LIB_DIR, PACKAGE_DIR  # noqa: E402,F401
 
 
@@ -59,7 +60,8 @@ def has_gpu() -> bool:
 
 
 def __getattr__(name: str):
-    """``build_program``, ``optimize`` and ``Program`` on first use (capture needs PyTorch; running does not)."""
+    """``build_program``, ``optimize``, ``Program`` and the build's errors on first use (capture needs
+    PyTorch; running does not)."""
     if name == "build_program":
         from .pipeline import build_program
 
@@ -72,6 +74,10 @@ def __getattr__(name: str):
         from .workflow import optimize
 
         return optimize
+    if name in ("BuildInputError", "BuildEnvironmentError"):
+        from . import pipeline
+
+        return getattr(pipeline, name)
     raise AttributeError(f"module 'stitchcuda' has no attribute {name!r}")
 
 
@@ -83,6 +89,9 @@ __all__ = [
     "has_gpu",
     "StitchError",
     "ArgumentError",
+    "MachineError",
+    "BuildInputError",
+    "BuildEnvironmentError",
     "CudaError",
     "CublasError",
     "CudnnError",

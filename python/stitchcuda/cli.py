@@ -136,7 +136,7 @@ def _program_dir(text: str) -> None:
 
     p = Path(text)
     if not p.exists():
-        raise CommandError(f"{text}: no such program folder (stitchcuda build writes one)")
+        raise CommandError(f"{text}: program folder not found (stitchcuda build writes one)")
     if not p.is_dir():
         raise CommandError(f"{text}: is a file, not a program folder")
     if not (p / mf.MANIFEST_FILE).is_file():

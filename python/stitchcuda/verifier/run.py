@@ -309,7 +309,17 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     run.phases.append(PhaseTiming("static", clock() - t))
     run.ran.append("static rules")
     if static.rejected and o.static_gate:
-        run.notes.append("not built: the static rules reject it")
+        # A program that does not compile is judged as that first: the static rules read any text,
+        # and a typo would otherwise be reported as cheating. Compiling runs none of its code.
+        try:
+            built = build_program(prog, run.arch)
+        except VerifyEnvironmentError:
+            built = None
+        if built is not None and not built.ok and not sandbox.link_refused_only_imports(built.output):
+            run.notes.append("not judged further: it does not compile")
+            ce = build_result(compile_error=CompileError.from_output(built.output))
+            return run.finish(dataclasses.replace(ce, findings=tuple(run.findings)))
+        run.notes.append("not run: the static rules reject it")
         return run.finish(build_result(findings=run.findings))
     problem = environment_problem()
     if problem:

@@ -20,6 +20,7 @@ a server on this machine does (:mod:`.server`: loopback addresses only).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import time
@@ -69,6 +70,41 @@ def import_llama_cpp() -> Any:
     except ImportError as e:
         raise LLMUnavailable(f"the local LLM needs llama-cpp-python, which is not installed: {INSTALL_HINT}") from e
     return llama_cpp
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return any(ln.startswith("flags") and " amx_int8" in ln for ln in f)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def safe_cpu_buffers(llama_cpp: Any):
+    """Load models without llama.cpp's extra CPU buffer types (weight repacking) on CPUs with AMX.
+
+    llama.cpp's AMX path crashes the process (a segmentation fault in ``ggml_backend_amx_mul_mat``,
+    llama.cpp issue 20824) on the first completion with the Q4_K test model on such CPUs (Sapphire
+    Rapids and later); without the extra buffer types the same weights run on the plain CPU kernels.
+    llama-cpp-python takes the setting from ``llama_model_default_params()`` only, so that is what
+    is wrapped while a model loads. ``STITCHCUDA_LLM_REPACK=1`` keeps repacking."""
+    if os.environ.get("STITCHCUDA_LLM_REPACK", "") not in ("", "0") or not _cpu_has_amx():
+        yield
+        return
+    orig = llama_cpp.llama_model_default_params
+
+    def params():
+        p = orig()
+        if hasattr(p, "use_extra_bufts"):
+            p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        llama_cpp.llama_model_default_params = orig
 
 
 @dataclass(frozen=True)
@@ -204,9 +240,10 @@ class LLM:
             if self.path is None:
                 raise ModelNotFound("replay mode has no model file to load")
             llama_cpp = import_llama_cpp()
-            self._llama = llama_cpp.Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                          n_batch=self.n_batch, n_gpu_layers=self.n_gpu_layers,
-                                          seed=self.sampling.seed, verbose=self.verbose)
+            with safe_cpu_buffers(llama_cpp.llama_cpp):
+                self._llama = llama_cpp.Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                              n_batch=self.n_batch, n_gpu_layers=self.n_gpu_layers,
+                                              seed=self.sampling.seed, verbose=self.verbose)
         return self._llama
 
     def close(self) -> None:

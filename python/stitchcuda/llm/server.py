@@ -38,9 +38,12 @@ from .model import ModelIdentity
 
 GGUF_MAGIC = b"GGUF"
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
-#: The grammar of the probe: one word, which no model writes by chance after the probe's prompt.
-PROBE_GRAMMAR = 'root ::= "stitchprobe"'
-PROBE_TEXT = "stitchprobe"
+#: The grammar of the probe: one short word no model writes by chance after the probe's prompt
+#: (short, because a grammar costs a pass over the whole vocabulary per token).
+PROBE_GRAMMAR = 'root ::= "QQ"'
+PROBE_TEXT = "QQ"
+#: What the probe found, per (API base, served model): one probe per server and process.
+_GRAMMAR_SEEN: dict[tuple[str, str], bool] = {}
 
 
 class ServerError(MachineError):
@@ -199,7 +202,9 @@ class Endpoint:
 
     def supports_grammar(self) -> bool:
         if self._grammar_ok is None:
-            body = {"model": self.model(), "prompt": "Write one word:", "max_tokens": 8, "temperature": 0.0,
+            self._grammar_ok = _GRAMMAR_SEEN.get((self.base, self.model()))
+        if self._grammar_ok is None:
+            body = {"model": self.model(), "prompt": "Write one word:", "max_tokens": 4, "temperature": 0.0,
                     "grammar": PROBE_GRAMMAR}
             code, out = self._request("/completions", body, timeout=min(self.timeout, 120.0))
             if code != 200:
@@ -207,6 +212,7 @@ class Endpoint:
             else:
                 text = (out.get("choices") or [{}])[0].get("text") if isinstance(out, dict) else None
                 self._grammar_ok = isinstance(text, str) and text.strip() == PROBE_TEXT
+            _GRAMMAR_SEEN[(self.base, self.model())] = self._grammar_ok
         return self._grammar_ok
 
     # ------------------------------------------------------------------ calls

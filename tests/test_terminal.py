@@ -380,3 +380,59 @@ def test_an_unexpected_error_is_a_readme_code(capfd, monkeypatch):
 def test_readme_explains_where_kernelbench_comes_from():
     text = (REPO / "README.md").read_text()
     assert "STITCHCUDA_KERNELBENCH" in text.split("## Building a program\n", 1)[1].split("\n## ", 1)[0]
+
+
+# ---------------------------------------------------------------------- progress within a problem
+
+
+def test_verify_shows_its_phases_when_piped_and_nothing_when_quiet(scratch, capfd, nvcc):
+    """Piped (as here), each phase is one plain line with its time; -q keeps the error alone."""
+    work, _ = scratch
+    assert cli.main(["build", "ref.py", "--out", "run/tiny", "-q"]) == errors.OK
+    capfd.readouterr()
+    rc = cli.main(["verify", "run/tiny", "--no-time", "--no-profile"])
+    err = capfd.readouterr().err
+    phases = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("verify: ")]
+    assert [p.split(" ", 2)[1] for p in phases[:3]] == ["inputs:", "static", "build"], err
+    assert all(re.search(r"\d+\.\d s$", p) for p in phases), phases
+    if not stitchcuda.has_gpu():
+        assert rc == errors.ENVIRONMENT
+    capfd.readouterr()
+    cli.main(["verify", "run/tiny", "--no-time", "--no-profile", "-q"])
+    err = capfd.readouterr().err
+    assert not [ln for ln in err.splitlines() if ln.strip().startswith("verify: ")], err
+
+
+def staged_solver(problem, folder, opts):
+    """A bench solver that reports two stages, as the real ones do from build and verify."""
+    from stitchcuda.ship.bench import report_stage
+
+    report_stage("build: capture")
+    report_stage("verify: correctness trials and dynamic checks (5 trial(s))")
+    return {"status": "passed", "summary": "fake", "ms": {"program": 1.0}}
+
+
+def test_bench_tells_each_problems_stage(tmp_path):
+    from stitchcuda.ship import bench
+
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(json.dumps({"level": 1, "problem_id": 1, "name": "tiny", "source": TINY.format(batch=4)}) + "\n")
+    seen: list[tuple[str, str]] = []
+    bench.run_suite(suite, tmp_path / "out", bench.BenchOptions(gpus=1, solver="tests.test_terminal:staged_solver"),
+                    log=lambda s: None, stage=lambda pid, text: seen.append((pid, text)))
+    assert [t for _, t in seen] == ["build: capture", "verify: correctness trials and dynamic checks (5 trial(s))"]
+    assert len({pid for pid, _ in seen}) == 1
+    (rec,) = bench.read_results(tmp_path / "out" / "results.jsonl")
+    assert rec["status"] == "passed"
+
+
+def test_bench_refuses_bad_options_before_writing(tmp_path):
+    from stitchcuda.ship import bench
+
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(json.dumps({"level": 1, "problem_id": 1, "name": "tiny", "source": TINY.format(batch=4)}) + "\n")
+    for opts, says in ((bench.BenchOptions(gpus=0), "at least 1"), (bench.BenchOptions(mode="optimize", budget="3q"),
+                                                                     "budget '3q'")):
+        with pytest.raises(stitchcuda.ArgumentError, match=re.escape(says)):
+            bench.run_suite(suite, tmp_path / "out", opts, log=lambda s: None)
+        assert not (tmp_path / "out").exists()

@@ -539,9 +539,8 @@ def _verify(args: argparse.Namespace, ui: UI) -> int:
 
     need_torch("verify")
     with ui.step("verify") as step:
-        step("static rules, build, correctness, timing, profile")
         try:
-            v = verify_program(args.dir, args.reference, _verify_options(args))
+            v = verify_program(args.dir, args.reference, _verify_options(args, progress=step))
         except VerifyEnvironmentError as e:
             part = e.verification.files.markdown if e.verification is not None and e.verification.files else None
             raise CommandError(f"cannot verify here: {e}" + (f" (partial report: {part})" if part else ""),
@@ -582,10 +581,9 @@ def _profile(args: argparse.Namespace, ui: UI) -> int:
 
     need_torch("profile")
     with ui.step("profile") as step:
-        step("build, profile")
         try:
             opts = VerifyOptions(arch=args.arch, profile_runs=args.runs, precision=args.precision,
-                                 command="stitchcuda " + " ".join(sys.argv[1:]))
+                                 command="stitchcuda " + " ".join(sys.argv[1:]), progress=step)
             res = profile_program_dir(args.dir, args.reference, opts)
         except VerifyEnvironmentError as e:
             raise CommandError(f"cannot profile here: {e}", errors.ENVIRONMENT) from None
@@ -670,7 +668,9 @@ def _bench(args: argparse.Namespace, ui: UI) -> int:
     opts = bench.BenchOptions(precision=args.precision, mode=mode, budget=args.budget, gpus=args.gpus,
                               limit=args.limit, ray=args.ray, only=tuple(args.only or ()), solver=args.solver,
                               trials=args.trials, profile=not args.no_profile, compile=not args.no_compile)
-    summary = bench.run_suite(args.suite, args.out, opts, log=ui.info)
+    with ui.live() as show:
+        summary = bench.run_suite(args.suite, args.out, opts, log=lambda text: (show(None), ui.info(text)),
+                                  stage=lambda pid, text: show(f"{pid}: {text}"))
     ui.table(f"{summary.suite}: {summary.total} problem(s), {summary.precision}",
              ["", "value"], summary.rows(), justify=["left", "right"])
     for note in summary.notes:

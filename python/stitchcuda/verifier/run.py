@@ -96,6 +96,26 @@ class VerifyOptions:
     write: bool = True
     command: str = ""
     cupti: bool = True  # False forces the torch.profiler path
+    # told each phase as it starts ("build", "correctness: 5 trials, 4 varied", ...): a command's progress
+    progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+
+
+_CHILD_PHASES = {"setup": "child: reference and program", "correctness": "correctness trials and dynamic checks",
+                 "timing": "timing", "reference_profile": "reference profile", "ceilings": "device ceilings",
+                 "profile": "CUPTI profile"}
+
+
+def _say(o: VerifyOptions, what: str) -> None:
+    if o.progress is not None:
+        o.progress(what)
+
+
+def _child_progress(o: VerifyOptions) -> Callable[[str], None] | None:
+    if o.progress is None:
+        return None
+    trials = f"{o.trials} trial(s)" + (f", {o.varied} varied" if o.varied else "")
+    return lambda phase: o.progress(f"{_CHILD_PHASES.get(phase, phase)}"
+                                    + (f" ({trials})" if phase == "correctness" else ""))
 
 
 @dataclass(frozen=True)
@@ -195,9 +215,10 @@ def _job(prog: mf.ProgramDir, library: Path, spec: ReferenceSpec, o: VerifyOptio
                      device=o.device, cupti=o.cupti)
 
 
-def run_worker(job: WorkerJob, limits: Limits, *, argv: Callable[[], list[str]] = worker_argv) -> ChildOutcome:
+def run_worker(job: WorkerJob, limits: Limits, *, argv: Callable[[], list[str]] = worker_argv,
+               on_phase: Callable[[str], None] | None = None) -> ChildOutcome:
     """Run the worker on ``job`` (sent over its stdin) in an empty folder, under ``limits``."""
-    return run_child(argv(), stdin=job.to_json(), limits=limits, env=clean_env(), token=job.token)
+    return run_child(argv(), stdin=job.to_json(), limits=limits, env=clean_env(), token=job.token, on_phase=on_phase)
 
 
 def _input_problem(out: ChildOutcome) -> None:
@@ -288,6 +309,7 @@ def verify_program(program_dir: str | os.PathLike, reference: str | os.PathLike 
 def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     clock = time.monotonic
     t = clock()
+    _say(o, "inputs: the folder and the reference")
     prog = mf.load_program_dir(program_dir)  # ManifestError: bad input
     manifest = prog.manifest
     spec = resolve_reference(reference, prog.root, manifest)
@@ -304,6 +326,7 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     run.phases.append(PhaseTiming("inputs", clock() - t))
 
     t = clock()
+    _say(o, "static rules")
     static = check_program(prog.root)
     run.findings += static.findings
     run.phases.append(PhaseTiming("static", clock() - t))
@@ -326,6 +349,7 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
         run.inconclusive(problem)
 
     t = clock()
+    _say(o, f"build ({run.arch})")
     try:
         baseline = build_baseline(run.arch) if o.sandbox else None
         built = build_program(prog, run.arch)
@@ -361,7 +385,9 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
             run.notes.append("not run: the built library calls what a program may not")
             return run.finish(build_result(findings=run.findings))
 
-    out = run_worker(_job(prog, built.library, spec, o, "verify", precision, run.seed, run.weights_seed), o.limits)
+    _say(o, "child: reference and program")
+    out = run_worker(_job(prog, built.library, spec, o, "verify", precision, run.seed, run.weights_seed), o.limits,
+                     on_phase=_child_progress(o))
     _input_problem(out)
     _child_phases(run.phases, out, rename={"setup": "setup (child start, reference, program create)"})
     r = out.result or {}

@@ -436,3 +436,17 @@ def test_bench_refuses_bad_options_before_writing(tmp_path):
         with pytest.raises(stitchcuda.ArgumentError, match=re.escape(says)):
             bench.run_suite(suite, tmp_path / "out", opts, log=lambda s: None)
         assert not (tmp_path / "out").exists()
+
+
+def test_a_line_that_does_not_compile_is_a_compile_error_not_cheating(scratch, capfd, nvcc):
+    """``int x = ;`` is also text the static rules refuse (a mutable global); it is a typo first."""
+    work, _ = scratch
+    assert cli.main(["build", "ref.py", "--out", "run/tiny", "-q"]) == errors.OK
+    src = work / "run" / "tiny" / "program.cu"
+    lines = src.read_text().splitlines(keepends=True)
+    src.write_text("".join(lines[:4] + ["int x = ;\n"] + lines[4:]))
+    capfd.readouterr()
+    rc = cli.main(["verify", "run/tiny", "-q"])
+    out = capfd.readouterr().out
+    assert rc == errors.FAILED and "ref: compile error: program.cu:5" in out, out
+    assert "rejected" not in out

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .ship import errors
+from .ship import checks, errors
 from .ship.errors import CommandError
 from .ship.ui import UI
 
@@ -58,109 +58,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         raise UsageError(f"{message} (see: {self.prog} --help)")
-
-
-def _count(low: int = 1):
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"{n} is too small: at least {low}")
-        return n
-    parse.__name__ = "count"
-    return parse
-
-
-def _duration(text: str) -> float:
-    """A budget: 90s, 3m, 1h, 2m30s or plain seconds (the same everywhere)."""
-    from .workflow.state import parse_seconds
-
-    try:
-        return parse_seconds(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _days(text: str) -> float:
-    """An age in days: a finite number, 0 or more (a negative or NaN age would match every entry)."""
-    import math
-
-    try:
-        d = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
-    if not math.isfinite(d) or d < 0:
-        raise argparse.ArgumentTypeError(f"{text}: an age is a finite number of days, 0 or more")
-    return d
-
-
-def _fraction(text: str) -> float:
-    try:
-        f = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= f < 1:
-        raise argparse.ArgumentTypeError(f"{text}: a share from 0 up to (not including) 1")
-    return f
-
-
-def _arch(text: str) -> str:
-    """A CUDA target's name (sm_90); whether this nvcc builds it is checked later, still before any work."""
-    from .pipeline import BuildInputError, check_arch
-
-    try:
-        return check_arch(text, compiling=False)
-    except BuildInputError as e:
-        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
-
-
-def _reference(text: str, what: str = "reference") -> None:
-    """A reference: ``kernelbench:LEVEL:ID`` or an existing .py file (not a folder)."""
-    import re
-
-    if re.fullmatch(r"kernelbench:\d+:\d+", text):
-        return
-    if text.startswith("kernelbench:"):
-        raise CommandError(f"{text}: not a KernelBench name; use kernelbench:LEVEL:ID (e.g. kernelbench:1:19)")
-    p = Path(text)
-    if p.is_dir():
-        raise CommandError(f"{text}: is a folder; the {what} is one KernelBench-format .py file (or kernelbench:LEVEL:ID)")
-    if not p.is_file():
-        raise CommandError(f"{text}: no such {what} file (a KernelBench-format .py file, or kernelbench:LEVEL:ID)")
-
-
-def _program_dir(text: str) -> None:
-    from . import manifest as mf
-
-    p = Path(text)
-    if not p.exists():
-        raise CommandError(f"{text}: program folder not found (stitchcuda build writes one)")
-    if not p.is_dir():
-        raise CommandError(f"{text}: is a file, not a program folder")
-    if not (p / mf.MANIFEST_FILE).is_file():
-        raise CommandError(f"{text}: not a program folder (no {mf.MANIFEST_FILE}; stitchcuda build writes one)")
-
-
-def _out_folder(text: str | None, flag: str = "--out") -> None:
-    """A folder to write into: not a file, nor under one (created only when there is something to write)."""
-    if text is None:
-        return
-    p = Path(text)
-    if p.exists() and not p.is_dir():
-        raise CommandError(f"{flag} {text}: is a file, not a folder")
-    blocker = next((a for a in p.absolute().parents if a.exists() and not a.is_dir()), None)
-    if blocker is not None:
-        raise CommandError(f"{flag} {text}: {blocker} is a file, not a folder")
-
-
-def _nvcc_arch(arch: str | None) -> None:
-    """An --arch this nvcc cannot build is the input's fault; asked before any work (no nvcc: later, exit 3)."""
-    if arch is not None:
-        from .pipeline import check_arch
-
-        check_arch(arch, compiling=True)
 
 
 def _join_dashed_values(top: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -300,10 +197,10 @@ def _gemm_check(line) -> bool:
 
 
 def _check_build(args: argparse.Namespace) -> None:
-    _reference(args.reference)
-    _out_folder(args.out)
+    checks.reference(args.reference)
+    checks.out_folder(args.out)
     if not args.no_compile:
-        _nvcc_arch(args.arch)
+        checks.nvcc_arch(args.arch)
 
 
 def _build(args: argparse.Namespace, ui: UI) -> int:
@@ -394,7 +291,7 @@ def _check_optimize(args: argparse.Namespace) -> None:
     if args.reference is None and not args.resume:
         raise CommandError("give a reference (FILE or kernelbench:LEVEL:ID), or --resume RUN")
     if args.reference is not None:
-        _reference(args.reference)
+        checks.reference(args.reference)
     args.llm = args.llm or os.environ.get("STITCHCUDA_LLM") or None
     if args.llm is not None:
         check_llm_arg(args.llm)
@@ -406,10 +303,10 @@ def _check_optimize(args: argparse.Namespace) -> None:
 
         resolve(out).asked()   # a folder that is not a run: RunError, exit 2
     elif out is not None:
-        _out_folder(out)
+        checks.out_folder(out)
         if (Path(out) / "run.json").is_file():
             raise CommandError(f"--out {out}: already holds a run; resume it (--resume {out}) or choose another --out")
-    _nvcc_arch(args.arch)
+    checks.nvcc_arch(args.arch)
 
 
 def _optimize(args: argparse.Namespace, ui: UI) -> int:
@@ -525,10 +422,10 @@ def _verify_options(args: argparse.Namespace, **extra):
 
 def _check_program_command(args: argparse.Namespace) -> None:
     """verify and profile: a program folder, a reference when one is named, a target nvcc builds."""
-    _program_dir(args.dir)
+    checks.program_dir(args.dir)
     if args.reference is not None:
-        _reference(args.reference, "--reference")
-    _nvcc_arch(args.arch)
+        checks.reference(args.reference, "--reference")
+    checks.nvcc_arch(args.arch)
 
 
 def _verify(args: argparse.Namespace, ui: UI) -> int:
@@ -614,13 +511,13 @@ def _profile(args: argparse.Namespace, ui: UI) -> int:
 def _check_wheel(args: argparse.Namespace) -> None:
     from .ship.wheel import check_name, check_verified, check_version
 
-    _program_dir(args.dir)
+    checks.program_dir(args.dir)
     if args.name is not None:
         check_name(args.name)
     check_version(args.wheel_version)
-    _out_folder(args.out)
+    checks.out_folder(args.out)
     for a in args.arch or ():
-        _nvcc_arch(a)
+        checks.nvcc_arch(a)
     check_verified(args.dir, unverified=args.unverified)
 
 
@@ -647,7 +544,7 @@ def _check_bench(args: argparse.Namespace) -> None:
     if args.budget is not None and not args.optimize:
         raise CommandError("--budget is the --optimize budget per problem; add --optimize (or drop --budget)")
     bench.load_suite(args.suite)          # SuiteError: exit 2, nothing written
-    _out_folder(args.out)
+    checks.out_folder(args.out)
     if args.gpus is not None and not args.ray and not args.solver:
         seen = bench.visible_gpus()
         if seen and args.gpus > len(seen):
@@ -767,7 +664,7 @@ def parser() -> argparse.ArgumentParser:
         return p
 
     p = add("selfcheck", "check the install: runtime, nvcc, example program, GPU", _selfcheck, "stitchcuda selfcheck")
-    p.add_argument("--arch", type=_arch, help="target for the example build (default: the GPU's, else sm_90)")
+    p.add_argument("--arch", type=checks.arch, help="target for the example build (default: the GPU's, else sm_90)")
 
     p = add("build", "reference -> program folder: capture, plan, generate CUDA, compile", _build,
             "stitchcuda build models/gpt_block.py --precision tf32 --out run/gpt_block", _check_build)
@@ -775,7 +672,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", "-p", default="fp32", choices=NAMES,
                    help="precision policy (default fp32: exact fp32 math)")
     p.add_argument("--out", "-o", help="program folder (default run/<name>); replaced whole when the build succeeds")
-    p.add_argument("--arch", type=_arch, help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
+    p.add_argument("--arch", type=checks.arch, help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
     p.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building the model (default 0)")
     p.add_argument("--no-compile", action="store_true", help="write the folder only")
 
@@ -783,16 +680,16 @@ def parser() -> argparse.ArgumentParser:
             "stitchcuda optimize models/gemm_row_sum.py --precision tf32 --budget 3m", _check_optimize)
     p.add_argument("reference", metavar="FILE", nargs="?", help="a KernelBench-format .py file, or kernelbench:LEVEL:ID")
     p.add_argument("--precision", "-p", default="fp32", choices=NAMES, help="precision policy (default fp32)")
-    p.add_argument("--budget", type=_duration, default=None, help="wall time: 90s, 3m, 1h or seconds (default 3m)")
-    p.add_argument("--iterations", type=_count(), default=None, help="at most this many candidates")
-    p.add_argument("--gpu-budget", type=_duration, default=None, help="at most this much judging (Verifier) time")
+    p.add_argument("--budget", type=checks.duration, default=None, help="wall time: 90s, 3m, 1h or seconds (default 3m)")
+    p.add_argument("--iterations", type=checks.count(), default=None, help="at most this many candidates")
+    p.add_argument("--gpu-budget", type=checks.duration, default=None, help="at most this much judging (Verifier) time")
     p.add_argument("--llm", default=None, metavar="FILE.gguf|URL",
                    help="the LLM proposer's model: a GGUF file, or an OpenAI-compatible server on this machine "
                         "(http://127.0.0.1:PORT/v1, e.g. llama.cpp's) (default $STITCHCUDA_LLM; none: no LLM)")
     p.add_argument("--out", "-o", default=None, help="the run folder (default runs/<name>-<precision>-<time>)")
     p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN",
                    help="go on with a run (killed, or given more budget); RUN defaults to --out")
-    p.add_argument("--arch", type=_arch, help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
+    p.add_argument("--arch", type=checks.arch, help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
 
     p = add("runs", "list, show or diff optimisation runs", _runs, "stitchcuda runs diff RUN:c0000 RUN")
     p.add_argument("action", choices=["list", "show", "diff"])
@@ -803,7 +700,7 @@ def parser() -> argparse.ArgumentParser:
             "stitchcuda verify run/gpt_block --trials 5", _check_program_command)
     p.add_argument("dir", help="the program folder (manifest.json, program.cu, weights.safetensors)")
     p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
-    p.add_argument("--trials", type=_count(), default=5, help="random trials (default 5)")
+    p.add_argument("--trials", type=checks.count(), default=5, help="random trials (default 5)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the first trial (default: drawn fresh, written to the report after the run)")
     p.add_argument("--precision", "-p", default=None, choices=NAMES,
@@ -811,22 +708,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-time", action="store_true", help="skip timing")
     p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
-    p.add_argument("--arch", type=_arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
+    p.add_argument("--arch", type=checks.arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
 
     p = add("profile", "CUPTI-profile a program folder (kernels, tasks, roofline)", _profile,
             "stitchcuda profile run/gpt_block --runs 20", _check_program_command)
     p.add_argument("dir", help="the program folder")
     p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
-    p.add_argument("--runs", type=_count(), default=20, help="profiled runs (default 20)")
+    p.add_argument("--runs", type=checks.count(), default=20, help="profiled runs (default 20)")
     p.add_argument("--precision", "-p", default=None, choices=NAMES, help="the policy to judge at (default: the manifest's)")
-    p.add_argument("--arch", type=_arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
+    p.add_argument("--arch", type=checks.arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
 
     p = add("wheel", "package a program folder as a wheel that runs without PyTorch", _wheel,
             "stitchcuda wheel run/gpt_block --name gpt_block --arch sm_90 --arch sm_80  "
             "# then: import gpt_block; m = gpt_block.load(); y = m(x)", _check_wheel)
     p.add_argument("dir", help="a built program folder")
     p.add_argument("--name", help="the Python package name (default: the program's name)")
-    p.add_argument("--arch", action="append", type=_arch, help="a target to include, repeatable (default: the folder's)")
+    p.add_argument("--arch", action="append", type=checks.arch, help="a target to include, repeatable (default: the folder's)")
     p.add_argument("--out", default="dist", help="folder for the wheels (default dist)")
     p.add_argument("--wheel-version", default="0.1.0", help="the program wheel's version (default 0.1.0)")
     p.add_argument("--unverified", action="store_true",
@@ -839,13 +736,13 @@ def parser() -> argparse.ArgumentParser:
     how = p.add_mutually_exclusive_group()
     how.add_argument("--build", action="store_true", help="build_program then verify each problem (the default)")
     how.add_argument("--optimize", action="store_true", help="run the optimisation loop on each problem")
-    p.add_argument("--budget", type=_duration, default=None,
+    p.add_argument("--budget", type=checks.duration, default=None,
                    help="--optimize: budget per problem: 90s, 3m, 1h or seconds (default 3m)")
-    p.add_argument("--gpus", type=_count(), default=None, help="worker processes, one per GPU (default: every visible GPU)")
+    p.add_argument("--gpus", type=checks.count(), default=None, help="worker processes, one per GPU (default: every visible GPU)")
     p.add_argument("--out", "-o", default=None, help="results folder (default bench/<suite>-<precision>); "
                                                     "a rerun skips the problems already there")
-    p.add_argument("--limit", type=_count(), default=None, help="only the first N problems")
-    p.add_argument("--trials", type=_count(), default=5, help="verification trials per problem (default 5)")
+    p.add_argument("--limit", type=checks.count(), default=None, help="only the first N problems")
+    p.add_argument("--trials", type=checks.count(), default=5, help="verification trials per problem (default 5)")
     p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile of each program")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     p.add_argument("--only", action="append", help="only problems whose id contains this text (repeatable)")
@@ -855,7 +752,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = add("cache", "list or clean the build cache", _cache, "stitchcuda cache clean --older-than 30", _check_cache)
     p.add_argument("action", choices=["list", "clean"])
-    p.add_argument("--older-than", type=_days, metavar="DAYS", help="clean: only entries older than this many days")
+    p.add_argument("--older-than", type=checks.days, metavar="DAYS", help="clean: only entries older than this many days")
     p.add_argument("--failed", action="store_true", help="clean: only failed builds")
     p.add_argument("--program", help="clean: only this program's entries")
 

@@ -26,7 +26,7 @@ EXAMPLE = "stitchcuda train run --data train/data --model test --out train/run -
 
 def register(add: Any) -> None:
     """Add the ``train`` subcommand through cli.py's ``add(name, help, func, example)``."""
-    from ..cli import _count, _duration, _fraction
+    from ..ship.checks import count, duration, fraction
     from ..precision import NAMES
 
     p = add("train", "RL for the loop's LLM: dataset, GRPO with LoRA, evaluation, GGUF export", main, EXAMPLE, check)
@@ -34,7 +34,7 @@ def register(add: Any) -> None:
     p.add_argument("sources", nargs="*", help="dataset: .py files, folders, KernelBench .jsonl, kernelbench:L:ID")
     p.add_argument("--runs", nargs="*", default=[], help="dataset: run folders of `stitchcuda optimize`")
     p.add_argument("--precision", "-p", action="append", choices=NAMES, help="dataset: a policy to plan at (repeatable; default fp32)")
-    p.add_argument("--eval-fraction", type=_fraction, default=0.2, help="dataset: share of references held out (default 0.2)")
+    p.add_argument("--eval-fraction", type=fraction, default=0.2, help="dataset: share of references held out (default 0.2)")
     p.add_argument("--eval", action="append", default=[], metavar="NAME", help="dataset: a reference held out by name")
     p.add_argument("--seed", type=int, default=0, help="dataset split and training seed (default 0)")
     p.add_argument("--tokens-of", metavar="GGUF", help="dataset: fit prompts with this model's token counts, "
@@ -43,19 +43,19 @@ def register(add: Any) -> None:
     p.add_argument("--data", help="run / eval: the dataset folder")
     p.add_argument("--model", default="test", help="a GGUF file, a transformers folder, or 'test' (default)")
     p.add_argument("--out", "-o", help="dataset: its folder; run / eval / export: the training folder")
-    p.add_argument("--steps", type=_count(), default=200)
-    p.add_argument("--group", type=_count(2), default=8, help="completions per prompt (default 8)")
-    p.add_argument("--prompts", type=_count(), default=1, help="prompts per step (default 1)")
-    p.add_argument("--max-new-tokens", type=_count(), default=512)
-    p.add_argument("--max-prompt-tokens", type=_count(), default=6144)
+    p.add_argument("--steps", type=count(), default=200)
+    p.add_argument("--group", type=count(2), default=8, help="completions per prompt (default 8)")
+    p.add_argument("--prompts", type=count(), default=1, help="prompts per step (default 1)")
+    p.add_argument("--max-new-tokens", type=count(), default=512)
+    p.add_argument("--max-prompt-tokens", type=count(), default=6144)
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--beta", type=float, default=0.04, help="KL weight (default 0.04)")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--lora-r", type=_count(), default=16)
+    p.add_argument("--lora-r", type=count(), default=16)
     p.add_argument("--kinds", default="body,plan", help="which skills: body, plan or both (default)")
     p.add_argument("--no-grammar", action="store_true", help="sample decisions free, not under the loop's grammar")
-    p.add_argument("--checkpoint-every", type=_count(), default=20)
-    p.add_argument("--time-limit", type=_duration, default=None,
+    p.add_argument("--checkpoint-every", type=count(), default=20)
+    p.add_argument("--time-limit", type=duration, default=None,
                    help="run: stop (checkpointed) before this wall time: 8m, 500s or seconds")
     p.add_argument("--resume", action="store_true", help="run: go on from the latest checkpoint")
     p.add_argument("--device", default=None, help="where the model runs (default: cuda when there is one)")
@@ -64,10 +64,10 @@ def register(add: Any) -> None:
                    help="where bodies run to be judged (cpu: build only)")
     p.add_argument("--level", default="task", choices=["task", "program"],
                    help="task: check_task and task timing; program: also the whole-program Verifier")
-    p.add_argument("--workers", type=_count(), default=4, help="judging children at once (default 4)")
+    p.add_argument("--workers", type=count(), default=4, help="judging children at once (default 4)")
     p.add_argument("--base", action="store_true", help="eval: the base model (adapter off)")
-    p.add_argument("--samples", type=_count(), default=1, help="eval: completions per held-out prompt")
-    p.add_argument("--limit", type=_count(), default=None, help="eval: at most this many held-out prompts")
+    p.add_argument("--samples", type=count(), default=1, help="eval: completions per held-out prompt")
+    p.add_argument("--limit", type=count(), default=None, help="eval: at most this many held-out prompts")
     p.add_argument("--gguf", help="export: the GGUF to write")
     p.add_argument("--gguf-dtype", default="f16", choices=["f16", "f32"])
     p.add_argument("--check", action="store_true", help="export: load the GGUF in llama.cpp and complete a prompt")
@@ -77,12 +77,12 @@ def check(args: argparse.Namespace) -> None:
     """Everything the action names, before transformers is looked for or a folder is made."""
     import re
 
-    from ..cli import _out_folder, _reference
+    from ..ship.checks import out_folder, reference
     from ..ship.errors import CommandError
 
     if not args.out:
         raise CommandError(f"train {args.action} needs --out")
-    _out_folder(args.out)
+    out_folder(args.out)
     if args.action == "dataset":
         if not args.sources and not args.runs:
             raise CommandError("train dataset needs references (files, folders, .jsonl) or --runs")
@@ -90,7 +90,7 @@ def check(args: argparse.Namespace) -> None:
             p = Path(s)
             if re.fullmatch(r"kernelbench:\d+:\d+", s) or p.is_dir() or (p.is_file() and p.suffix == ".jsonl"):
                 continue
-            _reference(s)
+            reference(s)
         for r in args.runs:
             if not (Path(r) / "run.json").is_file():
                 why = "no such folder" if not Path(r).exists() else "not a run folder (no run.json)"
@@ -117,7 +117,7 @@ def check(args: argparse.Namespace) -> None:
     if args.action == "export":
         if not args.gguf:
             raise CommandError("train export needs --gguf FILE")
-        _out_folder(str(Path(args.gguf).parent), "--gguf")
+        out_folder(str(Path(args.gguf).parent), "--gguf")
 
 
 def main(args: argparse.Namespace, ui: Any) -> int:

@@ -178,7 +178,7 @@ def test_cli_wheel_refuses_bad_input(built, tmp_path, capfd):
         err = capfd.readouterr().err
         assert rc == errors.BAD_INPUT and expect in err and len(err.strip().splitlines()) == 1, err
     rc = cli.main(["wheel", str(tmp_path), "-q"])
-    assert rc == errors.BAD_INPUT and "not a program folder (no manifest.json" in capfd.readouterr().err
+    assert rc == errors.BAD_INPUT and "manifest.json: file not found: not a program folder" in capfd.readouterr().err
     assert not (tmp_path / "d").exists()
 
 

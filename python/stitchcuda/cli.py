@@ -660,7 +660,7 @@ def parser() -> argparse.ArgumentParser:
     def add(name: str, help: str, func, example: str, check=None):
         p = sub.add_parser(name, help=help, description=help, parents=[common], epilog=f"example:\n  {example}",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(func=func, check=check)
+        p.set_defaults(func=func, validate=check)   # not "check": train has a --check flag
         return p
 
     p = add("selfcheck", "check the install: runtime, nvcc, example program, GPU", _selfcheck, "stitchcuda selfcheck")
@@ -779,8 +779,8 @@ def main(argv: list[str] | None = None) -> int:
         return errors.BAD_INPUT
     ui = UI(quiet=getattr(args, "quiet", False), json_mode=getattr(args, "json", False))
     try:
-        if args.check is not None:
-            args.check(args)
+        if getattr(args, "validate", None) is not None:
+            args.validate(args)
         return args.func(args, ui)
     except BaseException as e:  # noqa: BLE001 - every failure ends in one line and an exit code
         if isinstance(e, SystemExit):

@@ -89,7 +89,8 @@ def safe_cpu_buffers(llama_cpp: Any):
     Rapids and later); without the extra buffer types the same weights run on the plain CPU kernels.
     llama-cpp-python takes the setting from ``llama_model_default_params()`` only, so that is what
     is wrapped while a model loads. ``STITCHCUDA_LLM_REPACK=1`` keeps repacking."""
-    if os.environ.get("STITCHCUDA_LLM_REPACK", "") not in ("", "0") or not _cpu_has_amx():
+    if (os.environ.get("STITCHCUDA_LLM_REPACK", "") not in ("", "0") or not _cpu_has_amx()
+            or not hasattr(llama_cpp, "llama_model_default_params")):
         yield
         return
     orig = llama_cpp.llama_model_default_params
@@ -240,7 +241,7 @@ class LLM:
             if self.path is None:
                 raise ModelNotFound("replay mode has no model file to load")
             llama_cpp = import_llama_cpp()
-            with safe_cpu_buffers(llama_cpp.llama_cpp):
+            with safe_cpu_buffers(getattr(llama_cpp, "llama_cpp", None)):
                 self._llama = llama_cpp.Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
                                               n_batch=self.n_batch, n_gpu_layers=self.n_gpu_layers,
                                               seed=self.sampling.seed, verbose=self.verbose)

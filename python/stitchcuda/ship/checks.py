@@ -97,7 +97,7 @@ def program_dir(text: str) -> None:
     if not p.is_dir():
         raise CommandError(f"{text}: is a file, not a program folder")
     if not (p / mf.MANIFEST_FILE).is_file():
-        raise CommandError(f"{text}: not a program folder (no {mf.MANIFEST_FILE}; stitchcuda build writes one)")
+        raise CommandError(f"{p / mf.MANIFEST_FILE}: file not found: not a program folder (stitchcuda build writes one)")
 
 
 def out_folder(text: str | None, flag: str = "--out") -> None:

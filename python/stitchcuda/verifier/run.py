@@ -100,6 +100,9 @@ class VerifyOptions:
     progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
+#: Static rules that read the program's structure, which text that does not compile can fool.
+_STRUCTURAL_RULES = frozenset({"host-state-global", "host-state-static-local", "abi-exports", "provenance-coverage"})
+
 _CHILD_PHASES = {"setup": "child: reference and program", "correctness": "correctness trials and dynamic checks",
                  "timing": "timing", "reference_profile": "reference profile", "ceilings": "device ceilings",
                  "profile": "CUPTI profile"}
@@ -332,10 +335,13 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     run.phases.append(PhaseTiming("static", clock() - t))
     run.ran.append("static rules")
     if static.rejected and o.static_gate:
-        # A program that does not compile is judged as that first: the static rules read any text,
-        # and a typo would otherwise be reported as cheating. Compiling runs none of its code.
+        # Rules that read the program's structure (a declaration at file scope, the exported
+        # functions, the task functions) can be fooled by text that is not C++: when only those
+        # refuse it, a program that does not compile is judged as that (a typo is not cheating).
+        # A rule that names a forbidden thing (torch, dlopen, a pointer-keyed cache) stands, unbuilt.
+        structural = all(f.rule in _STRUCTURAL_RULES for f in run.findings if f.severity == "reject")
         try:
-            built = build_program(prog, run.arch)
+            built = build_program(prog, run.arch) if structural else None
         except VerifyEnvironmentError:
             built = None
         if built is not None and not built.ok and not sandbox.link_refused_only_imports(built.output):

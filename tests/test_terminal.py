@@ -267,11 +267,19 @@ def test_every_input_error_is_an_argument_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_optimize_refuses_a_bad_budget_at_once(tmp_path):
+def test_optimize_refuses_bad_arguments_at_once(tmp_path):
+    """Before the reference is captured (which took 7 s) or the run folder is made."""
+    from stitchcuda import workflow  # noqa: F401 - imported first: the time below is the checks'
+
     t0 = time.monotonic()
     for bad in ("abc", -3, 0, "-3m", float("nan")):
         with pytest.raises(stitchcuda.ArgumentError, match="budget"):
             stitchcuda.optimize(str(REPO / "models" / "mlp.py"), budget=bad, out=tmp_path / "run")
+    with pytest.raises(stitchcuda.ArgumentError, match="unknown precision policy 'fp8'"):
+        stitchcuda.optimize(str(REPO / "models" / "mlp.py"), precision="fp8", out=tmp_path / "run")
+    (tmp_path.parent / "not.gguf").write_text("text")
+    with pytest.raises(stitchcuda.ArgumentError, match="not a GGUF file"):
+        stitchcuda.optimize(str(REPO / "models" / "mlp.py"), llm=str(tmp_path.parent / "not.gguf"), out=tmp_path / "run")
     assert time.monotonic() - t0 < 2 and list(tmp_path.iterdir()) == []
 
 

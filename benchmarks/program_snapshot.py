@@ -2,7 +2,7 @@
 
 Captures every problem of KernelBench's ``all.jsonl`` (read at run time) and every reference in
 ``models/`` on the meta device, plans it under each policy and writes the ``program.cu`` it
-codes to ``OUT/<name>_<policy>.cu`` (or ``OUT/<name>_<policy>.err``: the first line of what
+codes to ``OUT/<name>_<policy>.cu`` and the plan to ``.plan.json`` (or ``OUT/<name>_<policy>.err``: the first line of what
 stopped it). ``--compare BEFORE`` then lists the files that differ from an earlier snapshot.
 A refactor that says "nothing changed" shows it here: the same text for every program.
 
@@ -64,6 +64,7 @@ def _one(job: tuple[str, str, tuple[str, ...], str]) -> tuple[str, int, int, flo
             plan = P.plan(cap.graph, pol)
             src = C.code(plan, cap.graph, None, arch="sm_90")
             Path(out, f"{name}_{pol}.cu").write_text(src.program_cu)
+            Path(out, f"{name}_{pol}.plan.json").write_text(plan.to_json())
             ok += 1
         except Exception as e:  # noqa: BLE001
             Path(out, f"{name}_{pol}.err").write_text(f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}\n")

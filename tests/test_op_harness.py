@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from stitchcuda import ops
-from stitchcuda.ops import harness as H
+from stitchcuda.check import harness as H
 
 SEED = 20261122
 

@@ -7,7 +7,6 @@ PyTorch. Tensors cross it through DLPack.
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 __version__ = "0.1.0"
@@ -48,15 +47,9 @@ from ._rt import (  # noqa: E402
     StitchError,
 )
 
+from .device import has_gpu  # noqa: E402
 from .errors import MachineError  # noqa: E402
 from .paths import INCLUDE_DIR, LIB_DIR, PACKAGE_DIR  # noqa: E402,F401
-
-
-def has_gpu() -> bool:
-    """True when a CUDA device is usable."""
-    if os.environ.get("STITCHCUDA_FORCE_NO_GPU") == "1":
-        return False
-    return rt.device_count() > 0
 
 
 def __getattr__(name: str):

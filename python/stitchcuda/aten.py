@@ -7,14 +7,18 @@ Split from :mod:`stitchcuda.frontend`, which re-exports every public name here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 
+from . import ops
 from .ir import Graph
+from .recurrent import RECURRENT_OPS
 from .reference import CaptureError
+from .stateful import attribute_location
 
 # --------------------------------------------------------------------------------------
 # Operators
@@ -39,9 +43,7 @@ class _Registry:
     (:func:`stitchcuda.ops.supported`), so an op added to the registry is accepted at once."""
 
     def __iter__(self):
-        from .ops import supported
-
-        return iter(supported())
+        return iter(ops.supported())
 
     def __repr__(self) -> str:
         return "stitchcuda.ops.supported()"
@@ -142,5 +144,109 @@ def check_supported(graph: Graph, supported_ops: Iterable[str] = SUPPORTED_OPS) 
     return [UnsupportedOp(n.op, n.name, n.source) for n in graph.nodes if n.op not in supported]
 
 
+# --------------------------------------------------------------------------------------
+# Recurrent layers: refused before export, shapes only while exporting
+# --------------------------------------------------------------------------------------
+
+
+def refuse_unsupported_recurrent(model, name: str) -> None:
+    """Raise :class:`UnsupportedOpError` for recurrent modules the lowering does
+    not compute: ``proj_size > 0`` (LSTM projections), dropout between layers in training mode
+    (random masks inside the operator), and subclasses of ``nn.RNNBase`` that are not
+    ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM`` themselves or override their forward."""
+    from torch import nn
+
+    found = []
+    for path, module in model.named_modules():
+        if not isinstance(module, nn.RNNBase):
+            continue
+        base = next((c for c in type(module).__mro__ if c in (nn.RNN, nn.GRU, nn.LSTM)), None)
+        kind = type(module).__name__
+        why = ""
+        if base is None or type(module).forward is not base.forward:
+            why = "a recurrent module other than nn.RNN, nn.GRU or nn.LSTM (or with its own forward)"
+        elif getattr(module, "proj_size", 0):
+            why = f"an LSTM with proj_size={module.proj_size} (projections are not supported)"
+        elif module.dropout > 0 and module.training and module.num_layers > 1:
+            why = (f"dropout={module.dropout} between layers in training mode draws random masks inside the "
+                   "recurrent operator; call .eval() or use dropout=0")
+        if why:
+            found.append(UnsupportedOp(op=f"nn.{base.__name__ if base else 'RNNBase'}", node=path,
+                                       where=attribute_location(model, path, kind), reason=why))
+    if found:
+        raise UnsupportedOpError(name, found)
+
+
+@contextlib.contextmanager
+def recurrent_shapes_only() -> Iterator[None]:
+    """While capturing, compute a recurrent operator's result on fake (or meta) tensors from its
+    shapes alone.
+
+    ``torch.export`` keeps the operator as one node but, to know its result's shape, runs PyTorch's
+    Python decomposition on fake tensors — every step of every layer, twice (export, then
+    ``run_decompositions``): half a minute for one small GRU, minutes for a KernelBench LSTM. The
+    shapes need none of that. For the length of the block this puts a shape function in the places
+    fake-tensor dispatch looks (the operator's Python kernels for the composite, autograd and meta
+    keys, and torch's meta table); real tensors still take PyTorch's own implementation. These are
+    torch internals: where they are not as expected nothing is changed, and capture is only slower.
+    """
+    saved: list[tuple[Any, Any, Any]] = []
+    saved_meta: list[tuple[Any, Any]] = []
+    try:
+        from torch._C import DispatchKey
+        from torch._decomp import meta_table
+
+        keys = (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd, DispatchKey.Meta)
+        for op in recurrent_aten_ops():
+            original = op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)
+            if original is None:
+                continue
+            fn = _shape_function(op, original)
+            for k in keys:
+                if k in op.py_kernels:
+                    saved.append((op, k, op.py_kernels[k]))
+                    op.py_kernels[k] = fn
+            saved_meta.append((op, meta_table.get(op)))
+            meta_table[op] = fn
+            op._dispatch_cache.clear()
+    except (ImportError, AttributeError):  # another torch: keep its (slower) path
+        pass
+    try:
+        yield
+    finally:
+        for op, k, original in saved:
+            op.py_kernels[k] = original
+            op._dispatch_cache.clear()
+        for op, previous in saved_meta:
+            if previous is None:
+                meta_table.pop(op, None)
+            else:
+                meta_table[op] = previous
+
+
+def _shape_function(op, original):
+    lstm = "lstm" in str(op)
+
+    def run(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if not isinstance(input, FakeTensor) and input.device.type != "meta":
+            return original(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        h0 = hx[0] if isinstance(hx, (list, tuple)) else hx
+        width = (2 if bidirectional else 1) * h0.shape[-1]
+        out = input.new_empty((*input.shape[:2], width))  # [T, B] or [B, T]: the input's own order
+        if lstm:
+            return out, h0.new_empty(h0.shape), hx[1].new_empty(hx[1].shape)
+        return out, h0.new_empty(h0.shape)
+
+    return run
+
+
+def recurrent_aten_ops() -> tuple:
+    """The ATen overloads of :data:`~stitchcuda.recurrent.RECURRENT_OPS` this torch has."""
+    return tuple(op for op in map(resolve_op, RECURRENT_OPS) if op is not None)
+
+
 __all__ = ["PRESERVED_OPS", "SUPPORTED_OPS", "UnsupportedOp", "UnsupportedOpError", "check_supported",
-           "decomposition_table", "op_name", "resolve_op"]
+           "decomposition_table", "op_name", "resolve_op", "refuse_unsupported_recurrent", "recurrent_shapes_only",
+           "recurrent_aten_ops"]

@@ -100,7 +100,7 @@ def _install() -> str:
 
 
 def _runtime_version() -> str:
-    from . import rt
+    from . import _rt as rt
 
     return rt.version()
 
@@ -226,7 +226,7 @@ def load(result: BuildResult):
     """The ``stitchcuda.rt.ProgramLibrary`` of a successful build."""
     if not result.ok or not result.library:
         raise RuntimeError(f"no library to load: {result.message}")
-    from . import rt
+    from . import _rt as rt
 
     return rt.ProgramLibrary(result.library)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -20,6 +21,15 @@ from typing import Any, Callable
 from .fsutil import atomic_write_text
 from .paths import cache_dir
 from .precision import get as _policy
+
+
+def has_gpu() -> bool:
+    """True when a CUDA device is usable (``STITCHCUDA_FORCE_NO_GPU=1`` says there is none)."""
+    from . import _rt  # the native binding: loaded when a device is asked about
+
+    if os.environ.get("STITCHCUDA_FORCE_NO_GPU") == "1":
+        return False
+    return _rt.device_count() > 0
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from . import recurrent as _recurrent
+from . import aten
 from . import stateful as _stateful
 from .aten import (_DROPPED_ARGS, _TORCH_DIR, PRESERVED_OPS, SUPPORTED_OPS, UnsupportedOp,  # noqa: F401 - re-exported
                    UnsupportedOpError, check_supported, decomposition_table, op_name, resolve_op)
@@ -108,7 +108,7 @@ def capture(
 
     Non-tensor inputs are baked into the graph as constants. Raises
     :class:`UnsupportedOpError` when the model holds recurrent layers the lowering does not
-    compute (checked before export; :func:`stitchcuda.recurrent.refuse_unsupported`), keeps state in a plain tensor attribute that forward
+    compute (checked before export; :func:`stitchcuda.aten.refuse_unsupported_recurrent`), keeps state in a plain tensor attribute that forward
     changes (unless ``state="lift"``: each such attribute becomes an extra input, its value
     before the call, and an extra output, its value after; :mod:`stitchcuda.stateful`), or —
     unless ``supported_ops`` is None — uses operators outside ``supported_ops``; raises
@@ -117,7 +117,7 @@ def capture(
     """
     if state not in ("refuse", "lift"):
         raise ValueError(f"state={state!r}: 'refuse' or 'lift'")
-    _recurrent.refuse_unsupported(model, name)
+    aten.refuse_unsupported_recurrent(model, name)
     inputs = tuple(example_inputs)
     lifted: tuple[StateIO, ...] = ()
     notes: tuple[str, ...] = ()
@@ -220,7 +220,7 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = F
     attributes = _plain_tensor_attributes(model)
     noise = io.StringIO()  # what export prints on a failure (graph dumps): replaced by one message
     try:
-        with warnings.catch_warnings(record=True) as caught, _quiet_torch(noise), _recurrent.shapes_only():
+        with warnings.catch_warnings(record=True) as caught, _quiet_torch(noise), aten.recurrent_shapes_only():
             warnings.simplefilter("always")
             exported = torch.export.export(model, inputs, strict=False)
         sys.stderr.write(noise.getvalue())
@@ -239,7 +239,7 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], name: str, lift: bool = F
                 raise _StateFound(list(dict.fromkeys(assigned + changed)), error)
             raise error
         _replay_warnings(caught)
-        with warnings.catch_warnings(record=True) as caught, _recurrent.shapes_only():
+        with warnings.catch_warnings(record=True) as caught, aten.recurrent_shapes_only():
             warnings.simplefilter("always")
             exported = exported.run_decompositions(decomposition_table())
         _replay_warnings(caught)
@@ -353,7 +353,7 @@ def _draws(op: torch._ops.OpOverload, fx: torch.fx.Node) -> bool:
     if "dropout_p" in names:
         bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
         return bound["dropout_p"] != 0.0
-    if op in _recurrent.aten_ops():  # dropout between layers: only while training, only with p > 0
+    if op in aten.recurrent_aten_ops():  # dropout between layers: only while training, only with p > 0
         bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
         return bool(bound["train"]) and bound["dropout"] != 0.0 and bound["num_layers"] > 1
     return True

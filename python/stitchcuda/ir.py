@@ -130,6 +130,15 @@ class Node:
     def has_attr(self, key: str) -> bool:
         return any(k == key for k, _ in self.attrs)
 
+    def scalar(self, key: str) -> float | None:
+        """A numeric attribute as a float (bools as 0/1), or None."""
+        v = self.attr(key)
+        if isinstance(v, bool):
+            return float(v)
+        if isinstance(v, (int, float)):
+            return float(v)
+        return None
+
     @property
     def attrs_dict(self) -> dict[str, AttrValue]:
         return dict(self.attrs)

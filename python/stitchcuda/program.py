@@ -64,7 +64,7 @@ class Program:
     """A loaded program: its manifest, weights and library; an instance per device on demand."""
 
     def __init__(self, root: Path, manifest: mf.Manifest, library_path: str, weights: list[Any]):
-        from . import rt
+        from . import _rt as rt
 
         self.root = Path(root)
         self.manifest = manifest
@@ -184,7 +184,7 @@ class Program:
         return outs, stream, dev.index or 0, ins
 
     def _rt_io(self, tensors, out, device):
-        from . import rt
+        from . import _rt as rt
 
         device = rt.get_device() if device is None else device
         ins = []
@@ -222,7 +222,7 @@ def _prebuilt(root: Path, m: mf.Manifest, arch: str) -> str | None:
         record = json.loads(rec.read_text())
     except (OSError, ValueError):
         return None
-    from . import rt
+    from . import _rt as rt
 
     if record.get("source_hash") != m.source_hash or record.get("arch") != arch or \
             record.get("runtime") != rt.version():
@@ -232,7 +232,7 @@ def _prebuilt(root: Path, m: mf.Manifest, arch: str) -> str | None:
 
 def write_build_record(root: Path, m: mf.Manifest, result: _build.BuildResult) -> None:
     """Next to a program.so copied into its folder: what it was built from."""
-    from . import rt
+    from . import _rt as rt
     from .fsutil import atomic_write_text
 
     rec = {"source_hash": m.source_hash, "arch": result.arch, "runtime": rt.version(), "cache_key": result.key}

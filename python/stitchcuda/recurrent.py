@@ -6,24 +6,21 @@ the flat weight list, and the layer count, direction, ``batch_first`` flags); on
 core-ATen decomposition would unroll it into a node set per time step (tens of thousands of
 nodes). Capture keeps these four operators (:data:`RECURRENT_OPS`, in
 :data:`stitchcuda.aten.PRESERVED_OPS`), so a recurrent module is one graph node whose weights are
-ordinary program weights, and the planner lowers it as a recurrence (:mod:`stitchcuda.plan.
-lower_recurrent`). This module owns what capture and the planner share about such a node:
+ordinary program weights, and the planner lowers it as a recurrence
+(:mod:`stitchcuda.kinds.recurrent`). This module owns what the planner and the plan interpreter
+read of such a node (capture's side — refusing what the lowering does not compute, computing only
+shapes while exporting — is in :mod:`stitchcuda.aten`):
 
 * :func:`recurrence` reads a node into a :class:`Recurrence` (mode, layers, directions,
   ``batch_first``, sizes, and which graph tensor is which weight);
-* :func:`refuse_unsupported` refuses, before export, the recurrent modules the lowering does not
-  compute (projections, live dropout between layers, subclasses with their own forward);
-* :func:`shapes_only` spares capture PyTorch's step-by-step decomposition where only shapes are
-  needed;
 * :func:`cell` is the one statement of each mode's cell, in float64, for the plan interpreter
   and the tests (PyTorch's formulas, including GRU's ``n = tanh(x_n + r * (W_hn h + b_hn))``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator
+
 from .ir import Node
 
 #: The recurrent ATen operators capture keeps whole, and their mode.
@@ -134,108 +131,4 @@ def cell(mode: str, gx, gh, h, c=None):
     return (a.tanh() if mode == "rnn_tanh" else a.clamp_min(0)), None
 
 
-def refuse_unsupported(model, name: str) -> None:
-    """Raise :class:`~stitchcuda.aten.UnsupportedOpError` for recurrent modules the lowering does
-    not compute: ``proj_size > 0`` (LSTM projections), dropout between layers in training mode
-    (random masks inside the operator), and subclasses of ``nn.RNNBase`` that are not
-    ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM`` themselves or override their forward."""
-    from torch import nn
-
-    from .aten import UnsupportedOp, UnsupportedOpError
-    from .stateful import attribute_location
-
-    found = []
-    for path, module in model.named_modules():
-        if not isinstance(module, nn.RNNBase):
-            continue
-        base = next((c for c in type(module).__mro__ if c in (nn.RNN, nn.GRU, nn.LSTM)), None)
-        kind = type(module).__name__
-        why = ""
-        if base is None or type(module).forward is not base.forward:
-            why = "a recurrent module other than nn.RNN, nn.GRU or nn.LSTM (or with its own forward)"
-        elif getattr(module, "proj_size", 0):
-            why = f"an LSTM with proj_size={module.proj_size} (projections are not supported)"
-        elif module.dropout > 0 and module.training and module.num_layers > 1:
-            why = (f"dropout={module.dropout} between layers in training mode draws random masks inside the "
-                   "recurrent operator; call .eval() or use dropout=0")
-        if why:
-            found.append(UnsupportedOp(op=f"nn.{base.__name__ if base else 'RNNBase'}", node=path,
-                                       where=attribute_location(model, path, kind), reason=why))
-    if found:
-        raise UnsupportedOpError(name, found)
-
-
-@contextlib.contextmanager
-def shapes_only() -> Iterator[None]:
-    """While capturing, compute a recurrent operator's result on fake (or meta) tensors from its
-    shapes alone.
-
-    ``torch.export`` keeps the operator as one node but, to know its result's shape, runs PyTorch's
-    Python decomposition on fake tensors — every step of every layer, twice (export, then
-    ``run_decompositions``): half a minute for one small GRU, minutes for a KernelBench LSTM. The
-    shapes need none of that. For the length of the block this puts a shape function in the places
-    fake-tensor dispatch looks (the operator's Python kernels for the composite, autograd and meta
-    keys, and torch's meta table); real tensors still take PyTorch's own implementation. These are
-    torch internals: where they are not as expected nothing is changed, and capture is only slower.
-    """
-    saved: list[tuple[Any, Any, Any]] = []
-    saved_meta: list[tuple[Any, Any]] = []
-    try:
-        from torch._C import DispatchKey
-        from torch._decomp import meta_table
-
-        keys = (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd, DispatchKey.Meta)
-        for op in aten_ops():
-            original = op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)
-            if original is None:
-                continue
-            fn = _shape_function(op, original)
-            for k in keys:
-                if k in op.py_kernels:
-                    saved.append((op, k, op.py_kernels[k]))
-                    op.py_kernels[k] = fn
-            saved_meta.append((op, meta_table.get(op)))
-            meta_table[op] = fn
-            op._dispatch_cache.clear()
-    except (ImportError, AttributeError):  # another torch: keep its (slower) path
-        pass
-    try:
-        yield
-    finally:
-        for op, k, original in saved:
-            op.py_kernels[k] = original
-            op._dispatch_cache.clear()
-        for op, previous in saved_meta:
-            if previous is None:
-                meta_table.pop(op, None)
-            else:
-                meta_table[op] = previous
-
-
-def _shape_function(op, original):
-    lstm = "lstm" in str(op)
-
-    def run(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        if not isinstance(input, FakeTensor) and input.device.type != "meta":
-            return original(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-        h0 = hx[0] if isinstance(hx, (list, tuple)) else hx
-        width = (2 if bidirectional else 1) * h0.shape[-1]
-        out = input.new_empty((*input.shape[:2], width))  # [T, B] or [B, T]: the input's own order
-        if lstm:
-            return out, h0.new_empty(h0.shape), hx[1].new_empty(hx[1].shape)
-        return out, h0.new_empty(h0.shape)
-
-    return run
-
-
-def aten_ops() -> tuple:
-    """The ATen overloads of :data:`RECURRENT_OPS` this torch has."""
-    from .aten import resolve_op
-
-    return tuple(op for op in map(resolve_op, RECURRENT_OPS) if op is not None)
-
-
-__all__ = ["RECURRENT_OPS", "GATES", "LayerWeights", "Recurrence", "recurrence", "cell", "refuse_unsupported",
-           "shapes_only", "aten_ops"]
+__all__ = ["RECURRENT_OPS", "GATES", "LayerWeights", "Recurrence", "recurrence", "cell"]

@@ -64,7 +64,8 @@ def default_arch() -> str:
     env = os.environ.get("STITCHCUDA_ARCH")
     if env:
         return env
-    from . import has_gpu, rt
+    from . import _rt as rt
+    from .device import has_gpu
 
     if has_gpu():
         major, minor = rt.device_info(0)["compute_capability"]

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from stitchcuda import ops
-from stitchcuda.ops import harness as H
+from stitchcuda.check import harness as H
 
 pytestmark = pytest.mark.gpu
 SEED = 20261122

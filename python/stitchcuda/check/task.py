@@ -124,7 +124,7 @@ HOLD_CURRENT_STREAM: Callable[[], None] | None = None
 
 
 def _has_gpu() -> bool:
-    from .. import has_gpu
+    from ..device import has_gpu
 
     return has_gpu()
 

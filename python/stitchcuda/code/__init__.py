@@ -20,7 +20,7 @@ from .. import manifest as mf
 from ..ir import Graph
 from ..plan.specs import Plan
 from .contract import Param, TaskContract, contract
-from .render import CodeError, flit, render_instrs
+from ..kinds.cxx import CodeError, flit, render_instrs
 from .skeleton import GENERATOR, Skeleton
 
 

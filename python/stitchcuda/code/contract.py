@@ -16,8 +16,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from .. import kinds
+from ..dtypes import SIZES as _SIZES
 from ..dtypes import ctype as _ctype
+from ..kinds.cxx import ident
 from ..layout import View
+from ..serial import to_jsonable
 from ..plan.specs import Buffer, Plan, Task
 
 
@@ -115,12 +119,14 @@ class TaskContract:
 
 def spec_views(spec: Any) -> Iterator[tuple[str, View, str]]:
     """Every tensor view of a task spec as (field, view, role), in a fixed order: reads, then
-    writes, then scratch."""
+    writes, then scratch (which fields a kind writes and uses as scratch: its ``writes`` and
+    ``scratch``)."""
+    kind = kinds.of_spec(spec)
     reads, writes, scratch = [], [], []
     for f in dataclasses.fields(spec):
         v = getattr(spec, f.name)
         if isinstance(v, View):
-            (writes if f.name in _WRITTEN else scratch if f.name in _SCRATCH else reads).append((f.name, v))
+            (writes if f.name in kind.writes else scratch if f.name in kind.scratch else reads).append((f.name, v))
         elif isinstance(v, tuple) and v and isinstance(v[0], View):
             reads.extend((f"{f.name}[{i}]", x) for i, x in enumerate(v))
         elif isinstance(v, tuple) and v and dataclasses.is_dataclass(v[0]) and hasattr(v[0], "src"):
@@ -133,11 +139,6 @@ def spec_views(spec: Any) -> Iterator[tuple[str, View, str]]:
         yield f, v, "out"
     for f, v in scratch:
         yield f, v, "scratch"
-
-
-#: Spec fields a task writes, and its scratch workspaces.
-_WRITTEN = frozenset({"out", "o", "blocks", "scale", "shift", "hn", "cn"})
-_SCRATCH = frozenset({"workspace"})
 
 
 def param_name(field: str) -> str:
@@ -165,14 +166,14 @@ def contract(plan: Plan, task: Task | str) -> TaskContract:
             if a.buffer == c.buffer and _overlap(a, c):
                 aliases.append((a.name, c.name))
     policy = getattr(t.params, "policy", plan.policy)
-    spec = json.dumps(_jsonable(t.params), separators=(",", ":"))
+    spec = json.dumps(to_jsonable(t.params), separators=(",", ":"))
     return TaskContract(plan.name, t.name, function_name(t.name), t.strategy, t.phase, t.covers, tuple(params),
                         tuple(aliases), policy, spec, t.note)
 
 
 def function_name(task: str) -> str:
-    s = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in task)
-    return s if s and not s[0].isdigit() else "_" + s
+    """The C++ name of a task's function."""
+    return ident(task) or "_"
 
 
 def _overlap(a: Param, b: Param) -> bool:
@@ -182,15 +183,7 @@ def _overlap(a: Param, b: Param) -> bool:
 
 
 def _size(dtype: str) -> int:
-    from ..dtypes import SIZES
-
-    return SIZES[dtype]
-
-
-def _jsonable(spec: Any) -> Any:
-    from ..serial import to_jsonable
-
-    return to_jsonable(spec)
+    return _SIZES[dtype]
 
 
 __all__ = ["Param", "TaskContract", "contract", "spec_views", "param_name", "function_name"]

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from .elementwise import Lowering, num  # (importing .elementwise registers its entries)
 from . import pointwise  # (importing .pointwise registers the long tail of pointwise entries)
 from .epilogue import EPILOGUES, EpKind
-from .registry import A, ATEN, INSTRS, AtenOp, Domain, Instr, elementwise, registered, version
+from .registry import A, ATEN, INSTRS, AtenOp, Domain, EpOp, EwInstr, Instr, elementwise, registered, version
 from .structural import TRANSPARENT  # (importing .structural registers its entries)
 
 SDPA = A + "scaled_dot_product_attention.default"
@@ -68,12 +68,10 @@ def supported() -> frozenset[str]:
 
 def lower(node: Any, operands: dict[str, str], in_dtype: Callable[[int], str], arg_of: Callable[..., Any],
           base: int) -> list | None:
-    """The instructions computing elementwise ``node`` (:class:`~stitchcuda.plan.specs.EwInstr`
+    """The instructions computing elementwise ``node`` (:class:`EwInstr`
     list, results numbered from ``base``; the last is the node's value), or None when its
     arguments are outside what the instructions compute. ``operands`` maps input tensors to
     references; ``arg_of(node, names)`` is the planner's schema-argument binding."""
-    from ..plan.specs import EwInstr
-
     e = ATEN.get(node.op)
     if e is None or e.kind != "elementwise":
         return None
@@ -108,11 +106,9 @@ def lower(node: Any, operands: dict[str, str], in_dtype: Callable[[int], str], a
 
 
 def epilogue_of(node: Any, in_dtype: Callable[[int], str], arg_of: Callable[..., Any]):
-    """The runtime epilogue op (:class:`~stitchcuda.plan.specs.EpOp`) computing elementwise
+    """The runtime epilogue op (:class:`EpOp`) computing elementwise
     ``node`` applied to its only tensor operand, when the registry allows it in a GEMM's
     chain; else None."""
-    from ..plan.specs import EpOp
-
     e = ATEN.get(node.op)
     if e is None or not e.chain or len(node.inputs) != 1:
         return None
@@ -129,6 +125,6 @@ def epilogue_of(node: Any, in_dtype: Callable[[int], str], arg_of: Callable[...,
     return EpOp(i.epilogue, params[0], params[1])
 
 
-__all__ = ["pointwise", "A", "SDPA", "CAT", "TRANSPARENT", "ATEN", "INSTRS", "AtenOp", "Instr", "Domain", "EpKind", "EPILOGUES",
+__all__ = ["pointwise", "A", "SDPA", "CAT", "TRANSPARENT", "ATEN", "INSTRS", "AtenOp", "Instr", "Domain", "EwInstr", "EpOp", "EpKind", "EPILOGUES",
            "Lowering", "elementwise", "registered", "version", "aten", "kind", "args", "instr", "of_kind", "supported",
            "lower", "epilogue_of"]

@@ -29,6 +29,28 @@ KINDS = ("elementwise", "view", "gemm", "row", "batch_norm", "attention", "cat",
          "gather", "iota", "scatter", "conv", "recurrent")
 
 
+EwArg = str  # "a<k>": input k, "t<k>": instruction k's result, "c<k>": the instruction's const k
+
+
+@dataclass(frozen=True)
+class EwInstr:
+    """One fp32 operation of a generated elementwise expression: instruction ``op`` (an
+    :class:`Instr`'s name) over ``args`` (:data:`EwArg` references) and constants ``consts``."""
+
+    op: str
+    args: tuple[str, ...]
+    consts: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class EpOp:
+    """One op of the runtime's fused GEMM epilogue chain: ``st_ep_kind`` name without ``ST_EP_``."""
+
+    kind: str
+    a: float = 0.0
+    b: float = 0.0
+
+
 @dataclass(frozen=True)
 class Domain:
     """Where an instruction's tests sample: uniform in [lo, hi] (per operand), plus the IEEE

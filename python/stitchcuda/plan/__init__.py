@@ -5,16 +5,18 @@ takes frozen values and gives frozen values:
 
 1. :mod:`.rewrite` — library choices made on every graph (a pointwise convolution as a GEMM), and
    exact algebraic rewrites the constraints ask for (graph -> graph);
-2. :mod:`.match` — *check* that every op is one the registry maps, then multi-node patterns
-   (attention, RMS norm, logsumexp, tanh-GELU, batch norm) become one proto each;
-3. :mod:`.fuse` — reductions take their unary neighbours as hooks, GEMMs their epilogue
-   chains, the remaining elementwise ops are grouped: every node is now in a proto
-   (:class:`~.protos.Fused`);
+2. :mod:`.match` — *check* that every op is one the registry maps, then the task kinds' pattern
+   rules (attention, RMS norm, logsumexp, tanh-GELU, batch / group norm) make one proto each;
+3. :mod:`.fuse` — the kinds' node rules: reductions take their unary neighbours as hooks, GEMMs
+   their epilogue chains, the remaining elementwise ops are grouped: every node is now in a proto
+   (:class:`~.fused.Fused`);
 4. :mod:`.place` — where a task could write its result so that no copy is needed;
 5. :mod:`.schedule` (before) — the order tasks run in and when each tensor is last read;
-6. :mod:`.lower` (+ :mod:`.lower_gemm`, :mod:`.lower_ops`) — protos become tasks with specs
-   over concrete layouts (:mod:`.specs`);
-7. :mod:`.schedule` (after) — covering, names, costs (:mod:`.cost`), arena offsets, CUDA graph.
+6. :mod:`.lower` — each proto becomes tasks, by its kind, with specs over concrete layouts;
+7. :mod:`.schedule` (after) — covering, costs (:mod:`.cost`), arena offsets, CUDA graph.
+
+What a kind of task is — its claim rule, lowering, cost, interpreter and renderer — lives in one
+module of :mod:`stitchcuda.kinds`; the passes here dispatch through that registry.
 
 The result is a frozen, JSON-serialisable :class:`~.specs.Plan`; ``str(plan)`` is a readable
 table. The planner never imports PyTorch.
@@ -25,27 +27,41 @@ from __future__ import annotations
 import dataclasses
 
 from .. import layout as L
+from .. import ops
 from ..device import DEFAULT as _DEFAULT_CEILINGS
 from ..device import H100, H200, Ceilings
 from ..ir import Graph
+from ..kinds import TaskSpec
+from ..kinds.arg import ArgSpec
+from ..kinds.attention import (ATTENTION_EFFICIENCY, ATTENTION_HEAD_DIMS, ATTENTION_MASK_CELL, GEMM_EFFICIENCY,
+                               AttentionMaskBlocksSpec, AttentionSpec, attention_time)
+from ..kinds.axis import AxisSpec
+from ..kinds.conv import ConvSpec
+from ..kinds.copy import CopyItem, CopySpec
+from ..kinds.elementwise import EwSpec
+from ..kinds.gather import GatherSpec
+from ..kinds.gemm import MAX_CHAIN, GemmSpec
+from ..kinds.iota import IotaSpec
+from ..kinds.norm import BnStatsSpec, GroupStatsSpec
+from ..kinds.pool import PoolSpec
+from ..kinds.recurrent import RecurrentSpec
+from ..kinds.row import RowSpec
+from ..kinds.scan import ScanSpec
+from ..ops import EpOp, EwInstr
 from ..precision import NAMES as POLICIES
 from ..precision import get as get_policy
 from . import buffers as _buffers
 from . import place as _place
 from . import schedule as _schedule
-from .claims import Claims
 from .constraints import Choices, ConstraintError, Constraints, STRATEGIES
-from .cost import ATTENTION_EFFICIENCY, ATTENTION_HEAD_DIMS, ATTENTION_MASK_CELL, GEMM_EFFICIENCY, attention_time
-from .fuse import MAX_CHAIN, fuse
+from .cost import node_cost
+from .fuse import fuse
 from .graph import GraphIndex
-from .lower import Lowerer
+from .lower import lower
 from .match import match
 from .rewrite import REWRITES, apply_always, apply_rewrites
 from .schedule import GRAPH_MIN_TASKS
-from .specs import (ARENA_ALIGN, GENERATOR, SCHEMA, ArgSpec, AttentionMaskBlocksSpec, AttentionSpec, AxisSpec,
-                    BnStatsSpec, Buffer, ConvSpec, CopyItem, CopySpec, EpOp, EwInstr, EwSpec, GatherSpec, GemmSpec,
-                    GroupStatsSpec, IOSpec, IotaSpec, NodeCost, Plan, PlanError, PoolSpec, RecurrentSpec, RowSpec, ScanSpec,
-                    Task, TaskSpec)
+from .specs import ARENA_ALIGN, GENERATOR, SCHEMA, Buffer, IOSpec, NodeCost, Plan, PlanError, Task
 
 #: Kept for readers of older code: the one ceilings type.
 DeviceCeilings = Ceilings
@@ -75,29 +91,15 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
     graph = apply_rewrites(graph, constraints.rewrites)
     ix = GraphIndex(graph)
     ix.synthetic_cover.update((n, [origin]) for n, origin in chosen.items() if origin in reference_nodes)
-    cl = Claims(ix, pol.name, constraints)
-    match(ix, cl, ceil)
-    ix.freeze()
-    fuse(cl)
-    # A task raised above a 16-bit policy keeps its results in float32.
-    for pr in cl.protos:
-        task_policy = getattr(pr, "policy", "") or pol.name
-        if get_policy(task_policy).storage != pol.storage:
-            cl.keep_f32.update(pr.outs)
-    fused = cl.result()
+    fused = fuse(match(ix, pol.name, constraints, ceil), constraints, ceil)
 
     alloc = _buffers.Alloc(fused)
     tensors = _buffers.Tensors(fused)
     inputs, outputs, weights, views = _io_buffers(graph, alloc, pol)
     targets = _place.targets(fused, alloc, tensors, pol.storage_of)
-    order = _schedule.order(fused, tensors)
-    lw = Lowerer(fused, alloc, tensors, targets, _schedule.last_reads(fused, tensors, order))
-    lw.views.update(views)
-    for rank, idx in enumerate(order):
-        lw.emit(idx, rank)
-    lw.output_copies()
-    tasks = _schedule.cover_views(fused, lw.tasks, lw.touch, tensors, lw.cats_in_place)
-    tasks = _schedule.finish(fused, tasks, lw.touch, ceil)
+    lowered = lower(fused, alloc, tensors, targets, _schedule.order(fused, tensors), views)
+    tasks = _schedule.cover_views(fused, lowered.tasks, lowered.touched, tensors, lowered.cats_in_place)
+    tasks = _schedule.finish(fused, tasks, lowered.touched, ceil)
     arena = _schedule.arena(tasks, alloc.buffers)
     used = {b for t in tasks for b in t.inputs + t.outputs}
     bufs = tuple(arena.get(b.name, b) for b in alloc.buffers.values()
@@ -108,7 +110,6 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
     if graphed:
         notes.append("the run is captured as a CUDA graph on its second call with the same stream and "
                      "buffers, and replayed after that")
-    from .cost import node_cost
 
     # One cost per reference node: a rewrite's new nodes count towards the node they came from.
     merged: dict[str, NodeCost] = {}
@@ -159,8 +160,6 @@ def _io_buffers(graph: Graph, alloc: _buffers.Alloc, pol):
 def choices(graph: Graph) -> Choices:
     """What may be constrained when planning ``graph``: its nodes, the strategy options of the
     nodes the planner decides something about, and the rewrites that apply."""
-    from .. import ops
-
     strat = []
     for n in graph.nodes:
         if n.op in (ops.A + "_softmax.default", ops.SDPA):

@@ -1,6 +1,6 @@
 """Buffers and the walks between tensors that *place*, *lower* and *schedule* share.
 
-Takes a :class:`~.protos.Fused`; gives :class:`Alloc`, the buffer table the back half fills in
+Takes a :class:`~.fused.Fused`; gives :class:`Alloc`, the buffer table the back half fills in
 order (the program's inputs, weights and outputs first, then a buffer per materialised tensor:
 ``t_<tensor>`` in the arena, ``c<k>_<tensor>`` computed at create), and :class:`Tensors`, the
 answers to "which proto materialises this tensor" and "which materialised tensors does this
@@ -14,15 +14,10 @@ from typing import Any, Sequence
 from .. import layout as L
 from .. import ops
 from ..ir import TensorSpec
+from ..kinds.cxx import ident
 from ..layout import View
-from .protos import Fused
+from .fused import Fused
 from .specs import Buffer
-
-
-def ident(name: str) -> str:
-    """A C identifier made of ``name``."""
-    s = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    return s if not s or not s[0].isdigit() else "_" + s
 
 
 class Alloc:

@@ -1,9 +1,11 @@
-"""Claims: the protos a pass has made so far and which proto claimed each node.
+"""Claims: the context the kinds' claim rules work in, while *match* and *fuse* run.
 
-Takes a :class:`~.graph.GraphIndex` and (optionally) the previous pass's result; gives the
-builder *match* and *fuse* add protos to, with the queries both need (is a node still free,
-which elementwise nodes can join a group, a task's readable name). A pass ends by turning its
-builder into a frozen :class:`~.protos.Fused`.
+Takes a :class:`~.graph.GraphIndex`, the policy, the constraints, the ceilings and (optionally)
+the previous pass's result; gives the builder the claim rules (:class:`stitchcuda.kinds.ClaimRule`)
+add protos to, with the queries they need (is a node still free, the unary hooks around a node,
+which elementwise nodes can join a group, a task's readable name, the policy a task computes
+at). A pass ends by turning its builder into a frozen :class:`~.fused.Fused`; the builder never
+leaves the pass.
 """
 
 from __future__ import annotations
@@ -11,17 +13,25 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from .. import ops
+from ..device import Ceilings
 from ..ir import Node
+from ..kinds import AnyProto
+from ..precision import get as get_policy
 from .constraints import Constraints
+from .fused import Fused
 from .graph import GraphIndex
-from .protos import AnyProto, Fused
 from .specs import PlanError
+
+A = ops.A
 
 
 class Claims:
-    def __init__(self, index: GraphIndex, policy: str, constraints: Constraints, prev: Fused | None = None):
+    def __init__(self, index: GraphIndex, policy: str, constraints: Constraints, ceil: Ceilings,
+                 prev: Fused | None = None):
         self.ix = index
         self.policy = policy
+        self.storage = get_policy(policy).storage
+        self.ceil = ceil
         self.constraints = constraints
         self.unfuse = frozenset(constraints.unfuse)
         self.protos: list[AnyProto] = list(prev.protos) if prev else []
@@ -54,7 +64,49 @@ class Claims:
         """Whether a fused task over ``nodes`` would absorb a node the constraints keep apart."""
         return any(n in self.unfuse and n != anchor for n in self.ix.expand(nodes))
 
-    # ------------------------------------------------------------------ elementwise groups
+    def used(self, t: str) -> bool:
+        """Whether someone reads tensor ``t`` (a node, or the caller as a graph output)."""
+        return bool(self.ix.users.get(t)) or t in self.ix.graph_outputs
+
+    # ------------------------------------------------------------------ hooks and elementwise groups
+
+    def hooks(self, n: Node, x: str, out: str) -> tuple[list[str], str, list[str], str]:
+        """The unary elementwise nodes right before ``n`` on its input ``x`` (its prologue hook,
+        in order) and right after its output ``out`` (its epilogue hook): (prologue node names,
+        the tensor the prologue reads, epilogue node names, the tensor the epilogue writes)."""
+        ix = self.ix
+        pro: list[Node] = []
+        t = x
+        if n.name not in self.unfuse:
+            while True:
+                p = ix.producer.get(t)
+                if p is None or not self.free(p) or not self.hookable(p) or ix.only_user(t) is None:
+                    break
+                pro.append(p)
+                t = p.inputs[0]
+        pro.reverse()
+        x = t if pro else x
+        epi: list[str] = []
+        t = out
+        while True:
+            u = ix.only_user(t)
+            if u is None or not self.free(u) or not self.hookable(u):
+                break
+            epi.append(u.name)
+            t = u.outputs[0].name
+        return [p.name for p in pro], x, epi, t
+
+    def hookable(self, node: Node) -> bool:
+        """An elementwise node with exactly one tensor operand and a float result."""
+        if ops.kind(node.op) != "elementwise" or node.op in (A + "where.self", A + "scalar_tensor.default",
+                                                             A + "full.default"):
+            return False
+        if node.op.startswith("stitch.") or len(node.inputs) != 1 or node.name in self.unfuse:
+            return False
+        out = node.outputs[0]
+        if out.dtype != "float32" or self.ix.spec(node.inputs[0]).dtype != "float32":
+            return False
+        return self.ix.shape(node.inputs[0]) == out.shape
 
     def pull_ew_group(self, root: Node, outside_ok: set[str], limit: int) -> list[str]:
         """Elementwise nodes feeding ``root`` that no one else needs, root included, in order.

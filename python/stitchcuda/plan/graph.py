@@ -17,12 +17,7 @@ from ..ir import Graph, Node, TensorSpec
 
 def scalar_attr(node: Node, key: str) -> float | None:
     """A numeric attribute of ``node`` as a float (bools as 0/1), or None."""
-    v = node.attr(key)
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)):
-        return float(v)
-    return None
+    return node.scalar(key)
 
 
 class GraphIndex:

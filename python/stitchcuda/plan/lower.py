@@ -1,44 +1,56 @@
 """Pass 6, *lower*: protos become tasks — specs over concrete layouts of concrete buffers.
 
-Takes the :class:`~.protos.Fused` protos in the order *schedule* chose, the *place* targets and
-the buffer table; gives the tasks (each with its spec: :mod:`.specs`) and, per task, the tensors
-it touched (for *schedule*'s covering). A layout op's result is its input's layout transformed
+Takes the :class:`~.fused.Fused` protos in the order *schedule* chose, the *place* targets and
+the buffer table; gives :class:`Lowered`: the tasks (each with its kind's spec:
+:mod:`stitchcuda.kinds`), uniquely named, and per task name the tensors it touched (for
+*schedule*'s covering). Each proto is lowered by its kind (:func:`stitchcuda.kinds.lowering`),
+through the helpers of :class:`Lowerer`: a layout op's result is its input's layout transformed
 (:mod:`stitchcuda.layout`), or — when strides cannot express it — the layout of a contiguous
-copy made by a copy task placed before the reader. A task writes its placement target when its
+copy made by a copy task placed before the reader; a task writes its placement target when its
 kernel can write that layout, else over an input that dies with it (in place), else a fresh
-buffer. The per-kind emitters are in :mod:`.lower_gemm`, :mod:`.lower_ops`, :mod:`.lower_tail` and
-:mod:`.lower_conv` and :mod:`.lower_recurrent`.
+buffer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .. import kinds
 from .. import layout as L
 from .. import ops
 from ..ir import Node
+from ..kinds import AnyProto
+from ..kinds.copy import CopySpec, copy_item
 from ..layout import View
+from ..ops import EwInstr
 from ..precision import get as get_policy
 from .buffers import Alloc, Tensors, ident
+from .fused import Fused
 from .place import Targets
-from .protos import AnyProto, Fused
-from .specs import CopyItem, CopySpec, EwInstr, PlanError, Task
+from .schedule import last_reads
+from .specs import PlanError, Task
 
 A = ops.A
 
 
-def copy_item(src: View, dst: View) -> CopyItem:
-    if src.shape != dst.shape:
-        raise AssertionError(f"copy of {src.shape} into {dst.shape}")
-    shape, (ss, ds) = L.coalesce(src.shape, src.strides, dst.strides)
-    if len(shape) > 6:
-        raise AssertionError("copy with more than 6 dims after coalescing")
-    return CopyItem(src, dst, shape, ss, ds)
+@dataclass(frozen=True)
+class Lowered:
+    """What *lower* gives: the tasks in run order, uniquely named; per task name the tensors it
+    touched (what *schedule*'s covering reads); the ``cat`` nodes whose parts were all written in
+    place, with their parts."""
+
+    tasks: tuple[Task, ...]
+    touched: Mapping[str, frozenset[str]]
+    cats_in_place: tuple[tuple[str, tuple[str, ...]], ...]
 
 
 class Lowerer:
+    """The helpers a kind's lowering works through (``lw`` in :mod:`stitchcuda.kinds`), and the
+    tasks it has made so far; :meth:`emit` lowers one proto, :meth:`result` ends the pass."""
+
     def __init__(self, fused: Fused, alloc: Alloc, tensors: Tensors, targets: Targets,
                  last_read: dict[str, float]):
         self.f = fused
@@ -55,7 +67,7 @@ class Lowerer:
         self.views: dict[str, View] = {}
         self.tasks: list[Task] = []
         self.copies: dict[str, str] = {}  # view-failed tensor -> its contiguous copy
-        self.touch: dict[int, set[str]] = {}  # id(task) -> tensors it touches
+        self.touched: list[set[str]] = []  # per task of self.tasks, the tensors it touches
         self.cats_in_place: list[tuple[str, list[str]]] = []  # (cat node, parts) written in their slots
         self.inplace_used: set[str] = set()
         self.rank = 0
@@ -200,9 +212,15 @@ class Lowerer:
         pre.append(self.copy_task(f"{verb}_{ident(x)}", [], src, dst, phase, note=why))
         return name
 
+    def task(self, name: str, covers: Sequence[str], inputs: Sequence[str], outputs: Sequence[str], spec: Any, *,
+             phase: str = "run", note: str = "") -> Task:
+        """A task of ``spec``'s kind (its strategy is the kind's)."""
+        return Task(name, kinds.of_spec(spec).strategy, tuple(covers), tuple(inputs), tuple(outputs), spec,
+                    phase=phase, note=note)
+
     def copy_task(self, name: str, covers: list[str], src: View, dst: View, phase: str, note: str = "") -> Task:
         spec = CopySpec("copy", (copy_item(src, dst),))
-        return Task(name, "copy", tuple(covers), (src.buffer,), (dst.buffer,), spec, phase=phase, note=note)
+        return self.task(name, covers, (src.buffer,), (dst.buffer,), spec, phase=phase, note=note)
 
     def fresh_rows(self, tensor: str, dtype: str, shape: Sequence[int], phase: str) -> View:
         """A fresh buffer for a synthetic tensor (rows written before a copy back, a workspace)."""
@@ -243,15 +261,15 @@ class Lowerer:
         self.views[t] = v
         return v
 
-    def add(self, pr: AnyProto, name: str, strategy: str, spec: Any, reads: Iterable[View | None],
-            writes: Iterable[View | None], touched: Iterable[str] = (), covers: Sequence[str] | None = None,
-            note: str = "") -> None:
+    def add(self, pr: AnyProto, name: str, spec: Any, reads: Iterable[View | None], writes: Iterable[View | None],
+            touched: Iterable[str] = (), covers: Sequence[str] | None = None, note: str = "") -> None:
+        """A task of ``pr`` computing ``spec`` (reading and writing those views); ``touched``: the
+        graph tensors it reads or writes, which *schedule* follows back through layout ops."""
         reads = [v for v in reads if v is not None]
         writes = [v for v in writes if v is not None]
         covers = self.ix.expand(list(pr.nodes) if covers is None else list(covers))
-        t = Task(name, strategy, tuple(dict.fromkeys(covers)), tuple(dict.fromkeys(v.buffer for v in reads)),
-                 tuple(dict.fromkeys(v.buffer for v in writes)), spec, phase=pr.phase, note=note)
-        self.tasks.append(t)
+        t = self.task(name, tuple(dict.fromkeys(covers)), tuple(dict.fromkeys(v.buffer for v in reads)),
+                      tuple(dict.fromkeys(v.buffer for v in writes)), spec, phase=pr.phase, note=note)
         tt = set(touched)
         for x in list(tt):
             tt.update(self.tensors.chain(x))
@@ -259,31 +277,29 @@ class Lowerer:
             while y in self.target_from:
                 y = self.target_from[y]
                 tt.add(y)
-        self.touch[id(t)] = tt
+        self.append(t, tt)
+
+    def append(self, task: Task, touched: Iterable[str] = ()) -> None:
+        """Add a task as it is (a copy after a kernel that wrote a fresh buffer)."""
+        self.tasks.append(task)
+        self.touched.append(set(touched))
 
     # ------------------------------------------------------------------ driving
 
     def emit(self, idx: int, rank: int) -> None:
-        from . import lower_conv, lower_gemm, lower_ops, lower_recurrent, lower_tail
-
+        """Lower proto ``idx`` (the ``rank``-th to run) by its kind: the copies it needs first,
+        then its own tasks."""
         self.rank = rank
         pr = self.f.protos[idx]
         pre: list[Task] = []
         before = len(self.tasks)
-        emitter = {"GemmProto": lower_gemm.emit_gemm, "EwProto": lower_ops.emit_ew, "RowProto": lower_ops.emit_row,
-                   "AxisProto": lower_ops.emit_axis, "AttnProto": lower_ops.emit_attn,
-                   "BnStatsProto": lower_ops.emit_bn_stats, "CatProto": lower_ops.emit_cat,
-                   "GroupStatsProto": lower_tail.emit_group_stats, "PoolProto": lower_tail.emit_pool,
-                   "ScanProto": lower_tail.emit_scan, "ArgProto": lower_tail.emit_arg,
-                   "GatherProto": lower_tail.emit_gather, "IotaProto": lower_tail.emit_iota,
-                   "ScatterProto": lower_tail.emit_scatter, "ConvProto": lower_conv.emit_conv,
-                   "RecurrentProto": lower_recurrent.emit_recurrent}[type(pr).__name__]
-        emitter(self, pr, pre)
-        new = self.tasks[before:]
-        del self.tasks[before:]
-        pre = [t if t.covers else dataclasses.replace(t, covers=tuple(self.ix.expand(pr.nodes))) for t in pre]
-        self.tasks.extend(pre)
+        kinds.lowering(pr)(self, pr, pre)
+        new, new_touched = self.tasks[before:], self.touched[before:]
+        del self.tasks[before:], self.touched[before:]
+        for t in pre:
+            self.append(t if t.covers else dataclasses.replace(t, covers=tuple(self.ix.expand(pr.nodes))))
         self.tasks.extend(new)
+        self.touched.extend(new_touched)
 
     def output_copies(self) -> None:
         """A copy task for every graph output its producer could not write in place."""
@@ -296,8 +312,35 @@ class Lowerer:
             if src.buffer == dst.buffer and src.offset == 0 and L.same_strides(src.shape, src.strides, dst.strides):
                 continue
             task = self.copy_task(f"output_{ident(t)}", [], src, dst, "run", note=f"output {i}")
-            self.tasks.append(task)
-            self.touch[id(task)] = set(self.tensors.chain(t))
+            self.append(task, self.tensors.chain(t))
+
+    def result(self) -> Lowered:
+        """The pass's result: the tasks named uniquely (a repeated name gets ``_1``, ``_2``, ... in
+        run order), the tensors each touched by its name."""
+        seen: dict[str, int] = {}
+        tasks, touched = [], {}
+        for t, tt in zip(self.tasks, self.touched):
+            base = ident(t.name) or "task"
+            name = base
+            while name in seen:
+                seen[base] += 1
+                name = f"{base}_{seen[base]}"
+            seen.setdefault(name, 0)
+            tasks.append(dataclasses.replace(t, name=name))
+            touched[name] = frozenset(tt)
+        return Lowered(tuple(tasks), touched, tuple((c, tuple(p)) for c, p in self.cats_in_place))
 
 
-__all__ = ["Lowerer", "copy_item"]
+def lower(fused: Fused, alloc: Alloc, tensors: Tensors, targets: Targets, order: Sequence[int],
+          views: Mapping[str, View]) -> Lowered:
+    """Lower every proto of ``fused`` in ``order`` (see the module docstring); ``views``: the
+    layouts of the program's inputs and weights."""
+    lw = Lowerer(fused, alloc, tensors, targets, last_reads(fused, tensors, list(order)))
+    lw.views.update(views)
+    for rank, idx in enumerate(order):
+        lw.emit(idx, rank)
+    lw.output_copies()
+    return lw.result()
+
+
+__all__ = ["Lowerer", "Lowered", "lower"]

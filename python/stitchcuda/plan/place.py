@@ -1,6 +1,6 @@
 """Pass 4, *place*: where each task could write its result so that no copy is needed.
 
-Takes the :class:`~.protos.Fused` protos, the buffer table (:class:`~.buffers.Alloc`, which
+Takes the :class:`~.fused.Fused` protos, the buffer table (:class:`~.buffers.Alloc`, which
 already holds the program's inputs, weights and outputs) and :class:`~.buffers.Tensors`; gives
 :class:`Targets`: for a tensor, the layout (a :class:`~stitchcuda.layout.View` into a graph
 output's buffer or a ``cat``'s slot) its producer should write, traced back through the layout
@@ -19,7 +19,7 @@ from .. import ops
 from ..ir import Node
 from ..layout import View
 from .buffers import Alloc, Tensors
-from .protos import Fused
+from .fused import Fused
 
 A = ops.A
 

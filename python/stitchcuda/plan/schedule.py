@@ -1,11 +1,11 @@
 """Pass 5, *schedule*: the order tasks run in, and what follows from it.
 
-Before lowering — :func:`order` takes the :class:`~.protos.Fused` protos and gives them in
+Before lowering — :func:`order` takes the :class:`~.fused.Fused` protos and gives them in
 dependency order (create-phase tasks first, then by reference order), and :func:`last_reads`
 the rank of the last task that reads each materialised tensor (for in-place writes).
 
 After lowering — :func:`finish` takes the lowered tasks and gives them covering every reference
-node (a layout op by the first task that reads or writes through it), named uniquely, costed
+node (a layout op by the first task that reads or writes through it) and costed
 (FLOPs, bytes, roofline time, bound: :mod:`.cost`); :func:`arena` gives arena offsets by
 liveness (first fit, 256-byte aligned: buffers whose lifetimes overlap never share bytes); and
 :data:`GRAPH_MIN_TASKS` decides whether the program captures its run as a CUDA graph.
@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from ..device import Ceilings
-from .buffers import Tensors, ident
+from .buffers import Tensors
 from .cost import spec_cost
-from .protos import EwProto, Fused
+from ..kinds.elementwise import EwProto
+from .fused import Fused
 from .specs import ARENA_ALIGN, Buffer, Task
 
 #: A run with at least this many tasks is captured as a CUDA graph (launch-bound otherwise).
@@ -79,8 +80,8 @@ def last_reads(fused: Fused, tensors: Tensors, ranks: list[int]) -> dict[str, fl
     return last
 
 
-def cover_views(fused: Fused, tasks: list[Task], touch: Mapping[int, set[str]], tensors: Tensors,
-                cats_in_place: Iterable[tuple[str, list[str]]]) -> list[Task]:
+def cover_views(fused: Fused, tasks: Sequence[Task], touch: Mapping[str, frozenset[str]], tensors: Tensors,
+                cats_in_place: Iterable[tuple[str, Sequence[str]]]) -> list[Task]:
     """Every reference node must be covered: a layout op by the first task that reads or
     writes a tensor through it; a cat written in place by the tasks that wrote its parts."""
     g = fused.index.g
@@ -88,7 +89,7 @@ def cover_views(fused: Fused, tasks: list[Task], touch: Mapping[int, set[str]], 
     extra: dict[int, list[str]] = defaultdict(list)
     by_out: dict[str, int] = {}
     for i, t in enumerate(tasks):
-        for x in touch.get(id(t), ()):
+        for x in touch.get(t.name, ()):
             by_out.setdefault(x, i)
     for cat, parts in cats_in_place:
         for x in parts:
@@ -130,26 +131,19 @@ def cover_views(fused: Fused, tasks: list[Task], touch: Mapping[int, set[str]], 
     return out
 
 
-def finish(fused: Fused, tasks: list[Task], touch: Mapping[int, set[str]], ceil: Ceilings) -> list[Task]:
-    """Unique names, costs, and covers for tasks that had none (layout copies)."""
+def finish(fused: Fused, tasks: Sequence[Task], touch: Mapping[str, frozenset[str]], ceil: Ceilings) -> list[Task]:
+    """Costs, and covers for tasks that had none (layout copies)."""
     g = fused.index.g
-    seen: dict[str, int] = {}
     out = []
     for t in tasks:
-        name = ident(t.name) or "task"
-        if name in seen:
-            seen[name] += 1
-            name = f"{name}_{seen[name]}"
-        else:
-            seen[name] = 0
-        flops, nbytes, peak = spec_cost(t.params, fused.policy, ceil)
+        flops, nbytes, peak = spec_cost(t.params, ceil)
         ct = flops / peak if peak else 0.0
         mt = nbytes / ceil.bandwidth
         bound = "compute" if ct > mt else "memory"
         if not t.covers:
-            tt = touch.get(id(t), set())
+            tt = touch.get(t.name, frozenset())
             t = dataclasses.replace(t, covers=tuple(n.name for n in g.nodes if any(o.name in tt for o in n.outputs)))
-        out.append(dataclasses.replace(t, name=name, flops=int(flops), bytes=int(nbytes), est_time_s=max(ct, mt),
+        out.append(dataclasses.replace(t, flops=int(flops), bytes=int(nbytes), est_time_s=max(ct, mt),
                                        bound=bound))
     return out
 

@@ -1,0 +1,176 @@
+"""Reductions over a middle run of dims through reduce.cuh's axis kernel: x as [outer, red, inner],
+out as [outer, inner] (``sum``, ``mean``, ``max``, ``min``).
+
+Claimed by :mod:`.row`'s rule (a reduction over a contiguous run of non-trailing dims, or a whole
+large tensor to one value). Lowering: the three groups of dims must each collapse to one stride,
+else x is copied first; an integer result is reduced in float32 and cast; a long reduced axis
+may split over blocks through a workspace (reduce.cuh decides by the device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .. import layout as L
+from ..dtypes import ctype
+from ..layout import View
+from ..ops import EwInstr
+from . import cxx
+from .base import FLOAT_DTYPES, Proto, TaskKind, reduction_hooks, view_bytes
+
+
+@dataclass(frozen=True)
+class AxisSpec:
+    """reduce.cuh's middle-axis reduction: x as [outer, red, inner], out as [outer, inner];
+    ``workspace`` (fp32, ``workspace_floats``) lets a long reduced axis split over blocks."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "axis")
+
+    kind: str
+    op: str
+    x: View
+    outer: int
+    red: int
+    inner: int
+    in_so: int
+    in_sr: int
+    in_si: int
+    out: View
+    out_so: int
+    out_si: int
+    workspace: View | None = None
+    workspace_floats: int = 0
+    prologue: tuple[EwInstr, ...] = ()
+    epilogue: tuple[EwInstr, ...] = ()
+
+
+@dataclass(frozen=True)
+class AxisProto(Proto):
+    """A reduction over the contiguous run of dims ``d0:d1`` in the middle of x."""
+
+    op: str = ""
+    x: str = ""
+    out: str = ""
+    d0: int = 0
+    d1: int = 0
+    pro: tuple[str, ...] = ()
+    epi: tuple[str, ...] = ()
+    op_pro: tuple[EwInstr, ...] = ()
+    op_epi: tuple[EwInstr, ...] = ()
+
+
+# ---------------------------------------------------------------------- lower
+
+
+def lower_axis(lw, pr: AxisProto, pre: list) -> None:
+    x_t, out_t = pr.x, pr.out
+    d0, d1 = pr.d0, pr.d1
+    pro, epi = reduction_hooks(lw, pr)
+    vx = lw.read(x_t, pre, pr.phase)
+
+    def groups(v: View):
+        return (L.collapse(v.shape[:d0], v.strides[:d0]), L.collapse(v.shape[d0:d1], v.strides[d0:d1]),
+                L.collapse(v.shape[d1:], v.strides[d1:]))
+
+    gs = groups(vx)
+    if any(g is None for g in gs) or vx.dtype not in FLOAT_DTYPES:
+        c = lw.copy_contiguous(x_t, vx, pre, pr.phase, why="reduction groups must collapse",
+                               dtype=None if vx.dtype in FLOAT_DTYPES else "float32")
+        vx = lw.views[c]
+        gs = groups(vx)
+    (outer, so), (red, sr), (inner, si) = gs
+    xs = vx.shape
+    ow = d0
+
+    def out_groups(v: View):
+        if len(v.shape) == len(xs):  # keepdim
+            return L.collapse(v.shape[:d0], v.strides[:d0]), L.collapse(v.shape[d1:], v.strides[d1:])
+        return L.collapse(v.shape[:ow], v.strides[:ow]), L.collapse(v.shape[ow:], v.strides[ow:])
+
+    vo = lw.out_view(pr, out_t, lambda tv: all(g is not None for g in out_groups(tv)) and
+                        tv.dtype in FLOAT_DTYPES)
+    post = None
+    if vo.dtype not in FLOAT_DTYPES:  # an integer result: reduced in float32, then cast
+        tmp = lw.alloc.add_tensor(f"{out_t}_f32", vo.shape, "float32")
+        post = (lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase), vo)
+        lw.views[tmp] = post[0]
+        vo = post[0]
+    (o_o, out_so), (o_i, out_si) = out_groups(vo)
+    if inner <= 1:
+        si, out_si = 1, 1
+    if outer <= 1:
+        so, out_so = 0, 0
+    ws_floats = _axis_workspace_floats(outer, red, inner, si, so, sr, vx.itemsize)
+    ws = None
+    if ws_floats:
+        wt = lw.alloc.add_tensor(f"{out_t}_ws", (ws_floats,), "float32")
+        ws = lw.alloc.fresh(wt, "float32", (ws_floats,), pr.phase)
+        lw.views[wt] = ws
+    spec = AxisSpec("axis", pr.op, vx, outer, red, inner, so, sr, si, vo, out_so, out_si, ws, ws_floats,
+                    pro, epi)
+    lw.add(pr, pr.name, spec, [vx], [vo] + ([ws] if ws else []),
+              touched=list(pr.ins) + [out_t, x_t])
+    if post is not None:
+        lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
+                                     note="casts the float32 result to the reference's dtype"))
+
+
+def _axis_workspace_floats(outer: int, red: int, inner: int, si: int, so: int, sr: int, itemsize: int) -> int:
+    """Upper bound of reduce.cuh's reduce_axis_workspace_floats over both vector widths."""
+    best = 0
+    for vec in (1, 16 // itemsize):
+        if vec > 1 and not (si == 1 and inner % vec == 0 and so % vec == 0 and sr % vec == 0):
+            continue
+        ivec = inner // vec if vec else inner
+        bx = 32 if ivec >= 32 else 1 << max(0, (max(ivec, 1) - 1).bit_length())
+        tiles = outer * (-(-ivec // bx))
+        max_by = 256 // bx
+        splits = 1
+        if tiles < 512:
+            by_rows = -(-red // (max_by * 8))
+            want = -(-1024 // max(tiles, 1))
+            splits = max(1, min(want, by_rows))
+        rps = -(-red // splits)
+        splits = -(-red // rps)
+        if splits > 1:
+            best = max(best, splits * outer * inner)
+    return best
+
+
+# ---------------------------------------------------------------------- cost, interpret, render
+
+
+def cost_axis(spec: AxisSpec, ceil) -> tuple[float, float, float]:
+    n = spec.outer * spec.red * spec.inner
+    return float(n * (1 + len(spec.prologue))), view_bytes(spec.x) + view_bytes(spec.out), ceil.fp32
+
+
+def interpret_axis(mem, s: AxisSpec) -> None:
+    x = mem.hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
+    r = {"sum": x.sum(1), "mean": x.mean(1), "max": x.amax(1), "min": x.amin(1)}[s.op]
+    mem.write(s.out, mem.hook(s.epilogue, r), (s.outer, s.inner), (s.out_so, s.out_si))
+
+
+_AXIS_OP = {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min"}
+
+
+def render_axis(t, a: AxisSpec, n, fn: str) -> tuple[list[str], list[str]]:
+    pre: list[str] = []
+    hk = ""
+    if a.prologue or a.epilogue:
+        pre, hk = cxx.hooks(fn, a.prologue, a.epilogue)
+    tin, tout = ctype(a.x.dtype), ctype(a.out.dtype)
+    ws = f"{n('workspace')}, {a.workspace_floats}" if a.workspace is not None else "nullptr, 0"
+    body = [f"  const stitch::AxisParams<{tin}, {tout}> ap{{{n('x')}, {a.outer}, {a.red}, {a.inner}, "
+            f"{a.in_so}, {a.in_sr}, {a.in_si},",
+            f"                                       {n('out')}, {a.out_so}, {a.out_si}, {ws}}};",
+            f"  return cuda_check(stitch::launch_reduce_axis<stitch::AxisOp::{_AXIS_OP[a.op]}>(ap, stream{hk}),",
+            f'                    "{t.name}");']
+    return pre, body
+
+
+AXIS = TaskKind("axis", AxisSpec, "reduction_template", cost_axis, interpret_axis, render_axis,
+                lowers=((AxisProto, lower_axis),), headers=("stitch/reduce.cuh",))
+
+__all__ = ["AxisSpec", "AxisProto", "AXIS"]

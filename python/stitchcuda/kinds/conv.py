@@ -1,0 +1,284 @@
+"""Convolutions through cuDNN (the runtime's ``st_conv``): 1- to 3-d, grouped, dilated, transposed.
+
+Claim: every free convolution, in graph order, before the reductions and GEMMs (so that a
+reduction's prologue hook does not take its activation first), with the activation right after it
+(ReLU, GELU, sigmoid, tanh, or SiLU written as ``x * sigmoid(x)``) for cuDNN's fused epilogue.
+
+Lowering: the dense channels-first operands st_conv takes (strategy ``cudnn_conv``: the runtime's
+cuDNN plan, cached by shape, on the runtime's per-stream workspace). cuDNN reads x, w and bias and
+writes out dense and in one storage type (the policy's): an operand that is a strided view or in
+another dtype is copied (cast) first, and an output whose placement target is not dense (a slot of
+a concatenation, a tensor kept in float32 under a 16-bit policy) is written to a fresh buffer and
+copied back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from .. import layout as L
+from .. import ops
+from ..dtypes import st_enum
+from ..ir import Node
+from ..layout import View
+from ..precision import get as get_policy
+from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, int_list, view_bytes
+
+A = ops.A
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """``out = activation(conv(x, w) + bias)`` through st_conv (cuDNN): PyTorch's convolution
+    over ``len(in_size)`` spatial dims, or its transposed form. x is [batch, in_channels,
+    *in_size], w [out_channels, in_channels / groups, *kernel] ([in_channels, out_channels /
+    groups, *kernel] when ``transposed``), out [batch, out_channels, *out_size]: all dense
+    channels-first, in the storage type of ``policy`` (bias too: one value per output channel).
+    ``activation``: ``none``, ``relu``, ``gelu`` (erf), ``gelu_tanh``, ``silu``, ``sigmoid``,
+    ``tanh``. The workspace is the runtime's (per stream), the plan cached by shape."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "conv")
+
+    kind: str
+    policy: str
+    x: View
+    w: View
+    out: View
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    in_size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    output_padding: tuple[int, ...]
+    transposed: bool = False
+    bias: View | None = None
+    activation: str = "none"
+
+    @property
+    def out_size(self) -> tuple[int, ...]:
+        return tuple(self.out.shape[2:])
+
+
+@dataclass(frozen=True)
+class ConvProto(Proto):
+    """``out = activation(conv(x, w) + bias)``: PyTorch's convolution (``transposed``: its
+    transposed form) over the last ``len(stride)`` dims, with cuDNN's fused activation
+    (``none``, ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``, ``tanh``) taking the
+    elementwise node(s) after it."""
+
+    x: str = ""
+    w: str = ""
+    bias: str | None = None
+    out: str = ""
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    output_padding: tuple[int, ...] = ()
+    transposed: bool = False
+    groups: int = 1
+    activation: str = "none"
+    policy: str = ""
+
+
+# ---------------------------------------------------------------------- claim
+
+
+#: Elementwise ops cuDNN's convolution epilogue computes (st_activation), by ATen overload.
+_CONV_ACT = {A + "relu.default": "relu", A + "sigmoid.default": "sigmoid", A + "tanh.default": "tanh",
+             A + "silu.default": "silu"}
+
+
+def claim(cx) -> None:
+    """Claim every free convolution, in graph order, with the activation after it."""
+    ix = cx.ix
+    for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
+        if ops.kind(n.op) == "conv" and cx.free(n):
+            _conv(cx, n)
+
+
+def _conv(cx, n: Node) -> None:
+    ix = cx.ix
+    a = ix.args(n, ops.args(n.op))
+    x, w = a["input"][1], a["weight"][1]
+    bias = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
+    nsp = len(ix.shape(w)) - 2
+    if not 1 <= nsp <= 3:
+        raise cx.fail(n, f"a convolution over {nsp} spatial dims (cuDNN: 1 to 3)")
+    if len(ix.shape(x)) != nsp + 2:
+        raise cx.fail(n, f"a {nsp}-d convolution of a {len(ix.shape(x))}-d input (batch and channels expected)")
+    for t in (x, w) + ((bias,) if bias else ()):
+        if ix.spec(t).dtype not in FLOAT_DTYPES:
+            raise cx.fail(n, f"a convolution over {ix.spec(t).dtype}")
+    out = n.outputs[0].name
+    nodes = [n.name]
+    act, last = _conv_activation(cx, n, out)
+    if act != "none":
+        nodes += [m for m in last]
+        out = ix.nodes[last[-1]].outputs[0].name
+    transposed = bool(n.attr("transposed"))
+    cx.claim(ConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x, w=w,
+                       bias=bias, out=out, stride=int_list(n.attr("stride"), nsp, 1),
+                       padding=int_list(n.attr("padding"), nsp, 0), dilation=int_list(n.attr("dilation"), nsp, 1),
+                       output_padding=int_list(n.attr("output_padding"), nsp, 0) if transposed else (0,) * nsp,
+                       transposed=transposed, groups=int(n.attr("groups") or 1), activation=act,
+                       policy=cx.policy_of(nodes)))
+
+
+def _conv_activation(cx, n: Node, out: str) -> tuple[str, list[str]]:
+    """The activation cuDNN can fuse after convolution ``n`` and the nodes that compute it:
+    the one user of ``out`` when it is an activation of float32 data, or ``x * sigmoid(x)``."""
+    ix = cx.ix
+    if n.name in cx.unfuse or ix.spec(out).dtype != "float32" or out in ix.graph_outputs:
+        return "none", []
+
+    def ok(u: Node | None) -> bool:
+        return u is not None and cx.free(u) and u.name not in cx.unfuse and len(u.outputs) == 1 and \
+            u.outputs[0].dtype == "float32" and u.outputs[0].shape == ix.shape(out)
+
+    u = ix.only_user(out)
+    if ok(u) and u.inputs == (out,):
+        if u.op in _CONV_ACT:
+            return _CONV_ACT[u.op], [u.name]
+        if u.op == A + "gelu.default":
+            return ("gelu" if (u.attr("approximate") or "none") == "none" else "gelu_tanh"), [u.name]
+    users = ix.users.get(out, [])
+    if len(users) == 2:  # x * sigmoid(x), in either order
+        sig = next((m for m in users if m.op == A + "sigmoid.default"), None)
+        mul = next((m for m in users if m.op == A + "mul.Tensor"), None)
+        if sig is not None and mul is not None and ok(sig) and ok(mul) and sig.inputs == (out,) and \
+                sorted(mul.inputs) == sorted((out, sig.outputs[0].name)) and \
+                ix.only_user(sig.outputs[0].name) is mul:
+            return "silu", [sig.name, mul.name]
+    return "none", []
+
+
+# ---------------------------------------------------------------------- recurrent layers
+
+
+# ---------------------------------------------------------------------- lower
+
+
+def _dense(v: View, dtype: str) -> bool:
+    return v.dtype == dtype and v.is_contiguous()
+
+
+def lower(lw, pr: ConvProto, pre: list) -> None:
+    policy = pr.policy or lw.f.policy
+    st = get_policy(policy).storage
+
+    def operand(t: str, why: str) -> View:
+        v = lw.read(t, pre, pr.phase)
+        if _dense(v, st):
+            return v
+        return lw.views[lw.copy_contiguous(t, v, pre, pr.phase, why=why, dtype=st)]
+
+    vx = operand(pr.x, "cuDNN reads the convolution's input dense, channels-first")
+    vw = operand(pr.w, "cuDNN reads the convolution's weight dense")
+    vb = None
+    if pr.bias:
+        vb = operand(pr.bias, "cuDNN reads the bias as one contiguous vector")
+        if vb.ndim != 1:
+            vb = L.reshape(vb, (vb.numel,))
+    vo = lw.out_view(pr, pr.out, lambda tv: _dense(tv, st))
+    post = None
+    if not _dense(vo, st):
+        written = lw.fresh_rows(f"{pr.out}_conv", st, vo.shape, pr.phase)
+        post = (written, vo)
+        vo = written
+    nsp = len(pr.stride)
+    xs, ws = vx.shape, vw.shape
+    out_channels = ws[1] * pr.groups if pr.transposed else ws[0]
+    spec = ConvSpec("conv", policy, vx, vw, vo, batch=xs[0], in_channels=xs[1], out_channels=out_channels,
+                    groups=pr.groups, in_size=tuple(xs[2:]), kernel=tuple(ws[2:]), stride=tuple(pr.stride),
+                    padding=tuple(pr.padding), dilation=tuple(pr.dilation), output_padding=tuple(pr.output_padding),
+                    transposed=pr.transposed, bias=vb, activation=pr.activation)
+    assert len(spec.in_size) == nsp and vo.shape[:2] == (xs[0], out_channels), (vo.shape, xs, ws)
+    lw.add(pr, pr.name, spec, [vx, vw, vb], [vo], touched=list(pr.ins) + [pr.out])
+    if post is not None:
+        lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
+                               note="writes the convolution's result back in the reference's layout"))
+
+
+# ---------------------------------------------------------------------- cost, interpret, render
+
+
+def conv_flops(batch: int, in_channels: int, out_channels: int, groups: int, kernel, positions) -> int:
+    """Multiply-adds x 2 of a convolution: every output channel of every position (the input's
+    positions for a transposed one, which scatters each input element) reads in_channels /
+    groups x kernel values."""
+    return 2 * batch * out_channels * (in_channels // max(groups, 1)) * math.prod(kernel) * math.prod(positions)
+
+
+def cost(spec: ConvSpec, ceil) -> tuple[float, float, float]:
+    flops = conv_flops(spec.batch, spec.in_channels, spec.out_channels, spec.groups, spec.kernel,
+                       spec.in_size if spec.transposed else spec.out_size)
+    flops += math.prod(spec.out.shape) * (int(spec.bias is not None) + int(spec.activation != "none"))
+    nbytes = sum(view_bytes(v) for v in (spec.x, spec.w, spec.bias, spec.out))
+    return float(flops), nbytes, ceil.gemm_peak(spec.policy)
+
+
+def interpret(mem, c: ConvSpec) -> None:
+    """PyTorch's convolution in float64 (stitchrt.h: st_conv)."""
+    import torch
+
+    F = torch.nn.functional
+    act = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": F.silu,
+           "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+    sp = len(c.in_size)
+    assert c.x.is_contiguous() and c.w.is_contiguous() and c.out.is_contiguous(), "st_conv takes dense operands"
+    assert c.x.dtype == c.w.dtype == c.out.dtype, "st_conv: one storage type"
+    x, w = mem.read(c.x), mem.read(c.w)
+    b = mem.read(c.bias) if c.bias is not None else None
+    if c.transposed:
+        fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[sp - 1]
+        y = fn(x, w, b, stride=c.stride, padding=c.padding, output_padding=c.output_padding, groups=c.groups,
+               dilation=c.dilation)
+    else:
+        fn = (F.conv1d, F.conv2d, F.conv3d)[sp - 1]
+        y = fn(x, w, b, stride=c.stride, padding=c.padding, dilation=c.dilation, groups=c.groups)
+    assert tuple(y.shape) == c.out.shape, (tuple(y.shape), c.out.shape)
+    mem.write(c.out, act[c.activation](y))
+
+
+_ACTIVATION = {"none": "ST_ACT_NONE", "relu": "ST_ACT_RELU", "gelu": "ST_ACT_GELU_ERF", "gelu_tanh": "ST_ACT_GELU_TANH",
+               "silu": "ST_ACT_SILU", "sigmoid": "ST_ACT_SIGMOID", "tanh": "ST_ACT_TANH"}
+
+
+def render(t, c: ConvSpec, n, fn: str) -> tuple[list[str], list[str]]:
+    """st_conv: cuDNN's plan for this shape (built and timed on the first run, cached by the
+    runtime's context), the activation fused where an engine takes it."""
+    sp = len(c.in_size)
+
+    def arr(field: str, vals: Sequence[int]) -> str:
+        return " ".join(f"a.{field}[{j}] = {v};" for j, v in enumerate(vals))
+
+    lines = ["  st_conv_args a{};",
+             f"  a.policy = {get_policy(c.policy).c_enum}; a.spatial_dims = {sp}; a.transposed = {int(c.transposed)}; "
+             "a.channels_last = 0;",
+             f"  a.batch = {c.batch}; a.in_channels = {c.in_channels}; a.out_channels = {c.out_channels}; "
+             f"a.groups = {c.groups};",
+             "  " + arr("in_size", c.in_size), "  " + arr("kernel_size", c.kernel), "  " + arr("stride", c.stride),
+             "  " + arr("padding", c.padding), "  " + arr("dilation", c.dilation),
+             "  " + arr("output_padding", c.output_padding),
+             f"  a.x = {n('x')}; a.x_dtype = {st_enum(c.x.dtype)};",
+             f"  a.w = {n('w')}; a.w_dtype = {st_enum(c.w.dtype)};"]
+    if c.bias is not None:
+        lines.append(f"  a.bias = {n('bias')}; a.bias_dtype = {st_enum(c.bias.dtype)};")
+    else:
+        lines.append(f"  a.bias = nullptr; a.bias_dtype = {st_enum(c.out.dtype)};")
+    lines += [f"  a.y = {n('out')}; a.y_dtype = {st_enum(c.out.dtype)};",
+              f"  a.activation = {_ACTIVATION[c.activation]};",
+              "  return st_conv(&a, stream);"]
+    return [], lines
+
+
+KIND = TaskKind("conv", ConvSpec, "cudnn_conv", cost, interpret, render, lowers=((ConvProto, lower),),
+                claims=(ClaimRule("fuse", 100, claim),), scratch=frozenset())
+
+__all__ = ["ConvSpec", "ConvProto", "conv_flops", "KIND"]

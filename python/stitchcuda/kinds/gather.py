@@ -1,0 +1,294 @@
+"""Gathers through index.cuh: gather, index_select, embedding, advanced indexing, flip, constant
+padding, repeat and nearest upsampling — every output element read from one computed offset of x.
+
+Claim: every free gather-like node (index tensors must be integers; boolean-mask indexing, whose
+shape depends on the data, is refused). Lowering reads the node's arguments into the offset's
+coefficients (:class:`GatherSpec`).
+"""
+
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from .. import layout as L
+from .. import ops
+from ..dtypes import ctype
+from ..ir import Node
+from ..layout import View
+from . import cxx
+from .base import ClaimRule, Proto, TaskKind, copy_back, view_bytes
+
+A = ops.A
+
+
+HEADER = "index.cuh"
+
+
+#: Most dims a gather walks (index.cuh: kGatherMaxDims), and index tensors it reads.
+GATHER_MAX_DIMS = 8
+GATHER_MAX_INDICES = 4
+
+
+@dataclass(frozen=True)
+class GatherSpec:
+    """index.cuh's gather: for every index p of ``out`` (rank <= 8),
+    ``out[p] = x[base + sum_d src_d(p) * coef[d] + sum_k idx_k(p) * index_coef[k]]`` where
+    ``src_d(p) = p_d - lo[d]`` (or ``min(floor(p_d * nearest[d]), size[d] - 1)`` in fp32 where
+    ``nearest[d]`` > 0: nearest-neighbour upsampling), ``idx_k(p)`` is ``inputs[k]`` (int32 /
+    int64, a view over out's shape) plus ``index_size[k]`` when negative; an element with some
+    ``src_d`` outside
+    ``[0, size[d])`` is ``fill`` (padding). Offsets are in elements of x from its first element
+    and may be negative (flip). Covers gather, index_select, embedding, advanced indexing, flip,
+    constant padding, repeat and nearest upsampling."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "gather")
+
+    kind: str
+    x: View
+    out: View
+    base: int
+    coef: tuple[int, ...]
+    lo: tuple[int, ...]
+    size: tuple[int, ...]
+    nearest: tuple[float, ...] = ()
+    inputs: tuple[View, ...] = ()
+    index_coef: tuple[int, ...] = ()
+    index_size: tuple[int, ...] = ()
+    fill: float = 0.0
+
+
+@dataclass(frozen=True)
+class GatherProto(Proto):
+    """A gather-like node (gather, index_select, embedding, index, flip, pad, repeat, nearest
+    upsampling): *lower* reads the node's arguments; ``x`` the tensor read, ``indices`` the
+    index tensors."""
+
+    node: str = ""
+    x: str = ""
+    indices: tuple[str, ...] = ()
+    out: str = ""
+
+
+# ---------------------------------------------------------------------- claim
+
+
+def claim(cx) -> None:
+    """Claim every free gather node, in graph order."""
+    ix = cx.ix
+    for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
+        if ops.kind(n.op) == "gather" and cx.free(n):
+            _gather(cx, n)
+
+
+def _gather(cx, n: Node) -> None:
+    ix = cx.ix
+    base = n.op.removeprefix(A).split(".")[0]
+    x = n.inputs[0]
+    indices: Sequence[str] = n.inputs[1:]
+    if base == "embedding":
+        x, indices = n.inputs[0], n.inputs[1:2]
+    for t in indices:
+        if ix.spec(t).dtype not in ("int64", "int32", "int16", "int8", "uint8", "bool"):
+            raise cx.fail(n, f"indices of dtype {ix.spec(t).dtype}")
+        if base == "index" and ix.spec(t).dtype in ("bool", "uint8"):
+            raise cx.fail(n, "indexing with a boolean mask (the result's shape depends on the data)")
+    if base.startswith("upsample") and (n.attr("output_size") is None and n.attr("scale_factors") is None
+                                        and n.attr("scales_h") is None):
+        raise cx.fail(n, "upsampling without a size")
+    cx.claim(GatherProto(cx.name([n.name]), (n.name,), (n.outputs[0].name,), (x,) + tuple(indices), node=n.name,
+                         x=x, indices=tuple(indices), out=n.outputs[0].name))
+
+
+# ---------------------------------------------------------------------- lower
+
+
+def lower(lw, pr: GatherProto, pre: list) -> None:
+    n = lw.ix.node(pr.node)
+    kind = n.op.removeprefix("aten.").split(".")[0]
+    if kind == "index":
+        kind = "advanced"
+    vx = lw.read(pr.x, pre, pr.phase)
+    if any(s < 0 for s in vx.strides):
+        c = lw.copy_contiguous(pr.x, vx, pre, pr.phase, why="gathers read non-negative strides")
+        vx = lw.views[c]
+    xs, st = vx.shape, vx.strides
+    oshape = lw.shape(pr.out)
+    R = len(oshape)
+    coef = [0] * R
+    lo = [0] * R
+    size = list(oshape)
+    nearest = [0.0] * R
+    base = 0
+    fill = 0.0
+    index: list[tuple[str, tuple[int, ...]]] = []  # (tensor, its shape embedded in out's dims)
+    icoef: list[int] = []
+    isize: list[int] = []
+    split = None  # repeat: the out dims, each split in (repeat, size)
+    if kind == "gather":
+        dim = L.norm_dim(int(n.attr("dim")), len(xs))
+        coef = [st[d] if d != dim else 0 for d in range(R)]
+        index.append((pr.indices[0], oshape))
+        icoef.append(st[dim])
+        isize.append(xs[dim])
+    elif kind == "index_select":
+        dim = L.norm_dim(int(n.attr("dim")), len(xs)) if xs else 0
+        coef = [st[d] if d != dim else 0 for d in range(R)]
+        ilen = oshape[dim] if R else 1
+        index.append((pr.indices[0], tuple(ilen if d == dim else 1 for d in range(R))))
+        icoef.append(st[dim] if xs else 0)
+        isize.append(xs[dim] if xs else 1)
+    elif kind == "embedding":
+        ish = lw.shape(pr.indices[0])
+        coef = [0] * (R - 1) + [st[1]]
+        index.append((pr.indices[0], tuple(ish) + (1,)))
+        icoef.append(st[0])
+        isize.append(xs[0])
+    elif kind == "advanced":  # index.Tensor
+        holes = n.attr("indices")
+        idx = list(holes) if holes is not None else list(n.inputs[1:])
+        pos = [k for k, t in enumerate(idx) if t is not None]
+        if len(pos) > GATHER_MAX_INDICES:
+            raise lw.fail(n, f"indexing with more than {GATHER_MAX_INDICES} index tensors")
+        bshape = L.broadcast_shapes(*[lw.shape(idx[k]) for k in pos])
+        rest = [d for d in range(len(xs)) if d not in pos]
+        adjacent = pos == list(range(pos[0], pos[-1] + 1))
+        start = pos[0] if adjacent else 0
+        before = [d for d in rest if d < start] if adjacent else []
+        after = [d for d in rest if d not in before]
+        order = before + [None] * len(bshape) + after  # out dim -> x dim (None: an index dim)
+        coef = [st[d] if d is not None else 0 for d in order]
+        nb = len(before)
+        for k in pos:
+            shape = (1,) * nb + tuple([1] * (len(bshape) - len(lw.shape(idx[k])))) + lw.shape(idx[k]) + \
+                (1,) * len(after)
+            index.append((idx[k], shape))
+            icoef.append(st[k])
+            isize.append(xs[k])
+    elif kind == "flip":
+        dims = {L.norm_dim(int(d), len(xs)) for d in n.attr("dims")}
+        coef = [-st[d] if d in dims else st[d] for d in range(R)]
+        base = sum((xs[d] - 1) * st[d] for d in dims)
+    elif kind == "constant_pad_nd":
+        pad = list(n.attr("pad"))
+        coef = list(st)
+        size = list(xs)
+        for j in range(len(pad) // 2):
+            lo[R - 1 - j] = int(pad[2 * j])
+        fill = float(n.attr("value") or 0.0)
+    elif kind == "repeat":
+        reps = list(n.attr("repeats"))
+        xfull = (1,) * (R - len(xs)) + tuple(xs)
+        sfull = (0,) * (R - len(xs)) + tuple(st)
+        split = []
+        for r, s_, c in zip(reps, xfull, sfull):
+            split += [(r, 0), (s_, c)]
+        split = [(s_, c) for s_, c in split if s_ != 1] or [(1, 0)]
+    elif kind.startswith("upsample_nearest"):
+        nsp = int(kind.removeprefix("upsample_nearest")[0])
+        coef = list(st)
+        sf = n.attr("scale_factors")
+        if n.op.endswith(".default"):
+            sf = [n.attr(k) for k in ("scales_d", "scales_h", "scales_w")[3 - nsp:]]
+            sf = None if all(v is None for v in sf) else sf
+        for j in range(nsp):
+            d = R - nsp + j
+            nearest[d] = 1.0 / float(sf[j]) if sf and sf[j] else xs[d] / oshape[d]
+            size[d] = xs[d]
+    else:
+        raise lw.fail(n, "no gather lowering")
+    # The output, and (repeat) its dims split in two.
+    vo = lw.out_view(pr, pr.out, lambda tv: all(s >= 0 for s in tv.strides))
+    post = None
+    if split is not None:
+        sshape = tuple(s_ for s_, _ in split)
+        wo = L.reshape(vo, sshape)
+        if wo is None:
+            tmp = lw.alloc.add_tensor(f"{pr.out}_out", vo.shape, vo.dtype)
+            fresh = lw.alloc.fresh(tmp, vo.dtype, vo.shape, pr.phase)
+            lw.views[tmp] = fresh
+            post = (fresh, vo)
+            wo = L.reshape(fresh, sshape)
+        coef = [c for _, c in split]
+        R = len(sshape)
+        lo, size, nearest = [0] * R, list(sshape), [0.0] * R
+    else:
+        wo = vo
+    if R > GATHER_MAX_DIMS:
+        raise lw.fail(n, f"a gather over more than {GATHER_MAX_DIMS} dims")
+    views = []
+    for t, shape in index:
+        v = lw.read(t, pre, pr.phase)
+        if v.dtype != "int64" or any(s < 0 for s in v.strides):
+            c = lw.copy_contiguous(t, v, pre, pr.phase, why="index tensors are read as int64", dtype="int64")
+            v = lw.views[c]
+        if v.shape != shape:
+            r = L.reshape(v, shape)
+            if r is None:
+                c = lw.copy_contiguous(t, v, pre, pr.phase, why="index layout")
+                r = L.reshape(lw.views[c], shape)
+            v = r
+        views.append(L.broadcast_to(v, wo.shape))
+    spec = GatherSpec("gather", vx, wo, base, tuple(coef), tuple(lo), tuple(size),
+                      tuple(nearest) if any(nearest) else (), tuple(views), tuple(icoef), tuple(isize), fill)
+    lw.add(pr, pr.name, spec, [vx] + views, [wo], touched=list(pr.ins) + [pr.out])
+    copy_back(lw, pr, post)
+
+
+# ---------------------------------------------------------------------- cost, interpret, render
+
+
+def cost(spec: GatherSpec, ceil) -> tuple[float, float, float]:
+    n = math.prod(spec.out.shape)
+    x_bytes = min(view_bytes(spec.x), n * spec.x.itemsize)
+    return 0.0, float(x_bytes + sum(view_bytes(v) for v in spec.inputs) + view_bytes(spec.out)), ceil.fp32
+
+
+def interpret(mem, g: GatherSpec) -> None:
+    import torch
+
+    shape = g.out.shape
+    grids = torch.meshgrid(*[torch.arange(d, device=mem.device) for d in shape], indexing="ij") if shape else []
+    off = torch.full(shape, g.base, dtype=torch.int64, device=mem.device)
+    valid = torch.ones(shape, dtype=torch.bool, device=mem.device)
+    for d, p_ in enumerate(grids):
+        if g.nearest and g.nearest[d] > 0:
+            scale = torch.tensor(g.nearest[d], dtype=torch.float32)
+            src = torch.clamp_max(torch.floor(p_.to(torch.float32) * scale).to(torch.int64), g.size[d] - 1)
+        else:
+            src = p_ - g.lo[d]
+        valid &= (src >= 0) & (src < g.size[d])
+        off += src * g.coef[d]
+    for v, c, n in zip(g.inputs, g.index_coef, g.index_size):
+        i = mem.view(v).to(torch.int64)
+        off += torch.where(i < 0, i + n, i) * c
+    flat = mem.typed(g.x.buffer, g.x.dtype)
+    xo = g.x.offset
+    vals = flat[(xo + torch.where(valid, off, torch.zeros_like(off))).reshape(-1)].double().reshape(shape)
+    mem.write(g.out, torch.where(valid, vals, torch.full_like(vals, g.fill)))
+
+
+def render(t, g: GatherSpec, n, fn: str) -> tuple[list[str], list[str]]:
+    o = g.out
+    body = [f"  stitch::GatherParams<{ctype(g.x.dtype)}, {ctype(o.dtype)}> g{{}};",
+            f"  g.x = {n('x')}; g.out = {n('out')}; g.ndim = {o.ndim}; g.base = {g.base}; g.fill = {cxx.flit(g.fill)};"]
+    for field, vals in (("shape", o.shape), ("out_stride", o.strides), ("coef", g.coef), ("lo", g.lo),
+                        ("size", g.size)):
+        if vals:
+            body.append("  " + " ".join(f"g.{field}[{d}] = {v};" for d, v in enumerate(vals)))
+    if g.nearest:
+        body.append("  " + " ".join(f"g.nearest[{d}] = {cxx.flit(v)};" for d, v in enumerate(g.nearest)))
+    body.append(f"  g.nidx = {len(g.inputs)};")
+    for k, v in enumerate(g.inputs):
+        body.append(f"  g.idx[{k}] = {n(f'inputs[{k}]')}; g.idx_coef[{k}] = {g.index_coef[k]}; "
+                    f"g.idx_size[{k}] = {g.index_size[k]};")
+        body.append("  " + " ".join(f"g.idx_stride[{k}][{d}] = {s_};" for d, s_ in enumerate(v.strides)))
+    return cxx.include(HEADER), body + cxx.call(t.name, "stitch::launch_gather(g, stream)")
+
+
+KIND = TaskKind("gather", GatherSpec, "elementwise_kernel", cost, interpret, render, lowers=((GatherProto, lower),),
+                claims=(ClaimRule("fuse", 180, claim),), scratch=frozenset())
+
+__all__ = ["GatherSpec", "GatherProto", "GATHER_MAX_DIMS", "GATHER_MAX_INDICES", "KIND"]

@@ -1,0 +1,460 @@
+"""GEMMs and their epilogue chains: ``linear``, ``matmul``, ``addmm``, ``bmm`` through cuBLASLt.
+
+Claim: each GEMM takes the chain after it — a leading scalar into ``alpha``, a per-column add as
+the cuBLASLt bias, a same-shape add as ``beta·C`` (or a residual op), relu (and, off fp32, the
+tanh GELU) into cuBLASLt's epilogue, the rest as the runtime's fused epilogue chain (which ops may
+join: :func:`stitchcuda.ops.epilogue_of`), at most :data:`MAX_CHAIN` ops.
+
+Lowering: one big 2-D GEMM when ``b`` is one matrix and ``a``'s batch rows stack with a uniform
+stride; otherwise a strided-batched GEMM. Operands that are not matrices in the policy's storage
+type are copied (cast) first. The epilogue: a leading scale folds into ``alpha``, a per-column add
+into the bias, a same-shape add into ``beta·C`` (else a residual op), a leading ReLU (or tanh GELU
+off fp32) into cuBLASLt's epilogue, the rest into the runtime's chain in reference order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from .. import layout as L
+from .. import ops
+from ..dtypes import st_enum
+from ..ir import Node
+from ..layout import View
+from ..ops import EpOp
+from ..precision import get as get_policy
+from . import cxx
+from .base import ClaimRule, Proto, TaskKind, view_bytes
+
+A = ops.A
+#: cuBLASLt / runtime limit on the fused epilogue chain.
+MAX_CHAIN = 8
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """``out[b] = ep(alpha * op(A[b]) @ op(B[b]) + beta * C[b] + bias)`` through st_gemm.
+
+    Row-major conventions of stitchrt.h: A is m x k (stored k x m when trans_a), B is k x n,
+    out is m x n with leading dim ldo; strides between batch items (0: broadcast).
+    ``epilogue`` is cuBLASLt's (``none``, ``bias``, ``relu``, ``gelu``, ``bias_relu``,
+    ``bias_gelu``), ``chain`` the runtime's epilogue ops applied after it, in place.
+    """
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "gemm")
+
+    kind: str
+    policy: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    a: View
+    lda: int
+    stride_a: int
+    trans_a: bool
+    b: View
+    ldb: int
+    stride_b: int
+    trans_b: bool
+    out: View
+    ldo: int
+    stride_out: int
+    alpha: float = 1.0
+    beta: float = 0.0
+    c: View | None = None
+    ldc: int = 0
+    stride_c: int = 0
+    bias: View | None = None
+    epilogue: str = "none"
+    chain: tuple[EpOp, ...] = ()
+    residual: View | None = None
+    ldr: int = 0
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A GEMM operand: a graph tensor, read transposed (``linear``'s weight) or not."""
+
+    tensor: str
+    transposed: bool = False
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    """One step of a GEMM's epilogue chain, in reference order: ``scale`` / ``div`` by
+    ``value``, ``bias`` (per-column ``tensor``), ``residual`` (same-shape ``tensor`` times
+    ``value``), or ``op`` (an :class:`EpOp`)."""
+
+    kind: str
+    value: float = 0.0
+    tensor: str | None = None
+    op: EpOp | None = None
+
+
+@dataclass(frozen=True)
+class GemmProto(Proto):
+    a: Operand = Operand("")
+    b: Operand = Operand("")
+    bias: str | None = None
+    alpha: float = 1.0
+    steps: tuple[ChainStep, ...] = ()
+    out: str = ""
+    policy: str = ""
+
+
+# ---------------------------------------------------------------------- claim
+
+
+def claim(cx) -> None:
+    """Claim every free GEMM, in graph order, with the chain after it."""
+    for n in list(cx.ix.g.nodes):
+        if ops.kind(n.op) == "gemm" and cx.free(n):
+            _gemm(cx, n)
+
+
+def _operands(cx, n: Node) -> tuple[Operand, Operand, str | None, float]:
+    ix = cx.ix
+    if n.op == A + "linear.default":
+        a = ix.args(n, ops.args(n.op))
+        bias = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
+        return Operand(a["input"][1]), Operand(a["weight"][1], True), bias, 1.0
+    if n.op == A + "addmm.default":
+        a = ix.args(n, ops.args(n.op))
+        if float(n.attr("beta", 1)) != 1.0:
+            raise cx.fail(n, "addmm with beta != 1")
+        bias = a["self"][1]
+        if len(ix.shape(bias)) not in (1, 2) or ix.shape(bias)[-1] != ix.shape(n.outputs[0].name)[-1] or \
+                math.prod(ix.shape(bias)) != ix.shape(bias)[-1]:
+            raise cx.fail(n, "addmm whose added matrix is not a per-column bias")
+        return Operand(a["mat1"][1]), Operand(a["mat2"][1]), bias, float(n.attr("alpha", 1))
+    return Operand(n.inputs[0]), Operand(n.inputs[1]), None, 1.0
+
+
+def _gemm(cx, n: Node) -> None:
+    ix = cx.ix
+    a, b, bias, alpha = _operands(cx, n)
+    out = n.outputs[0].name
+    if ix.spec(out).dtype != "float32":
+        raise cx.fail(n, f"GEMM on {ix.spec(out).dtype} tensors (policies store float32 as fp32/tf32/bf16/fp16)")
+    os_ = ix.shape(out)
+    ncols = os_[-1] if os_ else 1
+    nodes = [n.name]
+    steps: list[ChainStep] = []
+    has_bias = bias is not None
+    residual = False
+    n_chain = 0
+    t = out
+    while True:
+        u = ix.only_user(t)
+        if u is None or not cx.free(u) or u.name in cx.unfuse:
+            break
+        if u.op in ops.TRANSPARENT:
+            nodes.append(u.name)
+            t = u.outputs[0].name
+            continue
+        if ops.kind(u.op) != "elementwise" or ix.shape(u.outputs[0].name) != ix.shape(t):
+            break
+        step = _chain_step(cx, u, t, ncols, has_bias, residual)
+        if step is None:
+            break
+        if step.kind == "op":
+            if n_chain >= MAX_CHAIN:
+                break
+            n_chain += 1
+        elif step.kind == "scale":
+            n_chain += 1  # may fold into alpha; counted conservatively
+        elif step.kind == "bias":
+            has_bias = True
+        elif step.kind == "residual":
+            residual = True
+            n_chain += 1
+        if n_chain > MAX_CHAIN:
+            break
+        steps.append(step)
+        nodes.append(u.name)
+        t = u.outputs[0].name
+    ins = [x for x in (a.tensor, b.tensor, bias) if x]
+    for s in steps:
+        if s.kind in ("bias", "residual"):
+            ins.append(s.tensor)
+    cx.claim(GemmProto(cx.name(nodes), tuple(nodes), (t,), tuple(ins), a=a, b=b, bias=bias, alpha=alpha,
+                       steps=tuple(steps), out=t, policy=cx.policy_of(nodes)))
+
+
+def _chain_step(cx, u: Node, cur: str, ncols: int, has_bias: bool, residual: bool) -> ChainStep | None:
+    """How consumer ``u`` of the GEMM's running result ``cur`` joins its epilogue, or None."""
+    ix = cx.ix
+    op = u.op.removeprefix(A)
+    if u.outputs[0].dtype != "float32":
+        return None
+    if len(u.inputs) == 1 and u.inputs[0] == cur:
+        s = u.scalar("other")
+        alpha = u.scalar("alpha")
+        alpha = 1.0 if alpha is None else alpha
+        if op == "mul.Tensor" and s is not None:
+            return ChainStep("scale", s)
+        if op == "div.Tensor" and s is not None:
+            return ChainStep("div", s)
+        if op == "add.Tensor" and s is not None:
+            return ChainStep("op", op=EpOp("ADD_SCALAR", alpha * s))
+        if op == "sub.Tensor" and s is not None:
+            return ChainStep("op", op=EpOp("ADD_SCALAR", -alpha * s))
+        e = ops.epilogue_of(u, lambda i: ix.spec(u.inputs[i]).dtype, ix.args)
+        return ChainStep("op", op=e) if e is not None else None
+    if op in ("add.Tensor", "sub.Tensor") and len(u.inputs) == 2 and u.inputs[0] != u.inputs[1]:
+        alpha = float(u.attr("alpha", 1) or 1)
+        first = u.inputs[0] == cur
+        other = u.inputs[1] if first else u.inputs[0]
+        if ix.spec(other).dtype != "float32":
+            return None
+        if op == "sub.Tensor" and not first:
+            return None
+        if not first and alpha != 1.0:
+            return None
+        coef = (-alpha if op == "sub.Tensor" else alpha) if first else 1.0
+        os_ = ix.shape(other)
+        if math.prod(os_) == ncols and os_ and os_[-1] == ncols and coef == 1.0 and not has_bias:
+            return ChainStep("bias", tensor=other)
+        if os_ == ix.shape(cur) and not residual:
+            return ChainStep("residual", coef, tensor=other)
+    return None
+
+
+# ---------------------------------------------------------------------- lower
+
+
+def lower(lw, pr: GemmProto, pre: list) -> None:
+    policy = pr.policy or lw.f.policy
+    st = get_policy(policy).storage
+
+    def operand(x: Operand) -> View:
+        v = lw.read(x.tensor, pre, pr.phase)
+        return L.transpose(v, -1, -2) if x.transposed else v
+
+    va, vb = operand(pr.a), operand(pr.b)
+    out_t = pr.out
+    os_ = lw.shape(out_t)
+    # Logical shapes: a [..., M, K], b [..., K, N] (vectors get a unit dim), out [..., M, N].
+    a_vec, b_vec = va.ndim == 1, vb.ndim == 1
+    if a_vec:
+        va = L.unsqueeze(va, 0)
+    if b_vec:
+        vb = L.unsqueeze(vb, -1)
+    m, kk, n = va.shape[-2], va.shape[-1], vb.shape[-1]
+    batch_shape = L.broadcast_shapes(va.shape[:-2], vb.shape[:-2])
+    out_logical = batch_shape + (m, n)
+
+    def to_logical(v: View) -> View:
+        if a_vec:
+            v = L.unsqueeze(v, -2)
+        if b_vec:
+            v = L.unsqueeze(v, -1)
+        return v
+
+    def accept(tv: View) -> bool:
+        if tv.dtype != st:
+            return False
+        lv = to_logical(tv)
+        mat = L.as_matrix(lv, allow_trans=False)
+        if mat is None:
+            return False
+        lead = L.collapse(lv.shape[:-1], lv.strides[:-1])
+        return lead is not None and (lead[0] <= 1 or lead[1] >= n)
+
+    vo = to_logical(lw.out_view(pr, out_t, accept))
+    assert vo.shape == out_logical, (vo.shape, out_logical, os_)
+
+    def need(v: View, what: str, shape: Sequence[int]) -> View:
+        full = L.broadcast_to(v, shape)
+        if v.dtype == st and L.as_matrix(full) is not None:
+            return full
+        c = lw.copy_contiguous(what, v, pre, pr.phase, why=f"GEMM operand {what} needs a matrix layout",
+                                  dtype=st, shape_view=full)
+        return lw.views[c]
+
+    a_name, b_name = pr.a.tensor, pr.b.tensor
+    # One big 2-D GEMM when b is one matrix and a's batch rows stack with a uniform stride.
+    flat = None
+    if all(d == 1 for d in vb.shape[:-2]) or vb.ndim == 2:
+        if va.dtype == st and (va.strides[-1] == 1 or va.shape[-1] == 1):
+            ca = L.collapse(va.shape[:-1], va.strides[:-1])
+            co = L.collapse(vo.shape[:-1], vo.strides[:-1])
+            if ca is not None and co is not None and (ca[0] <= 1 or ca[1] >= kk) and (co[0] <= 1 or co[1] >= n):
+                flat = (ca, co)
+    vb2 = need(L.reshape(vb, vb.shape[-2:]) if (flat and vb.ndim > 2) else vb, b_name,
+               vb.shape[-2:] if flat else batch_shape + (kk, n))
+    if flat:
+        (mm, lda), (_, ldo) = flat
+        mm = mm if mm > 0 else 0
+        lda = lda if mm > 1 else kk
+        ldo = ldo if mm > 1 else n
+        ma = L.Matrix(lda, False, 0)
+        mb = L.as_matrix(vb2)
+        mo = L.Matrix(ldo, False, 0)
+        a_view, out_view = va, vo
+        M, batch = mm, 1
+    else:
+        a_view = need(va, a_name, batch_shape + (m, kk))
+        ma, mb = L.as_matrix(a_view), L.as_matrix(vb2)
+        mo = L.as_matrix(vo, allow_trans=False)
+        out_view = vo
+        M, batch = m, math.prod(batch_shape)
+        assert mo is not None
+    assert ma is not None and mb is not None
+    # Epilogue: alpha, bias, beta * C, cuBLASLt's epilogue, the runtime's chain.
+    alpha = float(pr.alpha)
+    bias_t = pr.bias
+    beta = 0.0
+    c_t = None
+    chain: list[EpOp] = []
+    residual_t = None
+    for step in pr.steps:
+        kind = step.kind
+        if kind in ("scale", "div"):
+            s = step.value if kind == "scale" else 1.0 / step.value
+            if not chain and bias_t is None and c_t is None and residual_t is None:
+                alpha *= s
+            else:
+                chain.append(EpOp("SCALE", step.value) if kind == "scale" else EpOp("DIV_SCALAR", step.value))
+        elif kind == "bias":
+            bias_t = step.tensor
+            if chain:
+                chain.append(EpOp("BIAS_ADD"))
+        elif kind == "residual":
+            if not chain and c_t is None:
+                c_t, beta = step.tensor, step.value
+            else:
+                residual_t = step.tensor
+                chain.append(EpOp("RESIDUAL_ADD", step.value))
+        else:
+            chain.append(step.op)
+    epilogue = "none"
+    bias_in_chain = any(e.kind == "BIAS_ADD" for e in chain)
+    if bias_t is not None and not bias_in_chain:
+        epilogue = "bias"
+    if beta == 0.0 and chain and not bias_in_chain:
+        head = chain[0].kind
+        if head == "RELU" or (head == "GELU_TANH" and policy != "fp32"):
+            epilogue = {"none": "", "bias": "bias_"}[epilogue] + ("relu" if head == "RELU" else "gelu")
+            chain = chain[1:]
+    bias_v = None
+    if bias_t is not None:
+        bv = lw.read(bias_t, pre, pr.phase)
+        bv = L.reshape(bv, (n,)) or bv
+        if bv.dtype != st or bv.ndim != 1 or (n > 1 and bv.strides[0] != 1):
+            c2 = lw.copy_contiguous(bias_t, bv, pre, pr.phase, why="bias must be contiguous", dtype=st,
+                                       shape_view=L.reshape(bv, (n,)) if bv.ndim != 1 else bv)
+            bv = lw.views[c2]
+        bias_v = bv
+    c_v, ldc, stride_c = None, 0, 0
+    if c_t is not None:
+        cv = lw.read(c_t, pre, pr.phase)
+        full = L.broadcast_to(cv, out_logical) if not flat else L.broadcast_to(cv, vo.shape)
+        if flat:
+            full = L.reshape(full, (M, n)) if L.reshape(full, (M, n)) is not None else None
+        mc = L.as_matrix(full, allow_trans=False) if full is not None else None
+        if cv.dtype != st or mc is None:
+            src = L.broadcast_to(cv, out_logical)
+            c2 = lw.copy_contiguous(c_t, cv, pre, pr.phase, why="C must be a row-major matrix", dtype=st,
+                                       shape_view=src)
+            full = lw.views[c2]
+            if flat:
+                full = L.reshape(full, (M, n))
+            mc = L.as_matrix(full, allow_trans=False)
+        c_v, ldc, stride_c = full, mc.ld, mc.batch_stride
+    res_v, ldr = None, 0
+    if residual_t is not None:
+        rv = L.broadcast_to(lw.read(residual_t, pre, pr.phase), out_logical)
+        rc = L.rows_cols(rv, 1)
+        if rv.dtype != st or rc is None:
+            c2 = lw.copy_contiguous(residual_t, rv, pre, pr.phase, why="residual must be row-major", dtype=st,
+                                       shape_view=rv)
+            rv = lw.views[c2]
+            rc = L.rows_cols(rv, 1)
+        res_v, ldr = rv, rc[2]
+    if chain and batch > 1 and mo.batch_stride != M * mo.ld:
+        raise AssertionError("batched epilogue needs a dense batch")
+    spec = GemmSpec("gemm", policy, M, n, kk, batch, a_view, ma.ld, ma.batch_stride, ma.trans,
+                    vb2, mb.ld, mb.batch_stride, mb.trans, out_view, mo.ld, mo.batch_stride if batch > 1 else 0,
+                    alpha=alpha, beta=beta, c=c_v, ldc=ldc, stride_c=stride_c, bias=bias_v, epilogue=epilogue,
+                    chain=tuple(chain), residual=res_v, ldr=ldr)
+    reads = [a_view, vb2, bias_v, c_v, res_v]
+    lw.add(pr, pr.name, spec, reads, [out_view], touched=list(pr.ins) + [out_t])
+
+
+# ---------------------------------------------------------------------- cost, interpret, render
+
+
+def cost(spec: GemmSpec, ceil) -> tuple[float, float, float]:
+    flops = 2.0 * spec.m * spec.n * spec.k * spec.batch + spec.m * spec.n * spec.batch * (len(spec.chain) + 1)
+    nbytes = sum(view_bytes(v) for v in (spec.a, spec.b, spec.c, spec.bias, spec.residual)) + view_bytes(spec.out)
+    return flops, nbytes, ceil.gemm_peak(spec.policy)
+
+
+def interpret(mem, g: GemmSpec) -> None:
+    import torch
+
+    b = g.batch
+    a = mem.read(g.a, (b, g.m, g.k), (g.stride_a, 1, g.lda) if g.trans_a else (g.stride_a, g.lda, 1))
+    bm = mem.read(g.b, (b, g.k, g.n), (g.stride_b, 1, g.ldb) if g.trans_b else (g.stride_b, g.ldb, 1))
+    acc = g.alpha * torch.bmm(a, bm)
+    if g.beta != 0.0:
+        acc = acc + g.beta * mem.read(g.c, (b, g.m, g.n), (g.stride_c, g.ldc, 1))
+    if "bias" in g.epilogue:
+        acc = acc + mem.read(g.bias, (g.n,), (1,))
+    if g.epilogue.endswith("relu"):
+        acc = torch.clamp_min(acc, 0)
+    elif g.epilogue.endswith("gelu"):
+        acc = torch.nn.functional.gelu(acc, approximate="tanh")
+    out_strides = (g.stride_out, g.ldo, 1)
+    mem.write(g.out, acc, (b, g.m, g.n), out_strides)
+    if g.chain:
+        assert b == 1 or g.stride_out == g.m * g.ldo, "batched epilogue over a non-dense batch"
+        rows = g.m * b
+        x = mem.read(g.out, (rows, g.n), (g.ldo, 1))
+        ctx = {}
+        if g.residual is not None:
+            ctx["residual"] = mem.read(g.residual, (rows, g.n), (g.ldr, 1))
+        if g.bias is not None:
+            ctx["bias"] = mem.read(g.bias, (g.n,), (1,))
+        for e in g.chain:
+            x = ops.EPILOGUES[e.kind].ref(x, e.a, e.b, ctx)
+        mem.write(g.out, x, (rows, g.n), (g.ldo, 1))
+
+
+_EPILOGUE = {"none": "ST_EPI_NONE", "bias": "ST_EPI_BIAS", "relu": "ST_EPI_RELU", "gelu": "ST_EPI_GELU",
+             "bias_relu": "ST_EPI_BIAS_RELU", "bias_gelu": "ST_EPI_BIAS_GELU"}
+
+
+def render(t, g: GemmSpec, n, fn: str) -> tuple[list[str], list[str]]:
+    lines = ["  st_gemm_args g{};",
+         f"  g.policy = {get_policy(g.policy).c_enum};",
+         f"  g.epilogue = {_EPILOGUE[g.epilogue]};",
+         f"  g.m = {g.m}; g.n = {g.n}; g.k = {g.k}; g.batch = {g.batch};",
+         f"  g.a = {n('a')}; g.lda = {g.lda}; g.stride_a = {g.stride_a}; g.trans_a = {int(g.trans_a)}; "
+         f"g.a_dtype = {st_enum(g.a.dtype)};",
+         f"  g.b = {n('b')}; g.ldb = {g.ldb}; g.stride_b = {g.stride_b}; g.trans_b = {int(g.trans_b)}; "
+         f"g.b_dtype = {st_enum(g.b.dtype)};"]
+    if g.c is not None:
+        lines.append(f"  g.c = {n('c')}; g.ldc = {g.ldc}; g.stride_c = {g.stride_c};")
+    lines.append(f"  g.out = {n('out')}; g.ldo = {g.ldo}; g.stride_out = {g.stride_out}; "
+             f"g.out_dtype = {st_enum(g.out.dtype)};")
+    if g.bias is not None:
+        lines.append(f"  g.bias = {n('bias')};")
+    lines.append(f"  g.alpha = {cxx.flit(g.alpha)}; g.beta = {cxx.flit(g.beta)};")
+    if not g.chain:
+        lines.append("  return st_gemm(&g, stream);")
+        return [], lines
+    chain = ", ".join(f"{{ST_EP_{e.kind}, {cxx.flit(e.a)}, {cxx.flit(e.b)}}}" for e in g.chain)
+    lines.append(f"  const st_ep_op ops[] = {{{chain}}};")
+    lines.append(f"  return st_gemm_epilogue(&g, ops, {len(g.chain)}, {n.opt('residual')}, {g.ldr}, stream);")
+    return [], lines
+
+
+KIND = TaskKind("gemm", GemmSpec, "cublaslt_gemm", cost, interpret, render, lowers=((GemmProto, lower),),
+                claims=(ClaimRule("fuse", 130, claim),), scratch=frozenset())
+
+__all__ = ["GemmSpec", "GemmProto", "Operand", "ChainStep", "MAX_CHAIN", "KIND"]

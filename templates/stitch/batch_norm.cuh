@@ -1,0 +1,179 @@
+// batch_norm.cuh — batch norm's per-channel scale and shift, from batch or running statistics,
+// for an elementwise pass to apply (fused with what follows the norm).
+//
+// Training mode (batch statistics), two passes over x viewed as [n, c, s] (strides sn, sc, ss):
+//   pass 1, per slice of the n * s reduced rows, a Welford state (count, mean, m2) per channel into
+//     part[(slice * c + channel) * 3]:
+//       bn_partial_kernel<T><<<(ceil(c / 32), splits), (32, 8)>>>(x, n, c, s, sn, sc, ss, rows_per_split, part)
+//         (lanes along c: NHWC, or few elements per plane), or
+//       bn_plane_partial_kernel<T><<<(c, splits), 256>>>(x, n, c, s, sn, sc, per, part)
+//         (each channel's elements in contiguous runs of s >= 64: NCHW; `per` elements a slice);
+//   pass 2, bn_finish_kernel<TW><<<ceil(c / 256), 256>>>(part, splits, c, weight, bias, eps, scale, shift):
+//     the slices merged per channel (Chan et al.); with the biased variance,
+//       scale[ch] = weight[ch] * rsqrt(var + eps),  shift[ch] = bias[ch] - mean * scale[ch].
+// Eval mode: bn_running_kernel<TW><<<ceil(c / 256), 256>>>(mean, var, weight, bias, c, eps, scale, shift),
+//   the same from the running statistics.
+// T: storage of x (float, __half, __nv_bfloat16); TW of weight / bias / running statistics (either
+// of weight and bias may be null: 1 and 0). scale and shift are fp32, c each; part holds
+// splits * c * 3 floats. Accumulation in fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "stitch/numeric.cuh"
+
+namespace stitch {
+
+// Batch statistics, pass 1: x viewed as [n, c, s]; block (32, 8) covers 32 channels (lanes
+// along c) of one slice of the n * s reduced rows; each thread keeps a Welford state, the 8
+// row lanes are merged (Chan et al.) and the slice's (count, mean, m2) per channel written to
+// part[(slice * c + channel) * 3].
+template <class T>
+__global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, int64_t c, int64_t s, int64_t sn,
+                                                         int64_t sc, int64_t ss, int64_t rows_per_split,
+                                                         float* part) {
+  __shared__ float sh[3][8][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t ch = int64_t(blockIdx.x) * 32 + tx;
+  const int64_t r0 = int64_t(blockIdx.y) * rows_per_split;
+  const int64_t r1 = r0 + rows_per_split < n * s ? r0 + rows_per_split : n * s;
+  float cnt = 0.f, mean = 0.f, m2 = 0.f;
+  if (ch < c) {
+    for (int64_t r = r0 + ty; r < r1; r += 8) {
+      const int64_t i = s == 1 ? r : r / s;
+      const int64_t j = r - i * s;
+      const float v = to_float(x[i * sn + ch * sc + j * ss]);
+      cnt += 1.f;
+      const float d = v - mean;
+      mean += d / cnt;
+      m2 += d * (v - mean);
+    }
+  }
+  sh[0][ty][tx] = cnt;
+  sh[1][ty][tx] = mean;
+  sh[2][ty][tx] = m2;
+  __syncthreads();
+  if (ty == 0 && ch < c) {
+    for (int k = 1; k < 8; ++k) {
+      const float nb = sh[0][k][tx];
+      if (nb == 0.f) continue;
+      const float nt = cnt + nb;
+      const float d = sh[1][k][tx] - mean;
+      mean += d * (nb / nt);
+      m2 += sh[2][k][tx] + d * d * cnt * (nb / nt);
+      cnt = nt;
+    }
+    float* o = part + (int64_t(blockIdx.y) * c + ch) * 3;
+    o[0] = cnt;
+    o[1] = mean;
+    o[2] = m2;
+  }
+}
+
+// Batch statistics, pass 1 when each channel's elements are contiguous runs (NCHW: s > 1 with
+// stride 1): block (ch, slice) of 256 threads walks the slice's elements of channel ch plane by
+// plane, consecutive threads on consecutive elements (coalesced, where the lanes-along-c kernel
+// above would read one element per channel plane), four loads in flight; each thread's shifted
+// sums become a (count, mean, m2) state, merged (Chan et al.) over the warp, then the 8 warps,
+// into part[(slice * c + ch) * 3].
+__device__ __forceinline__ void bn_merge(float& cnt, float& mean, float& m2, float nb, float mb, float m2b) {
+  if (nb == 0.f) return;
+  const float nt = cnt + nb;
+  const float d = mb - mean;
+  mean += d * (nb / nt);
+  m2 += m2b + d * d * cnt * (nb / nt);
+  cnt = nt;
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) bn_plane_partial_kernel(const T* x, int64_t n, int64_t c, int64_t s,
+                                                               int64_t sn, int64_t sc, int64_t per, float* part) {
+  __shared__ float sh[3][8];
+  const int64_t ch = blockIdx.x;
+  const int64_t e0 = int64_t(blockIdx.y) * per;
+  const int64_t e1 = e0 + per < n * s ? e0 + per : n * s;
+  const T* base = x + ch * sc;
+  // Sums of (v - shift), shift = the slice's first element: no division per element, and the
+  // offset of the data cancels (the shifted-data algorithm); each thread's sums become a
+  // (count, mean, m2) state before the merge.
+  const float shift = e0 < e1 ? to_float(base[(e0 / s) * sn + e0 % s]) : 0.f;
+  float sum = 0.f, sq = 0.f;
+  int64_t count = 0;
+  for (int64_t i = e0 / s; i * s < e1; ++i) {
+    const int64_t j0 = e0 > i * s ? e0 - i * s : 0;
+    const int64_t j1 = e1 - i * s < s ? e1 - i * s : s;
+    const T* row = base + i * sn;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += 4 * 256) {
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = j + u * 256 < j1 ? to_float(row[j + u * 256]) - shift : 0.f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        sum += v[u];
+        sq = fmaf(v[u], v[u], sq);
+      }
+      count += j + 3 * 256 < j1 ? 4 : (j1 - j + 255) / 256;
+    }
+  }
+  float cnt = float(count);
+  float mean = count ? sum / cnt : 0.f;
+  float m2 = count ? fmaxf(sq - sum * mean, 0.f) : 0.f;
+  mean += shift;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float nb = __shfl_down_sync(0xffffffffu, cnt, off);
+    const float mb = __shfl_down_sync(0xffffffffu, mean, off);
+    const float m2b = __shfl_down_sync(0xffffffffu, m2, off);
+    bn_merge(cnt, mean, m2, nb, mb, m2b);
+  }
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    sh[0][warp] = cnt;
+    sh[1][warp] = mean;
+    sh[2][warp] = m2;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < 8; ++w) bn_merge(cnt, mean, m2, sh[0][w], sh[1][w], sh[2][w]);
+    float* o = part + (int64_t(blockIdx.y) * c + ch) * 3;
+    o[0] = cnt;
+    o[1] = mean;
+    o[2] = m2;
+  }
+}
+
+// Batch statistics, pass 2: merge the slices per channel; scale = weight * rsqrt(var + eps)
+// with the biased variance (what batch norm normalises with), shift = bias - mean * scale.
+template <class TW>
+__global__ void bn_finish_kernel(const float* part, int64_t splits, int64_t c, const TW* weight, const TW* bias,
+                                 float eps, float* scale, float* shift) {
+  const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  float cnt = 0.f, mean = 0.f, m2 = 0.f;
+  for (int64_t k = 0; k < splits; ++k) {
+    const float* q = part + (k * c + ch) * 3;
+    const float nb = q[0];
+    if (nb == 0.f) continue;
+    const float nt = cnt + nb;
+    const float d = q[1] - mean;
+    mean += d * (nb / nt);
+    m2 += q[2] + d * d * cnt * (nb / nt);
+    cnt = nt;
+  }
+  const float a = (weight ? to_float(weight[ch]) : 1.f) * rsqrtf(m2 / cnt + eps);
+  scale[ch] = a;
+  shift[ch] = (bias ? to_float(bias[ch]) : 0.f) - mean * a;
+}
+
+// Eval-mode batch norm: the same scale and shift from the running statistics.
+template <class TW>
+__global__ void bn_running_kernel(const TW* mean, const TW* var, const TW* weight, const TW* bias, int64_t c,
+                                  float eps, float* scale, float* shift) {
+  const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const float a = (weight ? to_float(weight[ch]) : 1.f) * rsqrtf(to_float(var[ch]) + eps);
+  scale[ch] = a;
+  shift[ch] = (bias ? to_float(bias[ch]) : 0.f) - to_float(mean[ch]) * a;
+}
+
+}  // namespace stitch

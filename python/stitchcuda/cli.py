@@ -356,10 +356,10 @@ def _optimize(args: argparse.Namespace, ui: UI) -> int:
 
 
 def _has_gpu() -> bool:
-    import stitchcuda
+    from .device import has_gpu
 
     try:
-        return stitchcuda.has_gpu()
+        return has_gpu()
     except Exception:  # noqa: BLE001 - a driver that cannot even count devices: none usable
         return False
 

@@ -60,3 +60,20 @@ def test_the_install_command_is_what_ci_runs():
     assert len(commands) == 2 and commands[0] == "pip install . && stitchcuda selfcheck"
     assert commands[1] in (REPO / ".ci" / "run").read_text()
     assert shutil.which("stitchcuda") or (Path(sys.executable).parent / "stitchcuda").is_file()
+
+
+def test_every_readme_command_parses():
+    """Each ``stitchcuda ...`` line of the README's shell blocks is a command line the parser takes
+    (the syntax summaries with [options] or <placeholders> aside)."""
+    from stitchcuda import cli
+
+    text = (REPO / "README.md").read_text()
+    lines = [ln.split("  #", 1)[0].split(" # ", 1)[0].strip()
+             for block in re.findall(r"```sh\n(.*?)```", text, re.S) for ln in block.splitlines()]
+    commands = [ln for ln in lines if ln.startswith("stitchcuda ") and not re.search(r"[\[<|]", ln)]
+    assert len(commands) >= 8, commands
+    top = cli.parser()
+    for c in commands:
+        argv = shlex.split(c)[1:]
+        args = top.parse_args(cli._join_dashed_values(top, argv))   # UsageError (one line) if not
+        assert args.func is not None, c

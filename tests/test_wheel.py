@@ -46,7 +46,11 @@ def built(tmp_path_factory, nvcc):
         o = stitchcuda.build_program(MLP, out=root / "mlp", arch=arch, quiet=True)
         assert o.ok
         archs = list(dict.fromkeys([arch, "sm_90", "sm_80"]))
-        w = wheel.make_wheels(root / "mlp", archs=archs, out=root / "dist")
+        if stitchcuda.has_gpu():   # a wheel holds a verified program; without a GPU, one packed --unverified
+            from stitchcuda.verifier.run import VerifyOptions, verify_program
+
+            assert verify_program(root / "mlp", None, VerifyOptions(time=False, profile=False, compile=False)).result.ok
+        w = wheel.make_wheels(root / "mlp", archs=archs, out=root / "dist", unverified=not stitchcuda.has_gpu())
     finally:
         mp.undo()
     return root, w
@@ -174,7 +178,7 @@ def test_cli_wheel_refuses_bad_input(built, tmp_path, capfd):
         err = capfd.readouterr().err
         assert rc == errors.BAD_INPUT and expect in err and len(err.strip().splitlines()) == 1, err
     rc = cli.main(["wheel", str(tmp_path), "-q"])
-    assert rc == errors.BAD_INPUT and "program.cu: file not found" in capfd.readouterr().err
+    assert rc == errors.BAD_INPUT and "manifest.json: file not found: not a program folder" in capfd.readouterr().err
     assert not (tmp_path / "d").exists()
 
 

@@ -146,12 +146,11 @@ std::shared_ptr<GemmCall> prepare_gemm(py::object a_obj, py::object b_obj, py::o
   st_epilogue epi = parse_epilogue(epilogue_s);
   const st_dtype storage = policy_storage(policy);
   std::vector<st_ep_op> ops = parse_ops(ops_obj);
-  const int dev = current_device();
   const std::string why = cat("policy ", policy_s);
 
+  // The arguments first, the device after: a shape or dtype mistake is named as that, also on a
+  // machine with no GPU (where asking for the device would fail first).
   View a = view_of(a_obj, "a", stream), b = view_of(b_obj, "b", stream);
-  require_cuda(a, "a", dev);
-  require_cuda(b, "b", dev);
   require_dtype(a, "a", storage, why.c_str());
   require_dtype(b, "b", storage, why.c_str());
   Mat A = as_matrix(a, "a", trans_a), B = as_matrix(b, "b", trans_b);
@@ -160,6 +159,11 @@ std::shared_ptr<GemmCall> prepare_gemm(py::object a_obj, py::object b_obj, py::o
                   B.cols));
   if (A.batch != B.batch && A.batch != 1 && B.batch != 1)
     arg_error(cat("a and b: batch sizes differ (", A.batch, " vs ", B.batch, ") and neither is 1"));
+  require_cuda_memory(a, "a");
+  require_cuda_memory(b, "b");
+  const int dev = current_device();
+  require_cuda(a, "a", dev);
+  require_cuda(b, "b", dev);
   const int64_t batch = std::max(A.batch, B.batch);
   const int64_t m = A.rows, n = B.cols, k = A.cols;
 

@@ -48,11 +48,13 @@ from ._rt import (  # noqa: E402
 )
 
 from .device import has_gpu  # noqa: E402
+from .errors import MachineError  # noqa: E402
 from .paths import INCLUDE_DIR, LIB_DIR, PACKAGE_DIR  # noqa: E402,F401
 
 
 def __getattr__(name: str):
-    """``build_program``, ``optimize`` and ``Program`` on first use (capture needs PyTorch; running does not)."""
+    """``build_program``, ``optimize``, ``Program`` and the build's errors on first use (capture needs
+    PyTorch; running does not)."""
     if name == "build_program":
         from .pipeline import build_program
 
@@ -65,6 +67,10 @@ def __getattr__(name: str):
         from .workflow import optimize
 
         return optimize
+    if name in ("BuildInputError", "BuildEnvironmentError"):
+        from . import pipeline
+
+        return getattr(pipeline, name)
     raise AttributeError(f"module 'stitchcuda' has no attribute {name!r}")
 
 
@@ -76,6 +82,9 @@ __all__ = [
     "has_gpu",
     "StitchError",
     "ArgumentError",
+    "MachineError",
+    "BuildInputError",
+    "BuildEnvironmentError",
     "CudaError",
     "CublasError",
     "CudnnError",

@@ -7,6 +7,13 @@ finished step elsewhere) and the tables. typer would add a dependency and a seco
 what argparse already declares. Every failure ends in one line naming the cause and what to do,
 with the exit codes of :mod:`stitchcuda.ship.errors` (2 bad input, 3 this machine cannot, 1 the
 candidate failed); ``STITCHCUDA_DEBUG=1`` shows the traceback instead.
+
+One rule for every command: its input is checked before the machine is asked anything. The
+parser's types check each value's form (a count, a duration, an age, a target name); then the
+command's ``check`` (set beside its function, run by :func:`main` before it) checks what the
+values name (files, folders, a model, a server's address); only then does the command look for
+PyTorch, nvcc, a GPU or an optional package, and only then does it write anything. A parser
+error is one line too (the usage only with ``--help``).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .ship import errors
+from .ship import checks, errors
 from .ship.errors import CommandError
 from .ship.ui import UI
 
@@ -35,6 +42,50 @@ EXAMPLES = """examples:
 exit codes: 0 done, 1 the program failed (compile or verdict), 2 bad input,
 3 this machine cannot (missing package, no GPU, no nvcc, out of memory), 130 interrupted.
 """
+
+DEFAULT_TYPICAL_GPU_BYTES = 80 * 2**30   # an H100 / A100 80 GB: "a typical one" when none is visible
+
+
+# ---------------------------------------------------------------------- checks before any work
+
+
+class UsageError(Exception):
+    """The parser refused the command line (one line; exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block: that is what ``--help`` is for)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        raise UsageError(f"{message} (see: {self.prog} --help)")
+
+
+def _join_dashed_values(top: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--budget -3m`` as ``--budget=-3m``: argparse reads a value that starts with a dash as an
+    option ("expected one argument"); joined, the value reaches its own check and is refused there."""
+    takes_value: set[str] = set()
+    known: set[str] = set()
+    parsers = [top]
+    while parsers:
+        p = parsers.pop()
+        for a in p._actions:
+            known.update(a.option_strings)
+            if a.option_strings and a.nargs is None and isinstance(a, (argparse._StoreAction, argparse._AppendAction)):
+                takes_value.update(a.option_strings)
+            if isinstance(a, argparse._SubParsersAction):
+                parsers.extend(a.choices.values())
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if (tok in takes_value and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "--"
+                and len(argv[i + 1]) > 1 and argv[i + 1].split("=", 1)[0] not in known):
+            out.append(f"{tok}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
 
 
 def _version() -> str:
@@ -145,6 +196,13 @@ def _gemm_check(line) -> bool:
 # ---------------------------------------------------------------------- build
 
 
+def _check_build(args: argparse.Namespace) -> None:
+    checks.reference(args.reference)
+    checks.out_folder(args.out)
+    if not args.no_compile:
+        checks.nvcc_arch(args.arch)
+
+
 def _build(args: argparse.Namespace, ui: UI) -> int:
     """reference -> program folder: capture, plan, generate CUDA, compile."""
     from . import manifest as mf
@@ -171,6 +229,7 @@ def _build(args: argparse.Namespace, ui: UI) -> int:
             sys.stderr.write("".join("    " + ln + "\n" for ln in b.compile.output.strip().splitlines()[:20]))
         ui.result({**data, "ok": False, "error": first})
         return errors.FAILED
+    _warn_memory(m, ui)
     how = "not compiled" if b is None else ("from the build cache" if b.cached else f"compiled in {b.seconds:.1f} s")
     ui.line(f"program {m.name} written to {o.directory} (library {how}; total {o.seconds.get('total', 0):.1f} s)")
     for st in m.state:
@@ -184,39 +243,95 @@ def _build(args: argparse.Namespace, ui: UI) -> int:
     return errors.OK
 
 
+def _warn_memory(m, ui: UI) -> None:
+    """Say so when the program's inputs alone exceed the device memory (this GPU's, else a typical 80 GB one)."""
+    inputs = sum(_nbytes(t) for t in m.inputs)
+    need = inputs + sum(_nbytes(t) for t in m.weights)
+    have, which = DEFAULT_TYPICAL_GPU_BYTES, "a typical 80 GB GPU's"
+    try:
+        from . import rt
+
+        if rt.device_count() > 0:
+            have, which = int(rt.device_info(0)["memory_bytes"]), "this GPU's"
+    except Exception:  # noqa: BLE001 - no driver: compare with the typical one
+        pass
+    if inputs > have:
+        ui.warn(f"the inputs alone take {_size(inputs)}, more than {which} {_size(have)}: "
+                "the program cannot run there; shrink get_inputs()")
+    elif need > have:
+        ui.warn(f"inputs and weights take {_size(need)}, more than {which} {_size(have)}: "
+                "the program cannot run there")
+
+
+def _nbytes(t) -> int:
+    from .dtypes import get as dtype
+
+    n = 1
+    for d in t.shape:
+        n *= int(d)
+    return n * dtype(t.dtype).size
+
+
+def _size(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if b < 1024 or unit == "PiB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b:.1f} PiB"
+
+
 # ---------------------------------------------------------------------- optimize and runs
+
+
+def _check_optimize(args: argparse.Namespace) -> None:
+    import os
+
+    from .llm.server import check_llm_arg
+
+    if args.reference is None and not args.resume:
+        raise CommandError("give a reference (FILE or kernelbench:LEVEL:ID), or --resume RUN")
+    if args.reference is not None:
+        checks.reference(args.reference)
+    args.llm = args.llm or os.environ.get("STITCHCUDA_LLM") or None
+    if args.llm is not None:
+        check_llm_arg(args.llm)
+    out = args.resume if isinstance(args.resume, str) else args.out
+    if args.resume and out is None:
+        raise CommandError("--resume needs the run folder: --resume RUN (or --out RUN --resume)")
+    if args.resume:
+        from .workflow.runs import resolve
+
+        resolve(out).asked()   # a folder that is not a run: RunError, exit 2
+    elif out is not None:
+        checks.out_folder(out)
+        if (Path(out) / "run.json").is_file():
+            raise CommandError(f"--out {out}: already holds a run; resume it (--resume {out}) or choose another --out")
+    checks.nvcc_arch(args.arch)
 
 
 def _optimize(args: argparse.Namespace, ui: UI) -> int:
     """The loop: plan -> code -> verify -> route until the budget ends; the best program in <run>/best."""
-    import os
-
-    from .workflow import optimize, parse_seconds
+    from .workflow import optimize
     from .workflow.runs import RunError
 
-    if args.reference is None and not args.resume:
-        raise CommandError("give a reference (FILE or kernelbench:LEVEL:ID), or --resume RUN")
-    try:
-        budget = parse_seconds(args.budget) if args.budget is not None else None
-        gpu = parse_seconds(args.gpu_budget) if args.gpu_budget is not None else None
-    except ValueError as e:
-        raise CommandError(str(e)) from None
-    if args.iterations is not None and args.iterations < 1:
-        raise CommandError("--iterations must be at least 1")
-    llm = args.llm or os.environ.get("STITCHCUDA_LLM") or None
-    if llm is not None and not Path(llm).is_file():
-        raise CommandError(f"--llm {llm}: no such GGUF file")
+    llm = args.llm
     out = args.resume if isinstance(args.resume, str) else args.out
-    if args.resume and out is None:
-        raise CommandError("--resume needs the run folder: --resume RUN (or --out RUN --resume)")
     from .pipeline import need_torch
 
     need_torch("optimize")
+    if llm is not None:
+        from .llm.server import check_llm_ready
+
+        llm = check_llm_ready(llm)
+    if not _has_gpu():
+        raise CommandError("optimize verifies every candidate on a CUDA GPU, and this machine has none "
+                           "(stitchcuda doctor says what it has); stitchcuda build works without one",
+                           errors.ENVIRONMENT)
     try:
         with ui.step("optimize") as step:
-            r = optimize(args.reference, precision=args.precision, budget=budget, iterations=args.iterations,
-                         gpu_budget=gpu, llm=llm, out=out, resume=bool(args.resume), arch=args.arch,
-                         progress=lambda text: (step(text) if not ui.quiet else None))
+            r = optimize(args.reference, precision=args.precision, budget=args.budget, iterations=args.iterations,
+                         gpu_budget=args.gpu_budget, llm=llm, out=out, resume=bool(args.resume), arch=args.arch,
+                         progress=step)
     except RunError as e:
         raise CommandError(str(e)) from None
     st = r.state
@@ -231,10 +346,22 @@ def _optimize(args: argparse.Namespace, ui: UI) -> int:
                "best_candidate": best.id if best else None, "ms": best.ms if best else None,
                "candidates": len(st.candidates), "finished": st.finished, "report": str(r.markdown)})
     if best is None:
+        if st.finished.startswith("cannot verify on this machine"):
+            ui.error(f"{st.finished}; see {r.markdown}")
+            return errors.ENVIRONMENT
         ui.error(f"no candidate verified ({st.finished}); see {r.markdown}")
         return errors.FAILED
     ui.line(f"best: {best.id} ({best.proposer}) {best.ms:.4g} ms -> {r.best}")
     return errors.OK
+
+
+def _has_gpu() -> bool:
+    from .device import has_gpu
+
+    try:
+        return has_gpu()
+    except Exception:  # noqa: BLE001 - a driver that cannot even count devices: none usable
+        return False
 
 
 def _runs(args: argparse.Namespace, ui: UI) -> int:
@@ -293,19 +420,24 @@ def _verify_options(args: argparse.Namespace, **extra):
                          command="stitchcuda " + " ".join(sys.argv[1:]), **extra)
 
 
+def _check_program_command(args: argparse.Namespace) -> None:
+    """verify and profile: a program folder, a reference when one is named, a target nvcc builds."""
+    checks.program_dir(args.dir)
+    if args.reference is not None:
+        checks.reference(args.reference, "--reference")
+    checks.nvcc_arch(args.arch)
+
+
 def _verify(args: argparse.Namespace, ui: UI) -> int:
     """Verify a program folder; write report.json / report.md / timeline.png into it."""
     from stitchcuda.verifier.run import VerifyEnvironmentError, verify_program
 
-    if args.trials < 1:
-        raise CommandError("--trials must be at least 1")
     from .pipeline import need_torch
 
     need_torch("verify")
     with ui.step("verify") as step:
-        step("static rules, build, correctness, timing, profile")
         try:
-            v = verify_program(args.dir, args.reference, _verify_options(args))
+            v = verify_program(args.dir, args.reference, _verify_options(args, progress=step))
         except VerifyEnvironmentError as e:
             part = e.verification.files.markdown if e.verification is not None and e.verification.files else None
             raise CommandError(f"cannot verify here: {e}" + (f" (partial report: {part})" if part else ""),
@@ -346,10 +478,9 @@ def _profile(args: argparse.Namespace, ui: UI) -> int:
 
     need_torch("profile")
     with ui.step("profile") as step:
-        step("build, profile")
         try:
             opts = VerifyOptions(arch=args.arch, profile_runs=args.runs, precision=args.precision,
-                                 command="stitchcuda " + " ".join(sys.argv[1:]))
+                                 command="stitchcuda " + " ".join(sys.argv[1:]), progress=step)
             res = profile_program_dir(args.dir, args.reference, opts)
         except VerifyEnvironmentError as e:
             raise CommandError(f"cannot profile here: {e}", errors.ENVIRONMENT) from None
@@ -377,12 +508,27 @@ def _profile(args: argparse.Namespace, ui: UI) -> int:
 # ---------------------------------------------------------------------- wheel, bench, cache, doctor
 
 
+def _check_wheel(args: argparse.Namespace) -> None:
+    from .ship.wheel import check_name, check_verified, check_version
+
+    checks.program_dir(args.dir)
+    if args.name is not None:
+        check_name(args.name)
+    check_version(args.wheel_version)
+    checks.out_folder(args.out)
+    for a in args.arch or ():
+        checks.nvcc_arch(a)
+    check_verified(args.dir, unverified=args.unverified)
+
+
 def _wheel(args: argparse.Namespace, ui: UI) -> int:
     from .ship.wheel import make_wheels
 
+    if args.unverified:
+        ui.warn(f"{args.dir}: packed without a passed verification (--unverified); the wheel's metadata says so")
     with ui.step("wheel") as step:
         w = make_wheels(args.dir, name=args.name, archs=args.arch, out=args.out, version=args.wheel_version,
-                        progress=step)
+                        progress=step, unverified=args.unverified)
     for p in (w.program, w.runtime):
         ui.line(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB)")
     ui.line(f"install: pip install {w.program} {w.runtime}")
@@ -392,14 +538,36 @@ def _wheel(args: argparse.Namespace, ui: UI) -> int:
     return errors.OK
 
 
+def _check_bench(args: argparse.Namespace) -> None:
+    from .ship import bench
+
+    if args.budget is not None and not args.optimize:
+        raise CommandError("--budget is the --optimize budget per problem; add --optimize (or drop --budget)")
+    bench.load_suite(args.suite)          # SuiteError: exit 2, nothing written
+    checks.out_folder(args.out)
+    if args.gpus is not None and not args.ray and not args.solver:
+        seen = bench.visible_gpus()
+        if seen and args.gpus > len(seen):
+            raise CommandError(f"--gpus {args.gpus}: only {len(seen)} GPU(s) visible ({','.join(seen)})")
+
+
 def _bench(args: argparse.Namespace, ui: UI) -> int:
     from .ship import bench
 
+    if not args.solver and not args.ray:
+        from .pipeline import need_torch
+
+        need_torch("bench")
+        if not _has_gpu():
+            raise CommandError("bench verifies every problem on a CUDA GPU, and this machine has none "
+                               "(stitchcuda doctor says what it has)", errors.ENVIRONMENT)
     mode = "optimize" if args.optimize else "build"
     opts = bench.BenchOptions(precision=args.precision, mode=mode, budget=args.budget, gpus=args.gpus,
                               limit=args.limit, ray=args.ray, only=tuple(args.only or ()), solver=args.solver,
                               trials=args.trials, profile=not args.no_profile, compile=not args.no_compile)
-    summary = bench.run_suite(args.suite, args.out, opts, log=ui.info)
+    with ui.live() as show:
+        summary = bench.run_suite(args.suite, args.out, opts, log=lambda text: (show(None), ui.info(text)),
+                                  stage=lambda pid, text: show(f"{pid}: {text}"))
     ui.table(f"{summary.suite}: {summary.total} problem(s), {summary.precision}",
              ["", "value"], summary.rows(), justify=["left", "right"])
     for note in summary.notes:
@@ -407,6 +575,23 @@ def _bench(args: argparse.Namespace, ui: UI) -> int:
     ui.line(f"report: {summary.markdown}  {summary.html}")
     ui.result(summary.to_dict())
     return errors.OK
+
+
+def _check_cache(args: argparse.Namespace) -> None:
+    from .paths import cache_dir
+
+    root = cache_dir()
+    if root.exists() and not root.is_dir():
+        raise CommandError(f"the build cache {root} (STITCHCUDA_CACHE) is a file, not a folder; "
+                           "point STITCHCUDA_CACHE at a folder (nothing was removed)")
+    blocker = next((a for a in root.absolute().parents if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise CommandError(f"the build cache {root} (STITCHCUDA_CACHE) is under {blocker}, a file; "
+                           "point STITCHCUDA_CACHE at a folder (nothing was removed)")
+    if args.action == "list" and (args.older_than is not None or args.failed or args.program is not None):
+        raise CommandError("--older-than, --failed and --program choose what cache clean removes; cache list takes none")
+    if args.program is not None and not args.program.strip():
+        raise CommandError("--program: give a program name (stitchcuda cache list shows them)")
 
 
 def _cache(args: argparse.Namespace, ui: UI) -> int:
@@ -454,7 +639,7 @@ def _doctor(args: argparse.Namespace, ui: UI) -> int:
 
 def _common() -> argparse.ArgumentParser:
     """Options every subcommand takes (also before the subcommand: ``stitchcuda --json build ...``)."""
-    p = argparse.ArgumentParser(add_help=False)
+    p = _Parser(add_help=False)
     p.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
                    help="only results and errors")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -466,43 +651,45 @@ def parser() -> argparse.ArgumentParser:
     from .precision import NAMES
 
     common = _common()
-    top = argparse.ArgumentParser(prog="stitchcuda", parents=[common],
+    top = _Parser(prog="stitchcuda", parents=[common],
                                   description="PyTorch reference -> verified, self-contained CUDA program.",
                                   epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"stitchcuda {_version()}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def add(name: str, help: str, func, example: str):
+    def add(name: str, help: str, func, example: str, check=None):
         p = sub.add_parser(name, help=help, description=help, parents=[common], epilog=f"example:\n  {example}",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, validate=check)   # not "check": train has a --check flag
         return p
 
     p = add("selfcheck", "check the install: runtime, nvcc, example program, GPU", _selfcheck, "stitchcuda selfcheck")
-    p.add_argument("--arch", help="target for the example build (default: the GPU's, else sm_90)")
+    p.add_argument("--arch", type=checks.arch, help="target for the example build (default: the GPU's, else sm_90)")
 
     p = add("build", "reference -> program folder: capture, plan, generate CUDA, compile", _build,
-            "stitchcuda build models/gpt_block.py --precision tf32 --out run/gpt_block")
+            "stitchcuda build models/gpt_block.py --precision tf32 --out run/gpt_block", _check_build)
     p.add_argument("reference", metavar="FILE", help="a KernelBench-format .py file, or kernelbench:LEVEL:ID")
     p.add_argument("--precision", "-p", default="fp32", choices=NAMES,
                    help="precision policy (default fp32: exact fp32 math)")
     p.add_argument("--out", "-o", help="program folder (default run/<name>); replaced whole when the build succeeds")
-    p.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
+    p.add_argument("--arch", type=checks.arch, help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
     p.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building the model (default 0)")
     p.add_argument("--no-compile", action="store_true", help="write the folder only")
 
     p = add("optimize", "the loop: build, verify, then repair / optimize / replan until the budget ends", _optimize,
-            "stitchcuda optimize models/gemm_row_sum.py --precision tf32 --budget 3m")
+            "stitchcuda optimize models/gemm_row_sum.py --precision tf32 --budget 3m", _check_optimize)
     p.add_argument("reference", metavar="FILE", nargs="?", help="a KernelBench-format .py file, or kernelbench:LEVEL:ID")
     p.add_argument("--precision", "-p", default="fp32", choices=NAMES, help="precision policy (default fp32)")
-    p.add_argument("--budget", default=None, help="wall time: 90s, 3m, 1h (default 3m)")
-    p.add_argument("--iterations", type=int, default=None, help="at most this many candidates")
-    p.add_argument("--gpu-budget", default=None, help="at most this much judging (Verifier) time")
-    p.add_argument("--llm", default=None, help="a GGUF model for the LLM proposer (default $STITCHCUDA_LLM; none: no LLM)")
+    p.add_argument("--budget", type=checks.duration, default=None, help="wall time: 90s, 3m, 1h or seconds (default 3m)")
+    p.add_argument("--iterations", type=checks.count(), default=None, help="at most this many candidates")
+    p.add_argument("--gpu-budget", type=checks.duration, default=None, help="at most this much judging (Verifier) time")
+    p.add_argument("--llm", default=None, metavar="FILE.gguf|URL",
+                   help="the LLM proposer's model: a GGUF file, or an OpenAI-compatible server on this machine "
+                        "(http://127.0.0.1:PORT/v1, e.g. llama.cpp's) (default $STITCHCUDA_LLM; none: no LLM)")
     p.add_argument("--out", "-o", default=None, help="the run folder (default runs/<name>-<precision>-<time>)")
     p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN",
                    help="go on with a run (killed, or given more budget); RUN defaults to --out")
-    p.add_argument("--arch", help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
+    p.add_argument("--arch", type=checks.arch, help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
 
     p = add("runs", "list, show or diff optimisation runs", _runs, "stitchcuda runs diff RUN:c0000 RUN")
     p.add_argument("action", choices=["list", "show", "diff"])
@@ -510,10 +697,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default="runs", help="where runs are (default runs)")
 
     p = add("verify", "verify a program folder: correctness, anti-hacking, timing, CUPTI profile", _verify,
-            "stitchcuda verify run/gpt_block --trials 5")
+            "stitchcuda verify run/gpt_block --trials 5", _check_program_command)
     p.add_argument("dir", help="the program folder (manifest.json, program.cu, weights.safetensors)")
     p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
-    p.add_argument("--trials", type=int, default=5, help="random trials (default 5)")
+    p.add_argument("--trials", type=checks.count(), default=5, help="random trials (default 5)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the first trial (default: drawn fresh, written to the report after the run)")
     p.add_argument("--precision", "-p", default=None, choices=NAMES,
@@ -521,38 +708,41 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-time", action="store_true", help="skip timing")
     p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
-    p.add_argument("--arch", help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
+    p.add_argument("--arch", type=checks.arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
 
     p = add("profile", "CUPTI-profile a program folder (kernels, tasks, roofline)", _profile,
-            "stitchcuda profile run/gpt_block --runs 20")
+            "stitchcuda profile run/gpt_block --runs 20", _check_program_command)
     p.add_argument("dir", help="the program folder")
     p.add_argument("--reference", help="a KernelBench-format file or kernelbench:LEVEL:ID (default: the manifest's)")
-    p.add_argument("--runs", type=int, default=20, help="profiled runs (default 20)")
+    p.add_argument("--runs", type=checks.count(), default=20, help="profiled runs (default 20)")
     p.add_argument("--precision", "-p", default=None, choices=NAMES, help="the policy to judge at (default: the manifest's)")
-    p.add_argument("--arch", help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
+    p.add_argument("--arch", type=checks.arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
 
     p = add("wheel", "package a program folder as a wheel that runs without PyTorch", _wheel,
             "stitchcuda wheel run/gpt_block --name gpt_block --arch sm_90 --arch sm_80  "
-            "# then: import gpt_block; m = gpt_block.load(); y = m(x)")
+            "# then: import gpt_block; m = gpt_block.load(); y = m(x)", _check_wheel)
     p.add_argument("dir", help="a built program folder")
     p.add_argument("--name", help="the Python package name (default: the program's name)")
-    p.add_argument("--arch", action="append", help="a target to include, repeatable (default: the folder's)")
+    p.add_argument("--arch", action="append", type=checks.arch, help="a target to include, repeatable (default: the folder's)")
     p.add_argument("--out", default="dist", help="folder for the wheels (default dist)")
     p.add_argument("--wheel-version", default="0.1.0", help="the program wheel's version (default 0.1.0)")
+    p.add_argument("--unverified", action="store_true",
+                   help="pack a program without a passed verification report (the wheel's metadata says so)")
 
     p = add("bench", "run a suite: one worker per GPU, resumable, report.md / report.html with plots", _bench,
-            "stitchcuda bench ../shared/kernelbench/dev.jsonl --precision tf32 --gpus 2 --out bench/dev")
+            "stitchcuda bench ../shared/kernelbench/dev.jsonl --precision tf32 --gpus 2 --out bench/dev", _check_bench)
     p.add_argument("suite", help="a .jsonl of KernelBench problems, or a folder of reference .py files")
     p.add_argument("--precision", "-p", default="fp32", choices=NAMES, help="precision policy (default fp32)")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--build", action="store_true", help="build_program then verify each problem (the default)")
     how.add_argument("--optimize", action="store_true", help="run the optimisation loop on each problem")
-    p.add_argument("--budget", type=float, default=None, help="--optimize: budget per problem (seconds)")
-    p.add_argument("--gpus", type=int, default=None, help="worker processes, one per GPU (default: every visible GPU)")
+    p.add_argument("--budget", type=checks.duration, default=None,
+                   help="--optimize: budget per problem: 90s, 3m, 1h or seconds (default 3m)")
+    p.add_argument("--gpus", type=checks.count(), default=None, help="worker processes, one per GPU (default: every visible GPU)")
     p.add_argument("--out", "-o", default=None, help="results folder (default bench/<suite>-<precision>); "
                                                     "a rerun skips the problems already there")
-    p.add_argument("--limit", type=int, default=None, help="only the first N problems")
-    p.add_argument("--trials", type=int, default=5, help="verification trials per problem (default 5)")
+    p.add_argument("--limit", type=checks.count(), default=None, help="only the first N problems")
+    p.add_argument("--trials", type=checks.count(), default=5, help="verification trials per problem (default 5)")
     p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile of each program")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     p.add_argument("--only", action="append", help="only problems whose id contains this text (repeatable)")
@@ -560,9 +750,9 @@ def parser() -> argparse.ArgumentParser:
                                                    "'auto', host:port, or 'local' for a new local instance)")
     p.add_argument("--solver", help=argparse.SUPPRESS)  # module:attribute of another solver (tests)
 
-    p = add("cache", "list or clean the build cache", _cache, "stitchcuda cache clean --older-than 30")
+    p = add("cache", "list or clean the build cache", _cache, "stitchcuda cache clean --older-than 30", _check_cache)
     p.add_argument("action", choices=["list", "clean"])
-    p.add_argument("--older-than", type=float, metavar="DAYS", help="clean: only entries older than this")
+    p.add_argument("--older-than", type=checks.days, metavar="DAYS", help="clean: only entries older than this many days")
     p.add_argument("--failed", action="store_true", help="clean: only failed builds")
     p.add_argument("--program", help="clean: only this program's entries")
 
@@ -576,9 +766,21 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """Parse, check the input (:func:`_Parser` types, then the command's ``check``), then run."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = parser()
+    json_mode = "--json" in argv
+    ui = UI(quiet="--quiet" in argv or "-q" in argv, json_mode=json_mode)
+    try:
+        args = top.parse_args(_join_dashed_values(top, [str(a) for a in argv]))
+    except UsageError as e:
+        ui.error(str(e))
+        ui.result({"ok": False, "error": str(e), "exit_code": errors.BAD_INPUT})
+        return errors.BAD_INPUT
     ui = UI(quiet=getattr(args, "quiet", False), json_mode=getattr(args, "json", False))
     try:
+        if getattr(args, "validate", None) is not None:
+            args.validate(args)
         return args.func(args, ui)
     except BaseException as e:  # noqa: BLE001 - every failure ends in one line and an exit code
         if isinstance(e, SystemExit):

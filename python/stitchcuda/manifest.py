@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import dtypes as _dtypes
+from .errors import ArgumentError
 from . import precision as _precision
 from .fsutil import atomic_write_text
 
@@ -79,7 +80,7 @@ _HASH_RE = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 _IDENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
-class ManifestError(ValueError):
+class ManifestError(ArgumentError):
     """A program directory or manifest that cannot be used; the message names file and problem."""
 
     def __init__(self, file: str | Path, problem: str):

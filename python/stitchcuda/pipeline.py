@@ -45,17 +45,18 @@ from typing import Any, Sequence
 
 from . import build as _build
 from . import manifest as mf
+from .errors import ArgumentError, MachineError
 from .precision import NAMES as _POLICY_NAMES
 
 DEFAULT_OUT = "run"
 _ARCH_RE = re.compile(r"^sm_\d{2,3}[a-z]?$")
 
 
-class BuildInputError(ValueError):
+class BuildInputError(ArgumentError):
     """An argument ``build_program`` cannot use (``out``, ``arch``, ``precision``); one line."""
 
 
-class BuildEnvironmentError(RuntimeError):
+class BuildEnvironmentError(MachineError):
     """The machine cannot build (no PyTorch, no nvcc, an unwritable build cache); one line with the fix."""
 
 
@@ -92,6 +93,9 @@ def load_source(reference: Any, name: str | None):
         ref = frontend.load_reference(spec.source, name=name or spec.name)
         return ref, mf.ReferenceSource(kernelbench=mf.KernelBenchRef(level, pid, spec.name)), spec.source
     path = Path(text)
+    if path.is_dir():
+        raise BuildInputError(f"{text}: is a folder; a reference is one KernelBench-format .py file "
+                              "(or kernelbench:LEVEL:ID)")
     if not path.is_file():
         raise FileNotFoundError(f"{text}: no such reference file (or use kernelbench:LEVEL:ID)")
     ref = frontend.load_reference(path, name=name)
@@ -187,6 +191,14 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
         raise BuildInputError(f"unknown precision {precision!r}: use one of {', '.join(_POLICY_NAMES)}")
     if arch is not None:
         arch = check_arch(arch, compiling=compile)
+    if example_inputs is None and isinstance(reference, (str, os.PathLike)) \
+            and not re.fullmatch(r"kernelbench:(\d+):(\d+)", os.fspath(reference)):
+        p = Path(reference)
+        if p.is_dir():
+            raise BuildInputError(f"{reference}: is a folder; a reference is one KernelBench-format .py file "
+                                  "(or kernelbench:LEVEL:ID)")
+        if not p.is_file():
+            raise FileNotFoundError(f"{reference}: no such reference file (or use kernelbench:LEVEL:ID)")
     target = _check_out(Path(out)) if out is not None else None
     need_torch("build")
     from . import code as coder
@@ -313,13 +325,15 @@ def _check_out(target: Path) -> Path:
     blocker = next((a for a in (parent, *parent.parents) if a.exists() and not a.is_dir()), None)
     if blocker is not None:
         raise BuildInputError(f"--out {target}: {blocker} is a file, not a folder; choose another --out")
+    # Probe the nearest folder that exists: the missing ones are made only when there is a program
+    # to write (staged_folder), so a refused build leaves no empty folders behind.
+    base = next(a for a in (parent, *parent.parents) if a.exists())
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        probe = parent / f".{target.name}.probe-{os.getpid()}"
+        probe = base / f".{target.name}.probe-{os.getpid()}"
         probe.mkdir()
         probe.rmdir()
     except OSError as e:
-        raise BuildInputError(f"--out {target}: cannot write in {parent} ({e.strerror or e}); "
+        raise BuildInputError(f"--out {target}: cannot write in {base} ({e.strerror or e}); "
                               "choose a writable folder") from None
     return target
 
@@ -370,12 +384,16 @@ def staged_folder(target: Path):
     target = Path(target)
     _remove_stale(target)
     stage = Staging(target.parent / f".{target.name}.staging-{os.getpid()}-{time.monotonic_ns() % 10**9}", target)
+    made = [a for a in (target.parent.absolute(), *target.parent.absolute().parents) if not a.exists()]
     stage.path.mkdir(parents=True)
     try:
         yield stage
     finally:
         if not stage.published:
             shutil.rmtree(stage.path, ignore_errors=True)
+            for a in made:          # the folders made for it, innermost first, while empty
+                with contextlib.suppress(OSError):
+                    a.rmdir()
 
 
 def _remove_stale(target: Path) -> None:

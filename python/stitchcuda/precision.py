@@ -87,12 +87,15 @@ NAMES: tuple[str, ...] = tuple(POLICIES)
 
 
 def get(policy: "str | Policy") -> Policy:
-    """The :class:`Policy` named ``policy`` (a Policy is returned as is); ValueError names the choices."""
+    """The :class:`Policy` named ``policy`` (a Policy is returned as is); ArgumentError (a
+    ValueError) names the choices."""
     if isinstance(policy, Policy):
         return policy
     p = POLICIES.get(str(policy))
     if p is None:
-        raise ValueError(f"unknown precision policy {policy!r}; expected one of {', '.join(NAMES)}")
+        from .errors import ArgumentError
+
+        raise ArgumentError(f"unknown precision policy {policy!r}; expected one of {', '.join(NAMES)}")
     return p
 
 

@@ -21,8 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import ArgumentError
 
-class CaptureError(RuntimeError):
+
+class CaptureError(ArgumentError):
     """The reference could not be captured; the message says why and where."""
 
 

@@ -12,10 +12,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import MachineError
 from .paths import INCLUDE_DIR, LIB_DIR
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(MachineError):
     """nvcc is missing or failed; the message carries the command and its diagnostics."""
 
 

@@ -23,7 +23,9 @@ void require_device() {
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n == 0) {
     cudaGetLastError();
-    throw st::Error(ST_ERR_NO_DEVICE, err != cudaSuccess
+    throw st::Error(ST_ERR_NO_DEVICE, err == cudaErrorInsufficientDriver && !st::driver_loadable()
+                                          ? std::string("no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)")
+                                      : err != cudaSuccess
                                           ? st::cat("no usable CUDA device: ", cudaGetErrorString(err))
                                           : std::string("no CUDA device found"));
   }

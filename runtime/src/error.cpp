@@ -1,6 +1,7 @@
 #include "error.hpp"
 
 #include <cudnn_graph.h>
+#include <dlfcn.h>
 
 namespace st {
 
@@ -37,11 +38,23 @@ const char* cublas_status_string(cublasStatus_t s) {
   }
 }
 
+// cudart says "driver version is insufficient" also when there is no driver at all; which of
+// the two it is decides the fix (install one, or update it), so the message says which.
+bool driver_loadable() {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+
 void throw_cuda(cudaError_t err, const char* expr, const char* file, int line) {
   cudaGetLastError();  // clear a sticky non-fatal error so the next call starts clean
   st_status status = ST_ERR_CUDA;
   if (err == cudaErrorMemoryAllocation) status = ST_ERR_OUT_OF_MEMORY;
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) status = ST_ERR_NO_DEVICE;
+  if (err == cudaErrorInsufficientDriver && !driver_loadable())
+    throw Error(status, cat("no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded) in ", expr, " at ",
+                            base_name(file), ":", line));
   throw Error(status, cat(cudaGetErrorName(err), " (", cudaGetErrorString(err), ") in ", expr,
                           " at ", base_name(file), ":", line));
 }

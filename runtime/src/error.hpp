@@ -25,6 +25,8 @@ class Error : public std::runtime_error {
   st_status status_;
 };
 
+// Whether the NVIDIA driver library can be loaded (cudart reports no driver as an old one).
+bool driver_loadable();
 [[noreturn]] void throw_cuda(cudaError_t err, const char* expr, const char* file, int line);
 [[noreturn]] void throw_cublas(cublasStatus_t err, const char* expr, const char* file, int line);
 // A cudnnStatus_t as int, so that only the files that call cuDNN include its headers.

@@ -7,27 +7,32 @@
     c.text, c.prompt_tokens, c.completion_tokens, c.wall_s, c.cached
 
     llm = LLM.replay("run/dir")                          # no model file, no llama-cpp-python
+    llm = LLM("http://127.0.0.1:8080/v1", cache=...)     # a llama.cpp server on this machine (llm.server)
 
 Every call goes through the cache first: a hit needs neither the model nor llama-cpp-python, so
 the model is loaded (and the package imported) on the first miss only. In replay mode a miss
 raises :class:`CacheMiss` naming the key. Each model call starts from an empty KV cache (no
 prefix reuse between calls), so a response depends on its request alone.
 
-Nothing here touches a network: llama.cpp reads the GGUF file and computes on this machine.
+Nothing here touches a network: llama.cpp reads the GGUF file and computes on this machine, or
+a server on this machine does (:mod:`.server`: loopback addresses only).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import MachineError
 from .apiref import estimate_tokens
 from .cache import Record, ResponseCache, Sampling, request_key
 from .grammar import Grammar
-from .model import ModelIdentity, ModelNotFound, resolve_model_path
+from .model import ENV_VAR, ModelIdentity, ModelNotFound, resolve_model_path
 from .prompts import Prompt
 
 INSTALL_HINT = "pip install 'stitchcuda[llm]'  (builds llama-cpp-python from source; CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" for a portable build)"
@@ -37,7 +42,7 @@ class LLMError(RuntimeError):
     """Base of the LLM layer's errors."""
 
 
-class LLMUnavailable(LLMError):
+class LLMUnavailable(LLMError, MachineError):
     """llama-cpp-python is not installed."""
 
 
@@ -67,6 +72,42 @@ def import_llama_cpp() -> Any:
     return llama_cpp
 
 
+def _cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return any(ln.startswith("flags") and " amx_int8" in ln for ln in f)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def safe_cpu_buffers(llama_cpp: Any):
+    """Load models without llama.cpp's extra CPU buffer types (weight repacking) on CPUs with AMX.
+
+    llama.cpp's AMX path crashes the process (a segmentation fault in ``ggml_backend_amx_mul_mat``,
+    llama.cpp issue 20824) on the first completion with the Q4_K test model on such CPUs (Sapphire
+    Rapids and later); without the extra buffer types the same weights run on the plain CPU kernels.
+    llama-cpp-python takes the setting from ``llama_model_default_params()`` only, so that is what
+    is wrapped while a model loads. ``STITCHCUDA_LLM_REPACK=1`` keeps repacking."""
+    if (os.environ.get("STITCHCUDA_LLM_REPACK", "") not in ("", "0") or not _cpu_has_amx()
+            or not hasattr(llama_cpp, "llama_model_default_params")):
+        yield
+        return
+    orig = llama_cpp.llama_model_default_params
+
+    def params():
+        p = orig()
+        if hasattr(p, "use_extra_bufts"):
+            p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        llama_cpp.llama_model_default_params = orig
+
+
 @dataclass(frozen=True)
 class Completion:
     """One call's answer. ``wall_s`` is this call's time (cache look-up included);
@@ -92,7 +133,8 @@ class Completion:
 class LLM:
     """A GGUF model behind a response cache.
 
-    model: GGUF path (else ``$STITCHCUDA_LLM``); not needed in replay mode.
+    model: GGUF path (else ``$STITCHCUDA_LLM``), or the address of an OpenAI-compatible server on
+    this machine (``http://127.0.0.1:PORT/v1``, :mod:`.server`); not needed in replay mode.
     cache: a folder (or a :class:`ResponseCache`) for the responses; None keeps none.
     replay: serve only from the cache; a miss raises :class:`CacheMiss`.
     identity: the model identity to key on; in replay mode without it, the cache's only one.
@@ -113,10 +155,14 @@ class LLM:
         self._llama: Any = None
         self._grammars: dict[str, Any] = {}
         self.path: Path | None = None
+        self.endpoint: Any = None
+        from .server import Endpoint, is_url
+
+        url = model if model is not None else os.environ.get(ENV_VAR) or None
         if replay:
             if self.cache is None:
                 raise ValueError("replay needs a cache folder")
-            if identity is None and model is not None:
+            if identity is None and model is not None and not is_url(str(model)):
                 identity = ModelIdentity.of(resolve_model_path(model))
             if identity is None:
                 models = self.cache.models()
@@ -124,6 +170,9 @@ class LLM:
                     raise LLMError(f"replay: the cache holds responses of {len(models)} models; "
                                    f"name one with identity= ({', '.join(sorted(map(str, models))) or 'none'})")
                 identity = next(iter(models))
+        elif url is not None and is_url(str(url)):
+            self.endpoint = Endpoint(str(url))
+            identity = identity or self.endpoint.identity()   # fails now (ServerError) when nobody answers
         else:
             if not _llama_cpp_installed():       # fail now, not at the first miss
                 import_llama_cpp()
@@ -183,14 +232,19 @@ class LLM:
         return len(self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def load(self) -> Any:
-        """The llama.cpp model, loaded on first use (needs llama-cpp-python and the file)."""
+        """The llama.cpp model, loaded on first use (needs llama-cpp-python and the file); for a
+        server, its :class:`~.server.Endpoint`, checked (it answers and honours grammars)."""
+        if self.endpoint is not None:
+            self.endpoint.check()
+            return self.endpoint
         if self._llama is None:
             if self.path is None:
                 raise ModelNotFound("replay mode has no model file to load")
             llama_cpp = import_llama_cpp()
-            self._llama = llama_cpp.Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                          n_batch=self.n_batch, n_gpu_layers=self.n_gpu_layers,
-                                          seed=self.sampling.seed, verbose=self.verbose)
+            with safe_cpu_buffers(getattr(llama_cpp, "llama_cpp", None)):
+                self._llama = llama_cpp.Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                              n_batch=self.n_batch, n_gpu_layers=self.n_gpu_layers,
+                                              seed=self.sampling.seed, verbose=self.verbose)
         return self._llama
 
     def close(self) -> None:
@@ -218,6 +272,8 @@ class LLM:
         return g
 
     def _generate(self, key: str, prompt: Prompt, gtext: str | None, sampling: Sampling) -> Record:
+        if self.endpoint is not None:
+            return self._generate_on_server(key, prompt, gtext, sampling)
         llama = self.load()
         kw = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
                   min_p=sampling.min_p, repeat_penalty=sampling.repeat_penalty, max_tokens=sampling.max_tokens,
@@ -235,6 +291,24 @@ class LLM:
             if "context window" in str(e) or "exceed" in str(e):
                 raise ContextOverflow(f"{e} (n_ctx = {self.n_ctx})") from e
             raise
+        wall = time.perf_counter() - t0
+        usage = out.get("usage") or {}
+        return Record(key, self.identity, prompt, gtext, sampling, text,
+                      str(out["choices"][0].get("finish_reason") or "stop"),
+                      int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), wall, "model")
+
+    def _generate_on_server(self, key: str, prompt: Prompt, gtext: str | None, sampling: Sampling) -> Record:
+        """The same request as in process, sent to the server (chat or plain as :mod:`.server` says)."""
+        ep = self.endpoint
+        chat = sampling.chat == "on" or (sampling.chat == "auto" and ep.uses_chat())
+        t0 = time.perf_counter()
+        if chat:
+            out = ep.complete(messages=[{"role": "user", "content": prompt.user_turn()}], grammar=gtext,
+                              sampling=sampling)
+            text = (out["choices"][0].get("message") or {}).get("content") or ""
+        else:
+            out = ep.complete(prompt=prompt.plain(), grammar=gtext, sampling=sampling)
+            text = prompt.reply(out["choices"][0].get("text") or "")
         wall = time.perf_counter() - t0
         usage = out.get("usage") or {}
         return Record(key, self.identity, prompt, gtext, sampling, text,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..device import Ceilings
+from ..errors import ArgumentError
 from ..ir import DTYPE_SIZES
 from ..kinds import TaskSpec
 from ..serial import from_jsonable, to_jsonable
@@ -189,7 +190,7 @@ class Plan:
         return "\n".join(lines)
 
 
-class PlanError(ValueError):
+class PlanError(ArgumentError):
     """The graph uses what the planner cannot map; ``unsupported`` lists (op, node, where, why)."""
 
     def __init__(self, name: str, unsupported: Sequence[tuple[str, str, str, str]]):

@@ -26,14 +26,15 @@ EXAMPLE = "stitchcuda train run --data train/data --model test --out train/run -
 
 def register(add: Any) -> None:
     """Add the ``train`` subcommand through cli.py's ``add(name, help, func, example)``."""
+    from ..ship.checks import count, duration, fraction
     from ..precision import NAMES
 
-    p = add("train", "RL for the loop's LLM: dataset, GRPO with LoRA, evaluation, GGUF export", main, EXAMPLE)
+    p = add("train", "RL for the loop's LLM: dataset, GRPO with LoRA, evaluation, GGUF export", main, EXAMPLE, check)
     p.add_argument("action", choices=["dataset", "run", "eval", "export"])
     p.add_argument("sources", nargs="*", help="dataset: .py files, folders, KernelBench .jsonl, kernelbench:L:ID")
     p.add_argument("--runs", nargs="*", default=[], help="dataset: run folders of `stitchcuda optimize`")
     p.add_argument("--precision", "-p", action="append", choices=NAMES, help="dataset: a policy to plan at (repeatable; default fp32)")
-    p.add_argument("--eval-fraction", type=float, default=0.2, help="dataset: share of references held out (default 0.2)")
+    p.add_argument("--eval-fraction", type=fraction, default=0.2, help="dataset: share of references held out (default 0.2)")
     p.add_argument("--eval", action="append", default=[], metavar="NAME", help="dataset: a reference held out by name")
     p.add_argument("--seed", type=int, default=0, help="dataset split and training seed (default 0)")
     p.add_argument("--tokens-of", metavar="GGUF", help="dataset: fit prompts with this model's token counts, "
@@ -42,19 +43,20 @@ def register(add: Any) -> None:
     p.add_argument("--data", help="run / eval: the dataset folder")
     p.add_argument("--model", default="test", help="a GGUF file, a transformers folder, or 'test' (default)")
     p.add_argument("--out", "-o", help="dataset: its folder; run / eval / export: the training folder")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--group", type=int, default=8, help="completions per prompt (default 8)")
-    p.add_argument("--prompts", type=int, default=1, help="prompts per step (default 1)")
-    p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--max-prompt-tokens", type=int, default=6144)
+    p.add_argument("--steps", type=count(), default=200)
+    p.add_argument("--group", type=count(2), default=8, help="completions per prompt (default 8)")
+    p.add_argument("--prompts", type=count(), default=1, help="prompts per step (default 1)")
+    p.add_argument("--max-new-tokens", type=count(), default=512)
+    p.add_argument("--max-prompt-tokens", type=count(), default=6144)
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--beta", type=float, default=0.04, help="KL weight (default 0.04)")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--lora-r", type=count(), default=16)
     p.add_argument("--kinds", default="body,plan", help="which skills: body, plan or both (default)")
     p.add_argument("--no-grammar", action="store_true", help="sample decisions free, not under the loop's grammar")
-    p.add_argument("--checkpoint-every", type=int, default=20)
-    p.add_argument("--time-limit", default=None, help="run: stop (checkpointed) before this wall time: 8m, 500s")
+    p.add_argument("--checkpoint-every", type=count(), default=20)
+    p.add_argument("--time-limit", type=duration, default=None,
+                   help="run: stop (checkpointed) before this wall time: 8m, 500s or seconds")
     p.add_argument("--resume", action="store_true", help="run: go on from the latest checkpoint")
     p.add_argument("--device", default=None, help="where the model runs (default: cuda when there is one)")
     p.add_argument("--dtype", default="float32", help="model weights' dtype (float32, bfloat16)")
@@ -62,21 +64,66 @@ def register(add: Any) -> None:
                    help="where bodies run to be judged (cpu: build only)")
     p.add_argument("--level", default="task", choices=["task", "program"],
                    help="task: check_task and task timing; program: also the whole-program Verifier")
-    p.add_argument("--workers", type=int, default=4, help="judging children at once (default 4)")
+    p.add_argument("--workers", type=count(), default=4, help="judging children at once (default 4)")
     p.add_argument("--base", action="store_true", help="eval: the base model (adapter off)")
-    p.add_argument("--samples", type=int, default=1, help="eval: completions per held-out prompt")
-    p.add_argument("--limit", type=int, default=None, help="eval: at most this many held-out prompts")
+    p.add_argument("--samples", type=count(), default=1, help="eval: completions per held-out prompt")
+    p.add_argument("--limit", type=count(), default=None, help="eval: at most this many held-out prompts")
     p.add_argument("--gguf", help="export: the GGUF to write")
     p.add_argument("--gguf-dtype", default="f16", choices=["f16", "f32"])
     p.add_argument("--check", action="store_true", help="export: load the GGUF in llama.cpp and complete a prompt")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Everything the action names, before transformers is looked for or a folder is made."""
+    import re
+
+    from ..ship.checks import out_folder, reference
+    from ..ship.errors import CommandError
+
+    if not args.out:
+        raise CommandError(f"train {args.action} needs --out")
+    out_folder(args.out)
+    if args.action == "dataset":
+        if not args.sources and not args.runs:
+            raise CommandError("train dataset needs references (files, folders, .jsonl) or --runs")
+        for s in args.sources:
+            p = Path(s)
+            if re.fullmatch(r"kernelbench:\d+:\d+", s) or p.is_dir() or (p.is_file() and p.suffix == ".jsonl"):
+                continue
+            reference(s)
+        for r in args.runs:
+            if not (Path(r) / "run.json").is_file():
+                why = "no such folder" if not Path(r).exists() else "not a run folder (no run.json)"
+                hint = " (a pattern that matched nothing reaches here as written)" if any(c in r for c in "*?[") else ""
+                raise CommandError(f"--runs {r}: {why}{hint}; give folders `stitchcuda optimize` wrote")
+        if args.tokens_of is not None and not Path(args.tokens_of).is_file():
+            raise CommandError(f"--tokens-of {args.tokens_of}: no such GGUF file")
+        return
+    if args.model != "test" and not Path(args.model).exists():
+        raise CommandError(f"--model {args.model}: no such GGUF file or transformers folder (or 'test')")
+    if args.action in ("run", "eval"):
+        if not args.data:
+            raise CommandError(f"train {args.action} needs --data (a folder `stitchcuda train dataset` wrote)")
+        if not (Path(args.data) / "references.jsonl").is_file():
+            raise CommandError(f"--data {args.data}: not a dataset folder (no references.jsonl); "
+                               "`stitchcuda train dataset` writes one")
+        kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+        if not kinds or set(kinds) - {"body", "plan"}:
+            raise CommandError(f"--kinds {args.kinds}: body, plan or body,plan")
+    if args.action == "eval" and not args.base or args.action == "export":
+        if not (Path(args.out) / "checkpoints" / "latest").is_file():
+            raise CommandError(f"--out {args.out}: no checkpoint to {args.action} there (train run writes them"
+                               + ("; or --base for the base model)" if args.action == "eval" else ")"))
+    if args.action == "export":
+        if not args.gguf:
+            raise CommandError("train export needs --gguf FILE")
+        out_folder(str(Path(args.gguf).parent), "--gguf")
 
 
 def main(args: argparse.Namespace, ui: Any) -> int:
     from ..ship import errors
     from ..ship.errors import CommandError
 
-    if not args.out:
-        raise CommandError(f"train {args.action} needs --out")
     if args.action == "dataset":
         return _dataset(args, ui)
     from .model import TrainUnavailable, require
@@ -87,8 +134,6 @@ def main(args: argparse.Namespace, ui: Any) -> int:
         raise CommandError(str(e), errors.ENVIRONMENT) from None
     if args.action == "export":
         return _export(args, ui)
-    if not args.data:
-        raise CommandError(f"train {args.action} needs --data (a folder `stitchcuda train dataset` wrote)")
     return _run(args, ui) if args.action == "run" else _eval(args, ui)
 
 
@@ -138,7 +183,6 @@ def _judge(args: argparse.Namespace):
 
 
 def _settings(args: argparse.Namespace):
-    from ..workflow.state import parse_seconds
     from .grpo import GRPOSettings
 
     return GRPOSettings(steps=args.steps, group=args.group, prompts_per_step=args.prompts,
@@ -146,7 +190,7 @@ def _settings(args: argparse.Namespace):
                         checkpoint_every=args.checkpoint_every, seed=args.seed,
                         kinds=tuple(k.strip() for k in args.kinds.split(",") if k.strip()),
                         max_prompt_tokens=args.max_prompt_tokens, grammar=not args.no_grammar,
-                        time_limit_s=parse_seconds(args.time_limit) if args.time_limit else None)
+                        time_limit_s=args.time_limit)
 
 
 def _run(args: argparse.Namespace, ui: Any) -> int:

@@ -36,18 +36,19 @@ import selectors
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import ArgumentError, MachineError
 from ..fsutil import atomic_write_text
 
 
-class SuiteError(ValueError):
+class SuiteError(ArgumentError):
     """A suite or results folder that cannot be used; one line."""
 
 
-class MissingExtra(RuntimeError):
+class MissingExtra(MachineError):
     """An optional package a chosen feature needs (Ray, stitchcuda.optimize); one line with the fix."""
 
 
@@ -141,6 +142,15 @@ def record_from_report(problem: Problem, report: Any, manifest: Any = None, prog
     return rec
 
 
+#: Where a worker tells the runner what stage its problem is in (set by :func:`worker_main`).
+_stage_out: Callable[[str], None] = lambda text: None
+
+
+def report_stage(text: str) -> None:
+    """Tell the runner the stage of the current problem (a progress line on its terminal)."""
+    _stage_out(text)
+
+
 class BuildSolver:
     """``build_program`` then ``verify_program`` (both replaceable, for tests)."""
 
@@ -155,7 +165,8 @@ class BuildSolver:
         verify = self.verify or verify_program
         ref = problem.write(folder)
         try:
-            o = build(ref, precision=opts.precision, out=folder / "program", quiet=True)
+            kw = {"progress": lambda s: report_stage(f"build: {s}")} if self.build is None else {}
+            o = build(ref, precision=opts.precision, out=folder / "program", quiet=True, **kw)
         except Exception as e:  # noqa: BLE001 - a problem stitchcuda cannot build is a result, not the end
             unsupported = any(c.__name__ in ("UnsupportedOpError", "PlanError") for c in type(e).__mro__)
             return {"status": "unsupported" if unsupported else "error", "summary": _one_line(e)}
@@ -163,7 +174,8 @@ class BuildSolver:
             return {"status": "compile_error", "verdict": "compile_error", "summary": o.build.message}
         try:
             v = verify(o.directory, None, VerifyOptions(trials=opts.trials, profile=opts.profile,
-                                                        compile=opts.compile, command="stitchcuda bench"))
+                                                        compile=opts.compile, command="stitchcuda bench",
+                                                        progress=lambda s: report_stage(f"verify: {s}")))
         except VerifyEnvironmentError as e:
             return {"status": "not_verified", "summary": f"built; not verified: {_one_line(e)}",
                     "program": str(o.directory)}
@@ -186,7 +198,8 @@ class OptimizeSolver:
                 raise MissingExtra("--optimize needs stitchcuda.optimize, which this install does not have; "
                                    "use --build")
         ref = problem.write(folder)
-        res = fn(str(ref), precision=opts.precision, budget=opts.budget, out=str(folder / "run"))
+        kw = {"progress": lambda s: report_stage(f"optimize: {s}")} if self.optimize is None else {}
+        res = fn(str(ref), precision=opts.precision, budget=opts.budget, out=str(folder / "run"), **kw)
         if res.best is None or res.report is None:
             return {"status": "failed", "summary": "no candidate verified within the budget"}
         from .. import manifest as mf
@@ -235,9 +248,13 @@ def worker_main(argv: list[str]) -> int:
     solver prints goes to stderr (the worker's log)."""
     opts = BenchOptions(**{k: tuple(v) if k == "only" else v for k, v in json.loads(argv[0]).items()})
     folder = Path(argv[1])
+    global _stage_out
     results = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    _stage_out = lambda text: results.write(json.dumps({"stage": str(text)}) + "\n")  # noqa: E731
+    from . import bench as imported       # run as __main__, this module is also imported by solvers
+    imported._stage_out = _stage_out
     solver = resolve_solver(opts)
     for line in sys.stdin:
         if not line.strip():
@@ -263,6 +280,7 @@ class _Worker:
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, bufsize=1)
         self.current: Problem | None = None
         self.started = 0.0
+        self.pending = b""
 
     def give(self, p: Problem) -> None:
         self.current, self.started = p, time.monotonic()
@@ -392,7 +410,7 @@ def schedule(pending: list[Problem], opts: BenchOptions, workers: int, history: 
 
 
 def _run_local(pending: list[Problem], opts: BenchOptions, folder: Path, record: Callable[[dict], None],
-               log: Callable[[str], None]) -> None:
+               log: Callable[[str], None], stage: Callable[[str, str], None] = lambda pid, text: None) -> None:
     gpus = visible_gpus()
     n = opts.gpus if opts.gpus is not None else max(1, len(gpus))
     if n < 1:
@@ -441,17 +459,30 @@ def _run_local(pending: list[Problem], opts: BenchOptions, folder: Path, record:
             for key, _ in sel.select(timeout=5.0):
                 i = key.data
                 w = workers[i]
-                line = w.proc.stdout.readline()
-                if not line:
+                # Read what is there, not a line: a worker writes several lines (stages, then its
+                # result) and a buffered readline would keep the rest from the next select.
+                data = os.read(w.proc.stdout.fileno(), 1 << 16)
+                if not data:
                     code = w.proc.poll()
                     retire(i, f"the worker process died (exit status {code}); see logs/worker-{i}.log")
                     continue
-                record(json.loads(line))
-                w.current = None
-                if queue:
-                    w.give(queue.pop(0))
-                else:
-                    retire(i)
+                w.pending += data
+                *lines, w.pending = w.pending.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    msg = json.loads(line)
+                    if "stage" in msg and "id" not in msg:     # where its problem is, not a result
+                        if w.current is not None:
+                            stage(w.current.id, msg["stage"])
+                        continue
+                    record(msg)
+                    w.current = None
+                    if queue:
+                        w.give(queue.pop(0))
+                    else:
+                        retire(i)
+                        break
             now = time.monotonic()
             for i, w in list(workers.items()):
                 if w.current is not None and now - w.started > opts.timeout_s:
@@ -543,11 +574,23 @@ def read_results(path: Path) -> list[dict]:
 
 
 def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: BenchOptions,
-              log: Callable[[str], None] = print) -> Summary:
-    """Run (or resume) a suite into ``out`` and write its reports; see the module docstring."""
+              log: Callable[[str], None] = print,
+              stage: Callable[[str, str], None] = lambda pid, text: None) -> Summary:
+    """Run (or resume) a suite into ``out`` and write its reports; see the module docstring.
+    ``log`` gets a line per problem done; ``stage(problem id, text)`` each stage a problem enters
+    (build: capture, verify: correctness ..., optimize: candidate ...), from the local workers."""
     from .report import metrics, write_reports
 
     t0 = time.monotonic()
+    if opts.gpus is not None and opts.gpus < 1:       # before anything is written
+        raise SuiteError("--gpus must be at least 1")
+    seen = visible_gpus()
+    if opts.gpus is not None and not opts.ray and seen and opts.gpus > len(seen):
+        raise SuiteError(f"--gpus {opts.gpus}: only {len(seen)} GPU(s) visible ({','.join(seen)})")
+    if opts.budget is not None:
+        from ..workflow.state import parse_seconds
+
+        opts = replace(opts, budget=parse_seconds(opts.budget))
     name, problems = load_suite(suite)
     if opts.mode == "optimize" and not opts.solver:
         import stitchcuda
@@ -596,7 +639,10 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
             f"({rec.get('seconds', 0):.0f} s{', gpu ' + rec['gpu'] if rec.get('gpu') else ''})")
 
     if pending:
-        (_run_ray if opts.ray else _run_local)(pending, opts, folder, record, log)
+        if opts.ray:
+            _run_ray(pending, opts, folder, record, log)
+        else:
+            _run_local(pending, opts, folder, record, log, stage)
     ids = {p.id for p in problems}
     results = [r for r in read_results(results_file) if r.get("id") in ids]
     remember_seconds(results, {p.id: p for p in problems}, opts)

@@ -139,7 +139,17 @@ def _llm_file() -> Check:
     path = os.environ.get("STITCHCUDA_LLM")
     if not path:
         return Check("LLM file", "info", "STITCHCUDA_LLM is not set",
-                     "export STITCHCUDA_LLM=/path/to/model.gguf (or pass --llm PATH)", "llm")
+                     "export STITCHCUDA_LLM=/path/to/model.gguf or http://127.0.0.1:PORT/v1 (or pass --llm)", "llm")
+    from ..llm.server import Endpoint, is_url
+
+    if is_url(path):
+        try:
+            ep = Endpoint(path, timeout=10)
+            ep.check()
+        except Exception as e:  # noqa: BLE001 - the check's finding, in one line
+            return Check("LLM server", "missing", str(e).split("\n")[0].replace(f"--llm {path}: ", f"{path}: "),
+                         "start the server (python -m llama_cpp.server --model MODEL.gguf --port PORT)", "llm")
+        return Check("LLM server", "ok", f"{path}: {ep.model()} (grammars honoured)", "", "llm")
     p = Path(path).expanduser()
     if not p.is_file():
         return Check("LLM file", "missing", f"{p}: no such file", "point STITCHCUDA_LLM at a .gguf file", "llm")

@@ -1,19 +1,10 @@
 """Exit codes, and every failure a command can meet as one line: the cause and what to do.
 
 A command never shows a traceback (``STITCHCUDA_DEBUG=1`` brings it back, for a bug report).
-:func:`explain` maps an exception to a :class:`Failure`: its exit code and its line.
-
-====  ===================================================================================
-code  meaning
-====  ===================================================================================
-0     done: built, verified and correct, written
-1     the candidate failed: it does not compile, or the Verifier's verdict is not a pass
-2     bad input: an argument, a reference, a program folder or a suite that cannot be used
-3     this machine cannot do it: a missing dependency (PyTorch, matplotlib, nvcc), no GPU,
-      out of memory, an unwritable cache
-70    a bug in stitchcuda (the line says so; please report it with STITCHCUDA_DEBUG=1)
-130   interrupted (Ctrl-C); nothing half-written is left behind
-====  ===================================================================================
+:func:`explain` maps an exception to a :class:`Failure`: its exit code and its line. The codes
+are the README's table ("The command"), which is their only source: a test reads it, and these
+constants must be its rows, no more. An exception nobody put into words (a bug) exits 1, with a
+line that says it is stitchcuda's failure, not the program's.
 """
 
 from __future__ import annotations
@@ -25,7 +16,6 @@ OK = 0
 FAILED = 1
 BAD_INPUT = 2
 ENVIRONMENT = 3
-INTERNAL = 70
 INTERRUPTED = 130
 
 
@@ -61,13 +51,13 @@ def explain(e: BaseException) -> Failure:
     if isinstance(e, MemoryError):
         text = str(e).strip() or "out of host memory"
         return Failure(ENVIRONMENT, text if "memory" in text else f"out of host memory: {text}")
+    from ..errors import ArgumentError, MachineError, NoDeviceError, OutOfMemoryError
+
     if _named(e, "UnsupportedOpError"):  # several lines by design: one per unsupported operator
         return Failure(BAD_INPUT, str(e).strip())
-    if _named(e, "BuildInputError", "CaptureError", "PlanError", "ManifestError", "ProblemError", "ProgramError",
-              "SuiteError", "WheelError"):
+    if isinstance(e, ArgumentError) or _named(e, "ProgramError", "ModelNotFound", "ExportError", "ConstraintError"):
         return Failure(BAD_INPUT, _first_line(e))
-    if _named(e, "BuildEnvironmentError", "VerifyEnvironmentError", "ToolchainError", "NoDeviceError",
-              "MissingExtra"):
+    if isinstance(e, (MachineError, NoDeviceError, OutOfMemoryError)) or _named(e, "TrainUnavailable", "CannotJudge"):
         return Failure(ENVIRONMENT, _first_line(e))
     if isinstance(e, FileNotFoundError):
         return Failure(BAD_INPUT, _first_line(e) if e.filename is None else f"{e.filename}: no such file or folder")
@@ -79,13 +69,13 @@ def explain(e: BaseException) -> Failure:
                                     "stitchcuda doctor lists what this machine has")
     if isinstance(e, OSError):
         return Failure(ENVIRONMENT, f"{e.filename + ': ' if e.filename else ''}{e.strerror or _first_line(e)}")
-    return Failure(INTERNAL, f"internal error: {type(e).__name__}: {_first_line(e)} (a bug in stitchcuda: "
-                             "rerun with STITCHCUDA_DEBUG=1 for the traceback and report it)")
+    return Failure(FAILED, f"stitchcuda failed (a bug, not your program's fault): {type(e).__name__}: "
+                           f"{_first_line(e)}; rerun with STITCHCUDA_DEBUG=1 for the traceback and report it")
 
 
 def debug() -> bool:
     return os.environ.get("STITCHCUDA_DEBUG", "") not in ("", "0")
 
 
-__all__ = ["OK", "FAILED", "BAD_INPUT", "ENVIRONMENT", "INTERNAL", "INTERRUPTED", "CommandError", "Failure",
+__all__ = ["OK", "FAILED", "BAD_INPUT", "ENVIRONMENT", "INTERRUPTED", "CommandError", "Failure",
            "explain", "debug"]

@@ -37,6 +37,10 @@ class UI:
         if not self.quiet:
             self._console(True).print(text, style="dim", markup=False)
 
+    def warn(self, text: str) -> None:
+        """A warning (stderr, one line): shown even when quiet, as errors are."""
+        print(f"stitchcuda: warning: {text}", file=sys.stderr, flush=True)
+
     def error(self, text: str) -> None:
         print(f"stitchcuda: error: {text}", file=sys.stderr, flush=True)
 
@@ -59,6 +63,34 @@ class UI:
             steps.close(ok=False)
             raise
         steps.close()
+
+    @contextlib.contextmanager
+    def live(self) -> Iterator[Any]:
+        """A status line for what is going on inside a long item, on a terminal only: ``show(text)``
+        replaces it, ``show(None)`` clears it. Piped or quiet, it shows nothing (the item's own
+        result line is what a log wants)."""
+        console = self._console(True)
+        if self.quiet or not console.is_terminal:
+            yield lambda text: None
+            return
+        status = console.status("")
+        started = [False]
+
+        def show(text: str | None) -> None:
+            if text is None:
+                if started[0]:
+                    status.stop()
+                    started[0] = False
+                return
+            status.update(text)
+            if not started[0]:
+                status.start()
+                started[0] = True
+
+        try:
+            yield show
+        finally:
+            show(None)
 
     def table(self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
               *, justify: Sequence[str] | None = None) -> None:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import manifest as mf
+from ..errors import ArgumentError
 
 RUNTIME_DIST = "stitchcuda_runtime"
 RUNTIME_PACKAGE = "stitchrt"
@@ -46,7 +47,7 @@ RPATH = "$ORIGIN/../../stitchrt/lib"
 _RESERVED = {"stitchcuda", RUNTIME_PACKAGE, "torch", "numpy", "cupy", "nvidia", "test", "tests"}
 
 
-class WheelError(ValueError):
+class WheelError(ArgumentError):
     """A program folder or a name that cannot make a wheel; one line."""
 
 
@@ -74,6 +75,34 @@ def check_name(name: str) -> str:
     if name in _RESERVED or name in getattr(sys, "stdlib_module_names", ()):
         raise WheelError(f"--name {name}: taken by another package; choose another --name")
     return name
+
+
+def check_version(version: str) -> str:
+    if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d+)?(\+[A-Za-z0-9.]+)?", version):
+        raise WheelError(f"--wheel-version {version}: not a version (e.g. 1.0.2)")
+    return version
+
+
+def check_verified(program_dir: str | Path, *, unverified: bool = False) -> tuple[bool, str]:
+    """(True, the verdict) when the folder's report passed; else WheelError, or with ``unverified``
+    (False, why not). A wheel says what was proven of what it holds."""
+    from ..verifier.report import load_report
+
+    report = Path(program_dir) / "report.json"
+    if not report.is_file():
+        why = f"{program_dir} has no verification report (report.json)"
+    else:
+        try:
+            r = load_report(report)
+        except Exception as e:  # noqa: BLE001 - an unreadable report proves nothing
+            why = f"{report} cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        else:
+            if r.result.ok:
+                return True, r.result.verdict.summary()
+            why = f"{program_dir}'s verification did not pass ({r.result.verdict.summary()})"
+    if unverified:
+        return False, why
+    raise WheelError(f"{why}: run stitchcuda verify {program_dir} first, or pack it anyway with --unverified")
 
 
 def _record_hash(data: bytes) -> str:
@@ -192,6 +221,8 @@ import stitchrt as _stitchrt
 
 PACKAGE = _Path(__file__).resolve().parent
 ARCHS = {arch_tuple!r}
+VERIFIED = {verified!r}
+VERDICT = {verdict!r}
 
 
 def load(device=None):
@@ -201,13 +232,15 @@ def load(device=None):
 
 
 def make_wheels(program_dir: str | Path, *, name: str | None = None, archs: list[str] | None = None,
-                out: str | Path = "dist", version: str = "0.1.0", progress=None) -> Wheels:
+                out: str | Path = "dist", version: str = "0.1.0", progress=None, unverified: bool = False) -> Wheels:
     """Write the program wheel and the runtime wheel of a program folder into ``out``.
 
     ``archs``: targets to include (default: the manifest's); each is built through the build
     cache unless the folder's own library is for it. Raises WheelError / ManifestError for bad
     input, BuildEnvironmentError when nothing can be compiled, CommandError (exit 1) when the
-    program does not compile for an asked target."""
+    program does not compile for an asked target. A folder whose report is not a pass (or that
+    has none) is refused (WheelError) unless ``unverified``; then the wheel's metadata and its
+    package (``VERIFIED = False``) say so."""
     from .. import build as B
     from ..pipeline import BuildEnvironmentError, check_arch
     from ..program import _prebuilt
@@ -218,8 +251,8 @@ def make_wheels(program_dir: str | Path, *, name: str | None = None, archs: list
     prog = mf.load_program_dir(program_dir, require_weights=True)
     m = prog.manifest
     name = check_name(name or package_name(m.name))
-    if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d+)?(\+[A-Za-z0-9.]+)?", version):
-        raise WheelError(f"--wheel-version {version}: not a version (e.g. 1.0.2)")
+    check_version(version)
+    verified, verdict = check_verified(program_dir, unverified=unverified)
     archs = list(dict.fromkeys(archs or [m.arch]))
     for a in archs:
         check_arch(a)
@@ -243,7 +276,8 @@ def make_wheels(program_dir: str | Path, *, name: str | None = None, archs: list
     spec = lambda ts: ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in ts)  # noqa: E731
     files = {f"{name}/__init__.py": _INIT.format(name=name, program=m.name, precision=m.precision,
                                                  archs=", ".join(archs), arch_tuple=tuple(archs),
-                                                 inputs=spec(m.inputs), outputs=spec(m.outputs)).encode(),
+                                                 inputs=spec(m.inputs), outputs=spec(m.outputs), verified=verified,
+                                                 verdict=verdict).encode(),
              f"{name}/manifest.json": prog.manifest_path.read_bytes()}
     if prog.weights is not None:
         files[f"{name}/weights.safetensors"] = prog.weights.read_bytes()
@@ -252,7 +286,9 @@ def make_wheels(program_dir: str | Path, *, name: str | None = None, archs: list
             files[f"{name}/{extra}"] = (prog.root / extra).read_bytes()
     for a, data in libraries.items():
         files[f"{name}/{a}/program.so"] = data
-    meta = [f"Summary: stitchcuda program {m.name} ({m.precision}; {', '.join(archs)}); runs without PyTorch",
+    meta = [f"Summary: stitchcuda program {m.name} ({m.precision}; {', '.join(archs)}); runs without PyTorch"
+            + ("" if verified else "; UNVERIFIED: packed with --unverified"),
+            f"Keywords: stitchcuda,{'verified' if verified else 'unverified'}",
             "Requires-Python: >=3.8", f"Requires-Dist: {RUNTIME_DIST.replace('_', '-')}=={rt_version}"]
     wheel = write_wheel(out / f"{name}-{version}-py3-none-{platform_tag()}.whl", name, version, files, meta)
     return Wheels(name, wheel, rt_wheel, tuple(archs))

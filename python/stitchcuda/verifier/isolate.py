@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .verdict import Crash, Timeout, classify_crash, trim
 
@@ -199,10 +199,12 @@ def _tail(path: Path, chars: int = 8000) -> str:
 
 def run_child(argv: Sequence[str], workdir: str | os.PathLike | None = None, *, stdin: str = "",
               limits: Limits = Limits(), env: Mapping[str, str] | None = None, token: str | None = None,
-              poll: float = 0.05, first_phase: str = "setup") -> ChildOutcome:
+              poll: float = 0.05, first_phase: str = "setup",
+              on_phase: Callable[[str], None] | None = None) -> ChildOutcome:
     """Run ``argv`` (``{channel}`` replaced by the report pipe's descriptor) in an empty working
     directory (``workdir``, created and removed here, or a fresh temporary one), ``stdin`` written
-    to it, under ``limits``; never raises for anything the child does."""
+    to it, under ``limits``; never raises for anything the child does. ``on_phase(name)`` is told
+    each phase the child enters (a command's progress display)."""
     wd = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="stitchcuda-child-"))
     wd.mkdir(parents=True, exist_ok=True)
     logdir = Path(tempfile.mkdtemp(prefix="stitchcuda-log-"))
@@ -230,6 +232,8 @@ def run_child(argv: Sequence[str], workdir: str | os.PathLike | None = None, *, 
                     if reader.phase and reader.phase != phase:
                         seen.append((phase, now - phase_t0))
                         phase, phase_t0 = reader.phase, now
+                        if on_phase is not None:
+                            on_phase(phase)
                     if now - phase_t0 > limits.budget(phase):
                         timeout = Timeout(round(limits.budget(phase), 3), phase)
                     elif now - t0 > limits.total:

@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import manifest as mf
+from ..errors import ArgumentError
 
 KERNELBENCH_ENV = "STITCHCUDA_KERNELBENCH"
 
 
-class ProblemError(ValueError):
+class ProblemError(ArgumentError):
     """A reference, manifest or weights file the Verifier cannot use; names the file and the problem."""
 
     def __init__(self, file: str | os.PathLike, problem: str):

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import manifest as mf
+from ..errors import MachineError
 from ..precision import get as get_policy
 from . import sandbox, serde
 from .correctness import CorrectnessResult
@@ -61,7 +62,7 @@ from .verdict import (CompileError, Crash, DynamicCheck, Inconclusive, Passed, T
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_VERIFY = 0, 1, 2, 3
 
 
-class VerifyEnvironmentError(RuntimeError):
+class VerifyEnvironmentError(MachineError):
     """The machine cannot finish verifying (no CUDA device, no nvcc, no usable TMPDIR): nobody's
     candidate is at fault. ``verification`` holds the partial result (an ``Inconclusive`` verdict
     and the report written) when the inputs could be read."""
@@ -95,6 +96,29 @@ class VerifyOptions:
     write: bool = True
     command: str = ""
     cupti: bool = True  # False forces the torch.profiler path
+    # told each phase as it starts ("build", "correctness: 5 trials, 4 varied", ...): a command's progress
+    progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+
+
+#: Static rules that read the program's structure, which text that does not compile can fool.
+_STRUCTURAL_RULES = frozenset({"host-state-global", "host-state-static-local", "abi-exports", "provenance-coverage"})
+
+_CHILD_PHASES = {"setup": "child: reference and program", "correctness": "correctness trials and dynamic checks",
+                 "timing": "timing", "reference_profile": "reference profile", "ceilings": "device ceilings",
+                 "profile": "CUPTI profile"}
+
+
+def _say(o: VerifyOptions, what: str) -> None:
+    if o.progress is not None:
+        o.progress(what)
+
+
+def _child_progress(o: VerifyOptions) -> Callable[[str], None] | None:
+    if o.progress is None:
+        return None
+    trials = f"{o.trials} trial(s)" + (f", {o.varied} varied" if o.varied else "")
+    return lambda phase: o.progress(f"{_CHILD_PHASES.get(phase, phase)}"
+                                    + (f" ({trials})" if phase == "correctness" else ""))
 
 
 @dataclass(frozen=True)
@@ -194,9 +218,10 @@ def _job(prog: mf.ProgramDir, library: Path, spec: ReferenceSpec, o: VerifyOptio
                      device=o.device, cupti=o.cupti)
 
 
-def run_worker(job: WorkerJob, limits: Limits, *, argv: Callable[[], list[str]] = worker_argv) -> ChildOutcome:
+def run_worker(job: WorkerJob, limits: Limits, *, argv: Callable[[], list[str]] = worker_argv,
+               on_phase: Callable[[str], None] | None = None) -> ChildOutcome:
     """Run the worker on ``job`` (sent over its stdin) in an empty folder, under ``limits``."""
-    return run_child(argv(), stdin=job.to_json(), limits=limits, env=clean_env(), token=job.token)
+    return run_child(argv(), stdin=job.to_json(), limits=limits, env=clean_env(), token=job.token, on_phase=on_phase)
 
 
 def _input_problem(out: ChildOutcome) -> None:
@@ -287,6 +312,7 @@ def verify_program(program_dir: str | os.PathLike, reference: str | os.PathLike 
 def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     clock = time.monotonic
     t = clock()
+    _say(o, "inputs: the folder and the reference")
     prog = mf.load_program_dir(program_dir)  # ManifestError: bad input
     manifest = prog.manifest
     spec = resolve_reference(reference, prog.root, manifest)
@@ -303,18 +329,33 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     run.phases.append(PhaseTiming("inputs", clock() - t))
 
     t = clock()
+    _say(o, "static rules")
     static = check_program(prog.root)
     run.findings += static.findings
     run.phases.append(PhaseTiming("static", clock() - t))
     run.ran.append("static rules")
     if static.rejected and o.static_gate:
-        run.notes.append("not built: the static rules reject it")
+        # Rules that read the program's structure (a declaration at file scope, the exported
+        # functions, the task functions) can be fooled by text that is not C++: when only those
+        # refuse it, a program that does not compile is judged as that (a typo is not cheating).
+        # A rule that names a forbidden thing (torch, dlopen, a pointer-keyed cache) stands, unbuilt.
+        structural = all(f.rule in _STRUCTURAL_RULES for f in run.findings if f.severity == "reject")
+        try:
+            built = build_program(prog, run.arch) if structural else None
+        except VerifyEnvironmentError:
+            built = None
+        if built is not None and not built.ok and not sandbox.link_refused_only_imports(built.output):
+            run.notes.append("not judged further: it does not compile")
+            ce = build_result(compile_error=CompileError.from_output(built.output))
+            return run.finish(dataclasses.replace(ce, findings=tuple(run.findings)))
+        run.notes.append("not run: the static rules reject it")
         return run.finish(build_result(findings=run.findings))
     problem = environment_problem()
     if problem:
         run.inconclusive(problem)
 
     t = clock()
+    _say(o, f"build ({run.arch})")
     try:
         baseline = build_baseline(run.arch) if o.sandbox else None
         built = build_program(prog, run.arch)
@@ -350,7 +391,9 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
             run.notes.append("not run: the built library calls what a program may not")
             return run.finish(build_result(findings=run.findings))
 
-    out = run_worker(_job(prog, built.library, spec, o, "verify", precision, run.seed, run.weights_seed), o.limits)
+    _say(o, "child: reference and program")
+    out = run_worker(_job(prog, built.library, spec, o, "verify", precision, run.seed, run.weights_seed), o.limits,
+                     on_phase=_child_progress(o))
     _input_problem(out)
     _child_phases(run.phases, out, rename={"setup": "setup (child start, reference, program create)"})
     r = out.result or {}

@@ -67,6 +67,12 @@ def optimize(model_or_file: Any = None, example_inputs: Sequence[Any] | None = N
     from .loop import Loop
     from .problem import load_problem
 
+    # The arguments first (ArgumentError), before the reference is captured or a folder written.
+    asked_budget = _budget(budget, iterations, gpu_budget) if not resume or budget is not None else None
+    if llm is not None and isinstance(llm, (str, os.PathLike)):
+        from ..llm.server import check_llm_arg, check_llm_ready
+
+        llm = check_llm_ready(check_llm_arg(os.fspath(llm)))
     if resume:
         if out is None:
             raise RunError("resume needs the run folder (out=)")
@@ -82,7 +88,8 @@ def optimize(model_or_file: Any = None, example_inputs: Sequence[Any] | None = N
                           min_gain=asked.get("min_gain", min_gain))
         elif state.finished:
             # A finished run given more budget goes on; one that ended for lack of it stays done.
-            b = _budget(budget, iterations, gpu_budget) if budget is not None or iterations or gpu_budget else state.budget
+            b = asked_budget if budget is not None else (_budget(None, iterations, gpu_budget) if iterations or gpu_budget
+                                                         else state.budget)
             import dataclasses
 
             state = dataclasses.replace(state, budget=b, finished="")
@@ -90,7 +97,7 @@ def optimize(model_or_file: Any = None, example_inputs: Sequence[Any] | None = N
         precision = get_policy(precision).name
         problem = load_problem(model_or_file, precision=precision, example_inputs=example_inputs, name=name,
                                seed=seed, arch=arch)
-        b = _budget(budget, iterations, gpu_budget)
+        b = asked_budget
         run_id = new_run_id(problem.name, precision)
         run = RunDir(Path(out) if out is not None else Path(DEFAULT_ROOT) / run_id)
         if run.exists() or (run.root / "run.json").is_file():

@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..errors import ArgumentError
 from ..fsutil import atomic_write_text
 from .state import Candidate, State
 
 DEFAULT_ROOT = "runs"
 
 
-class RunError(ValueError):
+class RunError(ArgumentError):
     """A run folder that cannot be used (missing, not a run, another reference); one line."""
 
 

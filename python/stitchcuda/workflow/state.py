@@ -50,17 +50,24 @@ _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def parse_seconds(text: str | float | int) -> float:
-    """Seconds from ``"3m"``, ``"90s"``, ``"1h"``, ``"2m30s"``, ``"45"`` or a number; ValueError otherwise."""
+    """Seconds from ``"3m"``, ``"90s"``, ``"1h"``, ``"2m30s"``, ``"45"`` or a number: the one budget
+    syntax of every command and of the API; ArgumentError (a ValueError) otherwise."""
+    from ..errors import ArgumentError
+
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise ArgumentError(f"budget {text!r}: use seconds or a duration like 90s, 3m, 1h, 2m30s")
     if isinstance(text, (int, float)):
-        if text <= 0:
-            raise ValueError(f"a budget must be positive, not {text}")
+        if not text > 0 or text == float("inf"):
+            raise ArgumentError(f"budget {text}: a budget is a positive, finite time (90s, 3m, 1h or seconds)")
         return float(text)
     s = str(text).strip().lower()
+    if s.startswith("-"):
+        raise ArgumentError(f"budget {text!r}: a budget is a positive time (90s, 3m, 1h or seconds)")
     if re.fullmatch(r"\d+(\.\d+)?", s):
         return parse_seconds(float(s))
     parts = re.findall(r"(\d+(?:\.\d+)?)\s*(min|h|m|s)", s)
     if not parts or "".join(a + b for a, b in parts) != s.replace(" ", ""):
-        raise ValueError(f"budget {text!r}: use seconds or a duration like 90s, 3m, 1h, 2m30s")
+        raise ArgumentError(f"budget {text!r}: use seconds or a duration like 90s, 3m, 1h, 2m30s")
     return parse_seconds(sum(float(a) * _UNITS[b] for a, b in parts))
 
 

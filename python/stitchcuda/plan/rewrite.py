@@ -31,7 +31,14 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          the output's traffic again). A convolution followed directly by an
                          activation keeps cuDNN, which fuses the activation; one with a bias
                          too (the runtime's GEMM epilogue adds a bias per column, not per
-                         output channel).
+                         output channel). Only where convolutions stay channels-first (no tensor
+                         cores: fp32): channels-last, cuDNN's 1×1 convolution is that GEMM already,
+                         on the layout its neighbours use.
+``gather_of_log_softmax``  ``gather(log_softmax(x, d), i, d) = gather(x, i, d) - logsumexp(x, d)``
+                         (cross entropy and NLL losses as PyTorch decomposes them): the row
+                         reduction writes one value per row instead of the whole log-probability
+                         tensor, which only a few elements of were read. Taken when the gather is
+                         the log-softmax's only reader and the index spans x's other dims.
 """
 
 from __future__ import annotations
@@ -287,17 +294,61 @@ def _apply_pool_before_pointwise(graph: Graph, place) -> Graph:
     return _replace(graph, [conv, pool], [first, second])
 
 
+# ---------------------------------------------------------------------- gather_of_log_softmax
+
+
+def _find_gather_of_log_softmax(graph: Graph) -> list[tuple[Node, Node]]:
+    out = []
+    for g in graph.nodes:
+        if g.op != A + "gather.default" or g.attr("sparse_grad"):
+            continue
+        ls = graph.producer(g.inputs[0])
+        if ls is None or ls.op != A + "_log_softmax.default" or ls.attr("half_to_float"):
+            continue
+        y, idx = ls.outputs[0], graph.spec(g.inputs[1])
+        if y.dtype != "float32" or len(_users(graph, y.name)) != 1 or y.name in graph.outputs or not y.shape:
+            continue
+        d = int(ls.attr("dim")) % len(y.shape)
+        if int(g.attr("dim")) % len(y.shape) != d or len(idx.shape) != len(y.shape):
+            continue
+        if any(a != b for e, (a, b) in enumerate(zip(idx.shape, y.shape)) if e != d):
+            continue  # the index must span the other dims, for logsumexp's result to broadcast over it
+        out.append((ls, g))
+    return out
+
+
+def _apply_gather_of_log_softmax(graph: Graph, place) -> Graph:
+    ls, g = place
+    x, idx = ls.inputs[0], g.inputs[1]
+    xs = graph.spec(x).shape
+    d = int(ls.attr("dim")) % len(xs)
+    name = _fresh(graph, g.name)
+    lse_shape = tuple(1 if e == d else n for e, n in enumerate(xs))
+    lse = TensorSpec(name(), lse_shape, "float32")
+    picked = TensorSpec(name(), g.outputs[0].shape, "float32")
+    new = [Node(lse.name, A + "logsumexp.default", (x,), (lse,), (("dim", (d,)), ("keepdim", True)), ls.source),
+           # The gather keeps its name: reports, and constraints naming it, still fit.
+           Node(g.name, g.op, (x, idx), (picked,), g.attrs, g.source),
+           Node(name(), A + "sub.Tensor", (picked.name, lse.name), (g.outputs[0],), (("alpha", 1),), g.source)]
+    return _replace(graph, [ls, g], new)
+
+
 #: Library choices made on every graph (module docstring), in order.
 ALWAYS: tuple[Rewrite, ...] = (
     Rewrite("pool_before_pointwise_conv", _find_pool_after_pointwise, _apply_pool_before_pointwise),
     Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
+    Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),
 )
+#: Of those, the ones taken only where convolutions stay channels-first (no tensor cores).
+CHANNELS_FIRST_ONLY = frozenset({"pointwise_conv_as_gemm"})
 
 
-def apply_always(graph: Graph) -> Graph:
-    """``graph`` with the rewrites of :data:`ALWAYS` applied."""
+def apply_always(graph: Graph, tensor_cores: bool = False) -> Graph:
+    """``graph`` with the rewrites of :data:`ALWAYS` applied (under a policy with
+    ``tensor_cores``, not those of :data:`CHANNELS_FIRST_ONLY`)."""
     for rw in ALWAYS:
-        graph = rw.apply(graph)
+        if not (tensor_cores and rw.name in CHANNELS_FIRST_ONLY):
+            graph = rw.apply(graph)
     return graph
 
 
@@ -317,4 +368,4 @@ def apply_rewrites(graph: Graph, names: Sequence[str]) -> Graph:
     return graph
 
 
-__all__ = ["Rewrite", "REWRITES", "ALWAYS", "apply_rewrites", "apply_always"]
+__all__ = ["Rewrite", "REWRITES", "ALWAYS", "CHANNELS_FIRST_ONLY", "apply_rewrites", "apply_always"]

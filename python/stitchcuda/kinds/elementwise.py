@@ -210,7 +210,13 @@ def lower(lw, pr: EwProto, pre: list) -> None:
         # A constant: the template needs one input to drive it; it reads (and ignores) one
         # element of the output.
         ins.append(dataclasses.replace(vo, strides=(0,) * len(shape)))
-    cshape, cstr = L.coalesce(shape, vo.strides, *[v.strides for v in ins])
+    # The launch walks its dims innermost-last: put them in the output's memory order (outermost
+    # stride first), so that consecutive threads write — and, in one layout, read — consecutive
+    # elements. A contiguous output keeps its order; channels-last data is walked channels fastest.
+    walk = sorted(range(len(shape)), key=lambda d: -vo.strides[d] if shape[d] > 1 else 0) \
+        if any(a < b for a, b in zip(vo.strides, vo.strides[1:])) else list(range(len(shape)))
+    cshape, cstr = L.coalesce([shape[d] for d in walk], [vo.strides[d] for d in walk],
+                              *[[v.strides[d] for d in walk] for v in ins])
     if len(cshape) > 6:
         raise lw.fail(nodes[0] if nodes else lw.ix.node(pr.nodes[0]), "elementwise layout with more than 6 dims")
     spec = EwSpec("elementwise", vo, tuple(ins), tuple(instrs), cshape, cstr[0], tuple(cstr[1:]))

@@ -218,15 +218,5 @@ class Variants:
         return out
 
 
-def default_proposers(llm: Any = None) -> list[Any]:
-    """The deterministic proposers, and the LLM's when a model (or a replay cache) is given."""
-    ps: list[Any] = [Rewrites(), PrecisionRepair(), Variants()]
-    if llm is not None:
-        from .llm import LLMProposer
-
-        ps.append(LLMProposer(llm))
-    return ps
-
-
-__all__ = ["Proposal", "Context", "Proposer", "PrecisionRepair", "Rewrites", "Variants", "default_proposers",
+__all__ = ["Proposal", "Context", "Proposer", "PrecisionRepair", "Rewrites", "Variants",
            "responsible", "ROUNDING"]

@@ -52,7 +52,9 @@ from .model import merged_for_sampling
 from .reward import Outcome, Reward, score
 
 
-class Judge(Protocol):
+class ReplyJudge(Protocol):
+    """Judges sampled replies (:class:`.judge.RewardJudge`; tests pass scripted ones)."""
+
     def judge_many(self, items: Sequence[tuple[Example, str]]) -> list[Outcome]: ...
 
 
@@ -211,7 +213,7 @@ class Trainer:
     """GRPO over ``examples`` with ``policy`` (LoRA applied), rewards from ``judge``; writes into
     ``out`` (curve.jsonl, checkpoints/, curve.png)."""
 
-    def __init__(self, policy: Any, examples: Sequence[Example], judge: Judge, out: str | Path,
+    def __init__(self, policy: Any, examples: Sequence[Example], judge: ReplyJudge, out: str | Path,
                  settings: GRPOSettings = GRPOSettings(), say: Callable[[str], None] | None = None):
         import torch
 
@@ -418,7 +420,7 @@ def throughput(recs: Sequence[dict], s: GRPOSettings, elapsed: float, to_go: int
 # ---------------------------------------------------------------------------- evaluation and the curve
 
 
-def evaluate_policy(policy: Any, examples: Sequence[Example], judge: Judge, *, samples: int = 1,
+def evaluate_policy(policy: Any, examples: Sequence[Example], judge: ReplyJudge, *, samples: int = 1,
                     settings: GRPOSettings = GRPOSettings(), adapter: bool = True) -> dict:
     """Rates over ``examples`` (held-out ones): valid (parses), compiled, correct, and the mean
     reward with each component, per kind; ``adapter=False`` measures the base model."""
@@ -502,5 +504,5 @@ def plot_curve(curve: Path, png: Path) -> bool:
     return True
 
 
-__all__ = ["GRPOSettings", "Trainer", "Judge", "latest_checkpoint", "encode", "sample", "sample_many", "token_logprobs", "group_advantages", "grpo_loss",
+__all__ = ["GRPOSettings", "Trainer", "ReplyJudge", "latest_checkpoint", "encode", "sample", "sample_many", "token_logprobs", "group_advantages", "grpo_loss",
            "throughput", "evaluate_policy", "plot_curve"]

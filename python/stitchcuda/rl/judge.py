@@ -24,7 +24,8 @@ For each (example, reply) :class:`RewardJudge` gives an :class:`~.reward.Outcome
    estimate against the plan without the decision.
 
 Replies are judged in parallel (``workers`` children at once). The machine's own failures (no
-nvcc, an unusable cache) raise :class:`CannotJudge`; they are never a reward.
+nvcc, an unusable cache) raise :class:`stitchcuda.workflow.judge.CannotJudge`, as the loop's judge
+does; they are never a reward.
 """
 
 from __future__ import annotations

@@ -130,13 +130,13 @@ def replay(args) -> None:
     from stitchcuda.llm import LLM, ModelIdentity, ResponseCache, code_prompt
     from stitchcuda.workflow import optimize
     from stitchcuda.workflow.llm import LLMProposer, subgraph_text
-    from stitchcuda.workflow.problem import load_problem
+    from stitchcuda.pipeline import capture_problem
 
     ref = str(REPO / "benchmarks" / "row_sum_ref.py")
     out = Path(args.out)
     results = {}
     for label, wrong, slow in (("correct", "", False), ("wrong", " + 1.0f", False), ("slow", "", True)):
-        problem = load_problem(ref, precision="fp32")
+        problem = capture_problem(ref, precision="fp32")
         plan = problem.plan({})
         task = [t for t in plan.tasks if t.phase == "run"][-1]
         c = contract(plan, task)

@@ -23,8 +23,8 @@ import pytest
 
 from stitchcuda import cli
 from stitchcuda import manifest as mf
-from stitchcuda.ship import bench, errors, report
-from stitchcuda.ship.bench import BenchOptions, BuildSolver, OptimizeSolver
+from stitchcuda.ship import bench, errors, report, workers
+from stitchcuda.ship.suite import BenchOptions, BuildSolver, OptimizeSolver, SuiteError, SuiteProblem, load_suite
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,31 +155,31 @@ def test_several_workers_take_the_longest_problems_first(tmp_path, monkeypatch):
     """One worker keeps the suite's order; several take the longest first: by the seconds a run
     here recorded, else whole networks before fused operators before single ones, longer first."""
     monkeypatch.setenv("STITCHCUDA_CACHE", str(tmp_path / "cache"))
-    P = bench.Problem
+    P = SuiteProblem
     ps = [P("L1_a", "a", "x" * 10, 1), P("L3_b", "b", "x" * 10, 3), P("L2_c", "c", "x" * 50, 2),
           P("L2_d", "d", "x" * 90, 2), P("L1_e", "e", "x" * 99, 1)]
     opts = BenchOptions(gpus=2)
-    assert bench.schedule(ps, opts, 1) == ps
-    assert [p.id for p in bench.schedule(ps, opts, 2)] == ["L3_b", "L2_d", "L2_c", "L1_e", "L1_a"]
+    assert workers.schedule(ps, opts, 1) == ps
+    assert [p.id for p in workers.schedule(ps, opts, 2)] == ["L3_b", "L2_d", "L2_c", "L1_e", "L1_a"]
     # a run here took: L1_a 50 s (slow for its level), L2_c 5 s, L3_b 20 s; the rest are guessed
     # by the mean of their level's known problems (L1_e: 50 s, L2_d: 5 s; a longer source breaks a tie)
-    bench.remember_seconds([{"id": "L1_a", "seconds": 50.0, "status": "passed"},
+    workers.remember_seconds([{"id": "L1_a", "seconds": 50.0, "status": "passed"},
                             {"id": "L2_c", "seconds": 5.0, "status": "wrong_answer"},
                             {"id": "L3_b", "seconds": 20.0, "status": "passed"},
                             {"id": "L1_e", "seconds": 900.0, "status": "timeout"}],    # a timeout says nothing
                            {p.id: p for p in ps}, opts)
-    assert [p.id for p in bench.schedule(ps, opts, 2)] == ["L1_e", "L1_a", "L3_b", "L2_d", "L2_c"]
-    assert bench.schedule(ps, BenchOptions(gpus=2, precision="tf32"), 2)[0].id == "L3_b"   # per precision
+    assert [p.id for p in workers.schedule(ps, opts, 2)] == ["L1_e", "L1_a", "L3_b", "L2_d", "L2_c"]
+    assert workers.schedule(ps, BenchOptions(gpus=2, precision="tf32"), 2)[0].id == "L3_b"   # per precision
     # a reference that runs on the meta device is guessed by its inputs' bytes, before any level
     model = "class Model(torch.nn.Module):\n    pass\ndef get_init_inputs():\n    return []\n"
     big = "import torch\n" + model + "def get_inputs():\n    return [torch.rand(4096, 65536), 3]\n"
     small = "import torch\n" + model + "def get_inputs():\n    return [torch.rand(64, 64)]\n"
     refs = [P("L3_n", "n", small, 3), P("L1_x", "x", big, 1), P("L2_y", "y", "x", 2)]
-    assert bench.input_bytes(refs[1]) == 4096 * 65536 * 4 and bench.input_bytes(refs[0]) == 64 * 64 * 4
-    assert bench.input_bytes(refs[2]) is None
-    assert [p.id for p in bench.schedule(refs, BenchOptions(gpus=2, precision="bf16"), 2)] == ["L1_x", "L3_n", "L2_y"]
+    assert workers.input_bytes(refs[1]) == 4096 * 65536 * 4 and workers.input_bytes(refs[0]) == 64 * 64 * 4
+    assert workers.input_bytes(refs[2]) is None
+    assert [p.id for p in workers.schedule(refs, BenchOptions(gpus=2, precision="bf16"), 2)] == ["L1_x", "L3_n", "L2_y"]
     (tmp_path / "cache" / "bench" / "seconds.json").write_text("{not json")
-    assert bench.read_history() == {}                                  # a broken history only loses the order
+    assert workers.read_history() == {}                                  # a broken history only loses the order
 
 
 def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
@@ -209,7 +209,7 @@ def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
     assert (s3.ran, s3.skipped) == (1, 5)
     assert len(bench.read_results(out / "results.jsonl")) == 6
     # other settings never mix into these results
-    with pytest.raises(bench.SuiteError, match="other settings"):
+    with pytest.raises(SuiteError, match="other settings"):
         bench.run_suite(suite, out, BenchOptions(precision="tf32", solver=opts.solver))
 
 
@@ -236,7 +236,7 @@ def test_bad_suites_are_one_line(tmp_path, capfd):
 
 
 def test_dev_set_loads(dev_set_path):
-    name, problems = bench.load_suite(dev_set_path)
+    name, problems = load_suite(dev_set_path)
     assert name == "dev" and len(problems) == 18 and problems[0].id == "L1_1_Square_matrix_multiplication"
 
 

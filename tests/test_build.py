@@ -9,7 +9,8 @@
   ``STITCHCUDA_NEVER_COMPILE=1`` makes a miss a failed result; a compile error is a value;
   two processes' worth of threads building one source compile it once;
 * ``stitchcuda build`` writes a complete, self-contained folder that ``Program.load`` opens
-  without compiling, and ``Program`` refuses wrong inputs naming the input and its spec.
+  without compiling, and ``Program`` refuses wrong inputs naming the input and its spec;
+* planning, coding and writing a program, the loop and the suite runner import without PyTorch.
 """
 
 from __future__ import annotations
@@ -303,9 +304,25 @@ def test_build_program_for_a_module_and_kernelbench_id(nvcc, tmp_path, monkeypat
     o = stitchcuda.build_program(Tiny(), example_inputs=[torch.randn(2, 8)], out=tmp_path / "tiny", arch="sm_90",
                                  quiet=True)
     assert o.ok and o.build is not None and (tmp_path / "tiny" / mf.WEIGHTS_FILE).is_file()
+    # what write_program hands back names the folder in its final place, not the staging one
+    assert o.program == mf.load_program_dir(tmp_path / "tiny") and o.program.library is not None
     assert [e.kind for e in o.plan.tasks[0].params.chain] == ["TANH", "SCALE"]
     if DEV_SET.is_file():
         monkeypatch.setenv("STITCHCUDA_KERNELBENCH", str(DEV_SET))
         o = build_program("kernelbench:2:12", out=tmp_path / "k", weights=False, compile=False, quiet=True)
         assert o.manifest.reference.kernelbench == mf.KernelBenchRef(2, 12, "12_Gemm_Multiply_LeakyReLU")
         assert o.build is None and not (tmp_path / "k" / mf.WEIGHTS_FILE).exists()
+        assert o.program.root == tmp_path / "k" and o.program.weights is None and o.program.library is None
+
+
+def test_the_way_to_a_program_imports_without_pytorch():
+    """PyTorch is needed to capture a reference, not to plan, code, write or ship a program: the
+    planner never imports it, nor do the modules that only hand a captured reference on."""
+    import subprocess
+    import sys
+
+    mods = ["stitchcuda.plan", "stitchcuda.code", "stitchcuda.pipeline", "stitchcuda.program", "stitchcuda.workflow",
+            "stitchcuda.rl.judge", "stitchcuda.rl.dataset", "stitchcuda.ship.bench", "stitchcuda.cli"]
+    code = f"import sys\nfor m in {mods!r}:\n    __import__(m)\n    assert 'torch' not in sys.modules, m\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

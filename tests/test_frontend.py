@@ -32,11 +32,10 @@ from stitchcuda.frontend import (
     capture,
     capture_reference,
     check_supported,
-    evaluate_graph,
     load_reference,
-    sample_random_inputs,
     save_weights,
 )
+from stitchcuda.evaluate import evaluate_graph, sample_random_inputs
 from stitchcuda.ir import Graph
 from tests.dev_problems import STATEFUL_MODELS
 

@@ -24,6 +24,7 @@ from torch import nn
 from stitchcuda import build as B
 from stitchcuda import code as C
 from stitchcuda import frontend
+from stitchcuda.evaluate import evaluate_graph
 from stitchcuda import plan as P
 from stitchcuda.recurrent import RECURRENT_OPS
 from tests.dev_problems import MODELS
@@ -84,7 +85,7 @@ def test_capture_keeps_one_recurrent_node(name):
     # Every weight of the module is a program weight, by its state_dict name.
     assert {w.name for w in cap.graph.weights} == {f"rnn.{k}" for k in model.rnn.state_dict()}
     names = {s.name: t for s, t in zip(cap.graph.inputs, inputs)}
-    got = frontend.evaluate_graph(cap.graph, names, cap.weights)
+    got = evaluate_graph(cap.graph, names, cap.weights)
     with torch.no_grad():
         want = model(*inputs)
     for g, w in zip(got, want):

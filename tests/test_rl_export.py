@@ -76,12 +76,12 @@ def test_an_unmapped_architecture_is_refused():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from stitchcuda.rl.export import ExportError, export_gguf
-    from stitchcuda.rl.model import Policy
+    from stitchcuda.rl.model import PolicyModel
 
     m = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                                      num_attention_heads=2, num_key_value_heads=1))
     with pytest.raises(ExportError, match="llama"):
-        export_gguf(Policy(m, None, "x"), "never.gguf", merge=False)
+        export_gguf(PolicyModel(m, None, "x"), "never.gguf", merge=False)
 
 
 def test_loading_a_gguf_parses_its_header_once(exported, monkeypatch):

@@ -75,13 +75,13 @@ def test_stateful_dev_problem_builds(nvcc, cache, tmp_path, key):
 def test_optimize_loop_captures_state_too(tmp_path):
     """``stitchcuda optimize``'s problem: captured once with the state lifted; every candidate's
     manifest records it."""
-    from stitchcuda.workflow.problem import load_problem, materialise
+    from stitchcuda.pipeline import capture_problem
 
-    p = load_problem(str(RNN_CELL), precision="fp32", arch="sm_90")
+    p = capture_problem(str(RNN_CELL), precision="fp32", arch="sm_90")
     assert [(s.attribute, s.input) for s in p.state] == [("hidden", "state_hidden")]
     assert [t.name for t in p.graph.inputs] == ["x", "state_hidden"]
-    built = materialise(p, {}, {}, tmp_path / "cand", compile=False)
-    assert built.ok, built.message
+    built = p.write(p.plan({}), tmp_path / "cand", compile=False)
+    assert built.ok and built.program.root == tmp_path / "cand"
     m = mf.Manifest.load(built.directory)
     assert [(s.attribute, s.input, s.output) for s in m.state] == [("hidden", "state_hidden", m.outputs[-1].name)]
 

@@ -413,7 +413,7 @@ def test_verify_shows_its_phases_when_piped_and_nothing_when_quiet(scratch, capf
 
 def staged_solver(problem, folder, opts):
     """A bench solver that reports two stages, as the real ones do from build and verify."""
-    from stitchcuda.ship.bench import report_stage
+    from stitchcuda.ship.suite import report_stage
 
     report_stage("build: capture")
     report_stage("verify: correctness trials and dynamic checks (5 trial(s))")

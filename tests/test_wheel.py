@@ -160,13 +160,13 @@ def test_installs_without_pytorch_and_says_there_is_no_gpu(built, tmp_path):
     code = ("import sys, mlp, stitchrt\n"
             "try:\n    import torch\nexcept ImportError:\n    print('no torch')\n"
             "print(sys.version_info[:2])\n"
-            "try:\n    mlp.load()\nexcept stitchrt.NoDeviceError as e:\n    print('NoDeviceError:', e)\n")
+            "try:\n    mlp.load()\nexcept stitchrt.NoCudaDeviceError as e:\n    print('NoCudaDeviceError:', e)\n")
     r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=120, env={
         k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "no torch"
-    assert lines[2].startswith("NoDeviceError: mlp: no CUDA device here") and "NVIDIA GPU" in lines[2]
+    assert lines[2].startswith("NoCudaDeviceError: mlp: no CUDA device here") and "NVIDIA GPU" in lines[2]
 
 
 def test_cli_wheel_refuses_bad_input(built, tmp_path, capfd):

@@ -1,8 +1,10 @@
 """The operators of capture: which ATen operators stay whole (:data:`PRESERVED_OPS`), which the
 later stages support (:data:`SUPPORTED_OPS`, read from the op registry), the decompositions
-applied, and the error that names an unsupported operator and where the reference uses it.
+applied, the error that names an unsupported operator and where the reference uses it, and how
+an operator's schema reads (:func:`resolve_op`, :func:`arg_kind`), which capture and the graph
+oracle (:mod:`stitchcuda.evaluate`) share.
 
-Split from :mod:`stitchcuda.frontend`, which re-exports every public name here.
+Split from :mod:`stitchcuda.frontend`, which re-exports the operator names here.
 """
 
 from __future__ import annotations
@@ -64,6 +66,22 @@ def op_name(target: Any) -> str:
         return str(target)
     module = getattr(target, "__module__", None) or ""
     return f"{module}.{getattr(target, '__name__', repr(target))}".lstrip(".")
+
+
+def arg_kind(arg: Any) -> str:
+    """``tensor``, ``tensor_list`` or ``other`` for an operator schema's argument."""
+    t = arg.type
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    if isinstance(t, torch.TensorType):
+        return "tensor"
+    if isinstance(t, torch.ListType):
+        e = t.getElementType()
+        if isinstance(e, torch.OptionalType):
+            e = e.getElementType()
+        if isinstance(e, torch.TensorType):
+            return "tensor_list"
+    return "other"
 
 
 def resolve_op(name: str) -> torch._ops.OpOverload | None:
@@ -248,5 +266,5 @@ def recurrent_aten_ops() -> tuple:
 
 
 __all__ = ["PRESERVED_OPS", "SUPPORTED_OPS", "UnsupportedOp", "UnsupportedOpError", "check_supported",
-           "decomposition_table", "op_name", "resolve_op", "refuse_unsupported_recurrent", "recurrent_shapes_only",
-           "recurrent_aten_ops"]
+           "decomposition_table", "op_name", "resolve_op", "arg_kind", "refuse_unsupported_recurrent",
+           "recurrent_shapes_only", "recurrent_aten_ops"]

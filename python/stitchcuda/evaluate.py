@@ -12,7 +12,7 @@ from typing import Mapping
 
 import torch
 
-from .frontend import _DROPPED_ARGS, _arg_kind, resolve_op
+from .aten import _DROPPED_ARGS, arg_kind, resolve_op
 from .ir import Graph, Node
 from .reference import CaptureError
 
@@ -92,19 +92,19 @@ def evaluate_tensors(graph: Graph, inputs: Mapping[str, torch.Tensor],
 
 
 def _unbind(op: torch._ops.OpOverload, node: Node, env: Mapping[str, torch.Tensor], device: torch.device) -> tuple[list, dict]:
-    """Rebuild an operator call from a node (inverse of ``_Converter._emit``)."""
+    """Rebuild an operator call from a node (inverse of what :mod:`stitchcuda.exported` emits)."""
     arguments = op._schema.arguments
     attrs = node.attrs_dict
     pending = list(node.inputs)
     # Tensor[] takes what the single tensors after it leave over.
     fixed_after = {
-        i: sum(1 for a in arguments[i + 1 :] if _arg_kind(a) == "tensor" and a.name not in attrs)
+        i: sum(1 for a in arguments[i + 1 :] if arg_kind(a) == "tensor" and a.name not in attrs)
         for i in range(len(arguments))
     }
     args, kwargs = [], {}
     by_name = False  # after a skipped argument, positions no longer line up: pass by name
     for i, arg in enumerate(arguments):
-        kind = _arg_kind(arg)
+        kind = arg_kind(arg)
         if arg.name in _DROPPED_ARGS:
             if arg.name == "device" and _creates_tensor(op):
                 kwargs["device"] = device
@@ -141,7 +141,7 @@ def _unbind(op: torch._ops.OpOverload, node: Node, env: Mapping[str, torch.Tenso
 
 
 def _creates_tensor(op: torch._ops.OpOverload) -> bool:
-    return not any(_arg_kind(a) in ("tensor", "tensor_list") for a in op._schema.arguments if a.name not in _DROPPED_ARGS)
+    return not any(arg_kind(a) in ("tensor", "tensor_list") for a in op._schema.arguments if a.name not in _DROPPED_ARGS)
 
 
 __all__ = ["sample_random_inputs", "evaluate_graph", "evaluate_tensors"]

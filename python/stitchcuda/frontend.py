@@ -57,19 +57,23 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
-import torch.fx
+from safetensors.torch import save_file
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from . import aten
 from . import stateful as _stateful
-from .aten import (_DROPPED_ARGS, _TORCH_DIR, PRESERVED_OPS, SUPPORTED_OPS, UnsupportedOp,  # noqa: F401 - re-exported
+from .aten import (_TORCH_DIR, PRESERVED_OPS, SUPPORTED_OPS, UnsupportedOp,  # noqa: F401 - the stage's names
                    UnsupportedOpError, check_supported, decomposition_table, op_name, resolve_op)
-from .ir import DTYPE_SIZES, Graph, LiftedRandom, Node, TensorSpec
-from .reference import CaptureError
+# The Verifier still reads two names of the graph-running oracle from here; the oracle lives in
+# evaluate, which imports nothing of capture. Import them from there.
+from .evaluate import evaluate_graph, sample_random_inputs
+from .exported import dtype_name, node_source, short_file, to_graph  # noqa: F401 - the stage's names
+from .ir import Graph
+from .reference import CaptureError, Reference, load_reference
 from .stateful import StateIO
 
 # --------------------------------------------------------------------------------------
@@ -123,7 +127,7 @@ def capture(
     notes: tuple[str, ...] = ()
     try:
         exported = _export(model, inputs, name, lift=state == "lift")
-        graph, weights = _Converter(exported, name).convert()
+        graph, weights = to_graph(exported, name)
     except _StateFound as found:
         attrs = _stateful.find_attributes(model, found.paths)
         if not attrs:
@@ -133,7 +137,7 @@ def capture(
         with _stateful.lifted(model, attrs, len(inputs)):
             exported = _export(model, inputs + tuple(vars(m)[k] for m, _, k in attrs), name,
                                lifted=paths + [a[2] for a in attrs])
-        graph, weights = _Converter(exported, name).convert()
+        graph, weights = to_graph(exported, name)
         lifted = _stateful.describe(model, attrs, graph, n_out)
         notes = (f"state kept in {', '.join(s.attribute for s in lifted)} is an explicit input and output "
                  f"({', '.join(f'{s.input} -> {s.output}' for s in lifted)})",)
@@ -184,8 +188,6 @@ def save_weights(captured: Captured, path: str | os.PathLike) -> None:
     Each tensor is copied to the CPU as a contiguous clone, so tied or strided weights
     save as independent arrays. Refuses weights from a meta capture.
     """
-    from safetensors.torch import save_file
-
     tensors = {}
     for spec in captured.graph.weights:
         tensor = captured.weights[spec.name]
@@ -196,6 +198,10 @@ def save_weights(captured: Captured, path: str | os.PathLike) -> None:
             )
         tensors[spec.name] = tensor.detach().to("cpu").contiguous().clone()
     save_file(tensors, os.fspath(path), metadata={"graph": captured.graph.name, "generator": "stitchcuda.frontend"})
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    return isinstance(t, FakeTensor)
 
 
 # --------------------------------------------------------------------------------------
@@ -281,7 +287,7 @@ def _data_dependent_hint(err: BaseException) -> str:
     """Where forward branches on a tensor's value, and what to do instead."""
     user = [f for f in traceback.extract_tb(err.__traceback__)
             if not f.filename.startswith((_TORCH_DIR, os.path.dirname(os.__file__), os.path.dirname(__file__)))]
-    where = f" at {_short_file(user[-1].filename)}:{user[-1].lineno} (`{(user[-1].line or '').strip()}`)" if user else ""
+    where = f" at {short_file(user[-1].filename)}:{user[-1].lineno} (`{(user[-1].line or '').strip()}`)" if user else ""
     return (f"branches on a tensor's value{where}: a program is one static graph; compute both sides and "
             "pick with torch.where, or branch on shapes only")
 
@@ -320,440 +326,11 @@ _restore_attributes = _stateful.restore_attributes
 _attribute_location = _stateful.attribute_location
 
 
-# --------------------------------------------------------------------------------------
-# ExportedProgram -> Graph
-# --------------------------------------------------------------------------------------
-
-# Random operators lifted to inputs: packet -> (distribution, {param: (argument, default)}).
-# The first tensor argument of each is only a template for shape and dtype.
-_RANDOM_OPS: dict[str, tuple[str, dict[str, tuple[str | None, Any]]]] = {
-    "aten::rand": ("uniform", {"low": (None, 0.0), "high": (None, 1.0)}),
-    "aten::rand_like": ("uniform", {"low": (None, 0.0), "high": (None, 1.0)}),
-    "aten::uniform": ("uniform", {"low": ("from", 0.0), "high": ("to", 1.0)}),
-    "aten::randn": ("normal", {"mean": (None, 0.0), "std": (None, 1.0)}),
-    "aten::randn_like": ("normal", {"mean": (None, 0.0), "std": (None, 1.0)}),
-    "aten::normal": ("normal", {"mean": ("mean", 0.0), "std": ("std", 1.0)}),
-    "aten::normal_functional": ("normal", {"mean": ("mean", 0.0), "std": ("std", 1.0)}),
-    "aten::bernoulli": ("bernoulli", {"p": ("p", None)}),
-    "aten::randint": ("randint", {"low": ("low", 0), "high": ("high", None)}),
-    "aten::randint_like": ("randint", {"low": ("low", 0), "high": ("high", None)}),
-    "aten::randperm": ("permutation", {"n": ("n", None)}),
-    "aten::exponential": ("exponential", {"lambd": ("lambd", 1.0)}),
-}
-
-
-def _draws(op: torch._ops.OpOverload, fx: torch.fx.Node) -> bool:
-    """Whether a node of an operator tagged ``nondeterministic_seeded`` really draws.
-
-    Fused attention carries the tag for its dropout; with ``dropout_p == 0`` it is
-    deterministic and stays an ordinary node. So do the recurrent operators, for dropout between
-    layers, outside training or with ``dropout == 0``.
-    """
-    names = [a.name for a in op._schema.arguments]
-    if "dropout_p" in names:
-        bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
-        return bound["dropout_p"] != 0.0
-    if op in aten.recurrent_aten_ops():  # dropout between layers: only while training, only with p > 0
-        bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
-        return bool(bound["train"]) and bound["dropout"] != 0.0 and bound["num_layers"] > 1
-    return True
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.float32`` -> ``"float32"``; raises CaptureError for dtypes the IR lacks."""
-    name = str(dtype).removeprefix("torch.")
-    if name not in DTYPE_SIZES:
-        raise CaptureError(f"dtype {dtype} is not supported by the IR")
-    return name
-
-
-def _is_fake(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(t, FakeTensor)
-
-
-def _short_file(filename: str) -> str:
-    return filename if filename.startswith("<") else Path(filename).name
-
-
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
-
-
-def node_source(meta: Mapping[str, Any]) -> str:
-    """``model.attn.c_attn (Linear), <file> line 35: q, k, v = ...`` for an FX node's meta.
-
-    The module is the innermost entry of ``nn_module_stack``; the line is the last frame
-    of ``stack_trace`` outside torch itself, i.e. the reference's own code.
-    """
-    module = "model"
-    stack = meta.get("nn_module_stack") or {}
-    if stack:
-        path, kind = list(stack.values())[-1]
-        path = re.sub(r"^L\['self'\]\.?", "", str(path))
-        kind = getattr(kind, "__name__", None) or str(kind).strip("<>'").removeprefix("class '").split(".")[-1]
-        module = f"model.{path} ({kind})" if path else f"model ({kind})"
-    frames = [m for m in _FRAME.finditer(meta.get("stack_trace") or "")]
-    user = [m for m in frames if not m.group("file").startswith(_TORCH_DIR)]
-    if not user:
-        return module
-    frame = user[-1]
-    return f"{module}, {_short_file(frame.group('file'))} line {frame.group('line')}: {frame.group('code').strip()}"
-
-
-def _arg_kind(arg: Any) -> str:
-    """``tensor``, ``tensor_list`` or ``other`` for a schema argument."""
-    t = arg.type
-    if isinstance(t, torch.OptionalType):
-        t = t.getElementType()
-    if isinstance(t, torch.TensorType):
-        return "tensor"
-    if isinstance(t, torch.ListType):
-        e = t.getElementType()
-        if isinstance(e, torch.OptionalType):
-            e = e.getElementType()
-        if isinstance(e, torch.TensorType):
-            return "tensor_list"
-    return "other"
-
-
-def _bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[Any, Any]]:
-    """(schema argument, value) for every argument, defaults filled in."""
-    bound = []
-    for i, arg in enumerate(op._schema.arguments):
-        if not arg.kwarg_only and i < len(args):
-            value = args[i]
-        elif arg.name in kwargs:
-            value = kwargs[arg.name]
-        elif arg.has_default_value():
-            value = arg.default_value
-        elif _arg_kind(arg) == "tensor" and str(arg.type).startswith("Optional"):
-            value = None
-        else:
-            raise CaptureError(f"{op}: argument {arg.name!r} is missing")
-        bound.append((arg, value))
-    return bound
-
-
-def _plain(value: Any, where: str) -> Any:
-    """An attr value from an FX argument: dtypes by name, lists as tuples."""
-    if isinstance(value, torch.dtype):
-        return dtype_name(value)
-    if isinstance(value, torch.memory_format):
-        return str(value).removeprefix("torch.")
-    if isinstance(value, (list, tuple, torch.Size)):
-        return tuple(_plain(v, where) for v in value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, torch.fx.Node):
-        raise CaptureError(f"{where}: a symbolic value ({value.name}) where a constant was expected; dynamic shapes are not supported")
-    raise CaptureError(f"{where}: argument {value!r} of type {type(value).__name__} cannot be stored in the IR")
-
-
-@dataclass(frozen=True)
-class _Ref:
-    """A graph tensor, by IR name, in the argument list of a node capture emits itself."""
-
-    name: str
-
-
-class _Converter:
-    """Walks a decomposed ExportedProgram once and builds the Graph (see ``capture``)."""
-
-    def __init__(self, exported: Any, name: str):
-        self.ep = exported
-        self.name = name
-        self.used: set[str] = set()
-        self.env: dict[str, Any] = {}  # FX node name -> IR tensor name, or list of them
-        self.specs: dict[str, TensorSpec] = {}
-        self.nodes: list[Node] = []
-        self.lifted: list[LiftedRandom] = []
-        self.lifted_specs: list[TensorSpec] = []
-        self.unsupported: list[UnsupportedOp] = []
-
-    def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            name, k = f"{base}_{k}", k + 1
-        self.used.add(name)
-        return name
-
-    # -- entry ------------------------------------------------------------------------
-
-    def convert(self) -> tuple[Graph, dict[str, torch.Tensor]]:
-        from torch.export.graph_signature import InputKind, OutputKind
-
-        sig = self.ep.graph_signature
-        fx_nodes = {n.name: n for n in self.ep.graph.nodes}
-        state = dict(self.ep.state_dict)
-        constants = dict(getattr(self.ep, "constants", {}) or {})
-
-        # Weights first: their names are state_dict keys and must stay as they are.
-        weights: list[TensorSpec] = []
-        weight_values: dict[str, torch.Tensor] = {}
-        user_inputs: list[tuple[str, Any]] = []
-        for spec in sig.input_specs:
-            arg_name = getattr(spec.arg, "name", None)
-            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-                target = spec.target
-                value = state[target] if target in state else constants[target]
-                self.used.add(target)
-                if spec.kind == InputKind.CONSTANT_TENSOR and self._uniform_constant(arg_name, target, value):
-                    continue
-                self.env[arg_name] = target
-                ts = self._spec(target, value)
-                weights.append(ts)
-                weight_values[target] = value
-            elif spec.kind == InputKind.USER_INPUT:
-                user_inputs.append((arg_name, fx_nodes.get(arg_name)))
-            elif spec.kind == getattr(InputKind, "TOKEN", None):
-                continue
-            else:
-                raise CaptureError(f"{self.name}: export input {arg_name} of kind {spec.kind} is not supported")
-
-        inputs: list[TensorSpec] = []
-        for arg_name, fx in user_inputs:
-            val = fx.meta.get("val") if fx is not None else None
-            if not isinstance(val, torch.Tensor):
-                continue  # a Python scalar argument: export has baked its value into the graph
-            ir_name = self.fresh(arg_name)
-            self.env[arg_name] = ir_name
-            inputs.append(self._spec(ir_name, val))
-
-        for fx in self.ep.graph.nodes:
-            if fx.op == "call_function":
-                self._call(fx)
-            elif fx.op == "get_attr":
-                self._unsupported(fx, op_name(fx.target) if callable(fx.target) else "get_attr")
-
-        outputs = []
-        for spec in sig.output_specs:
-            if spec.kind != OutputKind.USER_OUTPUT:
-                continue  # buffer/input mutations (BatchNorm running stats): not program results
-            arg_name = getattr(spec.arg, "name", None)
-            if arg_name not in self.env or not isinstance(self.env[arg_name], str):
-                raise CaptureError(f"{self.name}: output {spec.arg} is not a tensor; only tensor outputs are supported")
-            outputs.append(self.env[arg_name])
-
-        if self.unsupported:
-            raise UnsupportedOpError(self.name, self.unsupported)
-
-        nodes = self._live_nodes(outputs)
-        read = {i for n in nodes for i in n.inputs} | set(outputs)
-        weights = [w for w in weights if w.name in read]
-        graph = Graph(
-            name=self.name,
-            inputs=tuple(inputs + self.lifted_specs),
-            weights=tuple(weights),
-            outputs=tuple(outputs),
-            nodes=tuple(nodes),
-            lifted_random=tuple(self.lifted),
-        )
-        return graph, {w.name: weight_values[w.name] for w in weights}
-
-    def _uniform_constant(self, arg_name: str, target: str, value: torch.Tensor) -> bool:
-        """A tensor the forward creates with one value (``torch.tensor(0.5)``, ``torch.ones(n) * c``
-        folded by export) becomes a ``full`` node, not a weight: it is no parameter or buffer of
-        the model, so a program's weights could not be checked against the reference's."""
-        if value.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
-                               torch.int32, torch.bool) or value.numel() > 1 << 20:
-            return False
-        flat = value.detach().reshape(-1)
-        if flat.numel() and not bool((flat == flat[0]).all()):
-            return False
-        fill = flat[0].item() if flat.numel() else 0
-        name = self.fresh(target.replace(".", "_"))
-        self.env[arg_name] = name
-        out = self._spec(name, value)
-        self.nodes.append(Node(name, "aten.full.default", (), (out,),
-                               (("size", tuple(value.shape)), ("fill_value", fill), ("dtype", None)),
-                               f"a constant tensor the forward creates ({target})"))
-        return True
-
-    # -- nodes ------------------------------------------------------------------------
-
-    def _call(self, fx: torch.fx.Node) -> None:
-        import operator
-
-        if fx.target is operator.getitem:
-            parent, index = fx.args
-            outputs = self.env[parent.name]
-            # An unsupported parent is already reported; its items stand in by name.
-            self.env[fx.name] = outputs[index] if isinstance(outputs, list) else fx.name
-            return
-        val = fx.meta.get("val")
-        if val is None and not fx.users:
-            return  # runtime assertions (_assert_tensor_metadata, ...): nothing to compute
-        op = fx.target
-        if not isinstance(op, torch._ops.OpOverload):
-            self._unsupported(fx, op_name(op))
-            return
-        if torch.Tag.nondeterministic_seeded in op.tags and _draws(op, fx):
-            self._random(fx, op)
-            return
-        if not self._is_tensors(val):
-            self._unsupported(fx, str(op), "produces a non-tensor value (data-dependent control flow or .item())")
-            return
-        args = [self._ref_args(a) for a in fx.args]
-        kwargs = {k: self._ref_args(v) for k, v in fx.kwargs.items()}
-        if op is torch.ops.aten.as_strided.default and _restrides_contiguous(fx):
-            op, args, kwargs = torch.ops.aten.alias.default, args[:1], {}
-        self.env[fx.name] = self._emit(fx.name, op, args, kwargs, val, node_source(fx.meta))
-
-    def _ref_args(self, value: Any) -> Any:
-        """FX argument with graph tensors replaced by _Ref (symbolic scalars left as nodes)."""
-        if isinstance(value, torch.fx.Node):
-            target = self.env.get(value.name)
-            return _Ref(target) if isinstance(target, str) else value
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._ref_args(v) for v in value)
-        return value
-
-    def _emit(self, base: str, op: torch._ops.OpOverload, args: Sequence[Any], kwargs: Mapping[str, Any], val: Any, source: str) -> str | list[str]:
-        """Append a node for ``op(*args, **kwargs)``; return its output name(s)."""
-        name = self.fresh(base)
-        where = f"{self.name}:{name}"
-        inputs: list[str] = []
-        attrs: list[tuple[str, Any]] = []
-        # Two Tensor[] arguments (lstm's hx and params) share Node.inputs: record each list's names.
-        lists = sum(_arg_kind(a) == "tensor_list" for a in op._schema.arguments) > 1
-        for arg, value in _bind(op, args, kwargs):
-            kind = _arg_kind(arg)
-            if arg.name in _DROPPED_ARGS:
-                continue
-            if kind == "tensor" and isinstance(value, _Ref):
-                inputs.append(value.name)
-            elif kind == "tensor_list" and isinstance(value, (list, tuple)):
-                inputs.extend(v.name for v in value if isinstance(v, _Ref))
-                if lists or any(v is None for v in value):  # Tensor?[] with holes: say where they are
-                    attrs.append((arg.name, tuple(v.name if isinstance(v, _Ref) else None for v in value)))
-            else:
-                attrs.append((arg.name, _plain(value, where)))
-        if isinstance(val, (list, tuple)):
-            outputs = tuple(self._spec(f"{name}.{i}", v) for i, v in enumerate(val))
-            result: str | list[str] = [o.name for o in outputs]
-        else:
-            outputs = (self._spec(name, val),)
-            result = name
-        self.nodes.append(Node(name, str(op), tuple(inputs), outputs, tuple(attrs), source))
-        return result
-
-    # -- random draws -----------------------------------------------------------------
-
-    def _random(self, fx: torch.fx.Node, op: torch._ops.OpOverload) -> None:
-        source = node_source(fx.meta)
-        packet = op._schema.name
-        bound = {a.name: v for a, v in _bind(op, fx.args, fx.kwargs)}
-        val = fx.meta["val"]
-
-        if packet == "aten::native_dropout":
-            self._dropout(fx, op, bound, val, source)
-            return
-        # bernoulli(probabilities) reads them from self; bernoulli.Tensor from a tensor p.
-        probabilities = bound["self"] if packet == "aten::bernoulli" and "p" not in bound else bound.get("p")
-        if packet == "aten::bernoulli" and isinstance(probabilities, torch.fx.Node):
-            # Lift a uniform draw u instead, and bernoulli = (u < p), as PyTorch decomposes it.
-            p = probabilities
-            u = self._lift(fx.name + "_uniform", str(op), tuple(val.shape), dtype_name(val.dtype), "uniform", {"low": 0.0, "high": 1.0}, source)
-            lt = self._emit(fx.name + "_lt", torch.ops.aten.lt.Tensor, [_Ref(u), self._ref_args(p)], {}, _meta_like(val, torch.bool), source)
-            self.env[fx.name] = self._emit(fx.name, torch.ops.aten._to_copy.default, [_Ref(lt)], {"dtype": val.dtype}, val, source)
-            return
-        if packet not in _RANDOM_OPS:
-            self._unsupported(fx, str(op), "a random operator that cannot be lifted to an input")
-            return
-        distribution, spec = _RANDOM_OPS[packet]
-        params = {}
-        for key, (arg_name, default) in spec.items():
-            value = bound.get(arg_name, default) if arg_name else default
-            if isinstance(value, torch.fx.Node):
-                self._unsupported(fx, str(op), f"a random draw whose {arg_name} is a tensor cannot be lifted yet")
-                return
-            params[key] = value
-        self.env[fx.name] = self._lift(fx.name, str(op), tuple(val.shape), dtype_name(val.dtype), distribution, params, source)
-
-    def _dropout(self, fx: torch.fx.Node, op: Any, bound: Mapping[str, Any], val: Any, source: str) -> None:
-        """native_dropout(x, p, train) -> (x * mask * 1/(1-p), mask) with the mask lifted.
-
-        The node order matches PyTorch's own decomposition (mask * x, then * scale), so
-        results agree with the reference bit for bit given the same mask.
-        """
-        x, p, train = bound["input"], float(bound["p"]), bound["train"]
-        out_val, mask_val = val
-        x_ref = self._ref_args(x)
-        if not train or p == 0.0:
-            ones = self._emit(fx.name + "_mask", torch.ops.aten.full.default, [tuple(mask_val.shape), True], {"dtype": torch.bool}, mask_val, source)
-            self.env[fx.name] = [x_ref.name, ones]
-            return
-        mask = self._lift(fx.name + "_mask", str(op), tuple(mask_val.shape), "bool", "bernoulli", {"p": 1.0 - p}, source)
-        if p >= 1.0:
-            out = self._emit(fx.name, torch.ops.aten.mul.Tensor, [x_ref, 0.0], {}, out_val, source)
-        else:
-            masked = self._emit(fx.name + "_masked", torch.ops.aten.mul.Tensor, [_Ref(mask), x_ref], {}, out_val, source)
-            out = self._emit(fx.name, torch.ops.aten.mul.Tensor, [_Ref(masked), 1.0 / (1.0 - p)], {}, out_val, source)
-        self.env[fx.name] = [out, mask]
-
-    def _lift(self, base: str, op: str, shape: tuple[int, ...], dtype: str, distribution: str, params: Mapping[str, Any], source: str) -> str:
-        name = self.fresh(base)
-        self.lifted_specs.append(TensorSpec(name, shape, dtype))
-        self.lifted.append(LiftedRandom(name, op, shape, dtype, distribution, tuple(params.items()), source))
-        return name
-
-    # -- helpers ----------------------------------------------------------------------
-
-    def _unsupported(self, fx: torch.fx.Node, op: str, reason: str = "") -> None:
-        self.unsupported.append(UnsupportedOp(op, fx.name, node_source(fx.meta), reason))
-        self.env[fx.name] = fx.name
-
-    @staticmethod
-    def _is_tensors(val: Any) -> bool:
-        if isinstance(val, torch.Tensor):
-            return True
-        return isinstance(val, (list, tuple)) and len(val) > 0 and all(isinstance(v, torch.Tensor) for v in val)
-
-    def _spec(self, name: str, val: Any) -> TensorSpec:
-        if not isinstance(val, torch.Tensor):
-            raise CaptureError(f"{self.name}: {name} is not a tensor ({type(val).__name__})")
-        try:
-            shape = tuple(int(d) for d in val.shape)
-        except (TypeError, RuntimeError) as err:
-            raise CaptureError(f"{self.name}: {name} has a symbolic shape {tuple(val.shape)}; dynamic shapes are not supported") from err
-        return TensorSpec(name, shape, dtype_name(val.dtype))
-
-    def _live_nodes(self, outputs: Sequence[str]) -> list[Node]:
-        live = set(outputs)
-        kept = []
-        for node in reversed(self.nodes):
-            if any(o.name in live for o in node.outputs):
-                kept.append(node)
-                live.update(node.inputs)
-        return kept[::-1]
-
-
-def _restrides_contiguous(fx: torch.fx.Node) -> bool:
-    """``as_strided(x, x.shape, contiguous strides)`` of a contiguous x (decompositions use it to
-    set a memory format): the value is x's, an alias."""
-    x = fx.args[0].meta.get("val") if isinstance(fx.args[0], torch.fx.Node) else None
-    size, stride = fx.args[1], fx.args[2]
-    offset = fx.args[3] if len(fx.args) > 3 else fx.kwargs.get("storage_offset")
-    if not isinstance(x, torch.Tensor) or not x.is_contiguous() or tuple(size) != tuple(x.shape) or offset not in (None, 0):
-        return False
-    want = torch.empty(tuple(size), device="meta").stride()
-    return all(d == 1 or s == w for d, s, w in zip(size, stride, want))
-
-
-def _meta_like(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(tuple(val.shape), dtype=dtype, device="meta")
-
-
-# Loading references and running graphs live beside this module; their names stay importable here.
-from .evaluate import evaluate_graph, evaluate_tensors, sample_random_inputs  # noqa: E402
-from .reference import Reference, load_reference  # noqa: E402
-
-
 __all__ = [
+    "evaluate_graph",  # for the Verifier, until it imports them from evaluate
+    "sample_random_inputs",
     "PRESERVED_OPS",
     "SUPPORTED_OPS",
-    "evaluate_tensors",
     "UnsupportedOp",
     "CaptureError",
     "UnsupportedOpError",
@@ -765,8 +342,6 @@ __all__ = [
     "capture_reference",
     "check_supported",
     "save_weights",
-    "sample_random_inputs",
-    "evaluate_graph",
     "decomposition_table",
     "node_source",
     "op_name",

@@ -1,25 +1,29 @@
 """Reference to program folder, deterministically: capture -> plan -> code -> write -> compile.
 
-:func:`build_program` is the whole path without an LLM, and ``stitchcuda build`` its command:
+:func:`build_program` is the whole path without an LLM, and ``stitchcuda build`` its command;
+``stitchcuda optimize`` (:mod:`stitchcuda.workflow`) and the RL judge go the same way, through the
+same two functions, with plans of their own in between:
 
-1. load the reference (a KernelBench-format file, ``kernelbench:LEVEL:ID`` from the
-   development set, or an ``nn.Module`` with example inputs) and capture it on the meta
-   device (shapes only: the development problems' tensors run to gigabytes); state the
-   reference keeps between calls in a plain tensor attribute becomes an explicit input and
-   output of the program (``state="lift"``, recorded in the manifest's ``state``);
-2. build the model on the CPU with ``torch.manual_seed(seed)`` first — exactly as the
-   Verifier and KernelBench's harness do — and take its weights by ``state_dict`` name;
-3. :func:`stitchcuda.plan.plan` under the precision policy, :func:`stitchcuda.code.code`;
-4. write the program folder into a staging folder beside the target (``.<name>.staging-*``):
-   ``program.cu``, ``manifest.json``, ``weights.safetensors``, ``plan.json`` and a copy of the
-   reference (``reference.py``);
-5. compile through the build cache (:mod:`stitchcuda.build`) for ``arch`` (the GPU's, else
-   ``STITCHCUDA_ARCH`` or sm_90: a machine without a GPU builds too) and copy the library
-   into the staging folder with a build record, so the folder is self-contained;
-6. check the staged folder loads (:func:`stitchcuda.manifest.load_program_dir`), then put it in
-   place of the target with two renames. The target is whole or absent: a failed, refused or
-   interrupted build leaves the previous folder as it was (with its report) or nothing, and a
-   rebuild never keeps a report of an older program.
+1. :func:`capture_problem` loads the reference (a KernelBench-format file, ``kernelbench:LEVEL:ID``
+   from the development set, or an ``nn.Module`` with example inputs) and captures it on the meta
+   device (shapes only: the development problems' tensors run to gigabytes); state the reference
+   keeps between calls in a plain tensor attribute becomes an explicit input and output of the
+   program (``state="lift"``, recorded in the manifest's ``state``). It then builds the model on
+   the CPU with ``torch.manual_seed(seed)`` first — exactly as the Verifier and KernelBench's
+   harness do — and takes its weights by ``state_dict`` name. The result, a
+   :class:`CapturedProblem`, is captured once and planned and coded as often as asked;
+2. :meth:`CapturedProblem.plan` (:func:`stitchcuda.plan.plan` under the precision policy) and
+   :meth:`CapturedProblem.code` (:func:`stitchcuda.code.code`);
+3. :func:`write_program` writes the program folder into a staging folder beside the target
+   (``.<name>.staging-*``): ``program.cu``, ``manifest.json``, ``weights.safetensors`` (or a
+   hard link to a weights file already written), ``plan.json`` and a copy of the reference
+   (``reference.py``); compiles it through the build cache (:mod:`stitchcuda.build`) for the
+   manifest's ``arch`` (the GPU's, else ``STITCHCUDA_ARCH`` or sm_90: a machine without a GPU
+   builds too) and copies the library into the staging folder with a build record, so the folder
+   is self-contained; checks the staged folder loads (:func:`stitchcuda.manifest.load_program_dir`),
+   then puts it in place of the target with two renames. The target is whole or absent: a failed,
+   refused or interrupted build leaves the previous folder as it was (with its report) or nothing,
+   and a rebuild never keeps a report of an older program.
 
 Failures are typed, each one line naming the cause and the fix: bad input raises
 :class:`BuildInputError` (an unusable ``out`` or ``arch``), ``CaptureError`` /
@@ -32,6 +36,7 @@ unwritable build cache) or ``MemoryError``. A compile failure is a value in the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import os
@@ -41,12 +46,19 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from . import build as _build
+from . import code as coder
 from . import manifest as mf
+from . import plan as planner
+from . import toolchain
+from .device import for_planning
 from .errors import ArgumentError, MachineError
+from .ops import supported
 from .precision import NAMES as _POLICY_NAMES
+from .program import write_build_record
+from .verifier.problem import load_kernelbench
 
 DEFAULT_OUT = "run"
 _ARCH_RE = re.compile(r"^sm_\d{2,3}[a-z]?$")
@@ -62,32 +74,135 @@ class BuildEnvironmentError(MachineError):
 
 @dataclass(frozen=True)
 class BuildOutcome:
-    """Where the program went and what it took: the folder, the plan, the manifest, the build
-    result (None when not compiled), and seconds per stage."""
+    """What writing a program came to: the folder (``directory``; ``program`` names what is in it,
+    None when nothing was written), the plan, the manifest, the build result (None when not
+    compiled), and seconds per stage. ``ok`` False: the program does not compile, and nothing
+    was written."""
 
     directory: Path
     plan: Any
     manifest: mf.Manifest
     build: _build.BuildResult | None
     seconds: dict[str, float] = field(default_factory=dict)
+    program: mf.ProgramDir | None = None
 
     @property
     def ok(self) -> bool:
         return self.build is None or self.build.ok
 
 
+# ---------------------------------------------------------------------- capture, once
+
+
+@dataclass
+class CapturedProblem:
+    """A reference captured once, with what every program made from it shares: its graph, its
+    weights (name -> CPU tensor; None when they were not drawn), its manifest reference entry
+    and source text, the precision and target arch, the ceilings the planner costs against, and
+    ``state``, the attributes lifted to explicit inputs and outputs (capture's ``StateIO``)."""
+
+    name: str
+    graph: Any
+    weights: Mapping[str, Any] | None
+    reference: mf.ReferenceSource
+    source: str | None
+    precision: str
+    arch: str = "sm_90"
+    ceilings: Any = None
+    state: tuple = ()
+    _choices: Any = field(default=None, repr=False)
+
+    def choices(self):
+        """What a plan of this graph may be asked for (:func:`stitchcuda.plan.choices`)."""
+        if self._choices is None:
+            self._choices = planner.choices(self.graph)
+        return self._choices
+
+    def plan(self, constraints: Mapping[str, Any] | planner.Constraints | None = None):
+        """The plan under ``constraints`` (a :class:`~stitchcuda.plan.Constraints` or its dict
+        form); raises ConstraintError / PlanError."""
+        if constraints is not None and not isinstance(constraints, planner.Constraints):
+            constraints = planner.Constraints.from_dict(constraints)
+        return planner.plan(self.graph, self.precision, self.ceilings, constraints=constraints)
+
+    def code(self, plan: Any, overrides: Mapping[str, str | coder.Override] | None = None):
+        """The program source of ``plan`` with ``overrides`` (task -> a body in place of the
+        template's); raises ``CodeError`` when the Coder refuses an override."""
+        return coder.code(plan, self.graph, self.weights, reference=self.reference, arch=self.arch,
+                          overrides=overrides, state=self.state)
+
+    def weights_file(self, path: Path) -> Path:
+        """``path`` holding these weights, written on first use (one file for many programs:
+        :func:`write_program` hard-links it into each)."""
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_weights(path, dict(self.weights or {}), self.graph.weights, self.graph.name)
+        return path
+
+    def write(self, plan: Any, out: Path, *, overrides: Mapping[str, str | coder.Override] | None = None,
+              weights_file: Path | None = None, compile: bool = True, cache: str | os.PathLike | None = None,
+              progress: Callable[[str], None] | None = None) -> BuildOutcome:
+        """:meth:`code` then :func:`write_program` into ``out``: the tail every program goes
+        through, ``build``'s and each candidate of the loop. ``weights_file``: these weights already
+        written (:meth:`weights_file`), hard-linked instead of written again."""
+        step = progress or (lambda stage: None)
+        t0 = time.monotonic()
+        step("code")
+        src = self.code(plan, overrides)
+        took = time.monotonic() - t0
+        weights = weights_file if weights_file is not None else self.weights
+        o = write_program(plan, src, weights, out, reference_text=self.source, compile=compile, cache=cache,
+                          progress=progress)
+        return dataclasses.replace(o, seconds={"code": took, **o.seconds})
+
+
+def capture_problem(reference: Any, *, precision: str = "fp32", example_inputs: Sequence[Any] | None = None,
+                    name: str | None = None, seed: int = 0, arch: str | None = None, model: Any = None,
+                    weights: bool = True, ceilings: Any = None, compiling: bool = True,
+                    progress: Callable[[str], None] | None = None) -> CapturedProblem:
+    """Capture ``reference`` once and draw its weights (see the module docstring).
+
+    ``reference``: a path, ``kernelbench:LEVEL:ID``, a ``frontend.Reference``, or — with
+    ``example_inputs`` — an ``nn.Module`` (whose own weights are taken). ``model``: take the weights
+    from this instance instead of building one (its state must be the reference's architecture).
+    ``weights=False`` draws none (capture and plan only). ``arch``: checked against the local nvcc
+    when ``compiling`` (default: the GPU's, else ``STITCHCUDA_ARCH`` or sm_90). ``progress(stage)``
+    is called as capture and weights start.
+    """
+    from . import frontend  # PyTorch: needed to capture, never to build or run a program
+
+    step = progress or (lambda stage: None)
+    step("capture")
+    tensors: dict[str, Any] | None = None
+    if example_inputs is not None:
+        gname = name or type(reference).__name__
+        captured = frontend.capture(reference, list(example_inputs), gname, supported_ops=supported(), state="lift")
+        ref_source, text = mf.ReferenceSource(path=f"{gname}.py"), None
+        if weights:
+            tensors = model_weights(reference, captured.graph)
+    else:
+        ref, ref_source, text = load_source(reference, name)
+        captured = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=supported(), state="lift")
+        if weights:
+            step("weights")
+            tensors = (model_weights(model, captured.graph) if model is not None
+                       else reference_weights(ref, captured.graph, seed))
+    arch = check_arch(arch or toolchain.default_arch(), compiling=compiling)
+    graph = captured.graph
+    return CapturedProblem(graph.name, graph, tensors, ref_source, text, precision, arch,
+                           ceilings if ceilings is not None else for_planning(), state=captured.state)
+
+
 def load_source(reference: Any, name: str | None):
     """A reference named by a path, ``kernelbench:L:ID`` or a Reference: (frontend.Reference,
-    manifest ReferenceSource, source text or None). Shared by ``build`` and the loop."""
-    from . import frontend
+    manifest ReferenceSource, source text or None)."""
+    from . import frontend  # PyTorch
 
     if isinstance(reference, frontend.Reference):
         return reference, mf.ReferenceSource(path="reference.py"), reference.source
     text = os.fspath(reference)
     m = re.fullmatch(r"kernelbench:(\d+):(\d+)", text)
     if m:
-        from .verifier.problem import load_kernelbench
-
         level, pid = int(m.group(1)), int(m.group(2))
         spec = load_kernelbench(level, pid)
         ref = frontend.load_reference(spec.source, name=name or spec.name)
@@ -135,19 +250,18 @@ def reference_weights(ref: Any, graph: Any, seed: int) -> dict[str, Any]:
     if w or not graph.weights:
         return w
     # Tensor constants that are not parameters or buffers: capture on the CPU for real.
-    from .ops import supported
-
     cap = frontend.capture_reference(ref, device="cpu", seed=seed, supported_ops=supported(), state="lift")
     return {k: v.detach().contiguous() for k, v in cap.weights.items()}
 
 
-def write_weights(path: Path, tensors: dict[str, Any], graph: Any) -> None:
-    """weights.safetensors in graph (manifest) order, written to a temporary file and renamed
-    into place (safetensors streams each tensor: no second copy of gigabytes of weights)."""
-    from safetensors.torch import save_file
+def write_weights(path: Path, tensors: Mapping[str, Any], specs: Sequence[Any], name: str) -> None:
+    """weights.safetensors: the tensors named by ``specs`` (the manifest's or the graph's
+    weights), in their order, written to a temporary file and renamed into place (safetensors
+    streams each tensor: no second copy of gigabytes of weights)."""
+    from safetensors.torch import save_file  # PyTorch
 
     data, seen = {}, set()
-    for spec in graph.weights:
+    for spec in specs:
         t = tensors[spec.name].detach().to("cpu").contiguous()
         if t.numel() and t.data_ptr() in seen:  # tied weights: safetensors wants separate storage
             t = t.clone()
@@ -155,19 +269,14 @@ def write_weights(path: Path, tensors: dict[str, Any], graph: Any) -> None:
         data[spec.name] = t
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        save_file(data, str(tmp), metadata={"generator": "stitchcuda.pipeline", "graph": graph.name})
+        save_file(data, str(tmp), metadata={"generator": "stitchcuda.pipeline", "graph": name})
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
 
 
-def _write_if_changed(path: Path, text: str) -> None:
-    from .fsutil import atomic_write_text
-
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return
-    atomic_write_text(path, text)
+# ---------------------------------------------------------------------- build
 
 
 def build_program(reference: Any, *, precision: str = "fp32", out: str | os.PathLike | None = None,
@@ -201,85 +310,90 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
             raise FileNotFoundError(f"{reference}: no such reference file (or use kernelbench:LEVEL:ID)")
     target = _check_out(Path(out)) if out is not None else None
     need_torch("build")
-    from . import code as coder
-    from . import frontend, ops, toolchain
-    from . import plan as planner
 
-    seconds: dict[str, float] = {}
     t0 = time.monotonic()
-    step("capture")
-    if example_inputs is not None:
-        module = reference
-        gname = name or type(module).__name__
-        captured = frontend.capture(module, list(example_inputs), gname, supported_ops=ops.supported(), state="lift")
-        ref_source = mf.ReferenceSource(path=f"{gname}.py")
-        source_text = None
-        tensors = model_weights(module, captured.graph) if weights else {}
-    else:
-        ref, ref_source, source_text = load_source(reference, name)
-        captured = frontend.capture_reference(ref, device="meta", seed=seed, supported_ops=ops.supported(),
-                                              state="lift")
-        tensors = {}
-        if weights:
-            step("weights")
-            tensors = (model_weights(model, captured.graph) if model is not None
-                       else reference_weights(ref, captured.graph, seed))
-    graph = captured.graph
-    seconds["capture"] = time.monotonic() - t0
-
+    problem = capture_problem(reference, precision=precision, example_inputs=example_inputs, name=name, seed=seed,
+                              arch=arch, model=model, weights=weights, ceilings=ceilings, compiling=compile,
+                              progress=step)
+    seconds = {"capture": time.monotonic() - t0}
     t1 = time.monotonic()
     step("plan")
-    if ceilings is None:
-        from .device import for_planning
-
-        ceilings = for_planning()
-    p = planner.plan(graph, precision, ceilings, constraints=constraints)
+    p = problem.plan(constraints)
     seconds["plan"] = time.monotonic() - t1
-    t1 = time.monotonic()
-    step("code")
-    arch = arch or check_arch(toolchain.default_arch(), compiling=compile)
-    src = coder.code(p, graph, tensors if weights else None, reference=ref_source, arch=arch, overrides=overrides,
-                     state=captured.state)
-    seconds["code"] = time.monotonic() - t1
+    directory = target if target is not None else _check_out(Path(DEFAULT_OUT) / problem.name)
+    outcome = problem.write(p, directory, overrides=overrides, compile=compile, cache=cache, progress=step)
+    outcome = dataclasses.replace(outcome, seconds={**seconds, **outcome.seconds,
+                                                    "total": time.monotonic() - t0})
+    if not quiet:
+        print(p)
+        _report(outcome)
+    return outcome
 
-    t1 = time.monotonic()
+
+def write_program(plan: Any, source: Any, weights: Mapping[str, Any] | Path | None, out: str | os.PathLike, *,
+                  reference_text: str | None = None, compile: bool = True, cache: str | os.PathLike | None = None,
+                  progress: Callable[[str], None] | None = None) -> BuildOutcome:
+    """Write the program folder ``out`` for ``plan`` and its ``source`` (the Coder's
+    ``ProgramSource``), compile it and put it in place, whole (see the module docstring).
+
+    ``weights``: name -> tensor (written in the manifest's order), a weights file already written
+    (hard-linked, or copied across file systems), or None (no weights file). ``reference_text``
+    goes to the manifest's reference path. The library is built for the manifest's ``arch``; a
+    compile error is a value (``ok`` False, nothing written), a machine that cannot compile raises
+    :class:`BuildEnvironmentError`. ``progress(stage)``: write, compile, check.
+    """
+    step = progress or (lambda stage: None)
+    m = source.manifest
+    directory = Path(out)
+    seconds: dict[str, float] = {}
+    t0 = time.monotonic()
     step("write")
-    directory = target if target is not None else _check_out(Path(DEFAULT_OUT) / graph.name)
     with staged_folder(directory) as staging:
         stage = staging.path
-        _write_if_changed(stage / mf.PROGRAM_SOURCE, src.program_cu)
-        _write_if_changed(stage / mf.MANIFEST_FILE, src.manifest.to_json())
-        _write_if_changed(stage / "plan.json", p.to_json() + "\n")
-        if source_text is not None and ref_source.path:
-            _write_if_changed(stage / ref_source.path, source_text)
-        if weights:
-            write_weights(stage / mf.WEIGHTS_FILE, tensors, graph)
-        seconds["write"] = time.monotonic() - t1
+        (stage / mf.PROGRAM_SOURCE).write_text(source.program_cu, encoding="utf-8")
+        (stage / mf.MANIFEST_FILE).write_text(m.to_json(), encoding="utf-8")
+        (stage / "plan.json").write_text(plan.to_json() + "\n", encoding="utf-8")
+        if reference_text is not None and m.reference.path:
+            (stage / m.reference.path).write_text(reference_text, encoding="utf-8")
+        if isinstance(weights, Path):
+            _link(weights, stage / mf.WEIGHTS_FILE)
+        elif weights is not None:
+            write_weights(stage / mf.WEIGHTS_FILE, weights, m.weights, m.name)
+        seconds["write"] = time.monotonic() - t0
 
         result = None
         if compile:
             t1 = time.monotonic()
             step("compile")
-            result = _build.build(src.program_cu, arch=arch, cache=cache)
+            result = _build.build(source.program_cu, arch=m.arch, cache=cache)
             if not result.ok and result.compile is None:  # nothing compiled: the machine's problem
                 raise BuildEnvironmentError(result.message)
-            if result.ok:
-                from .program import write_build_record
-
-                shutil.copyfile(result.library, stage / mf.LIBRARY_FILE)
-                write_build_record(stage, src.manifest, result)
             seconds["compile"] = time.monotonic() - t1
-        if result is None or result.ok:
-            step("check")
-            # The folder must open as a program before it replaces anything.
-            mf.load_program_dir(stage, require_weights=weights)
-            staging.publish()
-    seconds["total"] = time.monotonic() - t0
-    outcome = BuildOutcome(directory, p, src.manifest, result, seconds)
-    if not quiet:
-        print(p)
-        _report(outcome)
-    return outcome
+            if not result.ok:
+                return BuildOutcome(directory, plan, m, result, seconds)
+            shutil.copyfile(result.library, stage / mf.LIBRARY_FILE)
+            write_build_record(stage, m, result)
+        step("check")
+        # The folder must open as a program before it replaces anything.
+        staged = mf.load_program_dir(stage, require_weights=weights is not None)
+        staging.publish()
+    return BuildOutcome(directory, plan, m, result, seconds, _moved(staged, directory))
+
+
+def _moved(program: mf.ProgramDir, root: Path) -> mf.ProgramDir:
+    """``program``'s description once its folder is renamed to ``root``."""
+    def at(p: Path | None) -> Path | None:
+        return None if p is None else root / p.name
+
+    return dataclasses.replace(program, root=root, source=at(program.source), weights=at(program.weights),
+                               library=at(program.library))
+
+
+def _link(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
 
 
 # ---------------------------------------------------------------------- checks before any work
@@ -301,9 +415,7 @@ def check_arch(arch: str, *, compiling: bool = True) -> str:
 @functools.lru_cache(maxsize=None)
 def _nvcc_targets() -> tuple[str, ...]:
     """The sm_XY targets of the nvcc in use (``nvcc --list-gpu-code``), () when unknown."""
-    from .toolchain import find_nvcc
-
-    nvcc = find_nvcc()
+    nvcc = toolchain.find_nvcc()
     if nvcc is None:
         return ()
     try:
@@ -439,5 +551,6 @@ def _report(o: BuildOutcome) -> None:
             print("\n".join("    " + ln for ln in o.build.compile.output.strip().splitlines()[:20]))
 
 
-__all__ = ["BuildOutcome", "BuildInputError", "BuildEnvironmentError", "build_program", "check_arch",
-           "model_weights", "staged_folder", "Staging"]
+__all__ = ["BuildOutcome", "BuildInputError", "BuildEnvironmentError", "CapturedProblem", "build_program",
+           "capture_problem", "write_program", "write_weights", "check_arch", "model_weights", "need_torch",
+           "staged_folder", "Staging"]

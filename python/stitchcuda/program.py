@@ -29,12 +29,13 @@ from typing import Any, Sequence
 
 from . import build as _build
 from . import manifest as mf
+from . import _rt as rt
+from .fsutil import atomic_write_text
+# One definition for both ways of running a program: the runtime wheel's loader imports nothing
+# of stitchcuda, so the error lives there and is raised here too.
+from .ship.loader import ProgramError
 
 BUILD_RECORD = "program.build.json"
-
-
-class ProgramError(ValueError):
-    """A call that does not match the program's manifest; the message says which tensor and why."""
 
 
 def _dtype_name(x: Any) -> str | None:
@@ -64,8 +65,6 @@ class Program:
     """A loaded program: its manifest, weights and library; an instance per device on demand."""
 
     def __init__(self, root: Path, manifest: mf.Manifest, library_path: str, weights: list[Any]):
-        from . import _rt as rt
-
         self.root = Path(root)
         self.manifest = manifest
         self.library_path = library_path
@@ -184,8 +183,6 @@ class Program:
         return outs, stream, dev.index or 0, ins
 
     def _rt_io(self, tensors, out, device):
-        from . import _rt as rt
-
         device = rt.get_device() if device is None else device
         ins = []
         for t, s in zip(tensors, self.inputs):
@@ -222,8 +219,6 @@ def _prebuilt(root: Path, m: mf.Manifest, arch: str) -> str | None:
         record = json.loads(rec.read_text())
     except (OSError, ValueError):
         return None
-    from . import _rt as rt
-
     if record.get("source_hash") != m.source_hash or record.get("arch") != arch or \
             record.get("runtime") != rt.version():
         return None
@@ -232,9 +227,6 @@ def _prebuilt(root: Path, m: mf.Manifest, arch: str) -> str | None:
 
 def write_build_record(root: Path, m: mf.Manifest, result: _build.BuildResult) -> None:
     """Next to a program.so copied into its folder: what it was built from."""
-    from . import _rt as rt
-    from .fsutil import atomic_write_text
-
     rec = {"source_hash": m.source_hash, "arch": result.arch, "runtime": rt.version(), "cache_key": result.key}
     atomic_write_text(Path(root) / BUILD_RECORD, json.dumps(rec, indent=1) + "\n")
 

@@ -246,7 +246,7 @@ def check_plan_semantics(plan: Plan, graph: Graph, weights: Mapping[str, Any] | 
     templates' bodies are checked against is right): (within the policy's tolerance, max error)."""
     import torch
 
-    from ..frontend import evaluate_graph
+    from ..evaluate import evaluate_graph
     from .interp import simulate
 
     weights = dict(weights) if weights is not None else _random(graph.weights, seed, scale_by_fan_in=True)

@@ -27,9 +27,9 @@ def _one(b):
 
 
 def _bits(f):
-    """A bit operation's float64 reference: through int64, as the C expression does."""
-    t = _t()
-    return lambda x, y: f(x.to(t.int64), y.to(t.int64)).to(t.float64)
+    """A bit operation's float64 reference: through int64, as the C expression does (PyTorch is
+    looked up per call: the registry is imported by the planner, which never imports it)."""
+    return lambda x, y: f(x.to(_t().int64), y.to(_t().int64)).to(_t().float64)
 
 
 # ---------------------------------------------------------------------- unary

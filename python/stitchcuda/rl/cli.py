@@ -18,17 +18,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+from ..precision import NAMES
+from ..ship import errors
+from ..ship.checks import count, duration, fraction, out_folder, reference
+from ..ship.errors import CommandError
+
+# Every `stitchcuda` command reads this module to build its parser, so each action imports its
+# own modules (the dataset builder, the judge, GRPO, the export: the planner, the Verifier,
+# transformers) when it runs, not here.
 
 EXAMPLE = "stitchcuda train run --data train/data --model test --out train/run --steps 300 --time-limit 8m"
 
 
 def register(add: Any) -> None:
     """Add the ``train`` subcommand through cli.py's ``add(name, help, func, example)``."""
-    from ..ship.checks import count, duration, fraction
-    from ..precision import NAMES
-
     p = add("train", "RL for the loop's LLM: dataset, GRPO with LoRA, evaluation, GGUF export", main, EXAMPLE, check)
     p.add_argument("action", choices=["dataset", "run", "eval", "export"])
     p.add_argument("sources", nargs="*", help="dataset: .py files, folders, KernelBench .jsonl, kernelbench:L:ID")
@@ -75,11 +82,6 @@ def register(add: Any) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """Everything the action names, before transformers is looked for or a folder is made."""
-    import re
-
-    from ..ship.checks import out_folder, reference
-    from ..ship.errors import CommandError
-
     if not args.out:
         raise CommandError(f"train {args.action} needs --out")
     out_folder(args.out)
@@ -121,9 +123,6 @@ def check(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace, ui: Any) -> int:
-    from ..ship import errors
-    from ..ship.errors import CommandError
-
     if args.action == "dataset":
         return _dataset(args, ui)
     from .model import TrainUnavailable, require
@@ -138,16 +137,12 @@ def main(args: argparse.Namespace, ui: Any) -> int:
 
 
 def _dataset(args: argparse.Namespace, ui: Any) -> int:
-    from ..ship import errors
-    from ..ship.errors import CommandError
-    from .dataset import build_dataset
+    from .dataset import build_dataset, gguf_token_counter
 
     if not args.sources and not args.runs:
         raise CommandError("train dataset needs references (files, folders, .jsonl) or --runs")
     count = None
     if args.tokens_of:
-        from .dataset import gguf_token_counter
-
         count = gguf_token_counter(args.tokens_of)
     try:
         m = build_dataset(args.out, sources=args.sources, runs=args.runs, precisions=tuple(args.precision or ["fp32"]),
@@ -194,7 +189,6 @@ def _settings(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace, ui: Any) -> int:
-    from ..ship import errors
     from .dataset import load_examples
     from .grpo import Trainer
 
@@ -211,7 +205,6 @@ def _eval(args: argparse.Namespace, ui: Any) -> int:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from ..ship import errors
     from .dataset import load_examples
     from .grpo import evaluate_policy, latest_checkpoint
 
@@ -220,8 +213,6 @@ def _eval(args: argparse.Namespace, ui: Any) -> int:
     if not args.base:
         d = latest_checkpoint(args.out)
         if d is None:
-            from ..ship.errors import CommandError
-
             raise CommandError(f"{args.out}: no checkpoint to evaluate (train first, or --base)")
         set_peft_model_state_dict(pol.model, load_file(str(d / "adapter" / "adapter_model.safetensors")))
         tag = d.name
@@ -240,8 +231,6 @@ def _export(args: argparse.Namespace, ui: Any) -> int:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from ..ship import errors
-    from ..ship.errors import CommandError
     from .export import export_gguf, load_in_llama_cpp, read_gguf
     from .grpo import latest_checkpoint
 

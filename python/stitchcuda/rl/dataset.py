@@ -40,6 +40,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from .. import plan as planner
+from ..code import contract
+from ..device import for_planning
+from ..llm import (Attempt, DecisionSpec, Prompt, ResponseCache, code_prompt, decision_prompt, estimate_tokens,
+                   import_llama_cpp)
+from ..ops import supported
+from ..verifier.problem import load_kernelbench
+from ..workflow.llm import graph_text, subgraph_text
+from ..workflow.runs import RunDir
+
 SCHEMA = "stitchcuda.rl_dataset"
 VERSION = 1
 KINDS = ("plan", "body")
@@ -85,8 +95,6 @@ class Example:
 
     def prompt(self) -> Any:
         """The request, as the loop sends it."""
-        from ..llm import Prompt
-
         return Prompt(self.system, self.user, self.opening)
 
     def to_json(self) -> str:
@@ -123,8 +131,6 @@ def iter_references(sources: Iterable[str | os.PathLike]) -> Iterator[ReferenceE
         text = os.fspath(s)
         m = re.fullmatch(r"kernelbench:(\d+):(\d+)", text)
         if m:
-            from ..verifier.problem import load_kernelbench
-
             spec = load_kernelbench(int(m.group(1)), int(m.group(2)))
             yield ReferenceEntry.of(spec.name, text, spec.source)
             continue
@@ -147,27 +153,26 @@ def iter_references(sources: Iterable[str | os.PathLike]) -> Iterator[ReferenceE
 
 
 @dataclass
-class Captured:
-    """A reference captured and ready to plan (the graph; weights are not needed for prompts)."""
+class ReferenceGraph:
+    """A reference entry and its graph, captured on the meta device, ready to plan at any
+    precision (no weights: prompts and plans do not need them)."""
 
     entry: ReferenceEntry
     graph: Any
     ceilings: Any
 
     def plan(self, precision: str, constraints: dict | None = None):
-        from .. import plan as P
+        return planner.plan(self.graph, precision, self.ceilings,
+                            constraints=planner.Constraints.from_dict(constraints or {}))
 
-        return P.plan(self.graph, precision, self.ceilings, constraints=P.Constraints.from_dict(constraints or {}))
 
-
-def capture(entry: ReferenceEntry) -> Captured:
+def capture(entry: ReferenceEntry) -> ReferenceGraph:
     """Capture ``entry`` on the meta device (no weights drawn, no GPU); raises what capture raises."""
-    from .. import frontend, ops
-    from ..device import for_planning
+    from .. import frontend  # PyTorch
 
     ref = frontend.load_reference(entry.source, name=entry.name)
-    cap = frontend.capture_reference(ref, device="meta", seed=0, supported_ops=ops.supported())
-    return Captured(entry, cap.graph, for_planning())
+    cap = frontend.capture_reference(ref, device="meta", seed=0, supported_ops=supported())
+    return ReferenceGraph(entry, cap.graph, for_planning())
 
 
 # ---------------------------------------------------------------------------- prompts
@@ -184,13 +189,9 @@ class PromptSettings:
         return min(2000, self.budget_tokens // 3)
 
 
-def body_prompt(cap: Captured, plan: Any, task: str, attempts: Sequence[Any] = (), *,
+def body_prompt(cap: ReferenceGraph, plan: Any, task: str, attempts: Sequence[Any] = (), *,
                 settings: PromptSettings = PromptSettings(), count_tokens: Callable[[str], int] | None = None):
     """(function, Prompt) for the body of ``task``: what ``LLMProposer._body`` sends."""
-    from ..code import contract
-    from ..llm import code_prompt, estimate_tokens
-    from ..workflow.llm import subgraph_text
-
     c = contract(plan, task)
     return c.function, code_prompt(c.function, c.describe(), subgraph_text(cap.graph, c.covers), attempts=attempts,
                                    budget_tokens=settings.budget_tokens,
@@ -198,14 +199,10 @@ def body_prompt(cap: Captured, plan: Any, task: str, attempts: Sequence[Any] = (
                                    count_tokens=count_tokens or estimate_tokens)
 
 
-def plan_prompt(cap: Captured, plan: Any, feedback: Sequence[str] = (), *,
+def plan_prompt(cap: ReferenceGraph, plan: Any, feedback: Sequence[str] = (), *,
                 settings: PromptSettings = PromptSettings(), count_tokens: Callable[[str], int] | None = None):
     """(DecisionSpec, Prompt) for a planner decision: what ``LLMProposer._decision`` sends."""
-    from ..llm import DecisionSpec, decision_prompt, estimate_tokens
-    from ..plan import choices
-    from ..workflow.llm import graph_text
-
-    ch = choices(cap.graph)
+    ch = planner.choices(cap.graph)
     spec = DecisionSpec.make(ch.nodes, None, dict(ch.strategies), ch.rewrites)
     return spec, decision_prompt(graph_text(cap.graph), spec, plan=str(plan), feedback=feedback,
                                  budget_tokens=settings.budget_tokens, count_tokens=count_tokens or estimate_tokens)
@@ -216,7 +213,7 @@ def _example(kind: str, entry: ReferenceEntry, precision: str, prompt: Any, **kw
                    prompt.system, prompt.user, opening=prompt.opening, **kw)
 
 
-def examples_from_reference(cap: Captured, precisions: Sequence[str] = ("fp32",), *,
+def examples_from_reference(cap: ReferenceGraph, precisions: Sequence[str] = ("fp32",), *,
                             settings: PromptSettings = PromptSettings(),
                             count_tokens: Callable[[str], int] | None = None) -> list[Example]:
     """One plan example and one body example per run-phase task, per precision; no feedback."""
@@ -236,17 +233,12 @@ def examples_from_reference(cap: Captured, precisions: Sequence[str] = ("fp32",)
 
 def examples_from_run(run_root: str | os.PathLike, *, settings: PromptSettings = PromptSettings(),
                       count_tokens: Callable[[str], int] | None = None,
-                      captured: dict[str, Captured] | None = None) -> tuple[ReferenceEntry | None, list[Example]]:
+                      captured: dict[str, ReferenceGraph] | None = None) -> tuple[ReferenceEntry | None, list[Example]]:
     """The LLM candidates of one run folder as examples with their verified outcome.
 
     A body candidate's prompt is rebuilt from the plan its base had (the candidate's constraints)
     and the feedback on the earlier LLM bodies for the same task, oldest first, as the loop built
     it; a decision's from the plan of the candidate it revised and the verdicts before it."""
-    from ..llm import Attempt
-    from ..workflow.runs import RunDir
-
-    from ..llm import ResponseCache
-
     run = RunDir(Path(run_root))
     asked = run.asked()
     sent = ResponseCache(run.llm_dir) if run.llm_dir.is_dir() else None
@@ -307,8 +299,6 @@ def examples_from_run(run_root: str | os.PathLike, *, settings: PromptSettings =
 def gguf_token_counter(path: str | os.PathLike) -> Callable[[str], int]:
     """Token counts of a GGUF model's own vocabulary, as the loop's client counts once its model
     is loaded (llama.cpp, vocabulary only: no weights are read)."""
-    from ..llm import import_llama_cpp
-
     llama = import_llama_cpp().Llama(model_path=str(path), vocab_only=True, verbose=False)
     return lambda text: len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
@@ -317,7 +307,10 @@ def gguf_token_counter(path: str | os.PathLike) -> Callable[[str], int]:
 
 
 @dataclass(frozen=True)
-class Manifest:
+class DatasetManifest:
+    """What ``manifest.json`` of a dataset folder says: the sources and runs it was made from,
+    the split rule, the prompt budget, counts per split and kind, and what was skipped."""
+
     schema: str
     version: int
     sources: tuple[str, ...]
@@ -338,7 +331,7 @@ def build_dataset(out: str | os.PathLike, *, sources: Sequence[str | os.PathLike
                   runs: Sequence[str | os.PathLike] = (), precisions: Sequence[str] = ("fp32",),
                   eval_fraction: float = 0.2, seed: int = 0, settings: PromptSettings = PromptSettings(),
                   count_tokens: Callable[[str], int] | None = None, eval_references: Sequence[str] = (),
-                  progress: Callable[[str], None] | None = None) -> Manifest:
+                  progress: Callable[[str], None] | None = None) -> DatasetManifest:
     """Write the dataset to ``out`` (see the module docstring). A reference that does not capture
     or plan is skipped and named in the manifest. ``eval_references``: reference names, origins or
     ids forced into the evaluation split (a held-out set the user names)."""
@@ -348,7 +341,7 @@ def build_dataset(out: str | os.PathLike, *, sources: Sequence[str | os.PathLike
     refs: dict[str, ReferenceEntry] = {}
     examples: dict[str, Example] = {}
     skipped: list[str] = []
-    captured: dict[str, Captured] = {}
+    captured: dict[str, ReferenceGraph] = {}
     done: set[str] = set()
 
     def add(ex: Example) -> None:
@@ -400,7 +393,7 @@ def build_dataset(out: str | os.PathLike, *, sources: Sequence[str | os.PathLike
     with (root / "references.jsonl").open("w", encoding="utf-8") as f:
         for rid, e in sorted(refs.items()):
             f.write(json.dumps({**asdict(e), "split": split[rid]}, sort_keys=True) + "\n")
-    m = Manifest(SCHEMA, VERSION, tuple(map(os.fspath, sources)), tuple(map(os.fspath, runs)), tuple(precisions),
+    m = DatasetManifest(SCHEMA, VERSION, tuple(map(os.fspath, sources)), tuple(map(os.fspath, runs)), tuple(precisions),
                  eval_fraction, seed, settings.budget_tokens, counts,
                  {"train": sorted(e.name for r, e in refs.items() if split[r] == "train"),
                   "eval": sorted(e.name for r, e in refs.items() if split[r] == "eval")}, tuple(skipped))
@@ -422,6 +415,6 @@ def load_references(root: str | os.PathLike) -> dict[str, ReferenceEntry]:
     return out
 
 
-__all__ = ["SCHEMA", "KINDS", "ReferenceEntry", "Example", "Captured", "PromptSettings", "Manifest", "reference_id",
+__all__ = ["SCHEMA", "KINDS", "ReferenceEntry", "Example", "ReferenceGraph", "PromptSettings", "DatasetManifest", "reference_id",
            "prompt_hash", "split_of", "iter_references", "capture", "body_prompt", "plan_prompt",
            "examples_from_reference", "examples_from_run", "gguf_token_counter", "build_dataset", "load_examples", "load_references"]

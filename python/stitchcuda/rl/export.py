@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..llm import import_llama_cpp
+
 #: transformers model_type -> (gguf architecture, HF tensor-name suffixes that get + 1)
 ARCHS = {"gemma3_text": ("gemma3", ("norm.weight",)), "gemma3": ("gemma3", ("norm.weight",))}
 
@@ -198,8 +200,6 @@ def read_gguf(path: str | os.PathLike) -> dict:
 def load_in_llama_cpp(path: str | os.PathLike, prompt: str = "Hello", max_tokens: int = 8, n_ctx: int = 256) -> str:
     """Load ``path`` in llama.cpp (llama-cpp-python) and complete ``prompt`` greedily: the model
     the loop's ``--llm`` would run."""
-    from ..llm import import_llama_cpp
-
     llama_cpp = import_llama_cpp()
     m = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=2, verbose=False, seed=0)
     try:

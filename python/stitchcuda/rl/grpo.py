@@ -38,6 +38,7 @@ chosen decision's probability among all continuations. ``grammar=False`` samples
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -47,12 +48,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from ..llm import DecisionSpec
+from .constrained import for_example
 from .dataset import Example
 from .model import merged_for_sampling
 from .reward import Outcome, Reward, score
 
 
-class Judge(Protocol):
+class ReplyJudge(Protocol):
+    """Judges sampled replies (:class:`.judge.RewardJudge`; tests pass scripted ones)."""
+
     def judge_many(self, items: Sequence[tuple[Example, str]]) -> list[Outcome]: ...
 
 
@@ -97,9 +102,6 @@ def sample(policy: Any, prompt_ids: list[int], n: int, s: GRPOSettings, ex: Exam
     under the decision grammar (``s.grammar``)."""
     kw: dict[str, Any] = {}
     if _constrained(ex, s):
-        from ..llm import DecisionSpec
-        from .constrained import for_example
-
         kw["prefix_allowed_tokens_fn"] = for_example(policy.tokenizer, ex.spec).prefix_fn(len(prompt_ids))
         longest = DecisionSpec.from_json(ex.spec).grammar().max_chars    # the loop's bound: max(max_tokens, this)
         kw["max_new_tokens"] = min(max(s.max_new_tokens, longest + 1), s.max_decision_tokens)
@@ -211,7 +213,7 @@ class Trainer:
     """GRPO over ``examples`` with ``policy`` (LoRA applied), rewards from ``judge``; writes into
     ``out`` (curve.jsonl, checkpoints/, curve.png)."""
 
-    def __init__(self, policy: Any, examples: Sequence[Example], judge: Judge, out: str | Path,
+    def __init__(self, policy: Any, examples: Sequence[Example], judge: ReplyJudge, out: str | Path,
                  settings: GRPOSettings = GRPOSettings(), say: Callable[[str], None] | None = None):
         import torch
 
@@ -418,12 +420,10 @@ def throughput(recs: Sequence[dict], s: GRPOSettings, elapsed: float, to_go: int
 # ---------------------------------------------------------------------------- evaluation and the curve
 
 
-def evaluate_policy(policy: Any, examples: Sequence[Example], judge: Judge, *, samples: int = 1,
+def evaluate_policy(policy: Any, examples: Sequence[Example], judge: ReplyJudge, *, samples: int = 1,
                     settings: GRPOSettings = GRPOSettings(), adapter: bool = True) -> dict:
     """Rates over ``examples`` (held-out ones): valid (parses), compiled, correct, and the mean
     reward with each component, per kind; ``adapter=False`` measures the base model."""
-    import contextlib
-
     ctx = contextlib.nullcontext() if adapter or not hasattr(policy.model, "disable_adapter") \
         else policy.model.disable_adapter()
     items = []
@@ -502,5 +502,5 @@ def plot_curve(curve: Path, png: Path) -> bool:
     return True
 
 
-__all__ = ["GRPOSettings", "Trainer", "Judge", "latest_checkpoint", "encode", "sample", "sample_many", "token_logprobs", "group_advantages", "grpo_loss",
+__all__ = ["GRPOSettings", "Trainer", "ReplyJudge", "latest_checkpoint", "encode", "sample", "sample_many", "token_logprobs", "group_advantages", "grpo_loss",
            "throughput", "evaluate_policy", "plot_curve"]

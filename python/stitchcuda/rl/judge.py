@@ -24,33 +24,46 @@ For each (example, reply) :class:`RewardJudge` gives an :class:`~.reward.Outcome
    estimate against the plan without the decision.
 
 Replies are judged in parallel (``workers`` children at once). The machine's own failures (no
-nvcc, an unusable cache) raise :class:`CannotJudge`; they are never a reward.
+nvcc, an unusable cache) raise :class:`stitchcuda.workflow.judge.CannotJudge`, as the loop's judge
+does; they are never a reward.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes  # loaded before threads fork children: their pre-exec hook imports it
 import hashlib
 import json
+import math
 import os
 import secrets
+import statistics
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .dataset import Captured, Example, ReferenceEntry, capture
-from .reward import Outcome
+from .. import build as _build
+from .. import has_gpu
+from ..check.task import _harness, check_plan_semantics, check_task
+from ..code import CodeError, Override, code, contract
+from ..llm import CodeBlock, DecisionFailure, DecisionSpec, extract_code, parse_constraints
+from ..pipeline import capture_problem
+from ..plan import ConstraintError, Constraints, PlanError
+from ..precision import get as get_policy
+from ..verifier.isolate import CHANNEL, Channel, Limits, clean_env, run_child
+from ..verifier.static import check_source
+from ..verifier.timing import LoopSettings
+from ..workflow.judge import CannotJudge
+from .dataset import Example, ReferenceEntry, ReferenceGraph, capture
+from .reward import Outcome, outcome_of_task_check, outcome_of_verification
 
 #: A problem whose tensors (inputs, weights, node outputs) hold more elements than this is not
 #: interpreted on the CPU to judge a decision (float64 interpretation is minutes past it).
 CPU_INTERPRET_MAX_ELEMENTS = 20_000_000
-
-
-class CannotJudge(RuntimeError):
-    """The machine cannot judge (no nvcc, an unusable build cache): nobody's reply is at fault."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,7 @@ class RewardJudge:
                  cache_file: str | os.PathLike | None = None):
         self.refs = dict(references)
         self.s = settings
-        self._captured: dict[str, Captured] = {}
+        self._captured: dict[str, ReferenceGraph] = {}
         self._plans: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._text_lock = threading.Lock()
@@ -94,8 +107,6 @@ class RewardJudge:
 
     def judge_many(self, items: Sequence[tuple[Example, str]]) -> list[Outcome]:
         """Outcomes of (example, reply) pairs, in order; children run ``workers`` at once."""
-        __import__("ctypes")   # loaded before threads fork children: their pre-exec hook imports it
-
         if self.s.workers <= 1 or len(items) <= 1:
             return [self.judge(e, r) for e, r in items]
         with cf.ThreadPoolExecutor(max_workers=self.s.workers) as pool:
@@ -122,15 +133,11 @@ class RewardJudge:
     def _prepare(self, ex: Example, reply: str) -> Outcome | dict:
         """The cheap early exits, or the child's job."""
         if ex.kind == "body":
-            from ..llm import CodeBlock, extract_code
-
             got = extract_code(reply, ex.function)
             if not isinstance(got, CodeBlock):
                 return Outcome("body", "format", detail=str(got), format_reason=got.reason)
             payload = got.code
         else:
-            from ..llm import DecisionFailure, DecisionSpec, parse_constraints
-
             d = parse_constraints(reply, DecisionSpec.from_json(ex.spec))
             if isinstance(d, DecisionFailure):
                 return Outcome("plan", "format", detail=str(d), format_reason=d.reason)
@@ -153,8 +160,6 @@ class RewardJudge:
 
     def _text_checks(self, ex: Example, payload: str) -> Outcome | None:
         """The Coder / planner and the static rules, on text alone."""
-        from ..plan import ConstraintError, Constraints, PlanError
-
         cap = self._capture(ex.reference)
         if ex.kind == "plan":
             try:
@@ -163,9 +168,6 @@ class RewardJudge:
             except (ConstraintError, PlanError, ValueError, KeyError) as e:
                 return Outcome("plan", "contract", detail=f"the planner refuses it: {e}"[:500])
             return None
-        from ..code import CodeError, Override, code
-        from ..verifier.static import check_source
-
         plan = self._plan(cap, ex.precision, ex.constraints)
         try:
             prog = code(plan, cap.graph, None, overrides={ex.task: Override(payload, "llm")})
@@ -178,7 +180,7 @@ class RewardJudge:
                            findings=tuple((f.rule, f.severity) for f in findings))
         return None
 
-    def _capture(self, ref_id: str) -> Captured:
+    def _capture(self, ref_id: str) -> ReferenceGraph:
         with self._lock:
             cap = self._captured.get(ref_id)
         if cap is None:
@@ -187,7 +189,7 @@ class RewardJudge:
                 self._captured[ref_id] = cap
         return cap
 
-    def _plan(self, cap: Captured, precision: str, constraints: dict) -> Any:
+    def _plan(self, cap: ReferenceGraph, precision: str, constraints: dict) -> Any:
         k = (cap.entry.id, precision, json.dumps(constraints or {}, sort_keys=True))
         with self._lock:
             p = self._plans.get(k)
@@ -207,8 +209,6 @@ class RewardJudge:
                     f.write(json.dumps({"key": key, "outcome": d}) + "\n")
 
     def _child(self, job: dict) -> Outcome:
-        from ..verifier.isolate import CHANNEL, Limits, clean_env, run_child
-
         token = secrets.token_hex(8)
         limit = self.s.child_limit_s
         limits = Limits({"setup": 180.0, "build": limit, "run": 180.0, "time": 180.0, "verify": limit},
@@ -241,8 +241,6 @@ class RewardJudge:
 
 
 def _child_main(fd: int) -> int:
-    from ..verifier.isolate import Channel
-
     job = json.loads(sys.stdin.read())
     ch = Channel(fd, job["token"])
     try:
@@ -256,11 +254,7 @@ def _child_main(fd: int) -> int:
     os._exit(0)
 
 
-def _judge_body(cap: Captured, job: dict, ch: Any) -> Outcome:
-    from ..check.task import check_task
-    from ..code import Override
-    from .reward import outcome_of_task_check
-
+def _judge_body(cap: ReferenceGraph, job: dict, ch: Any) -> Outcome:
     plan = cap.plan(job["precision"], job["constraints"])
     body = Override(job["payload"], "llm")
     ch.send(phase="build")
@@ -270,7 +264,7 @@ def _judge_body(cap: Captured, job: dict, ch: Any) -> Outcome:
     if r.stage == "build" and r.reason.startswith("could not build"):
         raise CannotJudge(r.reason)
     if r.stage == "build" and "not run" in r.reason and job["device"] != "cpu" and \
-            (job["device"] == "cuda" or _has_gpu()):
+            (job["device"] == "cuda" or has_gpu()):
         ch.send(phase="run")
         r = check_task(plan, job["task"], body, graph=cap.graph, weights=None, device="cuda",
                        trials=int(job["trials"]), arch=job.get("arch"))
@@ -282,21 +276,16 @@ def _judge_body(cap: Captured, job: dict, ch: Any) -> Outcome:
     out = outcome_of_task_check("body", r, speedup=speedup, basis=basis)
     if job["level"] == "program" and out.correct:
         ch.send(phase="verify")
-        out = _verify_program(cap, job, {job["task"]: {"source": job["payload"], "origin": "llm"}},
-                              job["constraints"]) or out
+        out = _verify_program(cap, job, {job["task"]: job["payload"]}, job["constraints"]) or out
     return out
 
 
-def _judge_plan(cap: Captured, job: dict, ch: Any) -> Outcome:
-    from ..check.task import check_plan_semantics
-    from ..plan import Constraints
-    from ..precision import get as get_policy
-
+def _judge_plan(cap: ReferenceGraph, job: dict, ch: Any) -> Outcome:
     merged = Constraints.from_dict(job["constraints"] or {}).merge(Constraints.from_dict(json.loads(job["payload"])))
     base = cap.plan(job["precision"], job["constraints"])
     plan = cap.plan(job["precision"], merged.to_dict())
     est = base.est_time_s / plan.est_time_s if plan.est_time_s > 0 else None
-    if job["device"] != "cpu" and _has_gpu():     # a plan's only measure on a GPU is its program
+    if job["device"] != "cpu" and has_gpu():     # a plan's only measure on a GPU is its program
         ch.send(phase="verify")
         got = _verify_program(cap, job, {}, merged.to_dict())
         if got is not None:
@@ -314,35 +303,28 @@ def _judge_plan(cap: Captured, job: dict, ch: Any) -> Outcome:
 
 
 def _elements(graph: Any) -> int:
-    import math
-
     total = sum(math.prod(s.shape) for s in list(graph.inputs) + list(graph.weights))
     return total + sum(math.prod(o.shape) for n in graph.nodes for o in n.outputs)
 
 
-def _has_gpu() -> bool:
-    from .. import has_gpu
+def _verify_program(cap: ReferenceGraph, job: dict, overrides: dict, constraints: dict) -> Outcome | None:
+    """The whole program with ``overrides`` (task -> body) under ``constraints``, written as
+    ``build`` writes it, through the Verifier."""
+    from ..reference import load_reference  # PyTorch
+    from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
 
-    return has_gpu()
-
-
-def _verify_program(cap: Captured, job: dict, overrides: dict, constraints: dict) -> Outcome | None:
-    """The whole program with ``overrides`` under ``constraints``, through the Verifier."""
-    import tempfile
-
-    from ..frontend import load_reference
-    from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
-    from ..verifier.timing import LoopSettings
-    from ..workflow.problem import load_problem, materialise
-    from .reward import outcome_of_verification
-
-    problem = load_problem(load_reference(job["source"], name=job["name"]), precision=job["precision"],
-                           arch=job.get("arch"))
+    problem = capture_problem(load_reference(job["source"], name=job["name"]), precision=job["precision"],
+                              arch=job.get("arch"))
     with tempfile.TemporaryDirectory(prefix="stitchcuda-rl-") as tmp:
-        built = materialise(problem, constraints, overrides, Path(tmp) / "program")
+        try:
+            built = problem.write(problem.plan(constraints), Path(tmp) / "program",
+                                  overrides={t: Override(body, "llm") for t, body in overrides.items()})
+        except (ConstraintError, PlanError, ValueError) as e:
+            return Outcome(job["kind"], "contract", detail=f"the planner refuses these constraints: {e}"[:500])
+        except CodeError as e:
+            return Outcome(job["kind"], "contract", detail=f"the Coder refuses it: {e}"[:500])
         if not built.ok:
-            return Outcome(job["kind"], "build" if built.kind == "compile_error" else "contract",
-                           detail=built.message[:500], compiled=False if built.kind == "compile_error" else None)
+            return Outcome(job["kind"], "build", detail=built.build.message[:500], compiled=False)
         opts = VerifyOptions(trials=3, varied=2, profile=False, compile=False, reference_profile=False,
                              precision=job["precision"], command="stitchcuda train",
                              timing=LoopSettings(min_trials=20, min_seconds=0.1, max_seconds=1.0))
@@ -361,15 +343,9 @@ def _verify_program(cap: Captured, job: dict, overrides: dict, constraints: dict
 def _time_against_template(plan: Any, graph: Any, task: str, body: str, arch: str | None, calls: int = 30) -> float | None:
     """The template body's median time over the candidate body's, both run alone on the same
     buffers (random contents) through check_task's exported entry, CUDA events, after warm-up."""
-    import ctypes
-    import statistics
-
     import torch
 
-    from .. import build as _build
-    from ..check.interp import TORCH
-    from ..check.task import _harness
-    from ..code import Override, code, contract
+    from ..check.interp import TORCH  # PyTorch
 
     c = contract(plan, task)
     libs = []
@@ -415,7 +391,7 @@ def _time_against_template(plan: Any, graph: Any, task: str, body: str, arch: st
     return times[1] / times[0] if times[0] > 0 else None
 
 
-__all__ = ["RewardJudge", "JudgeSettings", "CannotJudge", "CPU_INTERPRET_MAX_ELEMENTS"]
+__all__ = ["RewardJudge", "JudgeSettings", "CPU_INTERPRET_MAX_ELEMENTS"]
 
 
 if __name__ == "__main__":

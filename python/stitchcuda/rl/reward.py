@@ -39,11 +39,12 @@ tests score every refusal class without a GPU.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from ..verifier.static import RULES
-from ..verifier.verdict import DYNAMIC_CHECKS
+from ..verifier.verdict import DYNAMIC_CHECKS, classify_crash
 
 #: check_task's refusals that are not a static rule: a body that writes a read-only input.
 TASK_REFUSALS = {"task-input-write": "the body wrote one of its inputs (inputs are read-only)"}
@@ -223,15 +224,11 @@ def outcome_of_verification(kind: str, result: Any, *, speedup: float | None = N
 
 def _rule_of(text: str) -> str:
     """The rule id of a Finding's text (``file:line: [reject RULE] message``)."""
-    import re
-
     m = re.search(r"\[(?:reject|warn) ([\w-]+)\]", text)
     return m.group(1) if m else text.split(":", 1)[0]
 
 
 def _crash_kind(reason: str) -> str:
-    from ..verifier.verdict import classify_crash
-
     return classify_crash(None, reason).kind
 
 

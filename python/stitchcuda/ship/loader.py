@@ -19,6 +19,12 @@ A program keeps nothing between calls: where its reference keeps state in a tens
 (an RNN's hidden state), the state before the call is one more input and the state after it one
 more output (``manifest.json``'s ``state`` names them), and the caller carries it from call to
 call: ``y, h = prog(x, h)``.
+
+Its errors are :class:`RuntimeCallError` (a runtime call failed), :class:`NoCudaDeviceError` (no
+usable GPU) and :class:`ProgramError` (a call that does not match the manifest). The last is
+also ``stitchcuda.program``'s (one definition, imported there); the first two are this package's
+counterparts of the binding's ``RuntimeCallError`` and ``NoCudaDeviceError``, named apart because a wheel
+user may have both installed.
 """
 
 from __future__ import annotations
@@ -38,16 +44,16 @@ _MAX_DIMS = 8
 _NO_DEVICE = 4
 
 
-class StitchError(RuntimeError):
+class RuntimeCallError(RuntimeError):
     """A runtime call failed; the message is the runtime's (it names the call site)."""
 
 
-class NoDeviceError(StitchError):
+class NoCudaDeviceError(RuntimeCallError):
     """No usable CUDA device (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides them)."""
 
 
 class ProgramError(ValueError):
-    """A call that does not match the program's manifest; the message names the tensor."""
+    """A call that does not match the program's manifest; the message says which tensor and why."""
 
 
 # dtype name -> (st_dtype, element bytes, NumPy name or None, DLPack (code, bits))
@@ -121,7 +127,7 @@ def runtime() -> ctypes.CDLL:
     except OSError as e:
         hint = "pip install 'nvidia-cublas>=13,<14'" if "cublas" in str(e) else \
             "pip install 'nvidia-cudnn-cu13>=9,<10'" if "cudnn" in str(e) else "reinstall stitchcuda-runtime"
-        raise StitchError(f"cannot load the stitchcuda runtime {LIBRARY} ({e}); {hint}") from None
+        raise RuntimeCallError(f"cannot load the stitchcuda runtime {LIBRARY} ({e}); {hint}") from None
     lib.st_last_error.restype = ctypes.c_char_p
     lib.st_status_name.restype = ctypes.c_char_p
     for fn in ("st_device_alloc", "st_device_free", "st_copy_h2d", "st_copy_d2h", "st_stream_synchronize"):
@@ -139,7 +145,7 @@ def _check(status: int, what: str) -> None:
     if status != 0:
         rt = runtime()
         msg = (rt.st_last_error() or b"").decode(errors="replace")
-        raise (NoDeviceError if status == _NO_DEVICE else StitchError)(f"{what}: {msg or rt.st_status_name(status)}")
+        raise (NoCudaDeviceError if status == _NO_DEVICE else RuntimeCallError)(f"{what}: {msg or rt.st_status_name(status)}")
 
 
 def device_count() -> int:
@@ -222,8 +228,8 @@ def _framework(x) -> str:
 # ---------------------------------------------------------------------- the program
 
 
-class Program:
-    """A program on one device: ``prog(*inputs) -> output or tuple of outputs``."""
+class PackagedProgram:
+    """A program wheel's program on one device: ``prog(*inputs) -> output or tuple of outputs``."""
 
     def __init__(self, package: Path, *, device: int | None = None):
         package = Path(package)
@@ -231,7 +237,7 @@ class Program:
         self.name = self.manifest["name"]
         self.inputs, self.outputs = self.manifest["inputs"], self.manifest["outputs"]
         if device_count() == 0:
-            raise NoDeviceError(f"{self.name}: no CUDA device here: the program runs on an NVIDIA GPU with a CUDA 13 "
+            raise NoCudaDeviceError(f"{self.name}: no CUDA device here: the program runs on an NVIDIA GPU with a CUDA 13 "
                                 "driver (R580 or newer); check nvidia-smi and CUDA_VISIBLE_DEVICES")
         cur = ctypes.c_int(0)
         _check(runtime().st_get_device(ctypes.byref(cur)), "st_get_device")
@@ -239,7 +245,7 @@ class Program:
         arch = device_arch(self.device)
         built = sorted(p.name for p in package.glob("sm_*") if (p / "program.so").is_file())
         if arch not in built:
-            raise StitchError(f"{self.name}: built for {', '.join(built) or 'no architecture'}, this GPU is {arch}: "
+            raise RuntimeCallError(f"{self.name}: built for {', '.join(built) or 'no architecture'}, this GPU is {arch}: "
                               f"make the wheel again with `stitchcuda wheel ... --arch {arch}`")
         self.library = ctypes.CDLL(str(package / arch / "program.so"))
         lib = self.library
@@ -250,7 +256,7 @@ class Program:
                                        ctypes.POINTER(StTensor), ctypes.c_int32, ctypes.c_void_p]
         lib.st_program_destroy.argtypes = [ctypes.c_void_p]
         if lib.st_program_abi_version() != ABI_VERSION:
-            raise StitchError(f"{self.name}: program ABI {lib.st_program_abi_version()}, runtime {ABI_VERSION}")
+            raise RuntimeCallError(f"{self.name}: program ABI {lib.st_program_abi_version()}, runtime {ABI_VERSION}")
         specs = self.manifest.get("weights", [])
         mapping, found = read_weights(package / "weights.safetensors", specs) if specs else (None, [])
         view = ctypes.c_char.from_buffer(mapping) if found else None  # a private, copy-on-write mapping
@@ -375,10 +381,10 @@ class Program:
         return f"<stitchcuda program {self.name} ({self.manifest.get('precision')}): ({ins}) -> ({outs})>"
 
 
-def load_program(package: str | os.PathLike, *, device: int | None = None) -> Program:
+def load_program(package: str | os.PathLike, *, device: int | None = None) -> PackagedProgram:
     """The program of a program wheel's package folder, created on ``device`` (default: current)."""
-    return Program(Path(package), device=device)
+    return PackagedProgram(Path(package), device=device)
 
 
-__all__ = ["Program", "load_program", "device_count", "device_arch", "read_weights", "dlpack_view", "runtime",
-           "StitchError", "NoDeviceError", "ProgramError", "DTYPES", "StTensor"]
+__all__ = ["PackagedProgram", "load_program", "device_count", "device_arch", "read_weights", "dlpack_view", "runtime",
+           "RuntimeCallError", "NoCudaDeviceError", "ProgramError", "DTYPES", "StTensor"]

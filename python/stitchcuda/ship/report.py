@@ -282,14 +282,18 @@ def render_html(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, Any], 
 
 
 @dataclass(frozen=True)
-class ReportFiles:
+class SuiteReportFiles:
+    """What :func:`write_reports` wrote for a suite: report.md, report.html, the plots, and notes
+    (a plot that could not be drawn, and why)."""
+
     markdown: Path
     html: Path
     plots: tuple[Path, ...]
     notes: tuple[str, ...]
 
 
-def write_reports(results: Sequence[dict], folder: Path, meta: dict[str, Any], precision: str = "") -> ReportFiles:
+def write_reports(results: Sequence[dict], folder: Path, meta: dict[str, Any],
+                  precision: str = "") -> SuiteReportFiles:
     """report.md, report.html and the plots in ``folder`` (each written atomically)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -298,8 +302,8 @@ def write_reports(results: Sequence[dict], folder: Path, meta: dict[str, Any], p
     notes = [note] if note else []
     md = atomic_write_text(folder / "report.md", render_markdown(results, m, meta, plots, notes))
     page = atomic_write_text(folder / "report.html", render_html(results, m, meta, plots, notes))
-    return ReportFiles(md, page, tuple(plots), tuple(notes))
+    return SuiteReportFiles(md, page, tuple(plots), tuple(notes))
 
 
 __all__ = ["BASELINES", "THRESHOLDS", "speedup", "correct", "fast_p", "geomean", "metrics", "SuiteMetrics",
-           "BaselineStats", "draw_plots", "render_markdown", "render_html", "write_reports", "ReportFiles"]
+           "BaselineStats", "draw_plots", "render_markdown", "render_html", "write_reports", "SuiteReportFiles"]

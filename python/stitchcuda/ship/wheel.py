@@ -226,7 +226,7 @@ VERDICT = {verdict!r}
 
 
 def load(device=None):
-    """The program on ``device`` (default: the current CUDA device); stitchrt.NoDeviceError without one."""
+    """The program on ``device`` (default: the current CUDA device); stitchrt.NoCudaDeviceError without one."""
     return _stitchrt.load_program(PACKAGE, device=device)
 '''
 

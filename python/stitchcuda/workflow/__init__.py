@@ -7,22 +7,34 @@ tasks once something does, *done* when the proposers (:mod:`.proposers`, :mod:`.
 nothing new or the budget (wall time, candidates, GPU time) is spent. It returns a
 :class:`RunResult`: the best verified program folder, its Verifier report, and the history.
 
-Modules, in the order a run meets them: :mod:`.state` (the typed, JSON-serialisable State),
-:mod:`.problem` (capture once; candidate folders), :mod:`.judge` (the Verifier behind an
+The reference is captured once (:func:`stitchcuda.pipeline.capture_problem`) and every candidate
+is coded, written and compiled by the same tail as ``build``'s
+(:meth:`stitchcuda.pipeline.CapturedProblem.write`). Modules, in the order a run meets them:
+:mod:`.state` (the typed, JSON-serialisable State), :mod:`.judge` (the Verifier behind an
 interface: tests script it), :mod:`.proposers` and :mod:`.llm`, :mod:`.route`, :mod:`.loop`,
 :mod:`.runs` (the run folder, resume, list / show / diff), :mod:`.report`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .judge import CannotJudge, Judge, JudgeOptions, VerifierJudge
-from .proposers import PrecisionRepair, Proposal, Rewrites, Variants, default_proposers
+from ..fsutil import atomic_write_text
+from ..llm import LLM
+from ..llm.server import check_llm_arg, check_llm_ready
+from ..pipeline import capture_problem, need_torch
+from ..precision import get as get_policy
+from ..verifier.report import load_report
+from .judge import CandidateJudge, CannotJudge, JudgeOptions, VerifierJudge
+from .llm import LLMProposer
+from .loop import Loop
+from .proposers import PrecisionRepair, Proposal, Rewrites, Variants
+from .report import render
 from .runs import DEFAULT_ROOT, RunDir, RunError, new_run_id, resolve
 from .state import Budget, Candidate, Judgement, Route, State, TaskVerdict, parse_seconds
 
@@ -47,7 +59,7 @@ class RunResult:
 
 def optimize(model_or_file: Any = None, example_inputs: Sequence[Any] | None = None, *, precision: str = "fp32",
              budget: str | float | Budget | None = None, iterations: int | None = None, gpu_budget: Any = None,
-             llm: Any = None, out: str | os.PathLike | None = None, resume: bool = False, judge: Judge | None = None,
+             llm: Any = None, out: str | os.PathLike | None = None, resume: bool = False, judge: CandidateJudge | None = None,
              proposers: Sequence[Any] | None = None, progress: Callable[[str], None] | None = None,
              compile: bool = True, final_verify: bool = True, name: str | None = None, seed: int = 0,
              arch: str | None = None, min_gain: float = 0.02) -> RunResult:
@@ -63,16 +75,11 @@ def optimize(model_or_file: Any = None, example_inputs: Sequence[Any] | None = N
     :func:`default_proposers`. ``compile=False`` writes candidate folders without compiling
     (tests with a scripted judge).
     """
-    from ..precision import get as get_policy
-    from .loop import Loop
-    from .problem import load_problem
-
     # The arguments first (ArgumentError), before the reference is captured or a folder written.
     asked_budget = _budget(budget, iterations, gpu_budget) if not resume or budget is not None else None
     if llm is not None and isinstance(llm, (str, os.PathLike)):
-        from ..llm.server import check_llm_arg, check_llm_ready
-
         llm = check_llm_ready(check_llm_arg(os.fspath(llm)))
+    need_torch("optimize")
     if resume:
         if out is None:
             raise RunError("resume needs the run folder (out=)")
@@ -81,8 +88,8 @@ def optimize(model_or_file: Any = None, example_inputs: Sequence[Any] | None = N
         state = run.load() if run.exists() else None
         reference = model_or_file if model_or_file is not None else asked["reference"]
         precision = asked["precision"]
-        problem = load_problem(reference, precision=precision, example_inputs=example_inputs,
-                               name=asked.get("name"), seed=asked.get("seed", 0), arch=arch)
+        problem = capture_problem(reference, precision=precision, example_inputs=example_inputs,
+                                  name=asked.get("name"), seed=asked.get("seed", 0), arch=arch)
         if state is None:
             state = State(asked["run_id"], asked["reference"], precision, Budget(**asked["budget"]),
                           min_gain=asked.get("min_gain", min_gain))
@@ -90,13 +97,11 @@ def optimize(model_or_file: Any = None, example_inputs: Sequence[Any] | None = N
             # A finished run given more budget goes on; one that ended for lack of it stays done.
             b = asked_budget if budget is not None else (_budget(None, iterations, gpu_budget) if iterations or gpu_budget
                                                          else state.budget)
-            import dataclasses
-
             state = dataclasses.replace(state, budget=b, finished="")
     else:
         precision = get_policy(precision).name
-        problem = load_problem(model_or_file, precision=precision, example_inputs=example_inputs, name=name,
-                               seed=seed, arch=arch)
+        problem = capture_problem(model_or_file, precision=precision, example_inputs=example_inputs, name=name,
+                                  seed=seed, arch=arch)
         b = asked_budget
         run_id = new_run_id(problem.name, precision)
         run = RunDir(Path(out) if out is not None else Path(DEFAULT_ROOT) / run_id)
@@ -115,15 +120,19 @@ def optimize(model_or_file: Any = None, example_inputs: Sequence[Any] | None = N
     props = list(proposers) if proposers is not None else default_proposers(client)
     loop = Loop(problem, judge, props, run, state, progress=progress, compile=compile, final_verify=final_verify)
     state = loop.run()
-    from .report import render
-
     md = run.root / "report.md"
     usage = client.usage() if client is not None else None
-    from ..fsutil import atomic_write_text
-
     atomic_write_text(md, render(state, usage))
     best = run.best_dir if state.best is not None and run.best_dir.is_dir() else None
     return RunResult(best, _best_report(state, best), state.candidates, state, run.root, md)
+
+
+def default_proposers(llm: Any = None) -> list[Any]:
+    """The deterministic proposers, and the LLM's when a model (or a replay cache) is given."""
+    ps: list[Any] = [Rewrites(), PrecisionRepair(), Variants()]
+    if llm is not None:
+        ps.append(LLMProposer(llm))
+    return ps
 
 
 def _budget(budget: Any, iterations: int | None, gpu: Any) -> Budget:
@@ -135,8 +144,6 @@ def _budget(budget: Any, iterations: int | None, gpu: Any) -> Budget:
 def _llm_client(llm: Any, run: RunDir) -> Any:
     if llm is None:
         return None
-    from ..llm import LLM
-
     if isinstance(llm, LLM):
         return llm
     return LLM(llm, cache=run.llm_dir, n_ctx=8192)
@@ -152,8 +159,6 @@ def _best_report(state: State, best: Path | None) -> Any:
         paths.append(c.judgement.report)
     for p in paths:
         if Path(p).is_file():
-            from ..verifier.report import load_report
-
             try:
                 return load_report(p)
             except Exception:  # noqa: BLE001 - an unreadable report is no report
@@ -161,6 +166,6 @@ def _best_report(state: State, best: Path | None) -> Any:
     return None
 
 
-__all__ = ["optimize", "RunResult", "Budget", "State", "Candidate", "Judgement", "Route", "TaskVerdict", "Judge",
-           "JudgeOptions", "VerifierJudge", "CannotJudge", "Proposal", "PrecisionRepair", "Rewrites", "Variants",
+__all__ = ["optimize", "RunResult", "Budget", "State", "Candidate", "Judgement", "Route", "TaskVerdict",
+           "CandidateJudge", "JudgeOptions", "VerifierJudge", "CannotJudge", "Proposal", "PrecisionRepair", "Rewrites", "Variants",
            "default_proposers", "RunDir", "RunError", "resolve", "parse_seconds"]

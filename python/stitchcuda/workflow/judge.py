@@ -1,4 +1,4 @@
-"""The Verifier as the loop sees it: an injectable :class:`Judge`.
+"""The Verifier as the loop sees it: an injectable :class:`CandidateJudge`.
 
 The loop asks two things: check one task body alone (``check_task``), and verify a whole
 candidate program folder (``verify``). :class:`VerifierJudge` answers with the real ones
@@ -6,7 +6,8 @@ candidate program folder (``verify``). :class:`VerifierJudge` answers with the r
 in its child processes); tests pass a scripted judge with the same two methods. A judge never
 raises for a candidate's fault; it raises :class:`CannotJudge` when the machine cannot judge at
 all (no GPU, no nvcc), which ends the run with that reason rather than recording a verdict
-against anyone.
+against anyone. The RL judge (:mod:`stitchcuda.rl.judge`) raises the same error for the same
+reason.
 
 Frugal by default: few trials and short timing loops per candidate, no torch.compile baselines
 and no reference profile while searching; the final best is verified once more with the
@@ -20,14 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
+from ..check.task import check_task
+from ..code import Override
+from ..verifier.profile import classify
+from ..verifier.timing import LoopSettings
 from .state import Judgement, TaskTime, TaskVerdict
 
 
 class CannotJudge(RuntimeError):
-    """The machine cannot verify (no GPU, no nvcc...): nobody's candidate is at fault."""
+    """The machine cannot judge (no GPU, no nvcc, an unusable build cache): nobody's candidate or
+    reply is at fault."""
 
 
-class Judge(Protocol):
+class CandidateJudge(Protocol):
+    """Judges the loop's candidates: one task body alone, and a whole program folder."""
+
     def check_task(self, problem: Any, plan: Any, task: str, override: Mapping[str, str]) -> TaskVerdict: ...
 
     def verify(self, problem: Any, program: Path, *, final: bool = False) -> Judgement: ...
@@ -53,17 +61,13 @@ class VerifierJudge:
         self.o = options
 
     def check_task(self, problem: Any, plan: Any, task: str, override: Mapping[str, str]) -> TaskVerdict:
-        from ..check.task import check_task
-        from ..code import Override
-
         t0 = time.monotonic()
         r = check_task(plan, task, Override(override["source"], override.get("origin", "hand")), graph=problem.graph,
                        weights=problem.weights, device="auto", trials=self.o.task_trials, arch=problem.arch)
         return TaskVerdict(task, r.ok, r.stage, r.reason, r.ran, time.monotonic() - t0)
 
     def verify(self, problem: Any, program: Path, *, final: bool = False) -> Judgement:
-        from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
-        from ..verifier.timing import LoopSettings
+        from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
 
         o = self.o
         timing = LoopSettings() if final else LoopSettings(min_trials=o.timing_min_trials,
@@ -83,8 +87,6 @@ class VerifierJudge:
 
 def judgement_of(report: Any, seconds: float, path: str = "") -> Judgement:
     """A :class:`Judgement` from a VerificationReport."""
-    from ..verifier.profile import classify
-
     res = report.result
     t = report.timings
     ms = t.program.median_ms if (t is not None and res.ok) else None
@@ -105,4 +107,4 @@ def estimated_tasks(plan: Any) -> tuple[TaskTime, ...]:
     return tuple(TaskTime(t.name, t.est_time_s * 1e6, 0.5, measured=False) for t in plan.tasks if t.phase == "run")
 
 
-__all__ = ["Judge", "JudgeOptions", "VerifierJudge", "CannotJudge", "judgement_of", "estimated_tasks"]
+__all__ = ["CandidateJudge", "JudgeOptions", "VerifierJudge", "CannotJudge", "judgement_of", "estimated_tasks"]

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..code import contract
+from ..llm import (Attempt, CodeBlock, DecisionFailure, DecisionSpec, code_prompt, decision_prompt, extract_code,
+                   parse_constraints)
+from ..plan import Constraints
 from .proposers import Context, Proposal
 from .state import Route
 
@@ -62,9 +66,6 @@ class LLMProposer:
         return []
 
     def _body(self, ctx: Context, task: str) -> list[Proposal]:
-        from ..code import contract
-        from ..llm import Attempt, CodeBlock, code_prompt, extract_code
-
         try:
             c = contract(ctx.plan, task)
         except KeyError:
@@ -93,9 +94,6 @@ class LLMProposer:
         return [Proposal(self.name, f"LLM body for {task}", dict(ctx.base.constraints), ovs, meta)]
 
     def _decision(self, ctx: Context) -> list[Proposal]:
-        from ..llm import DecisionFailure, DecisionSpec, decision_prompt, parse_constraints
-        from ..plan import Constraints
-
         if len(self.decisions) >= self.max_decisions:
             return []
         ch = ctx.problem.choices()

@@ -3,8 +3,9 @@
 :class:`Loop` evaluates the first candidate (the plan ``build`` makes), then asks
 :func:`.route.decide` where to go, asks the proposers that answer that route for proposals,
 and evaluates each new one in turn. Evaluating a candidate: plan under its constraints; check
-every *new* task body alone first (``Judge.check_task``); write and compile the program folder;
-verify the whole program (``Judge.verify``). Only a candidate that passes the whole-program
+every *new* task body alone first (``CandidateJudge.check_task``); code, write and compile the
+program folder as ``build`` does (:meth:`stitchcuda.pipeline.CapturedProblem.write`); verify the
+whole program (``CandidateJudge.verify``). Only a candidate that passes the whole-program
 verification, and is faster than the best by more than ``min_gain``, becomes the best: the loop
 always revises from the best verified candidate, never from the last. The state is saved after
 every candidate, so a killed run resumes losing at most the candidate in flight.
@@ -17,8 +18,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .judge import CannotJudge, Judge, estimated_tasks
-from .problem import Problem, materialise, write_weights_once
+from ..code import CodeError, Override, contract
+from ..pipeline import CapturedProblem
+from ..plan import Constraints
+from .judge import CandidateJudge, CannotJudge, estimated_tasks
 from .proposers import Context, Proposal
 from .route import decide, hot_tasks
 from .runs import RunDir
@@ -29,9 +32,9 @@ ROOT = Proposal("template", "the plan and templates as `build` makes them", {}, 
 
 
 class Loop:
-    def __init__(self, problem: Problem, judge: Judge, proposers: Sequence[Any], run: RunDir, state: State, *,
-                 progress: Callable[[str], None] | None = None, compile: bool = True, final_verify: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, problem: CapturedProblem, judge: CandidateJudge, proposers: Sequence[Any], run: RunDir,
+                 state: State, *, progress: Callable[[str], None] | None = None, compile: bool = True,
+                 final_verify: bool = True, clock: Callable[[], float] = time.monotonic):
         self.problem, self.judge, self.proposers, self.run_dir = problem, judge, list(proposers), run
         self.state = state
         self.say = progress or (lambda text: None)
@@ -170,8 +173,6 @@ class Loop:
         except Exception as e:  # noqa: BLE001 - constraints that do not fit are a verdict on the proposal
             return Judgement("invalid", f"the planner refuses it: {e}"), [], 0.0, "", {}, {}
         # A body written for a task of another plan goes only where the same task still is.
-        from ..code import contract
-
         overrides = {}
         for t, ov in prop.overrides.items():
             try:
@@ -193,12 +194,16 @@ class Loop:
                 return (Judgement("task_failed", f"task {t} checked alone: {v.stage}: {v.reason}"), checks, gpu, "",
                         {}, overrides)
         rel = Path("candidates") / cid / "program"
-        built = materialise(self.problem, prop.constraints, overrides, self.run_dir.root / rel,
-                            weights_file=write_weights_once(self.problem, self.run_dir.weights_file),
-                            compile=self.compile)
-        origins = task_origins(built.plan or plan, prop, built.origins)
+        bodies = {t: Override(o["source"], o.get("origin", "hand")) for t, o in overrides.items()}
+        try:
+            built = self.problem.write(plan, self.run_dir.root / rel, overrides=bodies, compile=self.compile,
+                                       weights_file=self.problem.weights_file(self.run_dir.weights_file))
+        except CodeError as e:
+            return (Judgement("invalid", f"the Coder refuses it: {e}"), checks, gpu, "", task_origins(plan, prop, {}),
+                    overrides)
+        origins = task_origins(plan, prop, {t.name: t.origin for t in built.manifest.tasks})
         if not built.ok:
-            return Judgement(built.kind, built.message), checks, gpu, "", origins, overrides
+            return Judgement("compile_error", built.build.message), checks, gpu, "", origins, overrides
         j = self.judge.verify(self.problem, built.directory)
         return j, checks, gpu, str(rel), origins, overrides
 
@@ -225,8 +230,6 @@ class Loop:
 def task_origins(plan: Any, prop: Proposal, coder_origins: dict) -> dict[str, str]:
     """Where each task's code came from: template, rewrite, repair (fp32), variant, or the body's
     author (llm, hand)."""
-    from ..plan import Constraints
-
     c = Constraints.from_dict(prop.constraints or {})
     raised = {n for n, p in c.precision if p == "fp32"}
     strat = dict(c.strategy)

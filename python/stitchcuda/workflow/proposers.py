@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from ..plan import Constraints
 from .state import Candidate, Route, State
 
 #: Task strategies whose arithmetic a policy rounds: under tf32 only matrix work runs on TF32
@@ -63,8 +64,6 @@ class Proposer(Protocol):
 
 
 def _constraints(base: Candidate):
-    from ..plan import Constraints
-
     return Constraints.from_dict(base.constraints or {})
 
 
@@ -96,8 +95,6 @@ class PrecisionRepair:
 
     def _raise(self, base: Candidate, raised: Sequence[tuple[str, tuple[str, ...]]],
                suspects: Sequence[tuple[str, tuple[str, ...]]], why: str) -> Proposal:
-        from ..plan import Constraints
-
         c = _constraints(base)
         every = {n for _, ns in suspects for n in ns}
         prec = {n: p for n, p in c.precision if n not in every}
@@ -165,8 +162,6 @@ class Rewrites:
     routes = ("repair", "replan")
 
     def propose(self, ctx: Context, route: Route) -> list[Proposal]:
-        from ..plan import Constraints
-
         if route.target is not None:
             return []
         c = _constraints(ctx.base)
@@ -189,8 +184,6 @@ class Variants:
     routes = ("optimize", "replan")
 
     def propose(self, ctx: Context, route: Route) -> list[Proposal]:
-        from ..plan import Constraints
-
         if route.target is None:
             return []
         try:
@@ -218,15 +211,5 @@ class Variants:
         return out
 
 
-def default_proposers(llm: Any = None) -> list[Any]:
-    """The deterministic proposers, and the LLM's when a model (or a replay cache) is given."""
-    ps: list[Any] = [Rewrites(), PrecisionRepair(), Variants()]
-    if llm is not None:
-        from .llm import LLMProposer
-
-        ps.append(LLMProposer(llm))
-    return ps
-
-
-__all__ = ["Proposal", "Context", "Proposer", "PrecisionRepair", "Rewrites", "Variants", "default_proposers",
+__all__ = ["Proposal", "Context", "Proposer", "PrecisionRepair", "Rewrites", "Variants",
            "responsible", "ROUNDING"]

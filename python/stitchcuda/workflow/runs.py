@@ -31,7 +31,8 @@ from typing import Any, Iterator
 
 from ..errors import ArgumentError
 from ..fsutil import atomic_write_text
-from .state import Candidate, State
+from ..pipeline import staged_folder
+from .state import Candidate, State, _jsonable
 
 DEFAULT_ROOT = "runs"
 
@@ -113,16 +114,12 @@ class RunDir:
         return out
 
     def write_candidate(self, c: Candidate) -> None:
-        from .state import _jsonable
-
         d = self.candidate_dir(c.id)
         d.mkdir(parents=True, exist_ok=True)
         atomic_write_text(d / "candidate.json", json.dumps(_jsonable(c), indent=1) + "\n")
 
     def publish_best(self, program: Path) -> None:
         """Copy ``program`` over ``best/`` whole (staged beside it, then renamed)."""
-        from ..pipeline import staged_folder
-
         with staged_folder(self.best_dir) as st:
             shutil.rmtree(st.path)
             shutil.copytree(program, st.path, copy_function=_link_or_copy)

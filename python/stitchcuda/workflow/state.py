@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..plan.constraints import Constraints
+
 #: The routes of the loop (DESIGN.md, "The loop and its proposers").
 ROUTES = ("repair", "optimize", "replan", "next", "done")
 
@@ -179,8 +181,6 @@ def proposal_key(constraints: Mapping[str, Any], overrides: Mapping[str, Any]) -
 
 
 def _canon(c: Mapping[str, Any]) -> dict:
-    from ..plan.constraints import Constraints
-
     return Constraints.from_dict(c).to_dict() if c else Constraints().to_dict()
 
 

@@ -1,0 +1,230 @@
+"""A suite and one problem of it: what ``stitchcuda bench`` runs, and how one problem becomes one
+result line.
+
+* A suite is a ``.jsonl`` of KernelBench problems (``{"level", "problem_id", "name", "source"}``
+  per line) or a folder of KernelBench-format ``.py`` references (:func:`load_suite`), each a
+  :class:`SuiteProblem`.
+* A solver turns one problem into one result line. :class:`BuildSolver` (``--build``, the default)
+  runs :func:`stitchcuda.pipeline.build_program` then the Verifier
+  (:func:`stitchcuda.verifier.run.verify_program`); :class:`OptimizeSolver` (``--optimize``)
+  calls ``stitchcuda.optimize(reference, precision=, budget=, out=)`` and reads ``.best`` (a
+  program folder or None) and ``.report`` (the Verifier's report of the best). Both take their
+  functions as arguments, so tests inject fakes (``solver="module:attribute"``). :func:`solve`
+  wraps a solver so that one problem's failure is a result, never the end of the suite.
+
+Where the problems run is :mod:`.workers`; the suite as a whole, :mod:`.bench`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import stitchcuda
+
+from .. import manifest as mf
+from ..errors import ArgumentError, MachineError
+from ..fsutil import atomic_write_text
+from ..pipeline import build_program
+from .errors import explain
+
+
+class SuiteError(ArgumentError):
+    """A suite or results folder that cannot be used; one line."""
+
+
+class MissingExtra(MachineError):
+    """An optional package a chosen feature needs (Ray, stitchcuda.optimize); one line with the fix."""
+
+
+@dataclass(frozen=True)
+class SuiteProblem:
+    """One problem of a suite: ``id`` (unique in the suite, a folder name), its reference's name
+    and source, and its KernelBench level and id when it came from a ``.jsonl``."""
+
+    id: str
+    name: str
+    source: str
+    level: int | None = None
+    problem_id: int | None = None
+
+    def write(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "reference.py"
+        if not path.is_file() or path.read_text() != self.source:
+            atomic_write_text(path, self.source)
+        return path
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    precision: str = "fp32"
+    mode: str = "build"            # build | optimize
+    budget: float | None = None    # optimize: per problem
+    gpus: int | None = None        # None: every visible GPU (at least one worker)
+    limit: int | None = None
+    ray: str | None = None
+    only: tuple[str, ...] = ()
+    solver: str | None = None      # module:attribute of a solver (tests); default by mode
+    trials: int = 5
+    profile: bool = True           # the Verifier's CUPTI profile
+    compile: bool = True           # the torch.compile baselines
+    timeout_s: float = 3600.0      # per problem
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "problem"
+
+
+def load_suite(path: str | os.PathLike) -> tuple[str, list[SuiteProblem]]:
+    """(suite name, problems) of a .jsonl file or a folder of references."""
+    p = Path(path)
+    if not p.exists():
+        raise SuiteError(f"{p}: no such suite (a .jsonl of problems or a folder of reference .py files)")
+    problems: list[SuiteProblem] = []
+    if p.is_dir():
+        for f in sorted(p.glob("*.py")):
+            problems.append(SuiteProblem(slug(f.stem), f.stem, f.read_text(encoding="utf-8")))
+    else:
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                level, pid, name, source = int(row["level"]), int(row["problem_id"]), str(row["name"]), row["source"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise SuiteError(f"{p}:{n}: not a problem line ({type(e).__name__}: {e}); each line is "
+                                 '{"level", "problem_id", "name", "source"}') from None
+            problems.append(SuiteProblem(slug(f"L{level}_{name}"), name, source, level, pid))
+    if not problems:
+        raise SuiteError(f"{p}: no problems in it")
+    ids = [q.id for q in problems]
+    if len(set(ids)) != len(ids):
+        raise SuiteError(f"{p}: two problems share an id ({next(i for i in ids if ids.count(i) > 1)})")
+    return p.stem, problems
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def record_from_report(problem: SuiteProblem, report: Any, manifest: Any = None, program: str | None = None) -> dict:
+    """A result line from a VerificationReport (and the program's manifest, for FLOPs and bytes)."""
+    v = report.result.verdict
+    rec: dict[str, Any] = {"status": "passed" if report.result.ok else v.VERDICT, "verdict": v.VERDICT,
+                           "summary": v.summary(), "device": report.device, "program": program}
+    t = report.timings
+    if t is not None:
+        rec["ms"] = {"program": t.program.median_ms, **{k: getattr(t, k).median_ms for k in
+                     ("eager_fp32", "eager_policy", "compile_fp32", "compile_policy") if getattr(t, k) is not None}}
+    if manifest is not None:
+        ops = manifest.reference_ops or manifest.tasks
+        rec["flops"] = int(sum(o.flops for o in ops))
+        rec["bytes"] = int(sum(o.bytes for o in ops))
+    c = report.ceilings
+    if c is not None:
+        rec["ceilings"] = {"name": c.name, "bandwidth": c.bandwidth, "peak": c.peak(report.precision)}
+    return rec
+
+
+#: Where a worker tells the runner what stage its problem is in (set by the worker's main).
+_stage_out: Callable[[str], None] = lambda text: None
+
+
+def report_stage(text: str) -> None:
+    """Tell the runner the stage of the current problem (a progress line on its terminal)."""
+    _stage_out(text)
+
+
+class BuildSolver:
+    """``build_program`` then ``verify_program`` (both replaceable, for tests)."""
+
+    def __init__(self, build: Callable | None = None, verify: Callable | None = None):
+        self.build, self.verify = build, verify
+
+    def __call__(self, problem: SuiteProblem, folder: Path, opts: BenchOptions) -> dict:
+        from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
+
+        build = self.build or build_program
+        verify = self.verify or verify_program
+        ref = problem.write(folder)
+        try:
+            kw = {"progress": lambda s: report_stage(f"build: {s}")} if self.build is None else {}
+            o = build(ref, precision=opts.precision, out=folder / "program", quiet=True, **kw)
+        except Exception as e:  # noqa: BLE001 - a problem stitchcuda cannot build is a result, not the end
+            unsupported = any(c.__name__ in ("UnsupportedOpError", "PlanError") for c in type(e).__mro__)
+            return {"status": "unsupported" if unsupported else "error", "summary": one_line(e)}
+        if not o.ok:
+            return {"status": "compile_error", "verdict": "compile_error", "summary": o.build.message}
+        try:
+            v = verify(o.directory, None, VerifyOptions(trials=opts.trials, profile=opts.profile,
+                                                        compile=opts.compile, command="stitchcuda bench",
+                                                        progress=lambda s: report_stage(f"verify: {s}")))
+        except VerifyEnvironmentError as e:
+            return {"status": "not_verified", "summary": f"built; not verified: {one_line(e)}",
+                    "program": str(o.directory)}
+        return record_from_report(problem, v.report, o.manifest, str(o.directory))
+
+
+class OptimizeSolver:
+    """``stitchcuda.optimize(reference, precision=, budget=, out=)`` -> ``.best``, ``.report``."""
+
+    def __init__(self, optimize: Callable | None = None):
+        self.optimize = optimize
+
+    def __call__(self, problem: SuiteProblem, folder: Path, opts: BenchOptions) -> dict:
+        fn = self.optimize
+        if fn is None:
+            fn = getattr(stitchcuda, "optimize", None)
+            if fn is None:
+                raise MissingExtra("--optimize needs stitchcuda.optimize, which this install does not have; "
+                                   "use --build")
+        ref = problem.write(folder)
+        kw = {"progress": lambda s: report_stage(f"optimize: {s}")} if self.optimize is None else {}
+        res = fn(str(ref), precision=opts.precision, budget=opts.budget, out=str(folder / "run"), **kw)
+        if res.best is None or res.report is None:
+            return {"status": "failed", "summary": "no candidate verified within the budget"}
+        manifest = mf.Manifest.load(res.best) if Path(res.best, mf.MANIFEST_FILE).is_file() else None
+        return record_from_report(problem, res.report, manifest, str(res.best))
+
+
+def one_line(e: BaseException) -> str:
+    missing = list(dict.fromkeys(u.op for u in getattr(e, "ops", None) or ()))  # UnsupportedOpError's operators
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        return f"{type(e).__name__}: not supported yet: {', '.join(missing[:3])}{more}"
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def resolve_solver(opts: BenchOptions) -> Callable:
+    if opts.solver:
+        mod, _, attr = opts.solver.partition(":")
+        obj = getattr(importlib.import_module(mod), attr)
+        return obj() if isinstance(obj, type) else obj
+    return OptimizeSolver() if opts.mode == "optimize" else BuildSolver()
+
+
+def solve(problem: SuiteProblem, folder: Path, opts: BenchOptions, solver: Callable | None = None) -> dict:
+    """One result line: the solver's, with the problem's identity and timing; never raises."""
+    t0 = time.monotonic()
+    try:
+        rec = (solver or resolve_solver(opts))(problem, folder, opts)
+    except Exception as e:  # noqa: BLE001 - one problem's failure is a result
+        rec = {"status": "error", "summary": explain(e).message}
+    return {"id": problem.id, "name": problem.name, "level": problem.level, "problem_id": problem.problem_id,
+            "precision": opts.precision, "mode": opts.mode, **rec, "seconds": round(time.monotonic() - t0, 2),
+            "gpu": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "host": os.uname().nodename, "finished": utc_now()}
+
+
+
+
+__all__ = ["SuiteProblem", "BenchOptions", "SuiteError", "MissingExtra", "load_suite", "BuildSolver", "OptimizeSolver",
+           "record_from_report", "resolve_solver", "solve", "one_line", "slug", "utc_now"]

@@ -750,8 +750,13 @@ def test_average_pools_go_before_pointwise_convolutions_where_that_is_exact(poli
               if n.op == "aten.avg_pool2d.default" and after.producer(n.inputs[0]).op == "aten.convolution.default"}
     assert pooled == {"padded.weight", "narrow.weight", "shared.weight"}
     plan = _simulate(model, [x], policy, TOL[policy], "pool_pointwise")
-    gemm = next(t.params for t in plan.tasks if isinstance(t.params, P.GemmSpec) and t.params.k == 6)
-    assert (gemm.m, gemm.n) == (12, 35), "then as a GEMM over the 7x5 pooled pixels"
+    if policy == "fp32":
+        gemm = next(t.params for t in plan.tasks if isinstance(t.params, P.GemmSpec) and t.params.k == 6)
+        assert (gemm.m, gemm.n) == (12, 35), "then as a GEMM over the 7x5 pooled pixels"
+    else:  # channels-last under tensor cores: cuDNN's 1x1 convolution, over the pooled pixels
+        conv = next(t.params for t in plan.tasks if isinstance(t.params, P.ConvSpec) and t.params.in_channels == 6
+                    and t.params.out_channels == 12)
+        assert conv.channels_last and conv.in_size == (7, 5) and conv.kernel == (1, 1)
 
 
 def test_pool_before_pointwise_conv_in_3d_with_a_partial_window():

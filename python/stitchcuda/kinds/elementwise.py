@@ -205,7 +205,11 @@ def lower(lw, pr: EwProto, pre: list) -> None:
         if t in lw.materialized and lw.shape(t) == shape and all(
                 w.buffer != v.buffer or (w.offset == v.offset and w.strides == v.strides) for w in ins):
             cands.append(t)
-    vo = lw.out_view(pr, out_t, lambda tv: len(L.coalesce(tv.shape, tv.strides)[0]) <= 6, inplace=cands, order=order)
+    # A channels-last group does not write a target in another layout (a graph output, channels
+    # first): reading one layout while writing another, every warp's loads would stride by the
+    # channel count. It writes channels-last, and the conversion is a tiled transposing copy.
+    vo = lw.out_view(pr, out_t, lambda tv: len(L.coalesce(tv.shape, tv.strides)[0]) <= 6 and
+                     (order is None or L.is_dense_in(tv, order)), inplace=cands, order=order)
     if not ins:
         # A constant: the template needs one input to drive it; it reads (and ignores) one
         # element of the output.

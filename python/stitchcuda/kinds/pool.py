@@ -142,8 +142,8 @@ def lower(lw, pr: PoolProto, pre: list) -> None:
     window = (three(pr.kernel, 1), three(pr.stride, 1), three(pr.padding, 0), three(pr.dilation, 1))
     touched = list(pr.ins) + [pr.out, pr.x] + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi]
     if lead == 2 and L.is_channels_last(vx) and vx.dtype in FLOAT_DTYPES:
-        vo = lw.out_view(pr, pr.out, lambda tv: all(s >= 0 for s in tv.strides),
-                         order=L.channels_last_order(vx.ndim))
+        order = L.channels_last_order(vx.ndim)  # (another layout's target: a tiled copy converts)
+        vo = lw.out_view(pr, pr.out, lambda tv: L.is_dense_in(tv, order), order=order)
 
         def as5(v: View) -> View:  # [batch, channels, d, h, w]: missing spatial dims of size 1
             pad = 3 - nsp

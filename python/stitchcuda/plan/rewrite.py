@@ -324,7 +324,9 @@ def _apply_gather_of_log_softmax(graph: Graph, place) -> Graph:
     d = int(ls.attr("dim")) % len(xs)
     name = _fresh(graph, g.name)
     lse_shape = tuple(1 if e == d else n for e, n in enumerate(xs))
-    lse = TensorSpec(name(), lse_shape, "float32")
+    # The row reduction stands for the log-softmax (its new node is named after it), the rest for
+    # the gather: every reference node stays covered by a task.
+    lse = TensorSpec(_fresh(graph, ls.name)(), lse_shape, "float32")
     picked = TensorSpec(name(), g.outputs[0].shape, "float32")
     new = [Node(lse.name, A + "logsumexp.default", (x,), (lse,), (("dim", (d,)), ("keepdim", True)), ls.source),
            # The gather keeps its name: reports, and constraints naming it, still fit.

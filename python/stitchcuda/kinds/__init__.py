@@ -16,7 +16,8 @@ Kinds, in registration order (the order of the program's standard includes):
 :mod:`.axis`          reductions over a middle run of dims
 :mod:`.attention`     fused attention (and its constant mask's summary)
 :mod:`.gemm`          cuBLASLt GEMMs with their epilogue chains
-:mod:`.conv`          cuDNN convolutions with a fused activation
+:mod:`.conv`          cuDNN convolutions with a fused activation, channels-last under tensor cores
+:mod:`.depthwise`     depthwise 2-d convolutions, a kernel of our own, in either layout
 :mod:`.norm`          batch / group / instance norm statistics
 :mod:`.pool`          pooling
 :mod:`.scan`          cumulative scans
@@ -31,12 +32,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Union
 
-from . import arg, attention, axis, conv, copy, elementwise, gather, gemm, iota, norm, pool, recurrent, row, scan
+from . import (arg, attention, axis, conv, copy, depthwise, elementwise, gather, gemm, iota, norm, pool, recurrent, row,
+               scan)
 from .base import ClaimRule, Proto, TaskKind
 
 KINDS: tuple[TaskKind, ...] = (
     elementwise.KIND, copy.KIND, row.ROW, axis.AXIS, attention.ATTENTION, attention.MASK_BLOCKS, gemm.KIND,
-    conv.KIND, norm.BN_STATS, norm.GROUP_STATS, pool.KIND, scan.KIND, arg.KIND, gather.KIND, iota.KIND, recurrent.KIND,
+    conv.KIND, depthwise.KIND, norm.BN_STATS, norm.GROUP_STATS, pool.KIND, scan.KIND, arg.KIND, gather.KIND,
+    iota.KIND, recurrent.KIND,
 )
 
 _BY_SPEC: dict[type, TaskKind] = {k.spec: k for k in KINDS}

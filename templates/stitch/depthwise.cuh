@@ -1,0 +1,97 @@
+// depthwise.cuh — depthwise 2-d convolution (one filter per channel: groups = in = out channels),
+// with a per-channel bias and an activation, in either layout.
+//
+// launch_depthwise<Tin, Tout, Act>(DepthwiseParams<Tin, Tout>, stream, act)
+//   Tin / Tout storage (float, __half, __nv_bfloat16); Act a `float(float)` functor applied last.
+// Contract
+//   - x is [batch, channels, h, w] and out [batch, channels, oh, ow], each with its own element
+//     strides (any layout; the two need not match); w is [channels, kh, kw] dense (PyTorch's
+//     [channels, 1, kh, kw]), in Tin; bias (may be null) [channels] in Tin.
+//   - out[n, c, i, j] = act(bias[c] + sum over taps (a, b) inside the input of
+//       x[n, c, i * stride_h - pad_h + a * dil_h, j * stride_w - pad_w + b * dil_w] * w[c, a, b]),
+//     taps outside the input count as zero (PyTorch's zero padding); math in fp32.
+//   - One thread per output element, grid-stride. When out's channel stride is 1 (channels-last)
+//     consecutive threads take consecutive channels, else consecutive columns: either way the
+//     loads of a tap and the stores are coalesced across a warp. The weights, a few hundred
+//     bytes per channel, are read through L1.
+// Depthwise convolutions move far more bytes than they compute (k*k multiply-adds per element):
+// this kernel aims at the bandwidth floor, where cuDNN's engines convert layouts or run an
+// implicit GEMM with one useful channel per group.
+#pragma once
+
+#include "stitch/common.cuh"
+
+namespace stitch {
+
+template <class Tin, class Tout>
+struct DepthwiseParams {
+  const Tin* x;
+  const Tin* w;
+  const Tin* bias;
+  Tout* out;
+  int64_t batch, channels, h, w_in, oh, ow;
+  int64_t x_stride[4];    // batch, channel, row, column
+  int64_t out_stride[4];
+  int kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+};
+
+namespace detail {
+
+template <bool CHANNELS_FAST, class Tin, class Tout, class Act>
+__global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tout> p, int64_t total, Act act) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += grid) {
+    int64_t t = idx, n, c, i, j;
+    if constexpr (CHANNELS_FAST) {
+      c = t % p.channels;
+      t /= p.channels;
+      j = t % p.ow;
+      t /= p.ow;
+      i = t % p.oh;
+      n = t / p.oh;
+    } else {
+      j = t % p.ow;
+      t /= p.ow;
+      i = t % p.oh;
+      t /= p.oh;
+      c = t % p.channels;
+      n = t / p.channels;
+    }
+    const Tin* xc = p.x + n * p.x_stride[0] + c * p.x_stride[1];
+    const Tin* wc = p.w + c * int64_t(p.kh) * p.kw;
+    float acc = p.bias ? to_float(p.bias[c]) : 0.f;
+    const int64_t r0 = i * p.stride_h - p.pad_h, c0 = j * p.stride_w - p.pad_w;
+    for (int a = 0; a < p.kh; ++a) {
+      const int64_t r = r0 + int64_t(a) * p.dil_h;
+      if (r < 0 || r >= p.h) continue;
+      const Tin* row = xc + r * p.x_stride[2];
+      for (int b = 0; b < p.kw; ++b) {
+        const int64_t col = c0 + int64_t(b) * p.dil_w;
+        if (col < 0 || col >= p.w_in) continue;
+        acc = fmaf(to_float(row[col * p.x_stride[3]]), to_float(wc[a * p.kw + b]), acc);
+      }
+    }
+    p.out[n * p.out_stride[0] + c * p.out_stride[1] + i * p.out_stride[2] + j * p.out_stride[3]] =
+        from_float<Tout>(act(acc));
+  }
+}
+
+}  // namespace detail
+
+template <class Tin, class Tout, class Act = Identity>
+cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t stream, const Act& act = Act{}) {
+  if (!p.x || !p.w || !p.out || p.kh < 1 || p.kw < 1 || p.stride_h < 1 || p.stride_w < 1 || p.dil_h < 1 ||
+      p.dil_w < 1 || p.pad_h < 0 || p.pad_w < 0)
+    return cudaErrorInvalidValue;
+  const int64_t total = p.batch * p.channels * p.oh * p.ow;
+  if (total <= 0) return cudaSuccess;
+  const int64_t want = ceil_div<int64_t>(total, 256);
+  const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
+  if (p.out_stride[1] == 1 && p.channels > 1)
+    detail::depthwise_kernel<true, Tin, Tout, Act><<<blocks, 256, 0, stream>>>(p, total, act);
+  else
+    detail::depthwise_kernel<false, Tin, Tout, Act><<<blocks, 256, 0, stream>>>(p, total, act);
+  return cudaGetLastError();
+}
+
+}  // namespace stitch

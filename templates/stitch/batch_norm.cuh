@@ -8,8 +8,8 @@
 //         (lanes along c: NHWC, or few elements per plane), or
 //       bn_plane_partial_kernel<T><<<(c, splits), 256>>>(x, n, c, s, sn, sc, per, part)
 //         (each channel's elements in contiguous runs of s >= 64: NCHW; `per` elements a slice);
-//   pass 2, bn_finish_kernel<TW><<<ceil(c / 256), 256>>>(part, splits, c, weight, bias, eps, scale, shift):
-//     the slices merged per channel (Chan et al.); with the biased variance,
+//   pass 2, bn_finish_kernel<TW><<<c, 128>>>(part, splits, c, weight, bias, eps, scale, shift):
+//     the slices merged per channel (Chan et al., a block per channel); with the biased variance,
 //       scale[ch] = weight[ch] * rsqrt(var + eps),  shift[ch] = bias[ch] - mean * scale[ch].
 // Eval mode: bn_running_kernel<TW><<<ceil(c / 256), 256>>>(mean, var, weight, bias, c, eps, scale, shift),
 //   the same from the running statistics.
@@ -25,8 +25,10 @@
 namespace stitch {
 
 // Batch statistics, pass 1: x viewed as [n, c, s]; block (32, 8) covers 32 channels (lanes
-// along c) of one slice of the n * s reduced rows; each thread keeps a Welford state, the 8
-// row lanes are merged (Chan et al.) and the slice's (count, mean, m2) per channel written to
+// along c) of one slice of the n * s reduced rows. Each thread sums (v - shift) and its square over
+// its rows, shift = the slice's first value of the channel (no division per element, and the
+// data's offset cancels: the shifted-data algorithm); the sums become a (count, mean, m2) state,
+// the 8 row lanes are merged (Chan et al.) and the slice's state per channel written to
 // part[(slice * c + channel) * 3].
 template <class T>
 __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, int64_t c, int64_t s, int64_t sn,
@@ -38,16 +40,22 @@ __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, 
   const int64_t r0 = int64_t(blockIdx.y) * rows_per_split;
   const int64_t r1 = r0 + rows_per_split < n * s ? r0 + rows_per_split : n * s;
   float cnt = 0.f, mean = 0.f, m2 = 0.f;
-  if (ch < c) {
+  if (ch < c && r0 < r1) {
+    const int64_t i0 = s == 1 ? r0 : r0 / s;
+    const float shift = to_float(x[i0 * sn + ch * sc + (r0 - i0 * s) * ss]);
+    float sum = 0.f, sq = 0.f;
+    int64_t count = 0;
     for (int64_t r = r0 + ty; r < r1; r += 8) {
       const int64_t i = s == 1 ? r : r / s;
-      const int64_t j = r - i * s;
-      const float v = to_float(x[i * sn + ch * sc + j * ss]);
-      cnt += 1.f;
-      const float d = v - mean;
-      mean += d / cnt;
-      m2 += d * (v - mean);
+      const float v = to_float(x[i * sn + ch * sc + (r - i * s) * ss]) - shift;
+      sum += v;
+      sq = fmaf(v, v, sq);
+      ++count;
     }
+    cnt = float(count);
+    mean = count ? sum / cnt : 0.f;
+    m2 = count ? fmaxf(sq - sum * mean, 0.f) : 0.f;
+    mean += shift;
   }
   sh[0][ty][tx] = cnt;
   sh[1][ty][tx] = mean;
@@ -142,27 +150,40 @@ __global__ void __launch_bounds__(256) bn_plane_partial_kernel(const T* x, int64
   }
 }
 
-// Batch statistics, pass 2: merge the slices per channel; scale = weight * rsqrt(var + eps)
-// with the biased variance (what batch norm normalises with), shift = bias - mean * scale.
+// Batch statistics, pass 2: merge the slices per channel — one block of 128 threads per channel,
+// each thread merging a strided share of the slices, then the warps (shuffles) and the block's four
+// warps (Chan et al.); scale = weight * rsqrt(var + eps) with the biased variance (what batch norm
+// normalises with), shift = bias - mean * scale. Launch: <<<c, 128>>>.
 template <class TW>
-__global__ void bn_finish_kernel(const float* part, int64_t splits, int64_t c, const TW* weight, const TW* bias,
-                                 float eps, float* scale, float* shift) {
-  const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
+__global__ void __launch_bounds__(128) bn_finish_kernel(const float* part, int64_t splits, int64_t c, const TW* weight,
+                                                        const TW* bias, float eps, float* scale, float* shift) {
+  __shared__ float sh[3][4];
+  const int64_t ch = blockIdx.x;
   float cnt = 0.f, mean = 0.f, m2 = 0.f;
-  for (int64_t k = 0; k < splits; ++k) {
+  for (int64_t k = threadIdx.x; k < splits; k += blockDim.x) {
     const float* q = part + (k * c + ch) * 3;
-    const float nb = q[0];
-    if (nb == 0.f) continue;
-    const float nt = cnt + nb;
-    const float d = q[1] - mean;
-    mean += d * (nb / nt);
-    m2 += q[2] + d * d * cnt * (nb / nt);
-    cnt = nt;
+    bn_merge(cnt, mean, m2, q[0], q[1], q[2]);
   }
-  const float a = (weight ? to_float(weight[ch]) : 1.f) * rsqrtf(m2 / cnt + eps);
-  scale[ch] = a;
-  shift[ch] = (bias ? to_float(bias[ch]) : 0.f) - mean * a;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float nb = __shfl_down_sync(0xffffffffu, cnt, off);
+    const float mb = __shfl_down_sync(0xffffffffu, mean, off);
+    const float m2b = __shfl_down_sync(0xffffffffu, m2, off);
+    bn_merge(cnt, mean, m2, nb, mb, m2b);
+  }
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    sh[0][warp] = cnt;
+    sh[1][warp] = mean;
+    sh[2][warp] = m2;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x >> 5); ++w) bn_merge(cnt, mean, m2, sh[0][w], sh[1][w], sh[2][w]);
+    const float a = (weight ? to_float(weight[ch]) : 1.f) * rsqrtf(m2 / cnt + eps);
+    scale[ch] = a;
+    shift[ch] = (bias ? to_float(bias[ch]) : 0.f) - mean * a;
+  }
 }
 
 // Eval-mode batch norm: the same scale and shift from the running statistics.

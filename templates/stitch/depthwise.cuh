@@ -19,6 +19,8 @@
 // implicit GEMM with one useful channel per group.
 #pragma once
 
+#include <climits>
+
 #include "stitch/common.cuh"
 
 namespace stitch {
@@ -37,42 +39,45 @@ struct DepthwiseParams {
 
 namespace detail {
 
-template <bool CHANNELS_FAST, class Tin, class Tout, class Act>
-__global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tout> p, int64_t total, Act act) {
-  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += grid) {
-    int64_t t = idx, n, c, i, j;
+// I: the index type of the output walk (int32_t when the output has fewer than 2^31 elements).
+template <bool CHANNELS_FAST, class I, class Tin, class Tout, class Act>
+__global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tout> p, I total, Act act) {
+  const I grid = I(gridDim.x) * I(blockDim.x);
+  const I channels = I(p.channels), oh_n = I(p.oh), ow_n = I(p.ow);
+  const int h = int(p.h), w_in = int(p.w_in);
+  for (I idx = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); idx < total; idx += grid) {
+    I t = idx, n, c, i, j;
     if constexpr (CHANNELS_FAST) {
-      c = t % p.channels;
-      t /= p.channels;
-      j = t % p.ow;
-      t /= p.ow;
-      i = t % p.oh;
-      n = t / p.oh;
+      c = t % channels;
+      t /= channels;
+      j = t % ow_n;
+      t /= ow_n;
+      i = t % oh_n;
+      n = t / oh_n;
     } else {
-      j = t % p.ow;
-      t /= p.ow;
-      i = t % p.oh;
-      t /= p.oh;
-      c = t % p.channels;
-      n = t / p.channels;
+      j = t % ow_n;
+      t /= ow_n;
+      i = t % oh_n;
+      t /= oh_n;
+      c = t % channels;
+      n = t / channels;
     }
-    const Tin* xc = p.x + n * p.x_stride[0] + c * p.x_stride[1];
-    const Tin* wc = p.w + c * int64_t(p.kh) * p.kw;
+    const Tin* xc = p.x + int64_t(n) * p.x_stride[0] + int64_t(c) * p.x_stride[1];
+    const Tin* wc = p.w + int64_t(c) * p.kh * p.kw;
     float acc = p.bias ? to_float(p.bias[c]) : 0.f;
-    const int64_t r0 = i * p.stride_h - p.pad_h, c0 = j * p.stride_w - p.pad_w;
+    const int r0 = int(i) * p.stride_h - p.pad_h, c0 = int(j) * p.stride_w - p.pad_w;
     for (int a = 0; a < p.kh; ++a) {
-      const int64_t r = r0 + int64_t(a) * p.dil_h;
-      if (r < 0 || r >= p.h) continue;
-      const Tin* row = xc + r * p.x_stride[2];
+      const int r = r0 + a * p.dil_h;
+      if (r < 0 || r >= h) continue;
+      const Tin* row = xc + int64_t(r) * p.x_stride[2];
       for (int b = 0; b < p.kw; ++b) {
-        const int64_t col = c0 + int64_t(b) * p.dil_w;
-        if (col < 0 || col >= p.w_in) continue;
-        acc = fmaf(to_float(row[col * p.x_stride[3]]), to_float(wc[a * p.kw + b]), acc);
+        const int col = c0 + b * p.dil_w;
+        if (col < 0 || col >= w_in) continue;
+        acc = fmaf(to_float(row[int64_t(col) * p.x_stride[3]]), to_float(__ldg(wc + a * p.kw + b)), acc);
       }
     }
-    p.out[n * p.out_stride[0] + c * p.out_stride[1] + i * p.out_stride[2] + j * p.out_stride[3]] =
-        from_float<Tout>(act(acc));
+    p.out[int64_t(n) * p.out_stride[0] + int64_t(c) * p.out_stride[1] + int64_t(i) * p.out_stride[2] +
+          int64_t(j) * p.out_stride[3]] = from_float<Tout>(act(acc));
   }
 }
 
@@ -87,10 +92,17 @@ cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t s
   if (total <= 0) return cudaSuccess;
   const int64_t want = ceil_div<int64_t>(total, 256);
   const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
-  if (p.out_stride[1] == 1 && p.channels > 1)
-    detail::depthwise_kernel<true, Tin, Tout, Act><<<blocks, 256, 0, stream>>>(p, total, act);
-  else
-    detail::depthwise_kernel<false, Tin, Tout, Act><<<blocks, 256, 0, stream>>>(p, total, act);
+  const bool fast_channels = p.out_stride[1] == 1 && p.channels > 1;
+  if (total <= INT_MAX && p.h <= INT_MAX / 2 && p.w_in <= INT_MAX / 2) {
+    if (fast_channels)
+      detail::depthwise_kernel<true, int32_t><<<blocks, 256, 0, stream>>>(p, int32_t(total), act);
+    else
+      detail::depthwise_kernel<false, int32_t><<<blocks, 256, 0, stream>>>(p, int32_t(total), act);
+  } else if (fast_channels) {
+    detail::depthwise_kernel<true, int64_t><<<blocks, 256, 0, stream>>>(p, total, act);
+  } else {
+    detail::depthwise_kernel<false, int64_t><<<blocks, 256, 0, stream>>>(p, total, act);
+  }
   return cudaGetLastError();
 }
 

@@ -87,19 +87,20 @@ __device__ __forceinline__ PoolWindow pool_window(const P& p, int j, int64_t o) 
   return {lo, hi, d, padded_end - start};
 }
 
-template <PoolMode MODE, class Tin, class Tout, class Pro, class Epi>
-__global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, int64_t total, Pro pro, Epi epi) {
-  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += grid) {
-    int64_t t = idx;
-    const int64_t ow = t % p.out_size[2];
-    t /= p.out_size[2];
-    const int64_t oh = t % p.out_size[1];
-    t /= p.out_size[1];
-    const int64_t od = t % p.out_size[0];
-    const int64_t pl = t / p.out_size[0];
+template <PoolMode MODE, class I, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, I total, Pro pro, Epi epi) {
+  const I grid = I(gridDim.x) * I(blockDim.x);
+  const I ow_n = I(p.out_size[2]), oh_n = I(p.out_size[1]), od_n = I(p.out_size[0]);
+  for (I idx = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); idx < total; idx += grid) {
+    I t = idx;
+    const I ow = t % ow_n;
+    t /= ow_n;
+    const I oh = t % oh_n;
+    t /= oh_n;
+    const I od = t % od_n;
+    const I pl = t / od_n;
     const PoolWindow wd = pool_window(p, 0, od), wh = pool_window(p, 1, oh), ww = pool_window(p, 2, ow);
-    const Tin* base = p.in + pl * p.in_stride[0];
+    const Tin* base = p.in + int64_t(pl) * p.in_stride[0];
     float acc = MODE == PoolMode::Max ? -CUDART_INF_F : 0.f;
     int64_t count = 0;
     for (int64_t d = wd.lo; d < wd.hi; d += wd.step) {
@@ -123,26 +124,30 @@ __global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, int6
                                                                  : count;
       r = acc / float(div);
     }
-    p.out[pl * p.out_stride[0] + od * p.out_stride[1] + oh * p.out_stride[2] + ow * p.out_stride[3]] =
+    p.out[int64_t(pl) * p.out_stride[0] + int64_t(od) * p.out_stride[1] + int64_t(oh) * p.out_stride[2] +
+          int64_t(ow) * p.out_stride[3]] =
         from_float<Tout>(epi(r));
   }
 }
 
-template <PoolMode MODE, class Tin, class Tout, class Pro, class Epi>
-__global__ void __launch_bounds__(256) pool_cl_kernel(PoolClParams<Tin, Tout> p, int64_t total, Pro pro, Epi epi) {
-  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += grid) {
-    int64_t t = idx;
-    const int64_t c = t % p.channels;
-    t /= p.channels;
-    const int64_t ow = t % p.out_size[2];
-    t /= p.out_size[2];
-    const int64_t oh = t % p.out_size[1];
-    t /= p.out_size[1];
-    const int64_t od = t % p.out_size[0];
-    const int64_t n = t / p.out_size[0];
+// I: the index type of the output walk (int32_t when the output has fewer than 2^31 elements:
+// 64-bit division is what such a kernel would otherwise spend its time on).
+template <PoolMode MODE, class I, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(256) pool_cl_kernel(PoolClParams<Tin, Tout> p, I total, Pro pro, Epi epi) {
+  const I grid = I(gridDim.x) * I(blockDim.x);
+  const I channels = I(p.channels), ow_n = I(p.out_size[2]), oh_n = I(p.out_size[1]), od_n = I(p.out_size[0]);
+  for (I idx = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); idx < total; idx += grid) {
+    I t = idx;
+    const I c = t % channels;
+    t /= channels;
+    const I ow = t % ow_n;
+    t /= ow_n;
+    const I oh = t % oh_n;
+    t /= oh_n;
+    const I od = t % od_n;
+    const I n = t / od_n;
     const PoolWindow wd = pool_window(p, 0, od), wh = pool_window(p, 1, oh), ww = pool_window(p, 2, ow);
-    const Tin* base = p.in + n * p.in_stride[0] + c * p.in_stride[1];
+    const Tin* base = p.in + int64_t(n) * p.in_stride[0] + int64_t(c) * p.in_stride[1];
     float acc = MODE == PoolMode::Max ? -CUDART_INF_F : 0.f;
     int64_t count = 0;
     for (int64_t d = wd.lo; d < wd.hi; d += wd.step) {
@@ -166,8 +171,8 @@ __global__ void __launch_bounds__(256) pool_cl_kernel(PoolClParams<Tin, Tout> p,
                                                                  : count;
       r = acc / float(div);
     }
-    p.out[n * p.out_stride[0] + c * p.out_stride[1] + od * p.out_stride[2] + oh * p.out_stride[3] +
-          ow * p.out_stride[4]] = from_float<Tout>(epi(r));
+    p.out[int64_t(n) * p.out_stride[0] + int64_t(c) * p.out_stride[1] + int64_t(od) * p.out_stride[2] +
+          int64_t(oh) * p.out_stride[3] + int64_t(ow) * p.out_stride[4]] = from_float<Tout>(epi(r));
   }
 }
 
@@ -190,7 +195,10 @@ cudaError_t launch_pool_channels_last(const PoolClParams<Tin, Tout>& p, cudaStre
   if (total <= 0) return cudaSuccess;
   const int64_t want = ceil_div<int64_t>(total, 256);
   const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
-  detail::pool_cl_kernel<MODE, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, total, pro, epi);
+  if (total <= INT_MAX)
+    detail::pool_cl_kernel<MODE, int32_t, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, int32_t(total), pro, epi);
+  else
+    detail::pool_cl_kernel<MODE, int64_t, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, total, pro, epi);
   return cudaGetLastError();
 }
 
@@ -202,7 +210,10 @@ cudaError_t launch_pool(const PoolParams<Tin, Tout>& p, cudaStream_t stream, con
   if (total <= 0) return cudaSuccess;
   const int64_t want = ceil_div<int64_t>(total, 256);
   const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
-  detail::pool_kernel<MODE, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, total, pro, epi);
+  if (total <= INT_MAX)
+    detail::pool_kernel<MODE, int32_t, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, int32_t(total), pro, epi);
+  else
+    detail::pool_kernel<MODE, int64_t, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, total, pro, epi);
   return cudaGetLastError();
 }
 

@@ -383,7 +383,7 @@ def render_bn(t, b: BnStatsSpec, n, fn: str) -> tuple[list[str], list[str]]:
                  f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws});"]
     return cxx.include("batch_norm.cuh"), first + [
         f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));',
-        f"  stitch::bn_finish_kernel<<<{blocks}, 256, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, "
+        f"  stitch::bn_finish_kernel<<<{b.c}, 128, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, "
         f"{cxx.flit(b.eps)}, {sc}, {sh});", done]
 
 

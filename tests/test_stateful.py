@@ -50,7 +50,7 @@ def test_stateful_model_builds_with_its_state_explicit(nvcc, cache, tmp_path, po
     assert out.ok, out.build.message
     m = out.manifest
     assert [t.name for t in m.inputs] == ["x", "state_hidden"]
-    assert m.state == (mf.State("hidden", "state_hidden", m.outputs[-1].name),)
+    assert m.state == (mf.CarriedState("hidden", "state_hidden", m.outputs[-1].name),)
     assert len(m.outputs) == 2 and m.outputs[-1].shape == m.inputs[-1].shape == (64, 512)
     loaded = mf.load_program_dir(out.directory, require_weights=True)
     assert loaded.manifest == m and loaded.library is not None
@@ -100,7 +100,7 @@ def _manifest(**extra) -> dict:
 
 def test_manifest_state_round_trips():
     m = mf.Manifest.from_dict(_manifest(state=[{"attribute": "h", "input": "state_h", "output": "h_next"}]))
-    assert m.state == (mf.State("h", "state_h", "h_next"),)
+    assert m.state == (mf.CarriedState("h", "state_h", "h_next"),)
     assert mf.Manifest.from_json(m.to_json()) == m
     assert "state" not in mf.Manifest.from_dict(_manifest()).to_dict(), "stateless manifests are unchanged"
 

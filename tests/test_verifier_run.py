@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from stitchcuda import manifest as mf  # noqa: E402
-from stitchcuda.manifest import Task  # noqa: E402
+from stitchcuda.manifest import TaskRecord as Task  # noqa: E402
 from stitchcuda.verifier import (DynamicCheck, KernelRecord, OutputCheck, Timing, TimingTable, TrialResult,  # noqa: E402
                                  VerificationReport, build_result, load_report, write_report)
 from stitchcuda.verifier import cupti_profile as cp  # noqa: E402
@@ -1040,8 +1040,8 @@ def test_varied_trials_fall_back_to_norm_relative_only_when_ill_conditioned():
     from stitchcuda.verifier.inputs import Secret
 
     class Ref:
-        input_specs = (mf.TensorSpec("x", "float32", (4096,)),)
-        output_specs = (mf.TensorSpec("y", "float32", (4096,)),)
+        input_specs = (mf.TensorSpec("x", (4096,), "float32"),)
+        output_specs = (mf.TensorSpec("y", (4096,), "float32"),)
         lifted_indices = ()
 
         def __init__(self, ref32, ref64):

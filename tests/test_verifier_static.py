@@ -415,7 +415,7 @@ def _good() -> dict:
 
 def test_manifest_round_trip(tmp_path):
     m = mf.Manifest.from_dict(_good(), "m.json")
-    assert m.inputs[0] == mf.TensorSpec("x", "float32", (64, 256))
+    assert m.inputs[0] == mf.TensorSpec("x", (64, 256), "float32")
     assert m.weights[0].nbytes == 128 * 256 * 4
     assert m.reference.path == "../reference.py"
     assert mf.Manifest.from_json(m.to_json()) == m

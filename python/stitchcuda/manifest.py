@@ -50,6 +50,7 @@ from . import dtypes as _dtypes
 from .errors import ArgumentError
 from . import precision as _precision
 from .fsutil import atomic_write_text
+from .ir import TensorSpec
 
 FORMAT = "stitchcuda-program"
 FORMAT_VERSION = 1
@@ -93,26 +94,6 @@ class ManifestError(ArgumentError):
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    """A dense, row-major tensor crossing the program ABI."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * DTYPE_SIZES[self.dtype]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
-
-
-@dataclass(frozen=True)
 class KernelBenchRef:
     level: int
     problem_id: int
@@ -140,7 +121,7 @@ class ReferenceSource:
 
 
 @dataclass(frozen=True)
-class LiftedRandom:
+class RandomInput:
     """A random draw in the reference's forward, lifted to an explicit program input.
 
     The fields follow ``stitchcuda.ir.LiftedRandom.to_dict()`` (input, op, shape, dtype,
@@ -170,7 +151,7 @@ class LiftedRandom:
 
 
 @dataclass(frozen=True)
-class State:
+class CarriedState:
     """State the reference keeps between calls in a plain tensor attribute, made explicit: the
     program input holding the attribute's value before the call and the output holding it after
     (same dtype and shape). ``attribute`` is the path from the model (``hidden``, ``cell.h``)."""
@@ -184,7 +165,7 @@ class State:
 
 
 @dataclass(frozen=True)
-class Task:
+class TaskRecord:
     """One unit of generated work and the reference nodes it accounts for."""
 
     name: str
@@ -223,14 +204,14 @@ class Manifest:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     weights: tuple[TensorSpec, ...] = ()
-    lifted_random: tuple[LiftedRandom, ...] = ()
-    tasks: tuple[Task, ...] = ()
+    lifted_random: tuple[RandomInput, ...] = ()
+    tasks: tuple[TaskRecord, ...] = ()
     reference_ops: tuple[ReferenceOp, ...] = ()
     abi_version: int = ABI_VERSION
     format: str = FORMAT
     version: int = FORMAT_VERSION
     generator: str = ""  # what wrote program.cu (the Coder, or a person)
-    state: tuple[State, ...] = ()
+    state: tuple[CarriedState, ...] = ()
 
     # -------------------------------------------------------------- provenance
 
@@ -375,7 +356,7 @@ class _Parser:
             raise self.fail(f"{where}.shape", f"expected a list of non-negative integers, got {_show(shape)}")
         if len(shape) > 8:
             raise self.fail(f"{where}.shape", f"{len(shape)} dimensions; the program ABI allows at most 8")
-        return TensorSpec(name, dtype, tuple(shape))
+        return TensorSpec(name, tuple(shape), dtype)
 
     def tensors(self, d: Mapping[str, Any], key: str, *, required: bool) -> tuple[TensorSpec, ...]:
         if key not in d:
@@ -400,9 +381,9 @@ class _Parser:
             name=self.string(self.req(kb, "name", w), f"{w}.name"),
         ))
 
-    def lifted(self, v: Any, where: str) -> LiftedRandom:
+    def lifted(self, v: Any, where: str) -> RandomInput:
         if isinstance(v, str):
-            return LiftedRandom(input=self.string(v, where))
+            return RandomInput(input=self.string(v, where))
         d = self.obj(v, where)
         raw = d.get("params", [])
         if isinstance(raw, dict):
@@ -414,7 +395,7 @@ class _Parser:
         if shape is not None and (not isinstance(shape, list) or
                                   any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in shape)):
             raise self.fail(f"{where}.shape", f"expected a list of non-negative integers, got {_show(shape)}")
-        return LiftedRandom(
+        return RandomInput(
             input=self.string(self.req(d, "input", where), f"{where}.input"),
             node=self.string(d.get("node", ""), f"{where}.node", nonempty=False),
             op=self.string(d.get("op", ""), f"{where}.op", nonempty=False),
@@ -426,16 +407,16 @@ class _Parser:
         )
 
     def state(self, d: Mapping[str, Any], inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
-              lifted: tuple[LiftedRandom, ...]) -> tuple[State, ...]:
+              lifted: tuple[RandomInput, ...]) -> tuple[CarriedState, ...]:
         """The optional ``state`` list: each entry names one input and one output of the same dtype
         and shape, neither used by another entry, the input not a lifted random draw."""
         ins, outs = {t.name: t for t in inputs}, {t.name: t for t in outputs}
         drawn = {r.input for r in lifted}
-        out: list[State] = []
+        out: list[CarriedState] = []
         for i, v in enumerate(self.array(d.get("state", []), "state")):
             where = f"state[{i}]"
             e = self.obj(v, where)
-            st = State(attribute=self.string(self.req(e, "attribute", where), f"{where}.attribute"),
+            st = CarriedState(attribute=self.string(self.req(e, "attribute", where), f"{where}.attribute"),
                        input=self.string(self.req(e, "input", where), f"{where}.input"),
                        output=self.string(self.req(e, "output", where), f"{where}.output"))
             if st.input not in ins:
@@ -454,10 +435,10 @@ class _Parser:
             out.append(st)
         return tuple(out)
 
-    def task(self, v: Any, where: str) -> Task:
+    def task(self, v: Any, where: str) -> TaskRecord:
         d = self.obj(v, where)
         covers = self.array(self.req(d, "covers", where), f"{where}.covers")
-        return Task(
+        return TaskRecord(
             name=self.string(self.req(d, "name", where), f"{where}.name"),
             strategy=self.string(self.req(d, "strategy", where), f"{where}.strategy"),
             covers=tuple(self.string(c, f"{where}.covers[{i}]") for i, c in enumerate(covers)),
@@ -544,7 +525,7 @@ def _unique(names, where: str, what: str, p: _Parser) -> None:
 
 
 def _freeze(v: Any) -> Any:
-    """JSON lists as tuples, so a LiftedRandom's params compare and hash like the IR's."""
+    """JSON lists as tuples, so a RandomInput's params compare and hash like the IR's."""
     if isinstance(v, list):
         return tuple(_freeze(x) for x in v)
     return v
@@ -704,7 +685,7 @@ def load_program_dir(path: str | Path, *, require_weights: bool = False) -> Prog
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "ABI_VERSION", "PRECISIONS", "DTYPE_SIZES", "KNOWN_STRATEGIES",
     "PROGRAM_SOURCE", "MANIFEST_FILE", "WEIGHTS_FILE", "LIBRARY_FILE",
-    "ManifestError", "TensorSpec", "KernelBenchRef", "ReferenceSource", "LiftedRandom", "State", "Task",
+    "ManifestError", "TensorSpec", "KernelBenchRef", "ReferenceSource", "RandomInput", "CarriedState", "TaskRecord",
     "ReferenceOp", "Manifest", "ProgramDir", "StoredTensor",
     "hash_source", "same_hash", "load_program_dir", "read_safetensors_header", "check_weights_file",
     "write_safetensors",

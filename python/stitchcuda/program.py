@@ -110,7 +110,7 @@ class Program:
         return self.manifest.outputs
 
     @property
-    def state(self) -> tuple[mf.State, ...]:
+    def state(self) -> tuple[mf.CarriedState, ...]:
         """The reference's state taken explicitly (module docstring): attribute, input, output."""
         return self.manifest.state
 

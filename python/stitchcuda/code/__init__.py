@@ -92,13 +92,13 @@ def code(plan: Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
         arch=arch,
         source_hash=mf.hash_source(source),
         reference=reference or mf.ReferenceSource(path=f"{graph.name}.py"),
-        inputs=tuple(mf.TensorSpec(s.name, s.dtype, s.shape) for s in plan.inputs),
-        outputs=tuple(mf.TensorSpec(s.name, s.dtype, s.shape) for s in plan.outputs),
-        weights=tuple(mf.TensorSpec(s.name, s.dtype, s.shape) for s in plan.weights),
-        lifted_random=tuple(mf.LiftedRandom(input=r.input, op=r.op, distribution=r.distribution, params=r.params,
+        inputs=tuple(mf.TensorSpec(s.name, s.shape, s.dtype) for s in plan.inputs),
+        outputs=tuple(mf.TensorSpec(s.name, s.shape, s.dtype) for s in plan.outputs),
+        weights=tuple(mf.TensorSpec(s.name, s.shape, s.dtype) for s in plan.weights),
+        lifted_random=tuple(mf.RandomInput(input=r.input, op=r.op, distribution=r.distribution, params=r.params,
                                             shape=r.shape, dtype=r.dtype, source=r.source)
                             for r in graph.lifted_random),
-        tasks=tuple(mf.Task(t.name, t.strategy, t.covers, int(t.flops), int(t.bytes), origin[t.name], t.phase)
+        tasks=tuple(mf.TaskRecord(t.name, t.strategy, t.covers, int(t.flops), int(t.bytes), origin[t.name], t.phase)
                     for t in plan.tasks),
         reference_ops=tuple(mf.ReferenceOp(c.node, c.op, int(c.flops), int(c.bytes)) for c in plan.node_costs),
         state=_state(plan, state),
@@ -108,7 +108,7 @@ def code(plan: Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
     return ProgramSource(source, manifest, ordered)
 
 
-def _state(plan: Plan, state: Sequence[Any]) -> tuple[mf.State, ...]:
+def _state(plan: Plan, state: Sequence[Any]) -> tuple[mf.CarriedState, ...]:
     """Lifted state follows the reference's own outputs, in order (:func:`stitchcuda.stateful.lifted`):
     state ``i`` of ``n`` is program output ``len(outputs) - n + i``."""
     out = []
@@ -118,7 +118,7 @@ def _state(plan: Plan, state: Sequence[Any]) -> tuple[mf.State, ...]:
         if o is None or (o.tensor or o.name) != st.output or st.input not in {x.name for x in plan.inputs}:
             raise CodeError(f"state {st.attribute}: {st.input} -> {st.output} is not an input and a trailing "
                             f"output of plan {plan.name}")
-        out.append(mf.State(st.attribute, st.input, o.name))
+        out.append(mf.CarriedState(st.attribute, st.input, o.name))
     return tuple(out)
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..manifest import Task
+from ..manifest import TaskRecord as Task
 from .profile import _TENSOR_CORE_NAME, Ceilings, KernelRecord, classify
 from .records import GapStats, GraphCheck, LaunchCheck, ProfileDetails, RefOpTime, TaskTime
 

@@ -377,7 +377,9 @@ def test_an_unexpected_error_is_a_readme_code(capfd, monkeypatch):
     def boom(args, ui):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(cli, "_doctor", boom)
+    from stitchcuda.ship import commands
+
+    monkeypatch.setattr(commands, "doctor", boom)
     capfd.readouterr()
     rc = cli.main(["doctor", "-q"])
     err = capfd.readouterr().err

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-__version__ = "0.1.0"
 
 
 def _preload_nvidia_libraries() -> None:
@@ -50,6 +49,7 @@ from ._rt import (  # noqa: E402
 from .device import has_gpu  # noqa: E402
 from .errors import MachineError  # noqa: E402
 from .paths import INCLUDE_DIR, LIB_DIR, PACKAGE_DIR  # noqa: E402,F401
+from .paths import VERSION as __version__  # noqa: E402
 
 
 def __getattr__(name: str):

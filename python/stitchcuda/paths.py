@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: The package's version (``stitchcuda.__version__``).
+VERSION = "0.1.0"
 PACKAGE_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = PACKAGE_DIR / "include"
 LIB_DIR = PACKAGE_DIR / "lib"
@@ -21,4 +23,8 @@ def cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "stitchcuda"
 
 
-__all__ = ["PACKAGE_DIR", "INCLUDE_DIR", "LIB_DIR", "EXAMPLES_DIR", "cache_dir"]
+def version() -> str:
+    return VERSION
+
+
+__all__ = ["VERSION", "PACKAGE_DIR", "INCLUDE_DIR", "LIB_DIR", "EXAMPLES_DIR", "cache_dir", "version"]

@@ -27,7 +27,7 @@ import pytest
 from stitchcuda import cli
 from stitchcuda import manifest as mf
 from stitchcuda.ship import errors, wheel
-from stitchcuda.ship.loader import read_weights
+from stitchcuda.loader import read_weights
 
 REPO = Path(__file__).resolve().parents[1]
 MLP = REPO / "models" / "mlp.py"

@@ -33,7 +33,7 @@ from . import _rt as rt
 from .fsutil import atomic_write_text
 # One definition for both ways of running a program: the runtime wheel's loader imports nothing
 # of stitchcuda, so the error lives there and is raised here too.
-from .ship.loader import ProgramError
+from .loader import ProgramError
 
 BUILD_RECORD = "program.build.json"
 

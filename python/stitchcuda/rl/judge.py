@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import build as _build
-from .. import has_gpu
+from ..device import has_gpu
 from ..check.task import _harness, check_plan_semantics, check_task
 from ..code import CodeError, Override, code, contract
 from ..llm import CodeBlock, DecisionFailure, DecisionSpec, extract_code, parse_constraints

@@ -21,11 +21,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-import stitchcuda
-
 from ..fsutil import atomic_write_text
 from .report import metrics, write_reports
-from .suite import BenchOptions, MissingExtra, SuiteError, load_suite, utc_now
+from .suite import BenchOptions, SuiteError, load_suite, utc_now
 from ..workflow.state import parse_seconds
 from .workers import remember_seconds, run_local, run_ray, visible_gpus
 
@@ -86,9 +84,6 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
     if opts.budget is not None:
         opts = replace(opts, budget=parse_seconds(opts.budget))
     name, problems = load_suite(suite)
-    if opts.mode == "optimize" and not opts.solver:
-        if getattr(stitchcuda, "optimize", None) is None:
-            raise MissingExtra("--optimize needs stitchcuda.optimize, which this install does not have; use --build")
     if opts.only:
         problems = [p for p in problems if any(o in p.id for o in opts.only)]
     if opts.limit is not None:

@@ -66,7 +66,7 @@ def _driver() -> Check:
 
 
 def _gpu() -> Check:
-    from stitchcuda import rt
+    from .. import _rt as rt
 
     n = rt.device_count()
     if not n:
@@ -80,7 +80,7 @@ def _gpu() -> Check:
 
 
 def _nvcc() -> Check:
-    from stitchcuda import toolchain
+    from .. import toolchain
 
     nvcc = toolchain.find_nvcc()
     if nvcc is None:

@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import stitchcuda
-
 from .. import manifest as mf
 from ..errors import ArgumentError, MachineError
 from ..fsutil import atomic_write_text
@@ -182,10 +180,7 @@ class OptimizeSolver:
     def __call__(self, problem: SuiteProblem, folder: Path, opts: BenchOptions) -> dict:
         fn = self.optimize
         if fn is None:
-            fn = getattr(stitchcuda, "optimize", None)
-            if fn is None:
-                raise MissingExtra("--optimize needs stitchcuda.optimize, which this install does not have; "
-                                   "use --build")
+            from ..workflow import optimize as fn  # the loop: only a suite run with --optimize loads it
         ref = problem.write(folder)
         kw = {"progress": lambda s: report_stage(f"optimize: {s}")} if self.optimize is None else {}
         res = fn(str(ref), precision=opts.precision, budget=opts.budget, out=str(folder / "run"), **kw)

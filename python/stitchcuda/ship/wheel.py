@@ -7,7 +7,7 @@ serves every Python 3 version):
   verification report when there is one, ``sm_XY/program.so`` for each ``--arch`` and a loader of
   a few lines (``NAME.load(device=None)``);
 * ``stitchcuda_runtime-<stitchcuda version>+rt<hash>``: the package ``stitchrt``,
-  ``libstitchrt.so`` and :mod:`stitchcuda.ship.loader` (ctypes over the program ABI, DLPack in
+  ``libstitchrt.so`` and :mod:`stitchcuda.loader` (ctypes over the program ABI, DLPack in
   and out), depending on NumPy, ``nvidia-cublas`` and ``nvidia-cudnn-cu13`` only.
 
 Why a runtime wheel of its own rather than libstitchrt bundled into each program wheel: a
@@ -187,7 +187,7 @@ def set_runpath(data: bytes, value: str) -> bytes:
 
 def runtime_version() -> tuple[str, bytes]:
     """(version of the runtime wheel, libstitchrt.so): the package version plus the library's hash."""
-    from .. import __version__
+    from ..paths import VERSION as __version__
     from ..paths import LIB_DIR
 
     lib = (Path(LIB_DIR) / "libstitchrt.so").read_bytes()
@@ -196,7 +196,7 @@ def runtime_version() -> tuple[str, bytes]:
 
 def runtime_wheel(out: Path) -> Path:
     version, lib = runtime_version()
-    loader = (Path(__file__).parent / "loader.py").read_bytes()
+    loader = (Path(__file__).parent.parent / "loader.py").read_bytes()
     files = {f"{RUNTIME_PACKAGE}/__init__.py": loader, f"{RUNTIME_PACKAGE}/lib/libstitchrt.so": lib}
     meta = ["Summary: The stitchcuda runtime: runs stitchcuda programs with NumPy, CuPy or PyTorch arrays, "
             "no PyTorch needed", "Requires-Python: >=3.8", "Requires-Dist: numpy>=1.23",

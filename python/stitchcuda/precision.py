@@ -16,7 +16,9 @@ and reduction math is fp32 under every policy. The tolerance is KernelBench's al
 ``atol = rtol``. The C enum ``st_policy`` (``stitchrt.h``) is checked against this table by a test.
 
 The planner, the Coder, the Verifier and the binding read these objects; nothing else spells out
-what ``"tf32"`` means.
+what ``"tf32"`` means: which is stricter (``rank``: fp32 first), which policy a claim is checked
+against (``lower``: a tf32 claim must beat bf16's error statistics), and which task strategies a
+policy rounds (``rounds``: under tf32 only matrix work; under 16-bit storage every stored result).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class Policy:
     c_enum: str           #: the runtime's st_policy name
     c_value: int          #: ... and its value
     text: str             #: one line for reports and generated headers
+    rank: int = 0         #: precision order: 0 the strictest (fp32), higher rounds more
+    lower: str | None = None                  #: the next-lower policy a claim of this one is checked against
+    rounds: tuple[str, ...] = ()              #: task strategies whose arithmetic this policy rounds
 
     def __str__(self) -> str:
         return self.name
@@ -49,6 +54,11 @@ class Policy:
     @property
     def sixteen_bit(self) -> bool:
         return self.storage != "float32"
+
+    @property
+    def exact(self) -> bool:
+        """fp32 math end to end: no TF32, no 16-bit storage."""
+        return not self.tensor_cores
 
     @contextlib.contextmanager
     def baseline(self) -> Iterator[None]:
@@ -73,14 +83,17 @@ class Policy:
             torch.set_float32_matmul_precision(old[2])
 
 
+_MATRIX = ("cublaslt_gemm", "attention_template")
+_STORED = _MATRIX + ("reduction_template", "custom_kernel", "elementwise_kernel")
+
 FP32 = Policy("fp32", "float32", tf32=False, tensor_cores=False, tolerance=1e-4, c_enum="ST_POLICY_FP32", c_value=0,
-              text="fp32 (exact fp32 math, no TF32)")
+              text="fp32 (exact fp32 math, no TF32)", rank=0, lower="tf32")
 TF32 = Policy("tf32", "float32", tf32=True, tensor_cores=True, tolerance=1e-2, c_enum="ST_POLICY_TF32", c_value=1,
-              text="tf32 (fp32 storage, TF32 tensor-core GEMMs)")
+              text="tf32 (fp32 storage, TF32 tensor-core GEMMs)", rank=1, lower="bf16", rounds=_MATRIX)
 BF16 = Policy("bf16", "bfloat16", tf32=False, tensor_cores=True, tolerance=1e-2, c_enum="ST_POLICY_BF16", c_value=2,
-              text="bf16 (bfloat16 storage, fp32 accumulation)")
+              text="bf16 (bfloat16 storage, fp32 accumulation)", rank=2, rounds=_STORED)
 FP16 = Policy("fp16", "float16", tf32=False, tensor_cores=True, tolerance=1e-2, c_enum="ST_POLICY_FP16", c_value=3,
-              text="fp16 (float16 storage, fp32 accumulation)")
+              text="fp16 (float16 storage, fp32 accumulation)", rank=3, rounds=_STORED)
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (FP32, TF32, BF16, FP16)}
 NAMES: tuple[str, ...] = tuple(POLICIES)
@@ -99,9 +112,15 @@ def get(policy: "str | Policy") -> Policy:
     return p
 
 
+def stricter(a: "str | Policy", b: "str | Policy") -> Policy:
+    """The stricter of two policies (the one that rounds less: fp32 over tf32 over bf16 over fp16)."""
+    pa, pb = get(a), get(b)
+    return pa if pa.rank <= pb.rank else pb
+
+
 def fp32_exact() -> contextlib.AbstractContextManager[None]:
     """PyTorch's fp32 without TF32 (matmul and cuDNN): how references are computed."""
     return FP32.baseline()
 
 
-__all__ = ["Policy", "POLICIES", "NAMES", "FP32", "TF32", "BF16", "FP16", "get", "fp32_exact"]
+__all__ = ["Policy", "POLICIES", "NAMES", "FP32", "TF32", "BF16", "FP16", "get", "stricter", "fp32_exact"]

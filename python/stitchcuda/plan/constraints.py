@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..precision import NAMES, stricter
+
 
 class ConstraintError(ValueError):
     """A constraint that names what the graph does not have, or an option it does not offer."""
@@ -64,12 +66,11 @@ class Constraints:
     def policy_of(self, nodes: Any, default: str) -> str:
         """The policy of a task covering ``nodes``: the highest precision any of them asks for."""
         asked = dict(self.precision)
-        order = ("fp32", "tf32", "bf16", "fp16")
         best = default
         for n in nodes:
             p = asked.get(n)
-            if p is not None and order.index(p) < order.index(best):
-                best = p
+            if p is not None:
+                best = stricter(p, best).name
         return best
 
     def option(self, node: str, default: str) -> str:
@@ -91,7 +92,7 @@ class Choices:
     nodes: tuple[str, ...]
     strategies: tuple[tuple[str, tuple[str, ...]], ...] = ()
     rewrites: tuple[str, ...] = ()
-    policies: tuple[str, ...] = field(default=("fp32", "tf32", "bf16", "fp16"))
+    policies: tuple[str, ...] = field(default=NAMES)
 
     def check(self, c: Constraints) -> None:
         known = set(self.nodes)

@@ -24,14 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from ..plan import Constraints
+from ..precision import POLICIES
+from ..precision import get as get_policy
 from .state import Candidate, Route, State
 
-#: Task strategies whose arithmetic a policy rounds: under tf32 only matrix work runs on TF32
-#: tensor cores (elementwise and reduction math is fp32 under every policy); under bf16 / fp16
-#: every task that stores a result rounds it.
-ROUNDING = {"tf32": ("cublaslt_gemm", "attention_template"),
-            "bf16": ("cublaslt_gemm", "attention_template", "reduction_template", "custom_kernel", "elementwise_kernel"),
-            "fp16": ("cublaslt_gemm", "attention_template", "reduction_template", "custom_kernel", "elementwise_kernel")}
+#: Task strategies whose arithmetic a policy rounds (the policy's own fact: precision.Policy.rounds).
+ROUNDING = {p.name: p.rounds for p in POLICIES.values() if p.rounds}
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,7 @@ class PrecisionRepair:
         return [(t.name, t.covers) for t in plan.tasks if t.phase == "run" and t.covers and t.strategy in rounding]
 
     def propose(self, ctx: Context, route: Route) -> list[Proposal]:
-        if ctx.state.precision == "fp32":
+        if get_policy(ctx.state.precision).exact:
             return []
         if route.kind == "repair":
             j = ctx.base.judgement

@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from stitchcuda.manifest import ManifestError
-    from stitchcuda.verifier.problem import ProblemError
-    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
+    from stitchcuda.verifier.run.reference import ProblemError
+    from stitchcuda.verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
 
     opts = VerifyOptions(trials=args.trials, compile=not args.no_compile, profile=not args.no_profile,
                          command="python benchmarks/verify_cost.py " + " ".join(argv or sys.argv[1:]))

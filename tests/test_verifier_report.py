@@ -18,9 +18,9 @@ from stitchcuda.verifier import (H100_SXM, CompileError, Crash, DynamicCheck, Ke
                                  score_anti_hacking, score_cuda_engineering, score_operator_coverage,
                                  score_skill_compliance, summarise, write_report)
 from stitchcuda.verifier import serde
-from stitchcuda.verifier.feedback import NextStep
+from stitchcuda.verifier.report.feedback import NextStep
+from stitchcuda.verifier.report.timeline import render_timeline_png
 from stitchcuda.verifier.static import Finding
-from stitchcuda.verifier.timeline import render_timeline_png
 
 REPO = Path(__file__).resolve().parents[1]
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"

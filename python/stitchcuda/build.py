@@ -115,7 +115,7 @@ def _flags(flags: tuple[str, ...], export_all: bool) -> tuple[str, ...]:
     that building and verifying share one cache entry; test harnesses (``export_all``) are not."""
     if export_all:
         return flags
-    from .verifier.sandbox import LINK_FLAGS
+    from .verifier.static.sandbox import LINK_FLAGS
 
     return LINK_FLAGS + tuple(f for f in flags if f not in LINK_FLAGS)
 

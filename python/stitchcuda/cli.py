@@ -286,7 +286,7 @@ def _runs(args: argparse.Namespace, ui: UI) -> int:
 
 
 def _verify_options(args: argparse.Namespace, **extra):
-    from stitchcuda.verifier.run import VerifyOptions
+    from stitchcuda.verifier.verification import VerifyOptions
 
     return VerifyOptions(trials=args.trials, time=not args.no_time, profile=not args.no_profile,
                          compile=not args.no_compile, seed=args.seed, arch=args.arch, precision=args.precision,
@@ -295,7 +295,7 @@ def _verify_options(args: argparse.Namespace, **extra):
 
 def _verify(args: argparse.Namespace, ui: UI) -> int:
     """Verify a program folder; write report.json / report.md / timeline.png into it."""
-    from stitchcuda.verifier.run import VerifyEnvironmentError, verify_program
+    from stitchcuda.verifier.verification import VerifyEnvironmentError, verify_program
 
     if args.trials < 1:
         raise CommandError("--trials must be at least 1")
@@ -339,8 +339,8 @@ def _profile(args: argparse.Namespace, ui: UI) -> int:
     from stitchcuda.fsutil import atomic_write_text
     from stitchcuda.manifest import load_program_dir
     from stitchcuda.verifier import serde
-    from stitchcuda.verifier.profile import format_ns, summarise
-    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, profile_program_dir
+    from stitchcuda.verifier.report.profile import format_ns, summarise
+    from stitchcuda.verifier.verification import VerifyEnvironmentError, VerifyOptions, profile_program_dir
 
     from .pipeline import need_torch
 

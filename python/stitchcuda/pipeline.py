@@ -85,7 +85,7 @@ def load_source(reference: Any, name: str | None):
     text = os.fspath(reference)
     m = re.fullmatch(r"kernelbench:(\d+):(\d+)", text)
     if m:
-        from .verifier.problem import load_kernelbench
+        from .verifier.run.reference import load_kernelbench
 
         level, pid = int(m.group(1)), int(m.group(2))
         spec = load_kernelbench(level, pid)

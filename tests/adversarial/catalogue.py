@@ -126,7 +126,7 @@ BY_NAME = {e.name: e for e in CATALOGUE}
 def run_reason(result) -> str:
     """What the run alone said: the first failed dynamic check (in the verdict's order), else
     "wrong_answer" when a trial failed, else ""."""
-    from stitchcuda.verifier.verdict import DYNAMIC_CHECKS
+    from stitchcuda.verifier.report.verdict import DYNAMIC_CHECKS
 
     order = {n: k for k, n in enumerate(DYNAMIC_CHECKS)}
     failed = sorted((c.name for c in result.checks if c.status == "fail"), key=lambda n: order.get(n, len(order)))

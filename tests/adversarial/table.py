@@ -45,13 +45,13 @@ def _copy(src: Path, root: Path) -> Path:
 
 
 def run(names: set[str] | None) -> list[dict]:
-    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
-    from stitchcuda.verifier.timing import LoopSettings
+    from stitchcuda.verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
+    from stitchcuda.verifier.measure.timing import LoopSettings
 
     from concurrent.futures import ThreadPoolExecutor
 
     from stitchcuda import build
-    from stitchcuda.verifier import sandbox
+    from stitchcuda.verifier.static import sandbox
 
     def prebuild(e):  # in parallel, into the build cache the verifications then find
         arch = json.loads((e.folder / "manifest.json").read_text())["arch"]

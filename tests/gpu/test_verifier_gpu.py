@@ -24,9 +24,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stitchcuda.verifier.isolate import Limits  # noqa: E402
-from stitchcuda.verifier.run import VerifyOptions, profile_program_dir, verify_program  # noqa: E402
-from stitchcuda.verifier.timing import LoopSettings  # noqa: E402
+from stitchcuda.verifier.run.child import Limits  # noqa: E402
+from stitchcuda.verifier.verification import VerifyOptions, profile_program_dir, verify_program  # noqa: E402
+from stitchcuda.verifier.measure.timing import LoopSettings  # noqa: E402
 
 from ..adversarial.catalogue import BY_NAME, CATALOGUE, first_reason, run_reason  # noqa: E402
 
@@ -57,8 +57,8 @@ def _cache_dir(tmp_path_factory):
     from concurrent.futures import ThreadPoolExecutor
 
     from stitchcuda import build
-    from stitchcuda.verifier import sandbox
-    from stitchcuda.verifier.run import build_baseline
+    from stitchcuda.verifier.static import sandbox
+    from stitchcuda.verifier.run.build import build_baseline
 
     mp = pytest.MonkeyPatch()
     if not os.environ.get("STITCHCUDA_CACHE"):

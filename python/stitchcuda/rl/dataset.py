@@ -123,7 +123,7 @@ def iter_references(sources: Iterable[str | os.PathLike]) -> Iterator[ReferenceE
         text = os.fspath(s)
         m = re.fullmatch(r"kernelbench:(\d+):(\d+)", text)
         if m:
-            from ..verifier.problem import load_kernelbench
+            from ..verifier.run.reference import load_kernelbench
 
             spec = load_kernelbench(int(m.group(1)), int(m.group(2)))
             yield ReferenceEntry.of(spec.name, text, spec.source)

@@ -11,7 +11,7 @@ For each (example, reply) :class:`RewardJudge` gives an :class:`~.reward.Outcome
    the body in place of the template's (or the planner plans under the decision), and the
    Verifier's static rules read the whole program. A refusal stops here.
 4. **build, run, time** (in a child process): ``python -m stitchcuda.rl.judge {channel}``, started
-   through the Verifier's own machinery (:func:`stitchcuda.verifier.isolate.run_child`: clean
+   through the Verifier's own machinery (:func:`stitchcuda.verifier.run.child.run_child`: clean
    environment, empty working folder, job on stdin, results over a pipe, per-phase time limits,
    a crash or a hang is a value). A body goes through ``check_task`` (build; on a GPU, run against
    the plan interpreter, fresh inputs, outputs poisoned, inputs checked) and, when correct, is
@@ -207,7 +207,7 @@ class RewardJudge:
                     f.write(json.dumps({"key": key, "outcome": d}) + "\n")
 
     def _child(self, job: dict) -> Outcome:
-        from ..verifier.isolate import CHANNEL, Limits, clean_env, run_child
+        from ..verifier.run.child import CHANNEL, Limits, clean_env, run_child
 
         token = secrets.token_hex(8)
         limit = self.s.child_limit_s
@@ -241,7 +241,7 @@ class RewardJudge:
 
 
 def _child_main(fd: int) -> int:
-    from ..verifier.isolate import Channel
+    from ..verifier.run.child import Channel
 
     job = json.loads(sys.stdin.read())
     ch = Channel(fd, job["token"])
@@ -331,8 +331,8 @@ def _verify_program(cap: Captured, job: dict, overrides: dict, constraints: dict
     import tempfile
 
     from ..frontend import load_reference
-    from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
-    from ..verifier.timing import LoopSettings
+    from ..verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
+    from ..verifier.measure.timing import LoopSettings
     from ..workflow.problem import load_problem, materialise
     from .reward import outcome_of_verification
 

@@ -18,7 +18,7 @@ worker process per GPU, with a report.
   solver as Ray tasks of one GPU each instead (``pip install ray``).
 * A solver turns one problem into one result line. :class:`BuildSolver` (``--build``, the default)
   runs :func:`stitchcuda.pipeline.build_program` then the Verifier
-  (:func:`stitchcuda.verifier.run.verify_program`); :class:`OptimizeSolver` (``--optimize``)
+  (:func:`stitchcuda.verifier.verification.verify_program`); :class:`OptimizeSolver` (``--optimize``)
   calls ``stitchcuda.optimize(reference, precision=, budget=, out=)`` and reads ``.best`` (a
   program folder or None) and ``.report`` (the Verifier's report of the best). Both take their
   functions as arguments, so tests inject fakes (``solver="module:attribute"``).
@@ -149,7 +149,7 @@ class BuildSolver:
 
     def __call__(self, problem: Problem, folder: Path, opts: BenchOptions) -> dict:
         from ..pipeline import build_program
-        from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
+        from ..verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
 
         build = self.build or build_program
         verify = self.verify or verify_program

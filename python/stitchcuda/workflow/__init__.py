@@ -145,7 +145,7 @@ def _best_report(state: State, best: Path | None) -> Any:
         paths.append(c.judgement.report)
     for p in paths:
         if Path(p).is_file():
-            from ..verifier.report import load_report
+            from ..verifier.report.document import load_report
 
             try:
                 return load_report(p)

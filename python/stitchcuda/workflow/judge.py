@@ -2,7 +2,7 @@
 
 The loop asks two things: check one task body alone (``check_task``), and verify a whole
 candidate program folder (``verify``). :class:`VerifierJudge` answers with the real ones
-(:func:`stitchcuda.check.task.check_task` on the GPU, :func:`stitchcuda.verifier.run.verify_program`
+(:func:`stitchcuda.check.task.check_task` on the GPU, :func:`stitchcuda.verifier.verification.verify_program`
 in its child processes); tests pass a scripted judge with the same two methods. A judge never
 raises for a candidate's fault; it raises :class:`CannotJudge` when the machine cannot judge at
 all (no GPU, no nvcc), which ends the run with that reason rather than recording a verdict
@@ -62,8 +62,8 @@ class VerifierJudge:
         return TaskVerdict(task, r.ok, r.stage, r.reason, r.ran, time.monotonic() - t0)
 
     def verify(self, problem: Any, program: Path, *, final: bool = False) -> Judgement:
-        from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
-        from ..verifier.timing import LoopSettings
+        from ..verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
+        from ..verifier.measure.timing import LoopSettings
 
         o = self.o
         timing = LoopSettings() if final else LoopSettings(min_trials=o.timing_min_trials,
@@ -83,7 +83,7 @@ class VerifierJudge:
 
 def judgement_of(report: Any, seconds: float, path: str = "") -> Judgement:
     """A :class:`Judgement` from a VerificationReport."""
-    from ..verifier.profile import classify
+    from ..verifier.report.profile import classify
 
     res = report.result
     t = report.timings

@@ -26,11 +26,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .. import manifest as mf
-from . import cxx
+from ... import manifest as mf
+from ..static import cxx
 from .feedback import NextStep
 from .profile import KernelRecord, ProfileSummary
-from .static import Finding
+from ..static.rules import Finding
 from .verdict import DynamicCheck
 
 REQUIRED_DYNAMIC = ("outputs_follow_inputs", "no_output_reuse", "inputs_unchanged", "outputs_written", "repeat_calls",
@@ -378,7 +378,7 @@ class Rubric:
     skill_compliance: SkillCompliance
 
     def to_dict(self) -> dict:
-        from .serde import to_jsonable
+        from ...serial import to_jsonable
 
         return to_jsonable(self)
 

@@ -35,7 +35,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .static import Finding, _finding
+from .rules import Finding, make_finding
 
 # family -> (rule id, exact names traced at link time)
 DENY: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -229,7 +229,7 @@ class SandboxResult:
 
 
 def _find(rule: str, message: str) -> Finding:
-    return _finding(rule, "program.so", 0, message)
+    return make_finding(rule, "program.so", 0, message)
 
 
 def refused_link(link_output: str) -> SandboxResult:
@@ -270,7 +270,7 @@ def check_library(library: str | Path, link_output: str, baseline: Baseline) -> 
     sc = syscall_functions(library)
     if sc is None or baseline.syscall_functions is None:
         notes.append("raw system-call instructions not checked (objdump not found)")
-        findings.append(_finding("sandbox-unchecked", "program.so", 0,
+        findings.append(make_finding("sandbox-unchecked", "program.so", 0,
                                  "raw system-call instructions were not checked: objdump is not installed"))
     else:
         for fn in sorted(sc - baseline.syscall_functions):

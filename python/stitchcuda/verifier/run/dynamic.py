@@ -33,12 +33,12 @@ from typing import Sequence
 
 import torch
 
+from ..report.verdict import DynamicCheck
 from .compare import close_mask, errors, fingerprint, mean_abs, mean_abs_error
-from .correctness import (Draw, Judged, LastTrial, Session, all_finite, any_poison, count_where, empty_outputs,
-                          fresh_copy, is_float, poison_)
+from .copies import Stash, count_same, nbytes
 from .inputs import Change, apply_change, choose_change
-from .memory import Stash, count_same, nbytes
-from .verdict import DynamicCheck
+from .session import (Draw, Judged, LastTrial, Session, all_finite, any_poison, count_where, empty_outputs, fresh_copy,
+                      is_float, poison_)
 
 #: The policy whose arithmetic a dishonest claim of each policy would really use. Not fp16's:
 #: bf16 runs at fp16's speed on tensor cores (nothing to gain), and an honest fp16 program
@@ -155,11 +155,11 @@ def sensitivity(s: Session, last: LastTrial, n: int = 3) -> None:
     trial but the last, the outputs holding the unchanged inputs' outputs) or in fresh buffers
     (the last trial, outputs poisoned). The in-place buffers are given up before the fresh ones
     are made, so that one set of inputs is alive besides a transient copy."""
-    from .correctness import _own
+    from .session import own_inputs
 
     rng = s.secret.rng("sensitivity")
     d = s.ref.draw(last.draw.seed)
-    x = _own(d, s.calls)
+    x = own_inputs(d, s.calls)
     base = last.outputs
     y = empty_outputs(s.out_specs, s.device)
     if base.available:

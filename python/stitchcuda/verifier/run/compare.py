@@ -15,7 +15,7 @@ exactly as before.
 
 from __future__ import annotations
 
-from ..dtypes import torch_dtype  # noqa: F401  (re-exported: the one dtype table)
+from ...dtypes import torch_dtype  # noqa: F401  (re-exported: the one dtype table)
 
 from dataclasses import dataclass
 from typing import Sequence

@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .. import manifest as mf
-from ..precision import NAMES
-from .problem import ReferenceSpec
-from .timing import LoopSettings
+from ... import manifest as mf
+from ...precision import NAMES
+from .reference import ReferenceSpec
+from ..measure.timing import LoopSettings
 
 Mode = Literal["verify", "profile"]
 

@@ -8,13 +8,9 @@ events; warm-up calls first (module load, plan creation, torch.compile's compila
 then trials until there are at least ``min_trials`` (100) *and* ``min_seconds`` (1 s) have passed,
 whichever comes later, capped at ``max_seconds`` (10 s). The result is the median and the IQR.
 
-The timed calls are checked (:class:`TimedCalls`): before every call, outside the events, two
-pairs of elements of a random input exchange their values and the outputs are refilled (a NaN
-poison or a finite value, at random); after a random, unannounced sample of the calls the outputs
-are compared with the reference's for the inputs as they were. Every call looks the same to the
-program, so one that is correct when checked and idle when timed (it counts calls, notices the
-same buffers or the same contents as the last call, or replays a captured graph that does less)
-is caught in the act; the check is the ``timed_calls`` dynamic check.
+The timed calls are checked (:class:`CallHooks`, filled by :mod:`..run.timed_calls`): what runs
+between calls, outside the events, changes the inputs, refills the outputs and judges an
+unannounced sample of the calls: the ``timed_calls`` dynamic check.
 
 The reference is timed by the same loop on the same stream: eager fp32 (TF32 off), eager with the
 program's precision allowed (TF32 flags for tf32, bf16/fp16 autocast), and ``torch.compile``
@@ -35,10 +31,10 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from .profile import Timing, TimingTable
-from .records import SpeedupRecheck, TimedCallCheck, TimingDetails
+from ..report.profile import Timing, TimingTable
+from ..report.records import SpeedupRecheck, TimedCallCheck, TimingDetails
 
 RECHECK_SPEEDUP = 10.0
 
@@ -58,7 +54,7 @@ class LoopSettings:
 
 
 def measure(fn: Callable[[], Any], timer: Any, flush: Callable[[], None], settings: LoopSettings = LoopSettings(),
-            clock: Callable[[], float] = time.perf_counter, calls: "TimedCalls | None" = None
+            clock: Callable[[], float] = time.perf_counter, calls: CallHooks | None = None
             ) -> tuple[Timing, int, list[float]]:
     """Warm up, then time ``fn`` once per trial with ``timer.time(fn) -> ms`` after ``flush()``.
     With ``calls``, ``calls.before()`` runs before every call (warm-up included) and
@@ -131,51 +127,14 @@ def recheck_speedup(program: Callable[[], Any], baseline: Callable[[], Any], *, 
                           detail="; ".join(reasons))
 
 
-class TimedCalls:
-    """The timed calls' check (module docstring), device-agnostic: ``inputs``/``outputs`` are the
-    tensors the timed program is bound to, ``reference(inputs)`` the reference's outputs for them,
-    ``judge(outputs, ref) -> (passed, detail)`` the comparison at the policy's tolerance."""
+class CallHooks(Protocol):
+    """What runs around every timed call, outside the timed region (:class:`..run.timed_calls.TimedCalls`):
+    ``before()`` before every call (warm-up included), ``after(k)`` after timed trial ``k``,
+    ``result()`` what it found."""
 
-    def __init__(self, inputs: list[Any], outputs: list[Any], reference: Callable[[list[Any]], list[Any]],
-                 judge: Callable[[list[Any], list[Any]], tuple[bool, str]], rng: Any, settings: LoopSettings,
-                 max_checks: int = 12):
-        from .correctness import poison_
-
-        self.inputs, self.outputs = list(inputs), outputs
-        self.swappable = [t for t in inputs if t.numel() > 1]
-        self.reference, self.judge, self.rng = reference, judge, rng
-        n = max(3, settings.min_trials // 10)
-        self.sample = set(rng.sample(range(settings.min_trials), min(n, settings.min_trials)))
-        self.max_checks = max_checks
-        self.calls = self.checked = 0
-        self.failures: list[str] = []
-        self._poison = poison_
-
-    def before(self) -> None:
-        from .inputs import swap_elements
-
-        if self.swappable:
-            swap_elements(self.rng.choice(self.swappable), self.rng)
-        how = self.rng.random()
-        for y in self.outputs:
-            if how < 0.5 or not y.dtype.is_floating_point:
-                self._poison(y, 0 if how < 0.25 else 1)
-            else:
-                y.fill_(self.rng.uniform(-2.0, 2.0))
-        self.calls += 1
-
-    def after(self, k: int) -> None:
-        due = k in self.sample or (k >= max(self.sample, default=0) and self.rng.random() < 0.05)
-        if not due or self.checked >= self.max_checks:
-            return
-        self.checked += 1
-        ok, detail = self.judge(self.outputs, self.reference(self.inputs))
-        if not ok:
-            self.failures.append(f"timed call {k + 1}: {detail}")
-
-    def result(self) -> TimedCallCheck:
-        return TimedCallCheck(calls=self.calls, checked=self.checked, failed=len(self.failures),
-                              detail="; ".join(self.failures[:3]))
+    def before(self) -> None: ...
+    def after(self, k: int) -> None: ...
+    def result(self) -> TimedCallCheck: ...
 
 
 def matched_baseline(table: TimingTable) -> tuple[str, Timing] | None:
@@ -251,7 +210,7 @@ class L2Flusher:
 
 def precision_context(precision: str):
     """PyTorch allowed the program's precision (:meth:`stitchcuda.precision.Policy.baseline`)."""
-    from ..precision import get
+    from ...precision import get
 
     return get(precision).baseline()
 
@@ -259,12 +218,12 @@ def precision_context(precision: str):
 def time_all(program: Callable[[], Any], model: Any, model_args: list[Any], *, precision: str, stream: Any,
              compile: bool = True, settings: LoopSettings = LoopSettings(), recheck_outputs: Callable[[], bool]
              | None = None, log: Callable[[str], None] = lambda s: None,
-             calls: TimedCalls | None = None) -> tuple[TimingTable, TimingDetails]:
+             calls: CallHooks | None = None) -> tuple[TimingTable, TimingDetails]:
     """Time the program (its calls checked by ``calls``) and the four baselines on ``stream`` (a
     torch.cuda.Stream), GPU only."""
     import torch
 
-    from .problem import fp32_exact
+    from ...precision import fp32_exact
 
     notes: list[str] = []
     sint = stream.cuda_stream
@@ -360,5 +319,5 @@ def _time_compiled(model, args, ctx, run_measure, what: str, notes: list[str]):
     return run_measure(fn, what)[0], fn
 
 
-__all__ = ["LoopSettings", "measure", "TimedCalls", "recheck_speedup", "matched_baseline", "EventTimer", "L2Flusher",
+__all__ = ["LoopSettings", "measure", "CallHooks", "recheck_speedup", "matched_baseline", "EventTimer", "L2Flusher",
            "precision_context", "time_all", "RECHECK_SPEEDUP"]

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..manifest import Task
-from .profile import _TENSOR_CORE_NAME, Ceilings, KernelRecord, classify
-from .records import GapStats, GraphCheck, LaunchCheck, ProfileDetails, RefOpTime, TaskTime
+from ...manifest import Task
+from ..report.profile import _TENSOR_CORE_NAME, Ceilings, KernelRecord, classify
+from ..report.records import GapStats, GraphCheck, LaunchCheck, ProfileDetails, ProfiledTaskTime, RefOpTime
 
 RUNTIME_STRATEGIES = ("cublaslt_gemm", "epilogue_template", "cudnn_conv")
 GRAPH_TOLERANCE = 0.05
@@ -213,20 +213,20 @@ def place_unnamed(owner: list[str], tasks: Sequence[Task]) -> None:
 
 
 def task_times(records: Sequence[KernelRecord], tasks: Sequence[Task], runs: int, ceilings: Ceilings | None,
-               precision: str) -> tuple[TaskTime, ...]:
+               precision: str) -> tuple[ProfiledTaskTime, ...]:
     total = sum(r.duration_ns for r in records if r.kind == "kernel") or 1
     out = []
     for t in tasks:
         mine = [r for r in records if r.task == t.name and r.kind == "kernel"]
         if not mine:
-            out.append(TaskTime(t.name, t.strategy, (), 0, 0, 0.0, 0.0, t.flops, t.bytes))
+            out.append(ProfiledTaskTime(t.name, t.strategy, (), 0, 0, 0.0, 0.0, t.flops, t.bytes))
             continue
         ns = sum(r.duration_ns for r in mine)
         per_run = ns / max(runs, 1)
         secs = per_run * 1e-9
         tc = any(_TENSOR_CORE_NAME.search(r.name) for r in mine)
         bound, _, _ = classify(t.bytes, t.flops, per_run, max(len(mine) // max(runs, 1), 1), ceilings, precision, tc)
-        out.append(TaskTime(t.name, t.strategy, tuple(sorted({r.name for r in mine})), len(mine), ns, per_run,
+        out.append(ProfiledTaskTime(t.name, t.strategy, tuple(sorted({r.name for r in mine})), len(mine), ns, per_run,
                             ns / total, t.flops, t.bytes, t.flops / secs if secs else 0.0,
                             t.bytes / secs if secs else 0.0, bound))
     return tuple(out)
@@ -539,8 +539,8 @@ def profile_reference(model: Any, args: Sequence[Any], *, runs: int = 5, top: in
 # ------------------------------------------------------------------ device ceilings
 
 #: Measured ceilings live with the one device description (cached in ``<cache>/ceilings.json``).
-from ..device import device_ceilings, measure as measure_ceilings  # noqa: E402
-from ..paths import cache_dir  # noqa: E402
+from ...device import device_ceilings, measure as measure_ceilings  # noqa: E402
+from ...paths import cache_dir  # noqa: E402
 
 
 __all__ = ["RawActivity", "RawApi", "short_name", "demangle", "split_runs", "match_task", "attribute", "task_times",

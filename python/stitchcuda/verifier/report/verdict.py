@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Union
 
-from .static import Finding
+from ..static.rules import Finding
 
 # ------------------------------------------------------------------ nvcc diagnostics
 
@@ -427,7 +427,7 @@ class VerificationResult:
         return self.verdict.VERDICT
 
     def to_dict(self) -> dict:
-        from .serde import to_jsonable
+        from ...serial import to_jsonable
 
         return to_jsonable(self)
 

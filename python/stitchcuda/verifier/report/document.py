@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fsutil import atomic_write_text
-from . import serde
+from ...fsutil import atomic_write_text
+from ... import serial as serde
 from .profile import Ceilings, KernelRecord, ProfileSummary, TimingTable, format_bytes, format_ns, summarise
 from .records import GpuDetails, PhaseTiming
 from .rubric import Rubric
@@ -60,7 +60,7 @@ class VerificationReport:
 
 
 @dataclass(frozen=True)
-class ReportFiles:
+class VerificationReportFiles:
     json: Path
     markdown: Path
     timeline: Path | None
@@ -72,7 +72,7 @@ def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def write_report(report: VerificationReport, directory: str | Path, *, plot: bool = True) -> ReportFiles:
+def write_report(report: VerificationReport, directory: str | Path, *, plot: bool = True) -> VerificationReportFiles:
     """Write report.json, report.md and (when there are kernel records) timeline.png."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -87,7 +87,7 @@ def write_report(report: VerificationReport, directory: str | Path, *, plot: boo
     # the JSON last: its presence means the whole report is there
     md_path = atomic_write_text(directory / REPORT_MD, md)
     json_path = atomic_write_text(directory / REPORT_JSON, report.to_json())
-    return ReportFiles(json_path, md_path, png, renderer, tuple(notes))
+    return VerificationReportFiles(json_path, md_path, png, renderer, tuple(notes))
 
 
 def _timeline(report: VerificationReport, path: Path):
@@ -348,5 +348,5 @@ def _kernel_section(r: VerificationReport) -> list[str]:
     return out
 
 
-__all__ = ["VerificationReport", "ReportFiles", "write_report", "load_report", "render_markdown", "now_utc",
+__all__ = ["VerificationReport", "VerificationReportFiles", "write_report", "load_report", "render_markdown", "now_utc",
            "REPORT_JSON", "REPORT_MD", "TIMELINE_PNG"]

@@ -1,11 +1,11 @@
-"""The static half of the anti-hacking rubric: rules over program.cu and its manifest.
+"""The static rules over program.cu: what can be seen in the source.
 
 A program may compute its outputs only from its inputs and weights, on the stream it is handed,
 with no help from PyTorch and no memory of earlier calls. Every rule below looks for one way of
 breaking that which can be seen in the source. Rules match on a masked copy of the source
 (:mod:`.cxx`): a comment or string that mentions ``torch`` or ``cudaStreamCreate`` is not code.
 
-Each hit is a :class:`Finding` with a rule id from :data:`RULES`, a severity (``reject``: the
+Each hit is a :class:`Finding` with a rule id from :data:`.rules.RULES`, a severity (``reject``: the
 candidate is refused; ``warn``: reported and scored, not refused), ``file:line``, a message and
 the offending line. What cannot be seen statically (a kernel that covers half the output,
 writes its inputs, reads memory nobody wrote) is left to the dynamic checks on the GPU.
@@ -16,202 +16,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Literal
 
-from .. import manifest as mf
+from ... import manifest as mf
 from . import cxx
 from .decls import (aliases, analyse_decl, angle_close, declared_name, looks_like_function, plain_alias, prev_char,
                     statement_end, statements)
-
-Severity = Literal["reject", "warn"]
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    severity: Severity
-    summary: str
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    severity: Severity
-    file: str
-    line: int
-    message: str
-    excerpt: str = ""
-
-    @property
-    def location(self) -> str:
-        return f"{self.file}:{self.line}" if self.line else self.file
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def __str__(self) -> str:
-        return f"{self.location}: [{self.severity} {self.rule}] {self.message}"
-
-
-_RULES = [
-    # --- PyTorch and friends
-    Rule("torch-include", "reject", "includes a PyTorch, ATen, c10, pybind11 or Python header"),
-    Rule("torch-symbol", "reject", "uses a PyTorch, ATen, c10, pybind11 or Python C-API symbol"),
-    Rule("dynamic-loading", "reject", "loads code at run time (dlopen, dlsym, cuModuleLoad, NVRTC)"),
-    Rule("subprocess", "reject", "starts a process (system, popen, fork, exec)"),
-    Rule("file-io", "reject", "reads or writes files (fopen, fstream, open, mmap)"),
-    Rule("reads-environment", "warn", "reads environment variables (behaviour could depend on who runs it)"),
-    # --- state that outlives a call
-    Rule("host-state-global", "reject",
-         "mutable host variable at file, namespace or static-member scope (state outliving a call)"),
-    Rule("host-state-static-local", "reject", "mutable static or thread_local local variable"),
-    Rule("pointer-keyed-cache", "reject", "container keyed by a pointer (a cache keyed by input or output address)"),
-    Rule("io-pointer-kept", "warn",
-         "st_program_run keeps or compares an input/output address across calls (a cache keyed by address)"),
-    Rule("device-global-state", "warn",
-         "mutable __device__ / __constant__ global or cudaMemcpyToSymbol in run (shared by every instance)"),
-    Rule("macro-hides-state", "warn", "a macro expands to a static or thread_local declaration"),
-    # --- streams, threads, events
-    Rule("own-stream", "reject", "creates its own CUDA stream"),
-    Rule("host-thread", "reject", "starts host threads (std::thread, std::async, pthread_create, OpenMP)"),
-    Rule("host-callback", "reject", "enqueues host callbacks (cudaLaunchHostFunc, cudaStreamAddCallback)"),
-    Rule("own-event", "reject", "creates, records or waits on CUDA events (the runtime owns timing and sync)"),
-    Rule("foreign-stream", "reject",
-         "works on a stream other than the one passed to st_program_run (default, legacy, per-thread)"),
-    Rule("default-stream-launch", "warn", "a helper launches on the default stream"),
-    Rule("host-sync-in-run", "warn", "st_program_run blocks the host (device/stream synchronise, synchronous copy)"),
-    Rule("alloc-in-run", "warn", "st_program_run allocates memory on every call (use the stream arena)"),
-    # --- hard-coded outputs
-    Rule("hardcoded-output-table", "reject", "numeric table large enough (or shaped) to be an output"),
-    Rule("large-constant-table", "warn", "large numeric table in the source"),
-    Rule("large-string-literal", "warn", "very large string literal that is not JSON (could encode data)"),
-    Rule("const-copy-to-output", "reject", "copies host or symbol data into an output"),
-    Rule("output-only-memset", "reject", "outputs are only memset, never computed"),
-    Rule("output-to-global", "reject", "copies an output into a device global (keeps results across calls)"),
-    Rule("input-write", "reject", "memsets or copies into an input (inputs are read-only)"),
-    Rule("foreign-include", "warn", "includes a local file that does not travel with the program"),
-    # --- ABI and manifest
-    Rule("manifest-invalid", "reject", "the program folder or its manifest cannot be read or is invalid"),
-    Rule("abi-exports", "reject", "a program ABI symbol is missing or lacks extern \"C\" linkage"),
-    Rule("provenance-coverage", "reject", "a reference op is covered by no task in the manifest"),
-    Rule("provenance-unknown-node", "warn", "a task covers a node that is not among reference_ops"),
-    Rule("provenance-empty", "warn", "the manifest lists no reference_ops (coverage cannot be checked)"),
-    Rule("manifest-hash", "warn", "the manifest's source_hash does not match program.cu"),
-    # --- the built library (stitchcuda.verifier.sandbox): what it imports, not how the source spells it
-    Rule("sandbox-host-symbol", "reject",
-         "imports a symbol no linked library provides (resolved from the host process: Python, PyTorch)"),
-    Rule("sandbox-dynamic-loading", "reject", "the program's code calls dlopen / dlsym or loads code at run time"),
-    Rule("sandbox-driver-entry-point", "reject",
-         "the program's code looks up driver entry points (cuGetProcAddress, cudaGetDriverEntryPoint)"),
-    Rule("sandbox-file-access", "reject", "the program's code opens, reads or writes files or descriptors"),
-    Rule("sandbox-environment", "reject", "the program's code reads or changes the environment"),
-    Rule("sandbox-thread", "reject", "the program's code starts threads or processes, or enqueues host callbacks"),
-    Rule("sandbox-system", "reject", "the program makes raw system calls, or uses sockets, IPC or process control"),
-    Rule("sandbox-unchecked", "warn", "a check of the built library could not run (a tool is missing)"),
-]
-
-#: Every rule the static checker can report, by id.
-RULES: dict[str, Rule] = {r.id: r for r in _RULES}
-
-ABI_SYMBOLS = ("st_program_abi_version", "st_program_manifest", "st_program_create",
-               "st_program_run", "st_program_destroy")
-
-
-@dataclass(frozen=True)
-class StaticResult:
-    """All findings for one program; ``rejected`` when any has severity reject."""
-
-    findings: tuple[Finding, ...]
-
-    @property
-    def rejected(self) -> bool:
-        return any(f.severity == "reject" for f in self.findings)
-
-    @property
-    def rejections(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity == "reject")
-
-    @property
-    def warnings(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity == "warn")
-
-    def rule_ids(self, severity: Severity | None = None) -> set[str]:
-        return {f.rule for f in self.findings if severity is None or f.severity == severity}
-
-    def to_dict(self) -> dict:
-        return {"rejected": self.rejected, "findings": [f.to_dict() for f in self.findings]}
-
-
-# ------------------------------------------------------------------ entry points
-
-
-def check_program(path: str | Path, *, require_weights: bool = False) -> StaticResult:
-    """Run every static rule on a program folder (program.cu + manifest.json).
-
-    A folder that cannot be loaded (no program.cu, a manifest or weights file that does not
-    validate) is itself a finding, ``manifest-invalid``, naming the file and the problem:
-    failures are values, and a candidate with a broken manifest is simply rejected.
-    """
-    try:
-        prog = mf.load_program_dir(path, require_weights=require_weights)
-    except mf.ManifestError as e:
-        return StaticResult((_finding("manifest-invalid", Path(e.file).name, 0, e.problem),))
-    source = prog.read_source()
-    manifest_text = prog.manifest_path.read_text(encoding="utf-8")
-    findings = list(check_source(source, file=mf.PROGRAM_SOURCE, manifest=prog.manifest))
-    findings += check_manifest(prog.manifest, file=mf.MANIFEST_FILE, text=manifest_text, source=source)
-    return StaticResult(tuple(findings))
-
-
-def check_source(source: str, *, file: str = "program.cu", manifest: mf.Manifest | None = None) -> list[Finding]:
-    """Static rules over one CUDA C++ source. ``manifest`` sharpens the output-table rule."""
-    return _SourceChecker(source, file, manifest).run()
-
-
-def check_manifest(manifest: mf.Manifest, *, file: str = "manifest.json", text: str | None = None,
-                   source: str | None = None) -> list[Finding]:
-    """Provenance rules (and the source hash, when the source is given)."""
-    out: list[Finding] = []
-
-    def line_of(pattern: str) -> int:
-        if not text:
-            return 0
-        m = re.search(pattern, text)
-        return text.count("\n", 0, m.start()) + 1 if m else 0
-
-    def excerpt(line: int) -> str:
-        if not text or not line:
-            return ""
-        return text.splitlines()[line - 1].strip()[:120]
-
-    if not manifest.reference_ops:
-        ln = line_of(r'"reference_ops"')
-        out.append(_finding("provenance-empty", file, ln,
-                            "reference_ops is empty: which reference ops the tasks cover cannot be checked",
-                            excerpt(ln)))
-    missing = manifest.uncovered_ops()
-    for op in missing:
-        ln = line_of(r'"node"\s*:\s*"' + re.escape(op.node) + '"')
-        out.append(_finding("provenance-coverage", file, ln,
-                            f"reference op {op.node} ({op.op}) is covered by no task; every reference op "
-                            "must be mapped to the task that computes it", excerpt(ln)))
-    for task, node in manifest.unknown_covers():
-        ln = line_of(r'"name"\s*:\s*"' + re.escape(task) + '"')
-        out.append(_finding("provenance-unknown-node", file, ln,
-                            f"task {task} covers {node}, which is not among reference_ops", excerpt(ln)))
-    if source is not None and not mf.same_hash(manifest.source_hash, mf.hash_source(source)):
-        ln = line_of(r'"source_hash"')
-        out.append(_finding("manifest-hash", file, ln,
-                            "source_hash does not match program.cu (edited after the manifest was written?)",
-                            excerpt(ln)))
-    return out
-
-
-def _finding(rule: str, file: str, line: int, message: str, excerpt: str = "",
-             severity: Severity | None = None) -> Finding:
-    return Finding(rule, severity or RULES[rule].severity, file, line, message, excerpt)
+from .rules import ABI_SYMBOLS, Finding, Severity, make_finding
 
 
 # ------------------------------------------------------------------ patterns
@@ -303,7 +113,7 @@ class _SourceChecker:
         if key in self._seen:
             return
         self._seen.add(key)
-        self.out.append(_finding(rule, self.file, line, message, self.m.line_text(line).strip()[:120], severity))
+        self.out.append(make_finding(rule, self.file, line, message, self.m.line_text(line).strip()[:120], severity))
 
     def run(self) -> list[Finding]:
         self.includes()
@@ -645,5 +455,9 @@ def _cap_per_rule(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-__all__ = ["Rule", "RULES", "Finding", "StaticResult", "Severity", "ABI_SYMBOLS",
-           "check_program", "check_source", "check_manifest"]
+def check_source(source: str, *, file: str = "program.cu", manifest: mf.Manifest | None = None) -> list[Finding]:
+    """Static rules over one CUDA C++ source. ``manifest`` sharpens the output-table rule."""
+    return _SourceChecker(source, file, manifest).run()
+
+
+__all__ = ["check_source", "MAX_FINDINGS_PER_RULE"]

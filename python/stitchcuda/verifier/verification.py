@@ -8,15 +8,14 @@ by the Verifier. In order, each step timed (the phase timings go into the report
 1. **inputs**: the program folder (manifest, program.cu) and the reference are loaded and checked
    against each other on the CPU. A problem here is the caller's, not the candidate's: it raises
    ``ManifestError`` / ``ProblemError`` naming the file and the problem, and nothing is written.
-2. **static**: ``static.check_program``; a rejected candidate is not built.
-3. **build**: through the project's one build cache (:func:`stitchcuda.build.build`), linked with
-   ``-z defs`` and the traced names of :mod:`.sandbox`; an honest baseline program is built the
-   same way. A compile failure is a ``CompileError``; a link refused only for imports from the host
+2. **static**: :func:`.static.check_program`; a rejected candidate is not built.
+3. **build**: through the project's one build cache (:mod:`.run.build`), linked with ``-z defs`` and
+   the traced names of :mod:`.static.sandbox`; an honest baseline program is built the same way. A compile failure is a ``CompileError``; a link refused only for imports from the host
    process is a rejection; a baseline that does not build either means the machine cannot build.
-4. **sandbox**: the built library's imports and system calls (:mod:`.sandbox`); a refused library
-   is not run.
-5. **correctness + timing** in one child process (:mod:`.worker`, mode ``verify``), isolated by
-   :mod:`.isolate`; the job is a :class:`~.job.WorkerJob`.
+4. **sandbox**: the built library's imports and system calls (:mod:`.static.sandbox`); a refused
+   library is not run.
+5. **correctness + timing** in one child process (:mod:`.run.worker`, mode ``verify``), isolated by
+   :mod:`.run.child`; the job is a :class:`~.run.job.WorkerJob`.
 6. **profile** in a second child (mode ``profile``): CUPTI records of the program.
 7. rubric, feedback, report.json / report.md / timeline.png in the program folder.
 
@@ -33,29 +32,29 @@ import dataclasses
 import os
 import secrets
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from .. import manifest as mf
+from .. import serial as serde
 from ..precision import get as get_policy
-from . import sandbox, serde
-from .correctness import CorrectnessResult
-from .feedback import make_feedback
-from .inputs import fresh_seed
-from .isolate import ChildOutcome, Limits, clean_env, run_child, worker_argv
-from .job import WorkerJob
-from .problem import ProblemError, ReferenceSpec, resolve_reference, validate_reference
-from .profile import Ceilings, KernelRecord, TimingTable, summarise
-from .records import GpuDetails, MemoryUse, PhaseTiming, ProfileDetails, RefOpTime, TimingDetails
-from .report import ReportFiles, VerificationReport, now_utc, write_report
-from .rubric import build_rubric, detect_techniques
-from .static import Finding, check_program
-from .timing import LoopSettings
-from .verdict import (CompileError, Crash, DynamicCheck, Inconclusive, Passed, Timeout, VerificationResult,
-                      build_result)
+from .measure.timing import LoopSettings
+from .report.document import VerificationReport, VerificationReportFiles, now_utc, write_report
+from .report.feedback import make_feedback
+from .report.profile import Ceilings, KernelRecord, TimingTable, summarise
+from .report.records import GpuDetails, MemoryUse, PhaseTiming, ProfileDetails, RefOpTime, TimingDetails
+from .report.rubric import build_rubric, detect_techniques
+from .report.verdict import (CompileError, Crash, DynamicCheck, Inconclusive, Passed, Timeout, VerificationResult,
+                             build_result)
+from .run.build import NoToolchain, build_baseline, build_candidate, environment_problem
+from .run.child import ChildOutcome, Limits, clean_env, run_child, worker_argv
+from .run.correctness import CorrectnessResult
+from .run.inputs import fresh_seed
+from .run.job import WorkerJob
+from .run.reference import ProblemError, ReferenceSpec, resolve_reference, validate_reference
+from .static import Finding, check_program, sandbox
 
 #: Exit codes of ``stitchcuda verify`` (README, "Verifying a program").
 EXIT_PASSED, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_VERIFY = 0, 1, 2, 3
@@ -103,7 +102,7 @@ class Verification:
 
     result: VerificationResult
     report: VerificationReport
-    files: ReportFiles | None
+    files: VerificationReportFiles | None
     phases: tuple[PhaseTiming, ...]
     library: Path | None = None
 
@@ -113,72 +112,6 @@ class Verification:
         if self.result.ok:
             return EXIT_PASSED
         return EXIT_CANNOT_VERIFY if self.result.kind == "inconclusive" else EXIT_FAILED
-
-
-# ------------------------------------------------------------------ build
-
-
-@dataclass(frozen=True)
-class BuildOutcome:
-    ok: bool
-    library: Path | None
-    output: str
-    seconds: float
-    cached: bool = False
-
-
-def build_program(prog: mf.ProgramDir, arch: str, timeout: float = 600.0) -> BuildOutcome:
-    """Build program.cu through the project's one build cache, linked as :mod:`.sandbox` needs.
-
-    Raises :class:`VerifyEnvironmentError` when nothing could be compiled for a reason that is
-    not the candidate's (no nvcc, never-compile mode, an unwritable cache); a compile error is a
-    failed :class:`BuildOutcome` (a verdict)."""
-    return _build(prog.source.read_text(encoding="utf-8"), arch, timeout, prog.manifest.name,
-                  prog.manifest.precision, str(prog.source))
-
-
-def _build(source: str, arch: str, timeout: float, name: str, policy: str, what: str) -> BuildOutcome:
-    from .. import build as build_mod
-
-    t0 = time.monotonic()
-    out = build_mod.build(source, arch=arch, timeout=timeout, name=name, policy=policy, flags=sandbox.LINK_FLAGS)
-    if out.ok and out.library:
-        text = out.compile.output if out.compile is not None else _recorded_output(Path(out.library))
-        return BuildOutcome(True, Path(out.library), text, time.monotonic() - t0, out.cached)
-    if out.compile is None:  # nothing was compiled: no nvcc, never-compile mode, an unwritable cache
-        raise VerifyEnvironmentError(f"cannot build {what}: {out.message}")
-    return BuildOutcome(False, None, out.compile.output, time.monotonic() - t0)
-
-
-def _recorded_output(library: Path) -> str:
-    """The compiler output a cached build recorded beside its library (build.json)."""
-    import json
-
-    try:
-        return str(json.loads((library.parent / "build.json").read_text()).get("output", ""))
-    except (OSError, ValueError):
-        return ""
-
-
-def build_baseline(arch: str) -> BuildOutcome:
-    """The honest program the sandbox rules compare with: the package's example, built the same way."""
-    from ..paths import EXAMPLES_DIR
-
-    src = EXAMPLES_DIR / "example_mlp.cu"
-    return _build(src.read_text(encoding="utf-8"), arch, 600.0, "sandbox_baseline", "fp32", str(src))
-
-
-def environment_problem() -> str:
-    """What keeps this machine from building and running candidates, or ""."""
-    tmp = os.environ.get("TMPDIR")
-    if tmp and not (os.path.isdir(tmp) and os.access(tmp, os.W_OK | os.X_OK)):
-        return f"TMPDIR={tmp} is not a writable folder: the compiler and the child processes need it"
-    try:
-        with tempfile.TemporaryFile():
-            pass
-    except OSError as e:
-        return f"no writable temporary folder ({e.strerror or e})"
-    return ""
 
 
 # ------------------------------------------------------------------ children
@@ -317,8 +250,8 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     t = clock()
     try:
         baseline = build_baseline(run.arch) if o.sandbox else None
-        built = build_program(prog, run.arch)
-    except VerifyEnvironmentError as e:
+        built = build_candidate(prog, run.arch)
+    except NoToolchain as e:
         run.phases.append(PhaseTiming("build", clock() - t))
         run.inconclusive(str(e))
     run.phases.append(PhaseTiming("build", clock() - t))
@@ -498,7 +431,10 @@ def profile_program_dir(program_dir: str | os.PathLike, reference: str | os.Path
     spec = resolve_reference(reference, prog.root, prog.manifest)
     validate_reference(spec, prog.manifest, manifest_file=prog.manifest_path)
     arch = options.arch or os.environ.get("STITCHCUDA_ARCH") or prog.manifest.arch
-    built = build_program(prog, arch)
+    try:
+        built = build_candidate(prog, arch)
+    except NoToolchain as e:
+        raise VerifyEnvironmentError(str(e)) from None
     if not built.ok or built.library is None:
         ce = CompileError.from_output(built.output)
         return ProfileOnly((), None, None, ChildOutcome("crash", None, None, "build", built.seconds), ce)
@@ -515,6 +451,6 @@ def profile_program_dir(program_dir: str | os.PathLike, reference: str | os.Path
                        _get(pr, "ceilings", Ceilings), out, out.crash or out.timeout)
 
 
-__all__ = ["VerifyOptions", "Verification", "VerifyEnvironmentError", "verify", "verify_program", "build_program",
-           "build_baseline", "environment_problem", "BuildOutcome", "run_worker", "profile_program_dir", "ProfileOnly",
+__all__ = ["VerifyOptions", "Verification", "VerifyEnvironmentError", "verify", "verify_program", "run_worker",
+           "profile_program_dir", "ProfileOnly",
            "EXIT_PASSED", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_CANNOT_VERIFY"]

@@ -1,4 +1,4 @@
-"""The child process that runs one candidate: ``python -m stitchcuda.verifier.worker FD``.
+"""The child process that runs one candidate: ``python -m stitchcuda.verifier.run.worker FD``.
 
 The job (a :class:`~.job.WorkerJob`, JSON on stdin) names the program library, the manifest, the
 reference, the precision to judge at, the seeds and the options. Modes:
@@ -25,8 +25,8 @@ import time
 import traceback
 from typing import Any
 
-from . import serde
-from .isolate import Channel
+from ... import serial as serde
+from .child import Channel
 from .job import JobError, WorkerJob
 
 
@@ -85,7 +85,7 @@ def _is_oom(e: BaseException) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 1 or not argv[0].isdigit():
-        print("usage: python -m stitchcuda.verifier.worker FD  (the job on stdin)", file=sys.stderr)
+        print("usage: python -m stitchcuda.verifier.run.worker FD  (the job on stdin)", file=sys.stderr)
         return 2
     fd = int(argv[0])
     text = sys.stdin.read()
@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
     except ImportError as e:
         rep.finish("error", 2, error=f"PyTorch is not importable: {e}")
-    from .problem import Problem, ProblemError
+    from .harness import ReferenceHarness
+    from .reference import ProblemError
 
     if not torch.cuda.is_available():
         rep.finish("error", 2, error="no CUDA device is visible to the verification child (torch.cuda.is_available() "
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     rep.save(device=torch.cuda.get_device_name(dev), torch_version=torch.__version__)
     manifest = job.manifest
     try:
-        problem = Problem(job.reference, manifest, f"cuda:{dev}", weights_seed=job.weights_seed)
+        problem = ReferenceHarness(job.reference, manifest, f"cuda:{dev}", weights_seed=job.weights_seed)
     except ProblemError as e:
         rep.finish("input_error", 3, input_error={"file": e.file, "problem": e.problem})
     except Exception as e:  # noqa: BLE001 - the reference itself failed on the device
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - create failed: the candidate's fault
         rep.finish("crash", 1, crash={"message": "program create failed: " + _message(e)})
     stream = torch.cuda.Stream(dev)
-    from .correctness import ReferenceMismatch, StreamRunner
+    from .runner import StreamRunner
+    from .session import ReferenceMismatch
 
     runner = _Guarded(StreamRunner(instance, stream))
 
@@ -211,9 +213,10 @@ def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, c
     import torch
 
     from .compare import errors
-    from .correctness import check_correctness, empty_outputs, poison_
+    from .correctness import check_correctness
+    from .session import empty_outputs, poison_
     from .inputs import Secret
-    from .records import MemoryUse
+    from ..report.records import MemoryUse
 
     rep.phase("correctness")
     res = check_correctness(runner, problem, precision=job.precision, trials=job.trials, seed=job.seed,
@@ -227,7 +230,8 @@ def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, c
     if not job.time or not res.passed:
         return
     rep.phase("timing")
-    from .timing import TimedCalls, time_all
+    from ..measure.timing import time_all
+    from .timed_calls import TimedCalls
 
     secret = Secret(job.seed)
     tol = res.tolerance
@@ -262,8 +266,8 @@ def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, c
     rep.save(timing={"table": table, "details": details})
     if job.reference_profile:
         rep.phase("reference_profile")
-        from .cupti_profile import profile_reference
-        from .problem import fp32_exact
+        from ...precision import fp32_exact
+        from ..measure.cupti import profile_reference
 
         try:
             ops = profile_reference(problem.model, problem.model_args(d), context=fp32_exact)
@@ -275,9 +279,9 @@ def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, c
 def _profile(job: WorkerJob, rep, runner, problem, stream, dev) -> None:
     import torch
 
-    from .correctness import empty_outputs
-    from .cupti_profile import device_ceilings, profile_program
+    from ..measure.cupti import device_ceilings, profile_program
     from .inputs import Secret
+    from .session import empty_outputs
 
     rep.phase("ceilings")
     try:

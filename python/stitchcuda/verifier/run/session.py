@@ -1,63 +1,48 @@
-"""Correctness: a candidate program run against its PyTorch reference, trial by trial.
+"""One candidate's correctness run: every call, its poisoned outputs and checked inputs, every judgement.
 
-The procedure (MEASURING.md, "Correct first"), on a :class:`Runner` (the program on one stream)
-and a :class:`ReferenceLike` (fresh inputs and the reference's outputs for them), every random
-choice from the verification's :class:`~.inputs.Secret`:
+A :class:`Session` makes the program calls of :mod:`.correctness` and :mod:`.dynamic` and keeps what
+they established: the trials, the first failure of each dynamic check, the notes. Every output is
+judged by :func:`.compare.errors`: KernelBench's ``allclose`` at the requested policy's tolerance
+(:mod:`stitchcuda.precision`, never the manifest's), with the absolute tolerance scaled down for
+outputs that live below 1, against the reference in fp32 eager (TF32 off). Only where that fails is
+the reference computed in float64 (where a float64 copy fits) and the output judged against it:
+float64 only where it pays. A varied trial on which the fp32 reference itself misses the float64 one
+is ill-conditioned at those inputs and is judged on the norm-relative error instead. NaN or Inf
+where the reference is finite never passes.
 
-1. ``trials`` plain trials (default 5) on fresh inputs from the reference's ``get_inputs()``.
-   Outputs are filled with a NaN poison before every run; after it every element must have been
-   written and the inputs must be unchanged (a keyed hash of their bits). Trial 0 runs twice
-   (a race shows as a difference beyond rounding).
-2. ``varied`` trials (default 4) on inputs of other distributions (:mod:`.inputs`: scaled,
-   offset, heavy-tailed, sparse, structured), kinds and parameters drawn per verification.
-3. The dynamic anti-hacking sequences of :mod:`.dynamic`: repeated calls on the same buffers with
-   new contents, single-element sensitivity, stream order, the precision claim.
-
-Every output is judged by :func:`.compare.errors`: KernelBench's ``allclose`` at the requested
-policy's tolerance (:mod:`stitchcuda.precision`, never the manifest's), with the absolute tolerance
-scaled down for outputs that live below 1, against the reference in fp32 eager (TF32 off). Only
-where that fails is the reference computed in float64 (where a float64 copy fits) and the output
-judged against it: float64 only where it pays. A varied trial on which the fp32 reference itself
-misses the float64 one is ill-conditioned at those inputs and is judged on the norm-relative
-error instead. NaN or Inf where the reference is finite never passes.
-
-Ordering is a defence: the candidate always runs *before* the reference's outputs for the same
-inputs exist in the process, so no program can copy them out of device memory. Each set of
-inputs gets its reference computed once.
-
-Everything here is device-agnostic PyTorch: the CPU tests drive it with a fake runner whose
-"program" is a Python callable.
+Also here: what a runner and a reference must offer (:class:`Runner`, :class:`ReferenceLike`), a
+set of inputs (:class:`Draw`), and the element-level helpers (poison patterns, chunked counts).
+Device-agnostic PyTorch: the CPU tests drive it with a fake runner whose "program" is a Python
+callable.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from ..manifest import TensorSpec
-from ..precision import get as get_policy
+from ...manifest import TensorSpec
+from ...precision import get as get_policy
+from ..report.verdict import DynamicCheck, OutputCheck, TrialResult
 from .compare import bits, errors, norm_relative, output_scale, torch_dtype
-from .inputs import Secret, choose_variations, vary
-from .memory import Budget, Stash, nbytes
-from .verdict import DynamicCheck, OutputCheck, TrialResult
+from .copies import CopyBudget, Stash, nbytes
+from .inputs import Secret
 
 # Two poison bit patterns per element size. In every float format of that size both are NaNs with
 # a payload no arithmetic produces (fp32 0x7FD5A5A5, bf16/fp16 0x7FA5 / 0x7FDA, fp64 0x7FF8A5..).
 _POISON = {1: (0xA5, 0x5A), 2: (0x7FA5, 0x7FDA), 4: (0x7FD5A5A5, 0x7FC35A5B),
            8: (0x7FF8A5A5A5A5A5A5, 0x7FF95A5A5A5A5A5A)}
 
-#: Default number of varied-distribution trials.
-VARIED_TRIALS = 4
 
 #: Inputs up to this many bytes are also kept as a copy, so a changed input can be located.
 LOCATE_BYTES = 64 << 20
 
 #: How much looser than the policy's tolerance a varied trial's last judge is (``_varied_slack``).
 VARIED_SLACK = 10.0
+
 
 
 class Runner(Protocol):
@@ -102,21 +87,6 @@ class ReferenceLike(Protocol):
                    inputs: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor] | None: ...
 
 
-@dataclass(frozen=True)
-class CorrectnessResult:
-    trials: tuple[TrialResult, ...]
-    checks: tuple[DynamicCheck, ...]
-    tolerance: float
-    notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    seconds: float = 0.0
-    calls: int = 0  # program calls made
-    inconclusive: str = ""  # set when a check could not be judged for a reason not the candidate's
-
-    @property
-    def passed(self) -> bool:
-        return (all(t.passed for t in self.trials) and not any(c.status == "fail" for c in self.checks)
-                and not self.inconclusive)
 
 
 class ReferenceMismatch(ValueError):
@@ -224,9 +194,9 @@ class Session:
     """One candidate's correctness run: every call, every failure of a dynamic check, the notes."""
 
     def __init__(self, runner: Runner, reference: ReferenceLike, policy: str, secret: Secret,
-                 budget: Budget | None = None):
+                 budget: CopyBudget | None = None):
         self.runner, self.ref, self.secret = runner, reference, secret
-        self.budget = budget or Budget(runner.device)
+        self.budget = budget or CopyBudget(runner.device)
         self.policy = get_policy(policy).name
         self.tol = get_policy(policy).tolerance
         self.in_specs, self.out_specs = reference.input_specs, reference.output_specs
@@ -446,19 +416,12 @@ class Session:
         return DynamicCheck("deterministic", "pass", "bit-identical between two runs on the same inputs")
 
 
-def _bad_mask(out: torch.Tensor, ref: torch.Tensor, tol: float, atol: float) -> torch.Tensor:
-    from .compare import close_mask
+def own_inputs(d: Draw, k: int) -> list[torch.Tensor]:
+    """The draw's inputs at addresses the previous call did not use (the draw gives its copies up)."""
+    x = [fresh_copy(t, k) for t in d.program]
+    d.program = []
+    return x
 
-    return ~close_mask(out, ref, tol, atol)
-
-
-def _hash(t: torch.Tensor, key: int) -> int:
-    from .compare import fingerprint
-
-    return fingerprint(t, key) if t.numel() else 0
-
-
-# ------------------------------------------------------------------ the procedure
 
 
 @dataclass
@@ -472,170 +435,18 @@ class LastTrial:
     outputs: Stash
 
 
-def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: str = "fp32", trials: int = 5,
-                      seed: int = 0, varied: int = VARIED_TRIALS, dynamic: bool = True,
-                      budget: Budget | None = None) -> CorrectnessResult:
-    """Run the trials and the dynamic checks (module docstring) at ``precision``'s tolerance, the
-    Verifier's own copies placed by ``budget`` (default: from the device's free memory).
-    Raises only on a broken reference (ReferenceMismatch: outputs that do not match the manifest);
-    exceptions from the program propagate."""
-    from . import dynamic as dyn
+def _bad_mask(out: torch.Tensor, ref: torch.Tensor, tol: float, atol: float) -> torch.Tensor:
+    from .compare import close_mask
 
-    if trials < 1:
-        raise ValueError("check_correctness: trials must be >= 1")
-    t0 = time.monotonic()
-    secret = Secret(seed)
-    s = Session(runner, reference, precision, secret, budget)
-    extra: list[DynamicCheck] = []
-    with runner.context(), torch.no_grad():
-        last: LastTrial | None = None
-        for k in range(trials):
-            d = x = y = j = None  # noqa: F841 - the previous trial's tensors go before the next are drawn
-            d = reference.draw(secret.seed_for(f"trial{k}"))
-            x = _own(d, s.calls)
-            y = empty_outputs(s.out_specs, s.device)
-            s.run(x, y, fill=f"poison{k % 2}", what=f"trial {k}")
-            y2 = None
-            if dynamic and k == 0:
-                y2 = empty_outputs(s.out_specs, s.device)
-                s.run(x, y2, fill="poison1", what="trial 0, second run")
-                extra.append(s.determinism(y, y2))
-                del y2
-            j = s.judge("", y, d, x)
-            s.plain_nonfinite |= any(is_float(r) and not all_finite(r) for r in j.ref)
-            if dynamic and k == 0:
-                extra.append(dyn.precision_claim(s, d, x, y, j.ref))
-            if dynamic and k == trials - 1:
-                last = LastTrial(d, s.stash("sensitivity's starting outputs", y))
-        d = x = y = j = None  # noqa: F841 - nothing of the plain trials stays on the device
-        s.plain_ok = all(t.passed for t in s.trials) and not s.failures
-        if varied > 0:
-            _varied_trials(s, varied, s.plain_ok)
-        if dynamic and last is not None:
-            extra += dyn.dynamic_checks(s, last)
-    for line in s.budget.notes:
-        s.note(line)
-    checks = _collect(s, extra, dynamic)
-    return CorrectnessResult(tuple(s.trials), tuple(checks), s.tol, tuple(s.notes), tuple(s.warnings),
-                             time.monotonic() - t0, s.calls, s.inconclusive)
+    return ~close_mask(out, ref, tol, atol)
 
 
-def _own(d: Draw, k: int) -> list[torch.Tensor]:
-    """The draw's inputs at addresses the previous call did not use (the draw gives its copies up)."""
-    x = [fresh_copy(t, k) for t in d.program]
-    d.program = []
-    return x
+def _hash(t: torch.Tensor, key: int) -> int:
+    from .compare import fingerprint
+
+    return fingerprint(t, key) if t.numel() else 0
 
 
-def _varied_trials(s: Session, n: int, plain_ok: bool) -> None:
-    ref = s.ref
-    variations = choose_variations(s.secret.rng("varied"), n)
-    failed: list[str] = []
-    judged = 0
-    for j, v in enumerate(variations):
-        d = x = y = r = None  # noqa: F841 - the previous trial's tensors go before the next are drawn
-        d = ref.draw(s.secret.seed_for(f"varied{j}"))
-        gen = torch.Generator(device=s.device).manual_seed(s.secret.seed_for(f"varied{j}:gen"))
-        x = [t if i in s.lifted else vary(t, v, gen) for i, t in enumerate(d.program)]
-        if all(a is b for a, b in zip(x, d.program)):
-            s.note("varied trials not applicable: no floating-point input")
-            return
-        d.program = x
-        x = _own(d, s.calls)
-        y = empty_outputs(s.out_specs, s.device)
-        s.run(x, y, fill="poison0", what=f"varied trial ({v.label})")
-        r = s.reference(d, x)
-        if not s.plain_nonfinite and any(is_float(t) and not all_finite(t) for t in r):
-            s.note(f"varied trial ({v.label}) skipped: the reference itself gives NaN or Inf on these inputs")
-            continue
-        if any(_beyond_range(t, spec.dtype) for t, spec in zip(r, s.out_specs)):
-            s.note(f"varied trial ({v.label}) skipped: the reference's outputs exceed what the program's output dtype "
-                   "can hold")
-            continue
-        jd = s.judge(v.label, y, d, x, varied=True, distribution=True, ref=r)
-        judged += 1
-        if not jd.trial.passed:
-            failed.append(f"trial {jd.trial.index} ({v.label})")
-    if failed and plain_ok:
-        s.fail("varied_inputs", "right on get_inputs()'s distribution, wrong on " + ", ".join(failed) +
-               ": the program assumes properties of its inputs")
-    elif judged:
-        s.passes["varied_inputs"] = f"{judged} varied trials: " + ", ".join(v.label for v in variations)
-    else:
-        s.note("no varied trial could be judged (the reference gives NaN or Inf on every variation)")
-
-
-def _beyond_range(t: torch.Tensor, dtype: str) -> bool:
-    """Whether finite values of ``t`` exceed the largest finite value of ``dtype`` (a float16 output
-    cannot hold 1e5, whatever the program does)."""
-    want = torch_dtype(dtype)
-    if not (is_float(t) and want.is_floating_point) or torch.finfo(want).max >= torch.finfo(t.dtype).max:
-        return False
-    from .compare import max_finite_abs
-
-    return max_finite_abs(t) > torch.finfo(want).max
-
-
-def _collect(s: Session, extra: list[DynamicCheck], dynamic: bool) -> list[DynamicCheck]:
-    """Every dynamic check once: failures first by name, then the passes and what each established."""
-    out = [DynamicCheck("outputs_written", "fail" if "outputs_written" in s.failures else "pass",
-                        s.failures.get("outputs_written", "every element of every output was written")),
-           DynamicCheck("inputs_unchanged", "fail" if "inputs_unchanged" in s.failures else "pass",
-                        s.failures.get("inputs_unchanged", "inputs bit-identical after every run"))]
-    if not dynamic:
-        return out
-    names = ("no_output_reuse", "outputs_follow_inputs", "repeat_calls", "sensitivity", "varied_inputs")
-    for name in names:
-        if name in s.failures:
-            out.append(DynamicCheck(name, "fail", s.failures[name]))
-        elif name in s.passes:
-            out.append(DynamicCheck(name, "pass", s.passes[name]))
-    out += extra
-    return out
-
-
-# ------------------------------------------------------------------ a runner over the real program
-
-
-class StreamRunner:
-    """A compiled program instance (``stitchcuda._rt``) on one CUDA stream (GPU only)."""
-
-    def __init__(self, instance: Any, stream: "torch.cuda.Stream", hold_cycles: int = 200_000_000):
-        self.instance, self.stream = instance, stream
-        self.device = stream.device
-        self.hold_cycles = hold_cycles
-
-    def context(self):
-        return torch.cuda.stream(self.stream)
-
-    def run(self, inputs, outputs) -> None:
-        self.instance.run(list(inputs), list(outputs), stream=self.stream.cuda_stream)
-
-    def bind(self, inputs, outputs):
-        """A callable that runs on fixed tensors with no DLPack exchange per call, as a deployed
-        program is called; for timing and profiling, where the per-call Python cost of
-        resolving tensors would otherwise be timed as program time."""
-        bound = self.instance.bind(list(inputs), list(outputs), stream=self.stream.cuda_stream)
-        stream = self.stream.cuda_stream
-        return lambda: bound(stream)
-
-    def sync(self) -> None:
-        ev = torch.cuda.Event()
-        ev.record(self.stream)
-        ev.synchronize()
-
-    def sync_device(self) -> None:
-        torch.cuda.synchronize(self.device)
-
-    def hold(self) -> None:
-        with torch.cuda.stream(self.stream):
-            torch.cuda._sleep(self.hold_cycles)
-
-    def ordered(self, fn) -> None:
-        with torch.cuda.stream(self.stream):
-            fn()
-
-
-__all__ = ["ReferenceMismatch", "VARIED_TRIALS", "Runner", "Draw", "ReferenceLike", "CorrectnessResult", "Session",
-           "Judged", "LastTrial", "check_correctness", "count_where", "all_finite", "poison_", "poisoned", "any_poison", "empty_outputs", "fresh_copy",
-           "StreamRunner"]
+__all__ = ["LOCATE_BYTES", "VARIED_SLACK", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
+           "Judged", "LastTrial", "own_inputs", "poison_", "poisoned", "any_poison", "is_float", "count_where", "all_finite", "fmt_index",
+           "empty_outputs", "fresh_copy", "check_shapes"]

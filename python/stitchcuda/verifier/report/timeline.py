@@ -11,7 +11,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from ..fsutil import atomic_write_bytes
+from ...fsutil import atomic_write_bytes
 from .profile import KernelRecord, ProfileSummary, format_ns
 
 COLOURS = {  # bound -> RGB

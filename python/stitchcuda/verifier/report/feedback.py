@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .profile import ProfileSummary, TimingTable, format_bytes, format_ns
-from .static import RULES, Finding
+from ..static.rules import RULES, Finding
 from .verdict import (CompileError, Crash, DynamicCheck, Inconclusive, Rejected, Timeout, VerificationResult,
                       WrongAnswer, trim)
 

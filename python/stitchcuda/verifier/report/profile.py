@@ -12,7 +12,7 @@ kernel that runs for only a few microseconds and sits far above both floors is l
 
 from __future__ import annotations
 
-from ..device import H100, H200, Ceilings  # noqa: F401  (re-exported)
+from ...device import H100, H200, Ceilings  # noqa: F401  (re-exported)
 
 import re
 import statistics

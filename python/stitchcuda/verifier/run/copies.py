@@ -14,7 +14,7 @@ without (a keyed hash, a recomputation, or a weaker name for a failure; the note
 The peak device memory of a verification is then the inputs, the program's and the reference's
 outputs, and a bounded amount besides (chunked temporaries, copies up to 1 GiB).
 
-:class:`Budget` makes these decisions for one verification and keeps the notes that say which
+:class:`CopyBudget` makes these decisions for one verification and keeps the notes that say which
 checks used host copies; the CPU tests give it a fake :class:`Room` to drive every path.
 """
 
@@ -100,7 +100,7 @@ def place(nbytes: int, r: Room, limit: int = EXTRA_DEVICE_BYTES) -> str:
     return "none"
 
 
-class Budget:
+class CopyBudget:
     """The placement decisions of one verification, and the notes naming those not on the device."""
 
     def __init__(self, device: torch.device | str, *, limit: int | None = None,
@@ -199,5 +199,5 @@ def count_same(mask: torch.Tensor, out: torch.Tensor, stash: Stash, k: int, excl
     return int(total.item())
 
 
-__all__ = ["EXTRA_DEVICE_BYTES", "HOST_FRACTION", "Room", "room", "place", "Budget", "Stash", "count_same", "nbytes",
+__all__ = ["EXTRA_DEVICE_BYTES", "HOST_FRACTION", "Room", "room", "place", "CopyBudget", "Stash", "count_same", "nbytes",
            "host_available", "device_free"]

@@ -1,6 +1,6 @@
 """Running untrusted candidates in a child process: clean environment, time limits, typed outcomes.
 
-A candidate runs in ``python -m stitchcuda.verifier.worker`` (or any command given), in its own
+A candidate runs in ``python -m stitchcuda.verifier.run.worker`` (or any command given), in its own
 process group, with a clean environment (:func:`clean_env`), in an empty working directory of
 its own. It reads its job from stdin and reports over a pipe (the write end's number is put in
 its argv where ``{channel}`` stands): JSON lines, ``{"t": TOKEN, "phase": NAME}`` when a phase
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .verdict import Crash, Timeout, classify_crash, trim
+from ..report.verdict import Crash, Timeout, classify_crash, trim
 
 #: Variables a child may inherit besides the prefixes below.
 ENV_KEEP = ("PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "TMPDIR")
@@ -57,7 +57,7 @@ def clean_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | 
     output, and ``extra``."""
     base = os.environ if base is None else base
     env = {k: v for k, v in base.items() if k in ENV_KEEP or k.startswith(ENV_PREFIXES)}
-    pkg_root = str(Path(__file__).resolve().parents[2])
+    pkg_root = str(Path(__file__).resolve().parents[3])
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != pkg_root]
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + paths)
     env["PYTHONUNBUFFERED"] = "1"
@@ -313,7 +313,7 @@ def _key_line(text: str) -> str:
 
 
 def worker_argv() -> list[str]:
-    return [sys.executable, "-m", "stitchcuda.verifier.worker", CHANNEL]
+    return [sys.executable, "-m", "stitchcuda.verifier.run.worker", CHANNEL]
 
 
 __all__ = ["ENV_KEEP", "ENV_PREFIXES", "CHANNEL", "Channel", "clean_env", "Limits", "ChildOutcome", "run_child",

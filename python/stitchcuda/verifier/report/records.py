@@ -68,7 +68,7 @@ class TimingDetails:
 
 
 @dataclass(frozen=True)
-class TaskTime:
+class ProfiledTaskTime:
     """Device time of one manifest task, from the kernels attributed to it."""
 
     task: str
@@ -125,7 +125,7 @@ class GraphCheck:
 class ProfileDetails:
     source: str  # "cupti" | "torch.profiler"
     runs: int
-    tasks: tuple[TaskTime, ...] = ()
+    tasks: tuple[ProfiledTaskTime, ...] = ()
     unattributed: tuple[str, ...] = ()  # kernel names no task claimed
     gaps: GapStats | None = None
     launches: LaunchCheck | None = None
@@ -164,5 +164,5 @@ class GpuDetails:
     correctness_notes: tuple[str, ...] = ()
 
 
-__all__ = ["PhaseTiming", "SpeedupRecheck", "TimedCallCheck", "TimingDetails", "TaskTime", "GapStats", "LaunchCheck", "GraphCheck",
+__all__ = ["PhaseTiming", "SpeedupRecheck", "TimedCallCheck", "TimingDetails", "ProfiledTaskTime", "GapStats", "LaunchCheck", "GraphCheck",
            "ProfileDetails", "RefOpTime", "MemoryUse", "GpuDetails"]

@@ -47,6 +47,8 @@ _RULES = [
     Rule("dynamic-loading", "reject", "loads code at run time (dlopen, dlsym, cuModuleLoad, NVRTC)"),
     Rule("subprocess", "reject", "starts a process (system, popen, fork, exec)"),
     Rule("file-io", "reject", "reads or writes files (fopen, fstream, open, mmap)"),
+    Rule("link-map", "reject", "walks the dynamic linker's list of loaded libraries or ELF structures (_r_debug, "
+                               "dl_iterate_phdr, link_map, _DYNAMIC, getauxval): a way to the host process"),
     Rule("reads-environment", "warn", "reads environment variables (behaviour could depend on who runs it)"),
     # --- state that outlives a call
     Rule("host-state-global", "reject",
@@ -88,6 +90,9 @@ _RULES = [
     Rule("sandbox-host-symbol", "reject",
          "imports a symbol no linked library provides (resolved from the host process: Python, PyTorch)"),
     Rule("sandbox-dynamic-loading", "reject", "the program's code calls dlopen / dlsym or loads code at run time"),
+    Rule("sandbox-link-map", "reject",
+         "the program's code reads the dynamic linker's state or ELF structures (_r_debug, dl_iterate_phdr, "
+         "_DYNAMIC, __ehdr_start, getauxval)"),
     Rule("sandbox-driver-entry-point", "reject",
          "the program's code looks up driver entry points (cuGetProcAddress, cudaGetDriverEntryPoint)"),
     Rule("sandbox-file-access", "reject", "the program's code opens, reads or writes files or descriptors"),

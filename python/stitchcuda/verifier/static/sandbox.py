@@ -21,9 +21,12 @@ library say:
 4. **No raw system calls.** Functions containing ``syscall`` / ``sysenter`` / ``int $0x80``
    instructions (``objdump -d``) that the honest baseline does not have are refused.
 
-Every refusal is a :class:`~.static.Finding` with a ``sandbox-*`` rule, naming the symbol and the
-family (``dynamic loading``, ``driver entry point``, ``file access``, ``environment``, ``threads``,
-``system``, ``host process``).
+Every refusal is a :class:`~.rules.Finding` with a ``sandbox-*`` rule, naming the symbol and the
+family (``dynamic loading``, ``dynamic linker`` — the list of loaded libraries a program could walk
+to the interpreter without importing anything: ``_r_debug``, ``dl_iterate_phdr``, its own
+``_DYNAMIC`` or ``__ehdr_start``, ``getauxval`` —, ``driver entry point``, ``file access``,
+``environment``, ``threads``, ``system``, ``host process``). The native runner (:mod:`..run.native`)
+is the root of this class: a program run there finds no interpreter to reach.
 """
 
 from __future__ import annotations
@@ -40,10 +43,14 @@ from .rules import Finding, make_finding
 # family -> (rule id, exact names traced at link time)
 DENY: dict[str, tuple[str, tuple[str, ...]]] = {
     "dynamic loading": ("sandbox-dynamic-loading", (
-        "dlopen", "dlmopen", "dlsym", "dlvsym", "dladdr", "dladdr1", "dlinfo", "dl_iterate_phdr", "_dl_find_object",
+        "dlopen", "dlmopen", "dlsym", "dlvsym", "dladdr", "dladdr1", "dlinfo",
         "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary", "cuLibraryLoadData",
         "cuLibraryLoadFromFile", "cudaLibraryLoadData", "cudaLibraryLoadFromFile", "nvrtcCreateProgram",
         "nvrtcCompileProgram", "nvJitLinkCreate")),
+    "dynamic linker": ("sandbox-link-map", (
+        "_r_debug", "r_debug", "_dl_debug_state", "dl_iterate_phdr", "_dl_find_object", "_DYNAMIC",
+        "__ehdr_start", "__executable_start", "getauxval", "__getauxval", "__libc_stack_end",
+        "_dl_argv", "program_invocation_name", "program_invocation_short_name")),
     "driver entry point": ("sandbox-driver-entry-point", (
         "cuGetProcAddress", "cuGetProcAddress_v2", "cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion",
         "cuGetExportTable", "cudaGetExportTable")),
@@ -75,6 +82,7 @@ FAMILIES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                 r"|^__[fl]?xstat|readdir|readlink")),
     ("threads", "sandbox-thread", re.compile(r"^_ZNSt6thread|std::thread|^pthread_create|^thrd_|^clone|fork|^exec"
                                              r"|^system$|^popen|posix_spawn|HostFunc|StreamAddCallback")),
+    ("dynamic linker", "sandbox-link-map", re.compile(r"^_?r_debug$|^_dl_|auxval|^__libc_stack_end$|^dl_iterate_phdr$")),
     ("dynamic loading", "sandbox-dynamic-loading", re.compile(r"^dl|ModuleLoad|LibraryLoad|^nvrtc|^nvJitLink")),
     ("driver entry point", "sandbox-driver-entry-point", re.compile(r"GetProcAddress|DriverEntryPoint|ExportTable")),
     ("environment", "sandbox-environment", re.compile(r"env$|^_*environ$")),

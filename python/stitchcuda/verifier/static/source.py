@@ -16,8 +16,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 from ... import manifest as mf
+from ...paths import INCLUDE_DIR
 from . import cxx
 from .decls import (aliases, analyse_decl, angle_close, declared_name, looks_like_function, plain_alias, prev_char,
                     statement_end, statements)
@@ -30,6 +32,8 @@ _FORBIDDEN_INCLUDE = re.compile(
     r"^(?:torch|ATen|aten|c10|caffe2|pybind11|nanobind|THC?|THCUNN|numpy)/|^(?:Python|torch|ATen|pybind11)\.h$",
     re.I)
 _ALLOWED_LOCAL_INCLUDE = re.compile(r"^(?:stitchrt|stitch)/")
+#: Headers whose only use in a program is walking what the process has loaded.
+_LINK_MAP_INCLUDE = re.compile(r"^(?:link|elf|sys/auxv)\.h$")
 
 _SYMBOL_RULES: list[tuple[str, re.Pattern[str], str]] = [
     ("torch-symbol", re.compile(r"(?<![\w:])(?:at|torch|c10|caffe2|pybind11|py|nb|THC)\s*::"),
@@ -59,6 +63,12 @@ _SYMBOL_RULES: list[tuple[str, re.Pattern[str], str]] = [
     ("foreign-stream", re.compile(r"\b(?:cudaStreamPerThread|cudaStreamLegacy|CU_STREAM_PER_THREAD|CU_STREAM_LEGACY|"
                                   r"CUDA_API_PER_THREAD_DEFAULT_STREAM)\b"),
      "uses {m} instead of the stream passed to st_program_run"),
+    ("link-map", re.compile(r"\b(?:_r_debug|r_debug|link_map|dl_iterate_phdr|dl_phdr_info|_DYNAMIC|DT_DEBUG|"
+                            r"_dl_find_object|getauxval|AT_BASE|AT_PHDR|AT_SYSINFO_EHDR|__libc_stack_end|__ehdr_start|"
+                            r"__executable_start|_GLOBAL_OFFSET_TABLE_|ElfW|Elf(?:32|64)_(?:Dyn|Sym|Phdr|Ehdr|Shdr)|"
+                            r"program_invocation_name)\b"),
+     "reads the dynamic linker's list of loaded libraries or ELF structures ({m}): a way to the host process "
+     "without importing it"),
 ]
 
 _CONTAINER = re.compile(r"\b(?:std\s*::\s*)?(unordered_map|unordered_multimap|multimap|map|unordered_set|set|"
@@ -68,16 +78,47 @@ _POINTERISH_KEY = re.compile(r"\*|\b(?:u?intptr_t|ptrdiff_t|void)\b")
 _NULL_STREAM = re.compile(r"^(?:0|0[lLuU]*|nullptr|NULL|cudaStreamLegacy|cudaStreamPerThread|CU_STREAM_LEGACY|"
                           r"CU_STREAM_PER_THREAD|\(\s*cudaStream_t\s*\)\s*0)$")
 
-#: Runtime / CUDA calls that take a stream, and which argument it is.
-_STREAM_ARG = {
-    "st_gemm": 1, "st_gemm_epilogue": 5, "st_epilogue_apply": 1, "st_memcpy_d2d": 3, "st_memset": 3,
-    "st_copy_h2d": 3, "st_copy_d2h": 3, "st_arena_reserve": 0, "st_workspace_info": 0,
-    "st_device_alloc": 1, "st_device_free": 1, "st_stream_synchronize": 0,
+#: CUDA calls that take a stream, and which argument it is (the runtime's own are read from its headers:
+#: :func:`runtime_stream_args`).
+_CUDA_STREAM_ARG = {
     "cudaMemcpyAsync": 4, "cudaMemsetAsync": 3, "cudaMemcpy2DAsync": 7, "cudaMemset2DAsync": 5,
     "cudaLaunchKernel": 5, "cudaLaunchCooperativeKernel": 5, "cudaMallocAsync": 2, "cudaFreeAsync": 1,
     "cudaMemcpyToSymbolAsync": 5, "cudaMemcpyFromSymbolAsync": 5, "cudaGraphLaunch": 1,
     "cudaStreamBeginCapture": 0, "cudaStreamEndCapture": 0,
 }
+
+#: The runtime's entry points that take a stream, when its headers cannot be read.
+_RUNTIME_STREAM_ARG = {
+    "st_gemm": 1, "st_gemm_epilogue": 5, "st_epilogue_apply": 1, "st_memcpy_d2d": 3, "st_memset": 3,
+    "st_copy_h2d": 3, "st_copy_d2h": 3, "st_arena_reserve": 0, "st_workspace_info": 0,
+    "st_device_alloc": 1, "st_device_free": 1, "st_stream_synchronize": 0, "st_conv": 1, "st_graph_run": 1,
+    "st_plan_cache_stats": 0, "st_plan_cache_clear": 0, "st_conv_plan_cache_stats": 0,
+    "st_conv_plan_cache_clear": 0,
+}
+
+
+def runtime_stream_args(include: Path | None = None) -> dict[str, int]:
+    """Every ``ST_API`` entry point of the runtime's headers (``stitchrt.h``, ``graph.h``,
+    ``program.h``) with a ``void* stream`` parameter, and its position: a new entry point is
+    covered the day it is declared."""
+    folder = include if include is not None else INCLUDE_DIR / "stitchrt"
+    out: dict[str, int] = {}
+    for name in ("stitchrt.h", "graph.h", "program.h"):
+        try:
+            text = (folder / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
+        for m in re.finditer(r"\bST_API\b[^;{(]*?\b(st_\w+)\s*\(([^;]*?)\)\s*;", text, re.S):
+            for k, p in enumerate(cxx.split_args(m.group(2))):
+                if re.search(r"\bvoid\s*\*\s*stream\s*$", p.strip()):
+                    out[m.group(1)] = k
+    return out or dict(_RUNTIME_STREAM_ARG)
+
+
+_STREAM_ARG = {**_CUDA_STREAM_ARG, **runtime_stream_args()}
+#: Runtime entry points that take a body function, and which arguments are the body and its stream.
+_BODY_ARG = {"st_graph_run": (4, 1)}
 _MEMSET = ("cudaMemset", "cudaMemsetAsync", "cudaMemset2D", "cudaMemset2DAsync", "st_memset", "memset")
 _COPY = ("cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemcpy2DAsync", "st_memcpy_d2d", "st_copy_h2d",
          "memcpy", "cudaMemcpyFromSymbol", "cudaMemcpyFromSymbolAsync")
@@ -138,6 +179,9 @@ class _SourceChecker:
             if _FORBIDDEN_INCLUDE.search(path):
                 self.add("torch-include", m.start(), f"includes <{path}>: a program runs on the stitchcuda "
                                                      "runtime alone, without PyTorch or Python")
+            elif _LINK_MAP_INCLUDE.match(path):
+                self.add("link-map", m.start(), f"includes <{path}>: the dynamic linker's structures, a way to the "
+                                                "host process without importing it")
             elif m.group(1) == '"' and not _ALLOWED_LOCAL_INCLUDE.match(path):
                 self.add("foreign-include", m.start(), f'includes "{path}", which does not travel with the program')
         # a header named through a macro (#define H <torch/extension.h> ... #include H)
@@ -318,6 +362,18 @@ class _SourceChecker:
                     if param and ids & have:
                         new[role].add(param)
             self._walk(callee, new, depth + 1, seen)
+        # A body handed to the runtime's graph runner runs on the stream the runner got: walked with its
+        # stream parameter as that stream (its inputs and outputs travel in a context the rules cannot follow).
+        for call in cxx.find_calls(code, sorted(_BODY_ARG), a, b):
+            body_at, stream_at = _BODY_ARG[call.name]
+            if body_at >= len(call.args) or stream_at >= len(call.args):
+                continue
+            body = local.get(call.args[body_at].strip().lstrip("&").strip())
+            if body is None or not cxx.identifiers(call.args[stream_at]) & streams:
+                continue
+            params = cxx.params_of(body.head)
+            if len(params) > 1 and params[1]:
+                self._walk(body, {"in": set(), "out": set(), "stream": {params[1]}, "prog": set()}, depth + 1, seen)
 
     def _check_body(self, code: str, a: int, b: int, ins: set[str], outs: set[str], streams: set[str],
                     where: str) -> None:
@@ -401,6 +457,10 @@ class _SourceChecker:
             self.add("foreign-stream", at, f"{what} in {where} runs on {s}, not the stream passed to run")
 
     def _output_only_memset(self, code: str, a: int, b: int, p_out: str, outs: set[str]) -> None:
+        """Outputs that st_program_run only memsets. By data flow, not by spelling: a memset counts
+        against the outputs when its destination is one; whatever else in the same statement uses an
+        output (``if (cudaMemsetAsync(scratch, ...) == cudaSuccess) kernel<<<...>>>(..., out)``)
+        computes it."""
         memsets: list[int] = []
         computes = 0
         for stmt_start, stmt in statements(code, a, b):
@@ -415,10 +475,15 @@ class _SourceChecker:
                 continue
             if re.match(r"^(?:if\s*\()?\s*\(?\s*!?\s*" + re.escape(p_out) + r"\s*(?:==|!=)", s):
                 continue
-            if any(re.search(r"(?<![\w.>])" + re.escape(n) + r"\s*\(", s) for n in _MEMSET):
+            rest, of_output = s, False
+            for call in sorted(cxx.find_calls(s, _MEMSET), key=lambda c: -c.start):
+                if call.args and cxx.identifiers(call.args[0]) & outs:
+                    of_output = True
+                rest = rest[:call.start] + " " + rest[call.end + 1:]
+            if of_output:
                 memsets.append(stmt_start + len(stmt) - len(stmt.lstrip()))
-                continue
-            computes += 1
+            if cxx.identifiers(rest) & outs:
+                computes += 1
         if memsets and computes == 0:
             self.add("output-only-memset", memsets[0], "outputs are only memset in st_program_run and never "
                                                        "computed from the inputs")

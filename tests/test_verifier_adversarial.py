@@ -118,7 +118,6 @@ def test_a_missing_tmpdir_is_not_a_compile_error(tmp_path, nvcc, monkeypatch):
 def test_a_toolchain_that_cannot_build_the_honest_baseline_is_not_a_compile_error(tmp_path, monkeypatch):
     from stitchcuda.verifier import verification as vrun
     from stitchcuda.verifier.run.build import CandidateBuild
-    from stitchcuda.verifier.run.build import CandidateBuild
 
     monkeypatch.setattr(vrun, "build_baseline", lambda arch: CandidateBuild(
         False, None, "ptxas fatal   : Memory allocation failure", 1.0))

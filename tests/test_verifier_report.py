@@ -424,6 +424,25 @@ def test_report_round_trips_every_verdict(tmp_path):
         assert serde.to_jsonable(back) == serde.to_jsonable(rep)
 
 
+def test_a_degenerate_pass_says_so_in_the_verdict_the_report_and_the_suite(tmp_path):
+    """A pass on a reference whose outputs do not depend on its inputs proves nothing: the verdict,
+    report.md and a suite's report (stitchcuda bench) say "degenerate: outputs independent of inputs"."""
+    from stitchcuda.ship.bench import record_from_report
+    from stitchcuda.ship.report import _tables, metrics
+
+    res = build_result(trials=[_trial(0)], degenerate="the outputs of 2 sets of inputs are within tolerance")
+    assert res.ok and res.verdict.summary().startswith("passed (degenerate: outputs independent of inputs)")
+    assert any("this pass proves nothing" in w for w in res.verdict.warnings)
+    files = write_report(_report(result=res, kernels=()), tmp_path)
+    md = files.markdown.read_text()
+    assert "**passed** (degenerate: outputs independent of inputs): 1 trials" in md
+    assert load_report(files.json).result.verdict.degenerate
+    rec = record_from_report(type("P", (), {"id": "x"})(), load_report(files.json))
+    assert rec["degenerate"] and rec["summary"].startswith("passed (degenerate")
+    summary, *_ = _tables([rec], metrics([rec]))
+    assert ["degenerate: outputs independent of inputs", "1"] in summary
+
+
 def test_builtin_timeline_png_decodes(tmp_path):
     path, renderer = render_timeline_png(KERNELS, tmp_path / "t.png", summarise(KERNELS, H100_SXM), "t",
                                          prefer_matplotlib=False)

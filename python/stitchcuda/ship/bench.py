@@ -127,6 +127,8 @@ def record_from_report(problem: Problem, report: Any, manifest: Any = None, prog
     v = report.result.verdict
     rec: dict[str, Any] = {"status": "passed" if report.result.ok else v.VERDICT, "verdict": v.VERDICT,
                            "summary": v.summary(), "device": report.device, "program": program}
+    if getattr(v, "degenerate", ""):  # a pass that proves nothing: the reference's outputs ignore its inputs
+        rec["degenerate"] = v.degenerate
     t = report.timings
     if t is not None:
         rec["ms"] = {"program": t.program.median_ms, **{k: getattr(t, k).median_ms for k in

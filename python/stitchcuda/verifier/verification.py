@@ -94,6 +94,8 @@ class VerifyOptions:
     write: bool = True
     command: str = ""
     cupti: bool = True  # False forces the torch.profiler path
+    isolate: bool = True  # run the candidate in the native runner (no Python, no PyTorch in its process)
+    sanitizer: bool = True  # compute-sanitizer on one small trial (needs the native runner)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def _job(prog: mf.ProgramDir, library: Path, spec: ReferenceSpec, o: VerifyOptio
                      trials=o.trials, varied=o.varied, time=o.time, compile=o.compile, dynamic=o.dynamic,
                      reference_profile=o.reference_profile, memory_fraction=o.memory_fraction,
                      program_memory_cap=o.program_memory_cap, timing=o.timing, profile_runs=o.profile_runs,
-                     device=o.device, cupti=o.cupti)
+                     device=o.device, cupti=o.cupti, isolate=o.isolate, sanitizer=o.sanitizer)
 
 
 def run_worker(job: WorkerJob, limits: Limits, *, argv: Callable[[], list[str]] = worker_argv) -> ChildOutcome:
@@ -294,8 +296,10 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     details = GpuDetails(device=str(r.get("device", "")), torch_version=str(r.get("torch_version", "")),
                          timing=tdetails, reference_ops=tuple(_get(r, "reference_ops", tuple[RefOpTime, ...]) or ()),
                          memory=_get(r, "memory", MemoryUse),
-                         correctness_notes=tuple(r.get("correctness_notes", ()) or ()))
+                         correctness_notes=tuple(r.get("correctness_notes", ()) or ()),
+                         isolation=str(r.get("isolation", "")))
     checks = list(corr.checks) if corr else []
+    checks += list(_get(r, "extra_checks", tuple[DynamicCheck, ...]) or ())
     trials = corr.trials if corr else ()
     why = _environment_of(out)
     if why:
@@ -310,6 +314,13 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
         checks.append(DynamicCheck("timed_calls", "pass" if tc.passed else "fail",
                                    f"{tc.failed} of {tc.checked} checked timed calls wrong (of {tc.calls}): {tc.detail}"
                                    if tc.failed else f"{tc.checked} of {tc.calls} timed calls checked, all right"))
+    if tdetails is not None and tdetails.wall is not None:
+        w = tdetails.wall
+        checks.append(DynamicCheck("hidden_work", "pass" if w.passed else "fail", w.detail or (
+            f"{w.event_ms:.3g} ms by events, {w.wall_ms - w.overhead_ms:.3g} ms by the host clock around device-wide "
+            "synchronisations")))
+    if corr is not None and corr.library:
+        run.notes.append(f"the runtime's arithmetic as the program asked for it: {corr.library}")
     if tdetails is not None and tdetails.recheck is not None:
         rc = tdetails.recheck
         checks.append(DynamicCheck("speedup_recheck", "pass" if rc.passed else "fail",
@@ -336,7 +347,8 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
         run.notes.append("not profiled: the candidate did not pass correctness")
     if corr is not None or crash is not None or timeout is not None:
         result = build_result(findings=run.findings, crash=crash, timeout=timeout, trials=trials, checks=checks,
-                              tolerance=corr.tolerance if corr else None)
+                              tolerance=corr.tolerance if corr else None,
+                              degenerate=corr.degenerate if corr else "")
     else:
         result = build_result(findings=run.findings, crash=Crash("other", "the verification child produced no result"))
     if isinstance(result.verdict, Passed) and corr is not None and corr.warnings:

@@ -1,6 +1,8 @@
-"""Timing: the program and its PyTorch baselines, by one harness, on one stream, in one process.
+"""Timing: the program and its PyTorch baselines, by one harness, on one stream.
 
-Method (MEASURING.md, "Time properly"): CUDA events (cuda-python's ``cuda.bindings.runtime``:
+The program is timed where it runs (:class:`ProgramClock`): in the native runner's process, by the
+runner, or in this one (:class:`LocalClock`); the baselines in this process, on the stream the
+Verifier made. Method (MEASURING.md, "Time properly"): CUDA events (cuda-python's ``cuda.bindings.runtime``:
 cudaEventCreate / cudaEventRecord / cudaEventSynchronize / cudaEventElapsedTime) recorded on the
 program's stream around one call; before every trial the L2 cache is flushed by a
 ``cudaMemsetAsync`` over a buffer at least twice the L2 size, on the same stream and outside the
@@ -16,8 +18,11 @@ The reference is timed by the same loop on the same stream: eager fp32 (TF32 off
 program's precision allowed (TF32 flags for tf32, bf16/fp16 autocast), and ``torch.compile``
 (default mode) at both, so every ratio in the report comes from one process run.
 
-A speedup of more than 10x over the precision-matched baseline (the faster of eager and
-torch.compile at the program's precision) is re-checked: host wall-clock time per call with a
+Every program's event time is checked against the host clock around device-wide synchronisations
+(:func:`wall_check`, the ``hidden_work`` check): work enqueued on another stream — through the
+runtime's own entry points or not — is invisible to the events on the caller's stream and visible
+there. A speedup of more than 10x over the precision-matched baseline (the faster of eager and
+torch.compile at the program's precision) is also re-checked: host wall-clock time per call with a
 device-wide synchronise after it (work the events cannot see, e.g. on another stream, shows up
 there), on fresh inputs with L2 flushed, outputs compared with the reference.
 
@@ -34,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from ..report.profile import Timing, TimingTable
-from ..report.records import SpeedupRecheck, TimedCallCheck, TimingDetails
+from ..report.records import SpeedupRecheck, TimedCallCheck, TimingDetails, WallCheck
 
 RECHECK_SPEEDUP = 10.0
 
@@ -57,8 +62,9 @@ def measure(fn: Callable[[], Any], timer: Any, flush: Callable[[], None], settin
             clock: Callable[[], float] = time.perf_counter, calls: CallHooks | None = None
             ) -> tuple[Timing, int, list[float]]:
     """Warm up, then time ``fn`` once per trial with ``timer.time(fn) -> ms`` after ``flush()``.
-    With ``calls``, ``calls.before()`` runs before every call (warm-up included) and
-    ``calls.after(k)`` after timed trial ``k``, both outside the timed region.
+    With ``calls``, ``calls.before()`` runs before every call (warm-up included),
+    ``calls.after(k)`` after timed trial ``k`` and ``calls.finish()`` after the last, all outside the
+    timed region.
 
     Returns (Timing, warm-up calls, samples in ms)."""
     t0 = clock()
@@ -84,11 +90,14 @@ def measure(fn: Callable[[], Any], timer: Any, flush: Callable[[], None], settin
             break
         if elapsed >= settings.max_seconds and len(samples) >= settings.min_samples:
             break
+    if calls is not None:
+        calls.finish()
     return Timing.from_samples(samples), warm, samples
 
 
-def recheck_speedup(program: Callable[[], Any], baseline: Callable[[], Any], *, program_event_ms: float,
-                    baseline_event_ms: float, baseline_name: str, check_outputs: Callable[[], bool],
+def recheck_speedup(program: "Callable[[], Any] | ProgramClock", baseline: Callable[[], Any], *,
+                    program_event_ms: float, baseline_event_ms: float, baseline_name: str,
+                    check_outputs: Callable[[], bool],
                     sync_device: Callable[[], None], flush: Callable[[], None], calls: int = 20,
                     clock: Callable[[], float] = time.perf_counter) -> SpeedupRecheck:
     """Host wall clock per call with a device-wide synchronise after it (module docstring).
@@ -108,7 +117,11 @@ def recheck_speedup(program: Callable[[], Any], baseline: Callable[[], Any], *, 
         return statistics.median(xs)
 
     overhead = wall(lambda: None)
-    p_wall = wall(program)
+    if hasattr(program, "wall"):  # a ProgramClock: the program's own wall time, less its own overhead
+        p_wall = statistics.median(program.wall() for _ in range(calls))
+        p_wall += overhead - statistics.median(program.overhead() for _ in range(calls))
+    else:
+        p_wall = wall(program)
     b_wall = wall(baseline)
     outputs_ok = bool(check_outputs())
     hidden = p_wall - overhead - program_event_ms
@@ -130,11 +143,84 @@ def recheck_speedup(program: Callable[[], Any], baseline: Callable[[], Any], *, 
 class CallHooks(Protocol):
     """What runs around every timed call, outside the timed region (:class:`..run.timed_calls.TimedCalls`):
     ``before()`` before every call (warm-up included), ``after(k)`` after timed trial ``k``,
-    ``result()`` what it found."""
+    ``finish()`` after the last one, ``result()`` what it found."""
 
     def before(self) -> None: ...
     def after(self, k: int) -> None: ...
+    def finish(self) -> None: ...
     def result(self) -> TimedCallCheck: ...
+
+
+class ProgramClock(Protocol):
+    """How the program is timed, wherever it runs: ``time()`` is one call between two CUDA events on
+    its stream, L2 flushed first; ``wall()`` one call between two device-wide synchronisations, by
+    the host clock; ``overhead()`` the same around no call (all in ms). The native runner answers
+    all three in its own process (:class:`..run.native.RemoteRunner`); :class:`LocalClock` is a
+    program called in this one."""
+
+    where: str
+
+    def time(self) -> float: ...
+    def wall(self) -> float: ...
+    def overhead(self) -> float: ...
+
+
+class LocalClock:
+    """A :class:`ProgramClock` over a callable that enqueues one call on ``stream`` in this process."""
+
+    where = "in the Verifier's process"
+
+    def __init__(self, fn: Callable[[], Any], timer: Any, flush: Callable[[], None], sync_device: Callable[[], None],
+                 clock: Callable[[], float] = time.perf_counter):
+        self.fn, self.timer, self.flush, self.sync, self.clock = fn, timer, flush, sync_device, clock
+
+    def time(self) -> float:
+        self.flush()
+        return self.timer.time(self.fn)
+
+    def _wall(self, fn: Callable[[], Any]) -> float:
+        self.sync()
+        t = self.clock()
+        fn()
+        self.sync()
+        return (self.clock() - t) * 1e3
+
+    def wall(self) -> float:
+        return self._wall(self.fn)
+
+    def overhead(self) -> float:
+        return self._wall(lambda: None)
+
+
+class _ClockTimer:
+    """``measure``'s timer over a :class:`ProgramClock` (the clock flushes and times one call itself)."""
+
+    def __init__(self, clock: ProgramClock):
+        self.clock = clock
+
+    def time(self, fn: Any) -> float:
+        return self.clock.time()
+
+
+#: Work hidden from the events: the wall time, less the synchronisations' own, beyond this multiple of
+#: the event time and this many ms.
+HIDDEN_FACTOR, HIDDEN_MS = 1.0, 0.05
+
+
+def wall_check(clock: ProgramClock, event_ms: float, calls: int = 10) -> WallCheck:
+    """The program's event time against its wall time around device-wide synchronisations (medians
+    of ``calls``): more than ``HIDDEN_FACTOR`` x the event time and ``HIDDEN_MS`` beyond it is work the
+    stream's events did not see (on another stream, the legacy default stream, the host)."""
+    walls = sorted(clock.wall() for _ in range(calls))
+    over = sorted(clock.overhead() for _ in range(calls))
+    wall, overhead = statistics.median(walls), statistics.median(over)
+    hidden = wall - overhead - event_ms
+    passed = hidden <= max(HIDDEN_FACTOR * event_ms, HIDDEN_MS)
+    detail = "" if passed else (f"{hidden:.3g} ms of each call is invisible to CUDA events on the caller's stream "
+                                f"(events {event_ms:.3g} ms, host clock around device-wide synchronisations "
+                                f"{wall:.3g} ms, {overhead:.3g} ms of it the synchronisations'): work on another "
+                                "stream or on the host")
+    return WallCheck(event_ms=event_ms, wall_ms=wall, overhead_ms=overhead, calls=calls, passed=passed, detail=detail)
 
 
 def matched_baseline(table: TimingTable) -> tuple[str, Timing] | None:
@@ -215,12 +301,13 @@ def precision_context(precision: str):
     return get(precision).baseline()
 
 
-def time_all(program: Callable[[], Any], model: Any, model_args: list[Any], *, precision: str, stream: Any,
-             compile: bool = True, settings: LoopSettings = LoopSettings(), recheck_outputs: Callable[[], bool]
-             | None = None, log: Callable[[str], None] = lambda s: None,
+def time_all(program: "Callable[[], Any] | ProgramClock", model: Any, model_args: list[Any], *, precision: str,
+             stream: Any, compile: bool = True, settings: LoopSettings = LoopSettings(),
+             recheck_outputs: Callable[[], bool] | None = None, log: Callable[[str], None] = lambda s: None,
              calls: CallHooks | None = None) -> tuple[TimingTable, TimingDetails]:
-    """Time the program (its calls checked by ``calls``) and the four baselines on ``stream`` (a
-    torch.cuda.Stream), GPU only."""
+    """Time the program (its calls checked by ``calls``; a :class:`ProgramClock`, or a callable that
+    enqueues one call on ``stream``) and the four baselines on ``stream`` (a torch.cuda.Stream), and
+    check its event time against the host clock (:func:`wall_check`). GPU only."""
     import torch
 
     from ...precision import fp32_exact
@@ -231,11 +318,17 @@ def time_all(program: Callable[[], Any], model: Any, model_args: list[Any], *, p
     timer = EventTimer(sint, dev)
     flush = L2Flusher(sint, dev)
 
+    sync_device = lambda: torch.cuda.synchronize(dev)  # noqa: E731
+    clock = program if hasattr(program, "wall") else LocalClock(program, timer, flush, sync_device)
+
     def run_measure(fn: Callable[[], Any], what: str) -> tuple[Timing | None, int]:
         log(f"timing {what}")
         try:
             with torch.cuda.stream(stream), torch.no_grad():
-                t, warm, _ = measure(fn, timer, flush, settings, calls=calls if what == "program" else None)
+                if what == "program":
+                    t, warm, _ = measure(None, _ClockTimer(clock), lambda: None, settings, calls=calls)
+                else:
+                    t, warm, _ = measure(fn, timer, flush, settings)
             return t, warm
         except Exception as e:  # noqa: BLE001 - a baseline that fails is reported, the program's own error is not
             if what == "program":
@@ -243,8 +336,11 @@ def time_all(program: Callable[[], Any], model: Any, model_args: list[Any], *, p
             notes.append(f"{what}: not measured ({type(e).__name__}: {str(e)[:200]})")
             return None, 0
 
-    prog, warm = run_measure(program, "program")
+    prog, warm = run_measure(None, "program")
     assert prog is not None
+    log("checking the program's event time against the host clock")
+    with torch.cuda.stream(stream), torch.no_grad():
+        walls = wall_check(clock, prog.median_ms)
 
     def eager(ctx):
         def fn():
@@ -277,17 +373,18 @@ def time_all(program: Callable[[], Any], model: Any, model_args: list[Any], *, p
         base_fn = eager(lambda: precision_context(precision)) if name.startswith("eager") else comp_fn
         log("re-checking a speedup over 10x")
         with torch.cuda.stream(stream), torch.no_grad():
-            recheck = recheck_speedup(program, base_fn, program_event_ms=prog.median_ms,
+            recheck = recheck_speedup(clock, base_fn, program_event_ms=prog.median_ms,
                                       baseline_event_ms=base.median_ms, baseline_name=name,
                                       check_outputs=recheck_outputs or (lambda: True),
-                                      sync_device=lambda: torch.cuda.synchronize(dev), flush=flush)
+                                      sync_device=sync_device, flush=flush)
     timer.close()
     details = TimingDetails(stream=f"a fresh torch.cuda.Stream on cuda:{dev}", l2_flush_bytes=flush.nbytes,
                             warmup_calls=warm, min_trials=settings.min_trials, min_seconds=settings.min_seconds,
                             max_seconds=settings.max_seconds,
                             matched_baseline=matched[0].replace("at policy", f"at {precision}") if matched else "",
                             recheck=recheck, notes=tuple(notes),
-                            timed_calls=calls.result() if calls is not None else None)
+                            timed_calls=calls.result() if calls is not None else None, wall=walls,
+                            runner=getattr(clock, "where", ""))
     return table, details
 
 
@@ -319,5 +416,6 @@ def _time_compiled(model, args, ctx, run_measure, what: str, notes: list[str]):
     return run_measure(fn, what)[0], fn
 
 
-__all__ = ["LoopSettings", "measure", "CallHooks", "recheck_speedup", "matched_baseline", "EventTimer", "L2Flusher",
+__all__ = ["LoopSettings", "measure", "CallHooks", "ProgramClock", "LocalClock", "wall_check", "HIDDEN_FACTOR",
+           "HIDDEN_MS", "recheck_speedup", "matched_baseline", "EventTimer", "L2Flusher",
            "precision_context", "time_all", "RECHECK_SPEEDUP"]

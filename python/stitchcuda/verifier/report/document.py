@@ -16,7 +16,8 @@ from ... import serial as serde
 from .profile import Ceilings, KernelRecord, ProfileSummary, TimingTable, format_bytes, format_ns, summarise
 from .records import GpuDetails, PhaseTiming
 from .rubric import Rubric
-from .verdict import CompileError, Crash, Inconclusive, Passed, Rejected, Timeout, VerificationResult, WrongAnswer
+from .verdict import (DEGENERATE, CompileError, Crash, Inconclusive, Passed, Rejected, Timeout, VerificationResult,
+                      WrongAnswer)
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -135,11 +136,15 @@ def render_markdown(report: VerificationReport, *, timeline: str | None = None, 
     v = r.result.verdict
     lines = [f"# Verification report: {r.program}", ""]
     rest = v.summary().partition(": ")[2]
+    head = f"**{v.VERDICT}**"
+    if isinstance(v, Passed) and v.degenerate:
+        head += f" ({DEGENERATE})"
+        rest = v.summary().partition("): ")[2]
     prec = r.precision
     if r.precision_source:
         prec += f" ({r.precision_source}" + (f"; the manifest claims {r.claimed_precision}"
                                              if r.claimed_precision and r.claimed_precision != r.precision else "") + ")"
-    meta = [["verdict", f"**{v.VERDICT}**" + (f": {rest}" if rest else "")], ["precision", prec], ["arch", r.arch]]
+    meta = [["verdict", head + (f": {rest}" if rest else "")], ["precision", prec], ["arch", r.arch]]
     if r.seed is not None:
         meta.append(["seeds", f"inputs {r.seed}, weights {r.weights_seed}"])
     for k, val in (("device", r.device), ("date", r.created), ("commit", r.commit), ("command", f"`{r.command}`"
@@ -261,6 +266,8 @@ def _details_section(r: VerificationReport) -> list[str]:
     if d is None:
         return []
     out: list[str] = []
+    if d.isolation:
+        out += [f"The candidate ran {d.isolation}.", ""]
     if d.timing is not None:
         t = d.timing
         out += ["## Timing method", "",
@@ -275,6 +282,16 @@ def _details_section(r: VerificationReport) -> list[str]:
                     f"{c.program_wall_ms:.4g} ms wall vs {c.program_event_ms:.4g} ms events, overhead "
                     f"{c.overhead_ms:.3g} ms); outputs {'correct' if c.outputs_ok else 'WRONG'}: "
                     f"**{'holds' if c.passed else 'FLAGGED'}**" + (f" ({c.detail})" if c.detail else "") + ".", ""]
+        if t.wall is not None:
+            w = t.wall
+            out += [f"Event time against the host clock around device-wide synchronisations ({w.calls} calls): "
+                    f"{w.event_ms:.4g} ms by events, {w.wall_ms:.4g} ms by the clock, {w.overhead_ms:.3g} ms of it the "
+                    f"synchronisations': **{'agree' if w.passed else 'WORK HIDDEN'}**"
+                    + (f" ({w.detail})" if w.detail else "") + ".", ""]
+        if t.timed_calls is not None:
+            tc = t.timed_calls
+            out += [f"Timed calls judged: {tc.checked} of {tc.calls}, spread over the phase, the last ({tc.last_checked}) "
+                    f"included; {tc.failed} wrong.", ""]
         out += [f"- {n}" for n in t.notes] + ([""] if t.notes else [])
     p = d.profile
     if p is not None:

@@ -38,17 +38,34 @@ class SpeedupRecheck:
 
 @dataclass(frozen=True)
 class TimedCallCheck:
-    """The timed calls' check (``timing.TimedCalls``): of ``calls`` timed calls (warm-up included),
-    ``checked`` were compared with the reference, ``failed`` of them wrong."""
+    """The timed calls' check (``run.timed_calls.TimedCalls``): of ``calls`` timed calls (warm-up
+    included), ``checked`` were compared with the reference, ``failed`` of them wrong; the last one
+    judged was call ``last_checked`` (1-based; the phase's last)."""
 
     calls: int
     checked: int
     failed: int
     detail: str = ""
+    last_checked: int = 0
 
     @property
     def passed(self) -> bool:
         return self.failed == 0 and self.checked > 0
+
+
+@dataclass(frozen=True)
+class WallCheck:
+    """The program's time by CUDA events on its stream against the host clock around one call with a
+    device-wide synchronise before and after (medians); work the events cannot see (on another
+    stream, or the legacy default stream, through the runtime's own entry points or not) shows as
+    the difference. Run for every program, not only for large speedups."""
+
+    event_ms: float
+    wall_ms: float
+    overhead_ms: float
+    calls: int
+    passed: bool
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,6 +82,8 @@ class TimingDetails:
     recheck: SpeedupRecheck | None = None
     notes: tuple[str, ...] = ()
     timed_calls: TimedCallCheck | None = None
+    wall: WallCheck | None = None
+    runner: str = ""  # where the program ran: "native runner (no Python in its process)" or "in process"
 
 
 @dataclass(frozen=True)
@@ -152,6 +171,17 @@ class MemoryUse:
 
 
 @dataclass(frozen=True)
+class LibraryCall:
+    """Runtime calls the program made, counted by entry point, precision policy (-1: none taken) and
+    operand dtypes (the runtime's enum values), as the native runner saw them."""
+
+    fn: str
+    policy: int
+    dtypes: str
+    count: int
+
+
+@dataclass(frozen=True)
 class GpuDetails:
     """Everything the GPU child measured that is not a verdict, a timing table or a kernel record."""
 
@@ -162,7 +192,10 @@ class GpuDetails:
     reference_ops: tuple[RefOpTime, ...] = ()
     memory: MemoryUse | None = None
     correctness_notes: tuple[str, ...] = ()
+    library_calls: tuple[LibraryCall, ...] = ()
+    isolation: str = ""  # how the candidate ran: the native runner, or in the Verifier's process (and why)
 
 
-__all__ = ["PhaseTiming", "SpeedupRecheck", "TimedCallCheck", "TimingDetails", "ProfiledTaskTime", "GapStats", "LaunchCheck", "GraphCheck",
-           "ProfileDetails", "RefOpTime", "MemoryUse", "GpuDetails"]
+__all__ = ["PhaseTiming", "SpeedupRecheck", "TimedCallCheck", "WallCheck", "LibraryCall", "TimingDetails",
+           "ProfiledTaskTime", "GapStats", "LaunchCheck", "GraphCheck", "ProfileDetails", "RefOpTime", "MemoryUse",
+           "GpuDetails"]

@@ -187,20 +187,34 @@ CheckStatus = Literal["pass", "fail", "not_run"]
 #: The dynamic anti-hacking checks the GPU Verifier runs (names used in reports and feedback), in
 #: the order a rejection lists them: the most specific reason first.
 DYNAMIC_CHECKS = {
-    "timed_calls": "a random, unannounced sample of the timed calls (inputs changed, outputs refilled before each) "
-                   "computed the right outputs",
+    "timed_calls": "a random, unannounced sample of the timed calls, spread over the whole timed phase and the last "
+                   "calls included (inputs changed, outputs refilled before each), computed the right outputs",
+    "memory_bounds": "nothing outside the buffers handed over changed (guard zones around every input, output and "
+                     "weight, checked after every call)",
+    "weights_unchanged": "the weights handed to create are bit-identical after every phase",
+    "sanitizer": "compute-sanitizer (memcheck, racecheck, synccheck) found no error in one small trial",
+    "runtime_stream": "every runtime call the program made during a run was on the caller's stream",
+    "hidden_work": "the program's time by CUDA events on its stream agrees with its time by the host clock around "
+                   "device-wide synchronisations (no work hidden from the events)",
+    "memory_leak": "device and host memory do not grow with the number of calls",
+    "stream_capture": "a call captured from the caller's stream into a graph, then replayed on new contents, "
+                      "computes the right outputs",
+    "ties": "index outputs (argmax, argmin, sort, top-k) follow the reference's rule on inputs with exact ties",
     "no_output_reuse": "a run on the same buffers with new contents gives new outputs (no reuse of previous outputs)",
     "outputs_follow_inputs": "outputs change when the inputs change (no constant or cached answer)",
-    "sensitivity": "changing one random input element changes the outputs that depend on it as the reference's change "
-                   "(no memoisation keyed by a fingerprint, no subsampled reduction)",
+    "sensitivity": "changing one input element (anywhere, and where a shortcut would not look: the first steps of a "
+                   "sequence, the start of a scan, the far end of a reduction) changes the outputs that depend on it "
+                   "as the reference's change (no memoisation keyed by a fingerprint, no subsampled reduction)",
     "repeat_calls": "repeated calls on the same buffers (the path a program's CUDA graph replays) are right",
     "varied_inputs": "right on inputs drawn from other distributions (scale, offset, heavy tails, sparse, "
                      "structured), not only on get_inputs()'s",
-    "precision_claim": "errors match the claimed precision, not a lower one",
+    "precision_claim": "errors match the claimed precision, not a lower one, over several trials and states; no "
+                       "runtime call computes below the claimed policy",
     "stream_ordered": "the outputs are complete when the work queued on the given stream completes",
     "inputs_unchanged": "inputs are bit-identical after the run",
     "outputs_written": "every element of every output was written (poisoned or caller-filled outputs overwritten)",
-    "deterministic": "the same inputs run twice give the same outputs (beyond rounding: a race)",
+    "deterministic": "the same inputs run again, in several trials and under launch pressure, give the same outputs "
+                     "(beyond rounding: a race)",
     "speedup_recheck": "a speedup over 10x holds up on fresh inputs with L2 flushed and outputs checked",
 }
 
@@ -392,6 +406,10 @@ class Inconclusive:
         return f"inconclusive: {self.reason}{done}"
 
 
+#: What a pass on a reference whose outputs do not depend on its inputs is marked with.
+DEGENERATE = "degenerate: outputs independent of inputs"
+
+
 @dataclass(frozen=True)
 class Passed:
     VERDICT: ClassVar[str] = "passed"
@@ -399,10 +417,12 @@ class Passed:
     max_abs_err: float
     tolerance: float
     warnings: tuple[str, ...] = ()
+    degenerate: str = ""  # why the pass proves nothing (DEGENERATE and the evidence), "" otherwise
 
     def summary(self) -> str:
         # The bound is elementwise, |err| <= atol + tol |ref|: a large max |err| on large values passes.
-        return (f"passed: {self.trials} trials, every element within tol {self.tolerance:.0e} of |ref| "
+        head = f"passed ({DEGENERATE})" if self.degenerate else "passed"
+        return (f"{head}: {self.trials} trials, every element within tol {self.tolerance:.0e} of |ref| "
                 f"(max |err| {self.max_abs_err:.3g})")
 
 
@@ -436,9 +456,11 @@ def build_result(*, findings: tuple[Finding, ...] | list[Finding] = (), compile_
                  crash: Crash | None = None, timeout: Timeout | None = None,
                  trials: tuple[TrialResult, ...] | list[TrialResult] = (),
                  checks: tuple[DynamicCheck, ...] | list[DynamicCheck] = (),
-                 tolerance: float | None = None, inconclusive: Inconclusive | None = None) -> VerificationResult:
+                 tolerance: float | None = None, inconclusive: Inconclusive | None = None,
+                 degenerate: str = "") -> VerificationResult:
     """One verdict from the parts (precedence in the module docstring). Failed dynamic checks are
-    listed in the order of :data:`DYNAMIC_CHECKS` (the most specific reason first)."""
+    listed in the order of :data:`DYNAMIC_CHECKS` (the most specific reason first). ``degenerate``
+    (why the reference's outputs do not depend on its inputs) marks a pass as proving nothing."""
     findings, trials, checks = tuple(findings), tuple(trials), tuple(checks)
 
     def result(v: Verdict) -> VerificationResult:
@@ -476,7 +498,10 @@ def build_result(*, findings: tuple[Finding, ...] | list[Finding] = (), compile_
     max_err = max((o.max_abs_err for o in outs), default=0.0)
     tol = tolerance if tolerance is not None else max((o.tolerance for o in outs), default=0.0)
     warns = tuple(f"{f.rule} at {f.location}: {f.message}" for f in findings if f.severity == "warn")
-    return result(Passed(trials=len(trials), max_abs_err=max_err, tolerance=tol, warnings=warns))
+    if degenerate:
+        warns += (f"{DEGENERATE} ({degenerate}): this pass proves nothing about the program",)
+    return result(Passed(trials=len(trials), max_abs_err=max_err, tolerance=tol, warnings=warns,
+                         degenerate=degenerate))
 
 
 def _finite(x: float) -> float:
@@ -487,6 +512,7 @@ __all__ = [
     "Diagnostic", "parse_nvcc_output", "relevant_diagnostics", "trim",
     "DYNAMIC_CHECKS", "DynamicCheck", "OutputCheck", "TrialResult",
     "CompileError", "WrongAnswer", "Crash", "classify_crash", "Timeout", "Rejected", "Inconclusive", "Passed",
+    "DEGENERATE",
     "Verdict",
     "VerificationResult", "build_result",
 ]

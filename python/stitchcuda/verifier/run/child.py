@@ -75,9 +75,10 @@ class Limits:
     """Seconds per phase, and in all. A phase not named gets ``default``."""
 
     phases: Mapping[str, float] = field(default_factory=lambda: {
-        "setup": 300.0, "correctness": 300.0, "timing": 900.0, "reference_profile": 300.0, "profile": 300.0})
+        "setup": 300.0, "correctness": 300.0, "sanitizer": 900.0, "timing": 900.0, "reference_profile": 300.0,
+        "profile": 300.0})
     default: float = 300.0
-    total: float = 1800.0
+    total: float = 2700.0
 
     def budget(self, phase: str) -> float:
         return float(self.phases.get(phase, self.default))

@@ -1,4 +1,5 @@
-"""The dynamic anti-hacking checks: what a program that is right on fresh buffers may still be hiding.
+"""The dynamic anti-hacking checks on repeated calls and changed elements: what a program that is
+right on fresh buffers may still be hiding.
 
 Each check fails only on its own signature, so a program that is merely wrong stays a WrongAnswer
 and a cheat is named:
@@ -12,19 +13,16 @@ and a cheat is named:
                            replays after its first two calls): any other wrong answer there; outputs
                            the caller filled with a finite value must be overwritten too
 ``sensitivity``            one random element of one input changed (anywhere; in place and in fresh
-                           buffers) by an amount that moves the reference's outputs: the outputs that
-                           depend on it must move as the reference's do (a memo keyed by a fingerprint
-                           of a few elements, a subsampled reduction)
-``stream_ordered``         the stream is held by a sleep kernel, new inputs are copied in and the outputs
-                           poisoned *on the stream*, the program runs, a snapshot is taken on the stream:
-                           it must match the reference (work on another stream reads stale inputs or is
-                           overwritten by the poison)
-``precision_claim``        the candidate's mean error against the truth (float64 where it fits) compared
-                           with the reference's at the claimed policy and at the next lower one: a tf32
-                           claim computed in bf16 has bf16's error statistics
+                           buffers), then changes where a shortcut would not look (the start of each
+                           axis of an input: the first step of a sequence, the start of a scan; the
+                           far end of one), each grown (up to 1e5x) until it moves the reference: the
+                           outputs that depend on it must move as the reference's do (a memo keyed by
+                           a fingerprint of a few elements, a subsampled reduction, a recurrence
+                           computed from its last steps only)
 =========================  ==========================================================================
 
-The timed calls are checked in :mod:`.timing` (``timed_calls``).
+The stream checks are in :mod:`.stream_checks`, the precision claim in :mod:`.precision_claim`, the
+timed calls in :mod:`.timed_calls`.
 """
 
 from __future__ import annotations
@@ -34,26 +32,23 @@ from typing import Sequence
 import torch
 
 from ..report.verdict import DynamicCheck
-from .compare import close_mask, errors, fingerprint, mean_abs, mean_abs_error
+from .compare import errors
 from .copies import Stash, count_same, nbytes
-from .inputs import Change, apply_change, choose_change
-from .session import (Draw, Judged, LastTrial, Session, all_finite, any_poison, count_where, empty_outputs, fresh_copy,
-                      is_float, poison_)
-
-#: The policy whose arithmetic a dishonest claim of each policy would really use. Not fp16's:
-#: bf16 runs at fp16's speed on tensor cores (nothing to gain), and an honest fp16 program
-#: stores every intermediate in fp16 where PyTorch's autocast keeps softmax, norms and
-#: reductions in fp32, so it can sit at bf16-autocast's error (measured on an H100:
-#: models/norm_softmax under fp16, 2.1e-5 mean error against autocast fp16's 2.5e-6 and bf16's 2.0e-5).
-LOWER = {"fp32": "tf32", "tf32": "bf16"}
+from .inputs import Change, apply_change, choose_change, edge_changes
+from .session import Judged, LastTrial, Session, all_finite, any_poison, count_where, is_float
 
 #: Factors by which a sensitivity change grows when the reference did not move.
 ESCALATION = (1.0, 30.0, 1000.0)
+#: The same for the changes where a shortcut would not look: a recurrence that contracts what it
+#: carries (a decay of 0.99 a step over a thousand steps) forgets an ordinary change.
+EDGE_ESCALATION = (1.0, 30.0, 1e3, 1e5)
 
 
 def dynamic_checks(s: Session, last: LastTrial) -> list[DynamicCheck]:
     """The sequences after the trials; ``last`` is the last plain trial. Failures go to the
     session; returns the checks that are not session bookkeeping (stream_ordered)."""
+    from .stream_checks import stream_ordered
+
     repeated_calls(s)
     sensitivity(s, last)
     return [stream_ordered(s)]
@@ -97,7 +92,7 @@ def repeated_calls(s: Session) -> None:
     before the calls that keep their outputs, where the memory budget says (the host for
     multi-GiB outputs)."""
     ref, secret = s.ref, s.secret
-    y = empty_outputs(s.out_specs, s.device)
+    y = s.new_outputs()
     value = float(secret.rng("repeat-fill").uniform(-3.0, 3.0))
     steps = [  # (inputs, draw, fill, what, stale check)
         ("x1", 0, "poison0", "same buffers, call 1 (fresh)", ""),
@@ -119,14 +114,17 @@ def repeated_calls(s: Session) -> None:
             d = None  # noqa: F841 - one draw alive at a time (multi-GiB problems)
             d = ref.draw(secret.seed_for(f"repeat{di}"))
             if which == "x1" and not x1:
-                x1 = [fresh_copy(t, s.calls) for t in d.program]
+                x1 = s.own(d.program)
             elif which == "x1":
                 for buf, v in zip(x1, d.program):
                     buf.copy_(v)
             elif s.budget.on_device(nbytes(d.program)):
-                x2 = [fresh_copy(t, s.calls) for t in d.program]
-            else:  # no room for a third input set: the draw itself (made while X1 is alive, never at its address)
-                x2 = list(d.program)
+                x2 = s.own(d.program)
+            else:  # no room for a third input set: each tensor of the draw given up once copied
+                x2 = []
+                for k2 in range(len(d.program)):
+                    x2.append(s.buffers.copy(d.program[k2], s.calls + k2, f"input {s.in_specs[k2].name}"))
+                    d.program[k2] = None
             d.program = []
         xs = x1 if which == "x1" else x2
         if fill == "keep":
@@ -153,15 +151,14 @@ def sensitivity(s: Session, last: LastTrial, n: int = 3) -> None:
     """``n`` trials from the last plain trial's state (its inputs drawn again from their seed, the
     program's outputs for them from the copy kept): one random element changed, in place (every
     trial but the last, the outputs holding the unchanged inputs' outputs) or in fresh buffers
-    (the last trial, outputs poisoned). The in-place buffers are given up before the fresh ones
+    (the last trial, outputs poisoned); then the edge changes of :func:`.inputs.edge_changes` in
+    those fresh buffers, outputs poisoned. The in-place buffers are given up before the fresh ones
     are made, so that one set of inputs is alive besides a transient copy."""
-    from .session import own_inputs
-
     rng = s.secret.rng("sensitivity")
     d = s.ref.draw(last.draw.seed)
-    x = own_inputs(d, s.calls)
+    x = s.own_draw(d)
     base = last.outputs
-    y = empty_outputs(s.out_specs, s.device)
+    y = s.new_outputs()
     if base.available:
         base.restore_into(y)
     else:
@@ -171,7 +168,7 @@ def sensitivity(s: Session, last: LastTrial, n: int = 3) -> None:
     eligible = [i for i in range(len(x)) if i not in s.lifted]
     names = [t.name for t in s.in_specs]
     shapes = [t.shape for t in s.in_specs]
-    judged = []
+    judged: list[str] = []
     for k in range(n):
         change = choose_change(rng, x, eligible)
         if change is None:
@@ -179,40 +176,50 @@ def sensitivity(s: Session, last: LastTrial, n: int = 3) -> None:
             return
         in_place = k < n - 1
         if not in_place:
-            flat = old = None  # noqa: F841 - views of the in-place buffers
-            x = [fresh_copy(t, s.calls) for t in x]  # the in-place buffers go: fresh ones, reused per escalation
+            x = s.own(x)  # the in-place buffers go: fresh ones, reused per escalation and by the edge trials
             y = None
-            y = empty_outputs(s.out_specs, s.device)
-        for factor in ESCALATION:
-            c = Change(change.tensor, change.index, change.delta * factor)
-            flat = x[c.tensor].view(-1)
-            old = flat[c.index].clone()
-            apply_change(x, c)
-            keep = in_place and base.available
-            if keep:
-                base.restore_into(y)
-            what = f"sensitivity {k + 1} ({'in place' if in_place else 'fresh buffers'}: " \
-                   f"{c.describe(names, shapes)})"
-            s.run(x, y, fill="keep" if keep else "poison0", what=what)
-            r_new = s.reference(d, x)
-            moved = _moved(s, ref, r_new)
-            if moved:
-                jd = s.judge(f"sensitivity ({'in place' if in_place else 'fresh buffers'})", y, d, x, ref=r_new,
-                             varied=True)
-                judged.append(c.describe(names, shapes))
-                if not jd.trial.passed and s.plain_ok:
-                    _sensitivity_failure(s, what, jd, y, base if keep else None)
-                jd = None
-            r_new = None
-            flat[c.index] = old  # restored exactly (not by subtracting delta), after any float64 reference
-            if moved:
-                break
-        else:
-            s.note(f"sensitivity {k + 1}: no change of {names[change.tensor]} up to {ESCALATION[-1]:g}x moved the "
-                   "reference's outputs beyond tolerance (an element they do not depend on)")
+            y = s.new_outputs()
+        _one_change(s, d, x, y, ref, change, ESCALATION, f"sensitivity {k + 1}", in_place, base, judged, names, shapes)
+    for k, change in enumerate(edge_changes(rng, x, eligible)):
+        _one_change(s, d, x, y, ref, change, EDGE_ESCALATION, f"sensitivity at an edge {k + 1}", False, base, judged,
+                    names, shapes)
     base.drop()
     if judged and s.plain_ok and "sensitivity" not in s.failures:
         s.passes["sensitivity"] = "outputs followed single-element changes: " + "; ".join(judged)
+
+
+def _one_change(s: Session, d, x: list[torch.Tensor], y: list[torch.Tensor], ref: list[torch.Tensor], change: Change,
+                factors: Sequence[float], label: str, in_place: bool, base: Stash, judged: list[str],
+                names: Sequence[str], shapes: Sequence[Sequence[int]]) -> None:
+    """One change, grown by ``factors`` until the reference's outputs move; the program's outputs must
+    move with them. The changed elements are restored exactly afterwards."""
+    flat = x[change.tensor].view(-1)
+    old = flat[change.index].clone()
+    how = "in place" if in_place else "fresh buffers"
+    for factor in factors:
+        c = change.scaled(factor)
+        apply_change(x, c)
+        keep = in_place and base.available
+        if keep:
+            base.restore_into(y)
+        what = f"{label} ({how}: {c.describe(names, shapes)})"
+        s.run(x, y, fill="keep" if keep else "poison0", what=what)
+        r_new = s.reference(d, x)
+        moved = _moved(s, ref, r_new)
+        if moved:
+            kind = "sensitivity at an edge" if "edge" in label else "sensitivity"
+            jd = s.judge(f"{kind} ({how})", y, d, x, ref=r_new, varied=True)
+            judged.append(c.describe(names, shapes))
+            if not jd.trial.passed and s.plain_ok and "varied_inputs" not in s.failures:
+                # (a program already shown to assume its inputs' range is named for that)
+                _sensitivity_failure(s, what, jd, y, base if keep else None)
+            jd = None
+        r_new = None
+        flat[change.index] = old  # restored exactly (not by subtracting delta), after any float64 reference
+        if moved:
+            return
+    s.note(f"{label}: no change of {names[change.tensor]} up to {factors[-1]:g}x moved the reference's outputs "
+           "beyond tolerance (elements they do not depend on)")
 
 
 def _moved(s: Session, before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> bool:
@@ -240,128 +247,4 @@ def _sensitivity_failure(s: Session, what: str, jd: Judged, ys: Sequence[torch.T
         return
 
 
-# ------------------------------------------------------------------ stream order
-
-
-def stream_ordered(s: Session) -> DynamicCheck:
-    runner, tol = s.runner, s.tol
-    d = s.ref.draw(s.secret.seed_for("stream"))
-    x = [fresh_copy(t, s.calls) for t in d.program]
-    y = empty_outputs(s.out_specs, s.device)
-    snap = [torch.empty_like(t) for t in y]
-    new_inputs = d.program
-    for t in x:  # stale contents until the held stream copies the new ones in
-        if t.dtype.is_floating_point:
-            t.zero_()
-    runner.sync_device()
-
-    def load():
-        for xi, v in zip(x, new_inputs):
-            xi.copy_(v)
-        for yi in y:
-            poison_(yi, 0)
-
-    def take():
-        for si, yi in zip(snap, y):
-            si.copy_(yi)
-
-    runner.hold()
-    runner.ordered(load)
-    runner.run(x, y)
-    runner.ordered(take)
-    runner.sync()
-    s.calls += 1
-    ref = s.reference(d, new_inputs)
-    if all(bool(close_mask(a, r, tol).all().item()) for a, r in zip(snap, ref)):
-        return DynamicCheck("stream_ordered", "pass", "outputs complete when the stream's work completed")
-    runner.sync_device()
-    for yi in y:
-        poison_(yi, 0)
-    runner.sync_device()  # the poison must land before the program, wherever it runs
-    runner.run(x, y)
-    runner.sync_device()
-    s.calls += 1
-    if all(bool(close_mask(a, r, tol).all().item()) for a, r in zip(y, ref)):
-        bad = sum(int((~close_mask(a, r, tol)).sum().item()) for a, r in zip(snap, ref))
-        return DynamicCheck("stream_ordered", "fail",
-                            f"{bad} output elements were not final when the work queued on the given stream had "
-                            "completed (right only after a device-wide synchronise): work runs on another stream")
-    return DynamicCheck("stream_ordered", "pass", "inconclusive: the outputs are wrong even after a device-wide "
-                                                  "synchronise (see the trials)")
-
-
-# ------------------------------------------------------------------ the precision claim
-
-
-def precision_claim(s: Session, d: Draw, x: list[torch.Tensor], y: list[torch.Tensor],
-                    ref: list[torch.Tensor]) -> DynamicCheck:
-    """Trial 0's outputs against the truth, beside the reference at the claimed and the lower policy.
-
-    Applies to an output only where the lower policy's error is at least 4x the claimed one's (the
-    two are told apart on this problem); fails when the candidate's mean error is at least a third
-    of the lower policy's and 2.5x the claimed one's. (Rounding a GEMM's inputs to bf16 gives about
-    8x the error of rounding them to TF32, 4x that of truncating them; PyTorch's bf16 reference also
-    rounds its outputs, about 1.2x more. An honest TF32 program, even one using TF32 where PyTorch
-    keeps fp32, stays at a fifth of the bf16 error or below.)"""
-    lower = LOWER.get(s.policy)
-    if s.trials and not s.trials[0].passed:
-        return DynamicCheck("precision_claim", "pass", "not judged: trial 0 is wrong at any precision (a wrong answer)")
-    if lower is None:
-        return DynamicCheck("precision_claim", "pass", f"no policy below {s.policy}: nothing to tell apart")
-    floats = [k for k, o in enumerate(y) if is_float(o)]
-    side_by_side = s.budget.on_device(2 * sum(y[k].numel() * 4 for k in floats))
-    na = DynamicCheck("precision_claim", "pass", f"not measurable here: PyTorch cannot compute the reference at "
-                                                 f"{s.policy} and {lower} on {s.device.type}")
-    same = DynamicCheck("precision_claim", "pass", f"{s.policy} and {lower} give the same results here: nothing "
-                                                   "to tell apart")
-    at = s.ref.forward_at(s.policy, d, x)
-    if at is None:
-        return na
-    if side_by_side:
-        low = s.ref.forward_at(lower, d, x)
-        if low is None:
-            return na
-        if all(mean_abs_error(low[k], at[k]) <= 1e-6 * max(mean_abs(ref[k]), 1e-30) for k in floats):  # the two policies compute the same here (no GEMM): no float64 needed to say so
-            return same
-    else:  # one output-sized reference at a time: bit-identical results (no GEMM) are the same, by a keyed hash
-        h_at = [fingerprint(at[k], s.key) for k in floats]
-        at = None
-        low = s.ref.forward_at(lower, d, x)
-        if low is None:
-            return na
-        if all(fingerprint(low[k], s.key) == h for k, h in zip(floats, h_at)):
-            return same
-        low = None
-    truth = s.ref.forward64(d, x) or ref
-    truth_name = "float64" if truth is not ref else "fp32"
-    e_r = {k: mean_abs_error(ref[k], truth[k]) if truth is not ref else 0.0 for k in floats}
-    if at is None:  # computed again, one at a time
-        at = s.ref.forward_at(s.policy, d, x)
-        e_at = {k: mean_abs_error(at[k], truth[k]) for k in floats}
-        at = None
-        low = s.ref.forward_at(lower, d, x)
-        e_low = {k: mean_abs_error(low[k], truth[k]) for k in floats}
-        low = None
-    else:
-        e_at = {k: mean_abs_error(at[k], truth[k]) for k in floats}
-        e_low = {k: mean_abs_error(low[k], truth[k]) for k in floats}
-    told, lines = 0, []
-    for k in floats:
-        spec, o, t = s.out_specs[k], y[k], truth[k]
-        e_c, base = mean_abs_error(o, t), max(e_at[k], e_r[k])
-        if e_low[k] < 4 * base or e_low[k] == 0.0:
-            continue
-        told += 1
-        lines.append(f"{spec.name}: {e_c:.3g} (reference at {s.policy} {e_at[k]:.3g}, at {lower} {e_low[k]:.3g})")
-        if e_c >= e_low[k] / 3 and e_c >= 2.5 * base:
-            return DynamicCheck("precision_claim", "fail",
-                                f"output {spec.name}: mean |err| {e_c:.3g} against the {truth_name} reference matches "
-                                f"{lower} arithmetic ({e_low[k]:.3g}), not the {s.policy} claimed ({e_at[k]:.3g})")
-    if not told:
-        return DynamicCheck("precision_claim", "pass", f"{s.policy} and {lower} give the same error here: nothing to "
-                                                       "tell apart")
-    return DynamicCheck("precision_claim", "pass", "mean |err| against " + truth_name + ": " + "; ".join(lines))
-
-
-__all__ = ["LOWER", "ESCALATION", "dynamic_checks", "repeated_calls", "sensitivity", "stream_ordered",
-           "precision_claim"]
+__all__ = ["ESCALATION", "EDGE_ESCALATION", "dynamic_checks", "repeated_calls", "sensitivity"]

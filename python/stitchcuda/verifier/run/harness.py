@@ -28,6 +28,7 @@ import os
 from typing import Any
 
 from ... import manifest as mf
+from .parameters import independent_of_inputs, redraw_parameters, vary_parameters
 from .reference import (ProblemError, ReferenceSpec, call_reference, flatten_outputs, fp32_exact, inputs_on,
                         load_module, model_state, program_inputs, split_args, state_attributes)
 
@@ -40,9 +41,12 @@ def _first_line(e: BaseException) -> str:
 class ReferenceHarness:
     """The reference on ``device`` with weights the Verifier drew itself (module docstring).
 
-    The model is built with ``weights_seed`` (``torch.manual_seed`` then ``Model(*get_init_inputs())``)
-    and every tensor the manifest lists as a weight is taken from it by name: parameters, buffers,
-    non-persistent buffers. ``weights`` (manifest order and dtypes, contiguous, on the device) is what
+    The model is built with ``weights_seed`` (``torch.manual_seed`` then ``Model(*get_init_inputs())``),
+    its parameters and buffers drawn away from their initial values (:func:`.parameters.vary_parameters`,
+    unless ``vary`` is False) and, where its outputs then do not depend on its inputs, drawn again
+    at the layers' scale (:func:`.parameters.redraw_parameters`); ``degenerate`` says why when even
+    that does not help. Every tensor the manifest lists as a weight is taken from it by name:
+    parameters, buffers, non-persistent buffers. ``weights`` (manifest order and dtypes, contiguous, on the device) is what
     the program's create() gets; the reference computes with the same values. Nothing of the program
     folder (its weights file) flows into the reference.
 
@@ -54,7 +58,7 @@ class ReferenceHarness:
     """
 
     def __init__(self, spec: ReferenceSpec, manifest: mf.Manifest, device: Any, *, weights_seed: int = 0,
-                 manifest_file: str | os.PathLike = mf.MANIFEST_FILE):
+                 manifest_file: str | os.PathLike = mf.MANIFEST_FILE, vary: bool = True):
         import torch
 
         from .compare import torch_dtype
@@ -72,18 +76,20 @@ class ReferenceHarness:
             raise ProblemError(spec.label, f"Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from None
         model = model.to(self.device)
         state = model_state(model)
-        weights = []
         for w in manifest.weights:
             if w.name not in state:
                 raise ProblemError(manifest_file, f"weight {w.name!r} is not a parameter or buffer of the reference "
                                                   f"model (it has {', '.join(list(state)[:6])}"
                                                   f"{' ...' if len(state) > 6 else ''})")
-            value = state[w.name].detach()
-            if tuple(value.shape) != w.shape:
-                raise ProblemError(manifest_file, f"weight {w.name!r} is {list(value.shape)} in the reference; the "
-                                                  f"manifest says {list(w.shape)}")
-            weights.append(value.to(torch_dtype(w.dtype)).contiguous().clone())
-        self.weights = weights
+            if tuple(state[w.name].shape) != w.shape:
+                raise ProblemError(manifest_file, f"weight {w.name!r} is {list(state[w.name].shape)} in the "
+                                                  f"reference; the manifest says {list(w.shape)}")
+        self.degenerate = ""
+        if vary:
+            kept = vary_parameters(model, weights_seed)
+            self.notes.append("the reference's parameters and buffers were drawn away from their initial values "
+                              "(the same values for the reference and the program)"
+                              + (f"; left as they are (integer-valued): {', '.join(kept[:6])}" if kept else ""))
         self.model = model
         from .copies import CopyBudget
 
@@ -104,6 +110,56 @@ class ReferenceHarness:
         self._first_seed: int | None = None
         if self._lifted:
             self._capture()
+        if vary:
+            self._depend_on_inputs(weights_seed)
+        state = model_state(model)
+        self.weights = [state[w.name].detach().to(torch_dtype(w.dtype)).contiguous().clone() for w in manifest.weights]
+
+    def _depend_on_inputs(self, seed: int) -> None:
+        """Where the outputs for two sets of inputs are within tolerance of each other (a head
+        initialised to zeros), the parameters drawn again at the layers' scale; ``degenerate`` says
+        why when the outputs still do not depend on the inputs."""
+        import torch
+
+        from ...precision import get as get_policy
+        from .compare import errors
+
+        if self._graph is not None:
+            return  # the captured graph holds its own copy of the weights
+        out_bytes = sum(t.nbytes for t in self.manifest.outputs)
+        if not self.budget.on_device(2 * out_bytes):
+            self.notes.append("whether the outputs depend on the inputs was not checked before the trials (no room "
+                              "for two sets of outputs); the trials check it")
+            return
+        tol = get_policy("tf32").tolerance
+
+        def outputs() -> list[list[Any]]:
+            out = []
+            for k in range(2):
+                d = self.draw(seed ^ (0x5EED << k))
+                out.append(self.forward(d))
+            self._first_seed = None  # the trials' first draw keeps the model's initial state
+            return out
+
+        def close(a: Any, b: Any, t: float) -> bool:
+            return errors(a, b, t).passed
+
+        why = independent_of_inputs(outputs(), tol, close)
+        if not why:
+            return
+        saved = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        redraw_parameters(self.model, seed)
+        if self._model64 is not None:
+            self._model64 = None
+        still = independent_of_inputs(outputs(), tol, close)
+        if still:
+            self.model.load_state_dict(saved)
+            self.degenerate = still
+            self.notes.append(f"degenerate reference: {still}, even with its parameters drawn again")
+        else:
+            self.notes.append(f"the reference's outputs did not depend on its inputs ({why}): its parameters were "
+                              "drawn again at the layers' scale, for the reference and the program")
+        torch.cuda.empty_cache() if self.device.type == "cuda" else None
 
     def nbytes(self) -> int:
         """Bytes of one set of inputs, outputs and weights (what a float64 copy would double)."""

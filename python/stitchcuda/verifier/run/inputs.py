@@ -170,14 +170,19 @@ def _structured(y: torch.Tensor, sub: str, gen: torch.Generator, mean: float, sd
 
 @dataclass(frozen=True)
 class Change:
-    """A sensitivity trial's change: ``inputs[tensor].flat[index] += delta``."""
+    """A sensitivity trial's change: ``inputs[tensor].flat[index] += delta``; ``where`` says why there."""
 
     tensor: int
     index: int
     delta: float
+    where: str = ""
+
+    def scaled(self, factor: float) -> "Change":
+        return Change(self.tensor, self.index, self.delta * factor, self.where)
 
     def describe(self, names: Sequence[str], shapes: Sequence[Sequence[int]]) -> str:
-        return f"{names[self.tensor]}{list(_unflat(self.index, shapes[self.tensor]))} += {self.delta:.3g}"
+        tail = f" ({self.where})" if self.where else ""
+        return f"{names[self.tensor]}{list(_unflat(self.index, shapes[self.tensor]))} += {self.delta:.3g}{tail}"
 
 
 def _unflat(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
@@ -206,6 +211,37 @@ def apply_change(inputs: Sequence[torch.Tensor], c: Change) -> None:
     flat[c.index] = flat[c.index] + c.delta
 
 
+def edge_changes(rng: random.Random, inputs: Sequence[torch.Tensor], eligible: Sequence[int],
+                 max_axes: int = 3) -> list[Change]:
+    """Changes where a shortcut would not look: the start of each axis of one floating input (up to
+    ``max_axes``, the longest first: the first step of a sequence, the start of a scan) and the far
+    end of one (the last element a reduction reaches), other coordinates random; 4 standard
+    deviations, random sign, grown by the caller until the reference moves (a recurrence that
+    contracts what it carries forgets an ordinary change). One element each: a change of a whole
+    step would scale up the rounding of every sum it enters, which no tolerance allows for."""
+    cands = [i for i in eligible if inputs[i].dtype.is_floating_point and inputs[i].numel() > 1]
+    if not cands:
+        return []
+    t = rng.choice(cands)
+    shape = tuple(inputs[t].shape)
+    axes = sorted((a for a in range(len(shape)) if shape[a] >= 4), key=lambda a: (-shape[a], a))[:max_axes]
+    if not axes:
+        return []
+    _, sd = _stats(inputs[t])
+    ends = [(a, 0, f"the start of axis {a}") for a in axes]
+    far = rng.choice(axes)
+    ends.append((far, shape[far] - 1, f"the far end of axis {far}"))
+    out = []
+    for axis, pos, where in ends:
+        coord = [rng.randrange(n) if n else 0 for n in shape]
+        coord[axis] = pos
+        flat = 0
+        for c, n in zip(coord, shape):
+            flat = flat * n + c
+        out.append(Change(t, flat, rng.choice((-1.0, 1.0)) * 4.0 * sd, where))
+    return out
+
+
 def swap_elements(t: torch.Tensor, rng: random.Random, pairs: int = 2) -> None:
     """Exchange the values of ``pairs`` random pairs of elements in place: the contents change
     while every value stays one the distribution produced (indices stay in range)."""
@@ -221,5 +257,14 @@ def swap_elements(t: torch.Tensor, rng: random.Random, pairs: int = 2) -> None:
     flat[b] = va
 
 
+def tie_inputs(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``x`` (a floating input) with every value one of five small integers (-2 .. 2, exact in every
+    dtype): ties everywhere, in every row, for an argmax, a sort or a top-k to break by its rule. A
+    new tensor; other inputs are returned as they are."""
+    if not x.dtype.is_floating_point or x.numel() == 0:
+        return x
+    return torch.randint(-2, 3, tuple(x.shape), generator=gen, device=x.device).to(x.dtype)
+
+
 __all__ = ["KINDS", "fresh_seed", "Secret", "Variation", "choose_variations", "vary", "Change", "choose_change",
-           "apply_change", "swap_elements"]
+           "apply_change", "edge_changes", "swap_elements", "tie_inputs"]

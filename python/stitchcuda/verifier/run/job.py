@@ -49,6 +49,8 @@ class WorkerJob:
     profile_runs: int = 20
     device: int = 0
     cupti: bool = True
+    isolate: bool = True  # run the program in the native runner (no Python, no PyTorch in its process)
+    sanitizer: bool = True  # compute-sanitizer on one small trial (in the native runner)
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
@@ -104,7 +106,7 @@ class WorkerJob:
             want(name, isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a non-negative integer")
         want("trials", self.trials >= 1, "at least 1")
         want("token", isinstance(self.token, str) and len(self.token) >= 16, "a token of 16+ characters")
-        for name in ("time", "compile", "dynamic", "reference_profile", "cupti"):
+        for name in ("time", "compile", "dynamic", "reference_profile", "cupti", "isolate", "sanitizer"):
             want(name, isinstance(getattr(self, name), bool), "true or false")
         want("memory_fraction", isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1,
              "a fraction in [0, 1]")

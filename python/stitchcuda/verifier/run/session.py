@@ -29,6 +29,7 @@ from ...precision import get as get_policy
 from ..report.verdict import DynamicCheck, OutputCheck, TrialResult
 from .compare import bits, errors, norm_relative, output_scale, torch_dtype
 from .copies import CopyBudget, Stash, nbytes
+from .guards import GuardedBuffers
 from .inputs import Secret
 
 # Two poison bit patterns per element size. In every float format of that size both are NaNs with
@@ -49,7 +50,14 @@ class Runner(Protocol):
     """The candidate program on one stream. ``run`` enqueues one call; ``sync`` waits for the
     stream only (an event recorded on it); ``sync_device`` waits for all work of the process;
     ``hold`` delays the stream (a sleep kernel) so that what follows is queued, not done;
-    ``ordered`` runs a tensor operation in stream order; ``context`` makes the stream current."""
+    ``ordered`` runs a tensor operation in stream order; ``context`` makes the stream current.
+
+    What a runner may offer besides, each check using it only where it is there (the native runner
+    and the stream runner offer all): ``run(..., pressure=True)`` where ``pressure_ok`` (a busy
+    kernel on another stream meanwhile), ``ordered_run`` (the stream-order sequence in one go), ``capture`` / ``replay`` /
+    ``drop_capture`` (a call captured from the stream into a graph), ``repeat(inputs, outputs, k)``
+    and ``memory()`` (a :class:`~..measure.memory.MemoryReading`), ``library_calls()`` (the runtime
+    calls the program made)."""
 
     device: torch.device
 
@@ -194,9 +202,13 @@ class Session:
     """One candidate's correctness run: every call, every failure of a dynamic check, the notes."""
 
     def __init__(self, runner: Runner, reference: ReferenceLike, policy: str, secret: Secret,
-                 budget: CopyBudget | None = None):
+                 budget: CopyBudget | None = None, buffers: GuardedBuffers | None = None,
+                 weights: Sequence[torch.Tensor] = ()):
         self.runner, self.ref, self.secret = runner, reference, secret
         self.budget = budget or CopyBudget(runner.device)
+        #: Where every tensor handed to the program lives: between guard zones (:mod:`.guards`).
+        self.buffers = buffers if buffers is not None else GuardedBuffers(runner.device, secret.seed_for("guards"))
+        self.weights = list(weights)  # what the program's create() got: never to change
         self.policy = get_policy(policy).name
         self.tol = get_policy(policy).tolerance
         self.in_specs, self.out_specs = reference.input_specs, reference.output_specs
@@ -213,6 +225,8 @@ class Session:
         self.inconclusive = ""
         self.plain_ok = True  # every plain trial passed: only then are later failures named as cheats
         self.plain_nonfinite = False  # the reference itself gives NaN/Inf on get_inputs()'s inputs
+        self.degenerate = ""  # why the reference's outputs prove nothing (see .parameters)
+        self._weight_hashes = [_hash(w, self.key) for w in self.weights]
 
     # -------------------------------------------------------------- bookkeeping
 
@@ -227,8 +241,49 @@ class Session:
         return len(self.trials)
 
     def stash(self, what: str, ts: Sequence[torch.Tensor]) -> Stash:
-        """A copy of ``ts`` where the memory budget puts it (:mod:`.memory`)."""
+        """A copy of ``ts`` where the memory budget puts it (:mod:`.copies`)."""
         return Stash(self.budget.place(what, nbytes(ts))).save(ts)
+
+    # -------------------------------------------------------------- the program's buffers
+
+    def new_outputs(self) -> list[torch.Tensor]:
+        """Output buffers for one call (contents undefined), guarded, at addresses of their own."""
+        return [self.buffers.empty(s.shape, torch_dtype(s.dtype), self.calls + k, f"output {s.name}")
+                for k, s in enumerate(self.out_specs)]
+
+    def own(self, ts: Sequence[torch.Tensor], what: str = "input") -> list[torch.Tensor]:
+        """Guarded copies of ``ts`` (inputs in manifest order) at addresses the previous call did not use."""
+        names = [s.name for s in self.in_specs]
+        return [self.buffers.copy(t, self.calls + k, f"{what} {names[k] if k < len(names) else k}")
+                for k, t in enumerate(ts)]
+
+    def own_draw(self, d: Draw) -> list[torch.Tensor]:
+        """The draw's inputs in guarded buffers of their own; the draw gives its copies up."""
+        x = self.own(d.program)
+        d.program = []
+        return x
+
+    def like(self, t: torch.Tensor, label: str = "") -> torch.Tensor:
+        return self.buffers.like(t, self.calls, label)
+
+    def check_guards(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], what: str) -> None:
+        named = [(f"input {s.name}", t) for s, t in zip(self.in_specs, inputs)]
+        named += [(f"output {s.name}", t) for s, t in zip(self.out_specs, outputs)]
+        bad = self.buffers.check(named)
+        if bad:
+            self.fail("memory_bounds", f"{what}: " + "; ".join(bad) + ": the program wrote outside the buffers it "
+                                       "was given (an allocation's slack is not the program's)")
+
+    def check_weights(self, what: str) -> None:
+        """The weights create() got, bit for bit (a keyed hash), and their guards."""
+        for k, (w, h) in enumerate(zip(self.weights, self._weight_hashes)):
+            if _hash(w, self.key) != h:
+                self.fail("weights_unchanged", f"weight {k} changed ({what}): the program writes into its weights")
+        bad = self.buffers.check([(f"weight {k}", w) for k, w in enumerate(self.weights)])
+        bad += self.buffers.check()  # every other live buffer's guards too
+        if bad:
+            self.fail("memory_bounds", f"{what}: " + "; ".join(bad[:3]) + ": the program wrote outside the buffers "
+                                       "it was given")
 
     # -------------------------------------------------------------- one call
 
@@ -247,15 +302,20 @@ class Session:
                     poison_(y, 0)
 
     def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *, fill: str, what: str,
-            value: float = 0.0) -> None:
-        """One program call: outputs filled, the program run and awaited, inputs checked unchanged,
-        outputs checked written (when they were poisoned or filled)."""
+            value: float = 0.0, pressure: bool = False) -> None:
+        """One program call: outputs filled, the program run and awaited (``pressure``: with a busy
+        kernel on another stream meanwhile, where the runner can), guards checked, inputs checked
+        unchanged, outputs checked written (when they were poisoned or filled)."""
         before = [_hash(t, self.key) for t in inputs]
         copies = [t.clone() if t.numel() * t.element_size() <= LOCATE_BYTES else None for t in inputs]
         self.fill(outputs, fill, value)
-        self.runner.run(list(inputs), list(outputs))
+        if pressure and getattr(self.runner, "pressure_ok", False):
+            self.runner.run(list(inputs), list(outputs), pressure=True)
+        else:
+            self.runner.run(list(inputs), list(outputs))
         self.runner.sync()
         self.calls += 1
+        self.check_guards(inputs, outputs, what)
         for spec, t, h, c in zip(self.in_specs, inputs, before, copies):
             if _hash(t, self.key) != h:
                 where = ""
@@ -394,8 +454,11 @@ class Session:
                   f"(atol {tol * scale:.3g}): max |err| {e.max_abs:.3g}")
         return True, "varied-slack"
 
-    def determinism(self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> DynamicCheck:
+    def determinism(self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], label: str = "") -> DynamicCheck:
+        """Two runs' outputs on the same inputs: beyond the tolerance apart is a race (or a read of
+        memory nobody wrote); within it, a note (atomics, another reduction order)."""
         worst, name = 0.0, ""
+        on = f" ({label})" if label else ""
         for spec, p, q in zip(self.out_specs, a, b):
             # unwritten in both: the outputs_written check's business
             n, _ = count_where(lambda a, b: ~((bits(a) == bits(b)) | (any_poison(a) & any_poison(b))), [p, q])
@@ -404,24 +467,29 @@ class Session:
             e = errors(q, p, self.tol)
             if not e.passed:
                 return DynamicCheck("deterministic", "fail",
-                                    f"output {spec.name} differs between two runs on the same inputs by up to "
+                                    f"output {spec.name} differs between two runs on the same inputs{on} by up to "
                                     f"{e.max_abs:.3g} (> tol {self.tol:.0e}): a race or an uninitialised read")
             if e.max_abs >= worst:
                 worst, name = e.max_abs, spec.name
         if name:
-            msg = (f"not bit-identical between two runs on the same inputs (output {name} max diff {worst:.3g}, "
-                   f"within rounding: atomics or another reduction order)")
-            self.warnings.append(msg)
-            return DynamicCheck("deterministic", "pass", msg)
-        return DynamicCheck("deterministic", "pass", "bit-identical between two runs on the same inputs")
+            return DynamicCheck("deterministic", "pass",
+                                f"not bit-identical between two runs on the same inputs{on} (output {name} max diff "
+                                f"{worst:.3g}, within rounding: atomics or another reduction order)")
+        return DynamicCheck("deterministic", "pass", f"bit-identical between two runs on the same inputs{on}")
 
 
-def own_inputs(d: Draw, k: int) -> list[torch.Tensor]:
-    """The draw's inputs at addresses the previous call did not use (the draw gives its copies up)."""
-    x = [fresh_copy(t, k) for t in d.program]
-    d.program = []
-    return x
-
+def one_determinism(s: "Session", checks: Sequence[DynamicCheck]) -> DynamicCheck:
+    """The runs of several trials as one ``deterministic`` check: the first failure, else the first
+    difference within rounding (a warning), else bit-identical everywhere."""
+    for c in checks:
+        if c.status == "fail":
+            return c
+    for c in checks:
+        if c.detail.startswith("not bit-identical"):
+            s.warnings.append(c.detail)
+            return c
+    return DynamicCheck("deterministic", "pass", f"bit-identical between two runs on the same inputs, in "
+                                                 f"{len(checks)} trial(s), the second under launch pressure")
 
 
 @dataclass
@@ -448,5 +516,5 @@ def _hash(t: torch.Tensor, key: int) -> int:
 
 
 __all__ = ["LOCATE_BYTES", "VARIED_SLACK", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
-           "Judged", "LastTrial", "own_inputs", "poison_", "poisoned", "any_poison", "is_float", "count_where", "all_finite", "fmt_index",
+           "Judged", "LastTrial", "one_determinism", "poison_", "poisoned", "any_poison", "is_float", "count_where", "all_finite", "fmt_index",
            "empty_outputs", "fresh_copy", "check_shapes"]

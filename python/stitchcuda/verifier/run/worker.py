@@ -1,14 +1,17 @@
 """The child process that runs one candidate: ``python -m stitchcuda.verifier.run.worker FD``.
 
 The job (a :class:`~.job.WorkerJob`, JSON on stdin) names the program library, the manifest, the
-reference, the precision to judge at, the seeds and the options. Modes:
+reference, the precision to judge at, the seeds, the native runner and the options. Modes:
 
-``verify``   setup (reference and its weights, program instance, stream) -> correctness (trials and
-             dynamic checks) -> timing (program, its timed calls checked, and the four baselines, one
-             process) -> the reference's torch.profiler top ops
-``profile``  setup -> device ceilings (cached) -> CUPTI profile of the program
+``verify``   setup (reference and its weights, the program instance: in the native runner, a
+             process with no interpreter and no PyTorch, where the machine allows; :mod:`.instance`)
+             -> correctness (trials and dynamic checks) -> sanitizer (compute-sanitizer on one small
+             trial) -> timing (program, its timed calls checked, its event time against the host
+             clock, and the four baselines) -> the reference's torch.profiler top ops
+``profile``  setup (in this process: CUPTI records this process's kernels) -> device ceilings
+             (cached) -> CUPTI profile of the program
 
-The worker reports over the pipe FD (:class:`~.isolate.Channel`): the phase it is in, and the
+The worker reports over the pipe FD (:class:`~.child.Channel`): the phase it is in, and the
 result so far after every phase. It says what went wrong and whose fault it was: ``input_error``
 (the reference does not fit the manifest: the caller's), ``crash`` (the program failed, or a CUDA
 fault surfaced: the candidate's), ``inconclusive`` (the Verifier itself could not go on, e.g. out
@@ -27,11 +30,10 @@ from typing import Any
 
 from ... import serial as serde
 from .child import Channel
+from .instance import CandidateFailure, CreateFailed, Guarded
 from .job import JobError, WorkerJob
 
-
-class CandidateFailure(RuntimeError):
-    """The program's own call (or the wait for its stream) failed."""
+_Guarded = Guarded  # the tests' name for it
 
 
 class _Reporter:
@@ -119,33 +121,26 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - the reference itself failed on the device
         rep.finish("input_error", 3, input_error={"file": job.reference.label, "problem": _message(e)})
 
-    from stitchcuda import rt
-
-    torch.cuda.synchronize(dev)
-    free0, total = torch.cuda.mem_get_info(dev)
-    reserved0 = torch.cuda.memory_reserved(dev)
-    try:
-        lib = rt.ProgramLibrary(job.library)
-        instance = lib.create(problem.weights, device=dev)
-    except Exception as e:  # noqa: BLE001 - create failed: the candidate's fault
-        rep.finish("crash", 1, crash={"message": "program create failed: " + _message(e)})
-    stream = torch.cuda.Stream(dev)
-    from .runner import StreamRunner
+    from .inputs import Secret
+    from .instance import start
     from .session import ReferenceMismatch
 
-    runner = _Guarded(StreamRunner(instance, stream))
-
-    def program_memory() -> int:
-        torch.cuda.synchronize(dev)
-        free, _ = torch.cuda.mem_get_info(dev)
-        return max(0, (free0 - free) - (torch.cuda.memory_reserved(dev) - reserved0))
-
+    stream = torch.cuda.Stream(dev)
+    runner_exe, why = _runner(job)
+    try:
+        inst = start(job, problem, dev, stream, Secret(job.seed).seed_for("guards"), runner_exe, why)
+    except CreateFailed as e:
+        rep.finish("crash", 1, crash={"message": _message(e.__cause__ or e) if e.__cause__ else str(e)})
+    rep.save(isolation=inst.isolation)
+    runner = inst.runner
+    program_memory = inst.memory
+    _, total = torch.cuda.mem_get_info(dev)
     cap = total // 2 if job.program_memory_cap is None else int(job.program_memory_cap)
     try:
         if job.mode == "profile":
             _profile(job, rep, runner, problem, stream, dev)
         else:
-            _verify(job, rep, runner, problem, stream, dev, program_memory, cap)
+            _verify(job, rep, runner, problem, stream, dev, program_memory, cap, inst)
     except ProblemError as e:
         rep.finish("input_error", 3, input_error={"file": e.file, "problem": e.problem})
     except ReferenceMismatch as e:
@@ -176,70 +171,98 @@ def _safe(fn):
         return None
 
 
-class _Guarded:
-    """A runner whose program calls (and stream waits) raise :class:`CandidateFailure`."""
+def _runner(job: WorkerJob) -> tuple[str, str]:
+    """(the native runner's executable, "") or ("", why the program runs in this process)."""
+    if job.mode == "profile":
+        return "", "a profile: CUPTI records the kernels of the process it runs in"
+    if not job.isolate:
+        return "", "isolation turned off"
+    from .native import RunnerUnavailable, runner_binary
 
-    def __init__(self, runner: Any):
-        self._r = runner
-        self.device = runner.device
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._r, name)
-
-    def run(self, inputs, outputs) -> None:
-        try:
-            self._r.run(inputs, outputs)
-        except Exception as e:  # noqa: BLE001
-            raise CandidateFailure(f"the program's run failed: {type(e).__name__}: {e}") from e
-
-    def sync(self) -> None:
-        try:
-            self._r.sync()
-        except Exception as e:  # noqa: BLE001
-            raise CandidateFailure(f"waiting for the program's stream failed: {type(e).__name__}: {e}") from e
-
-    def bind(self, inputs, outputs):
-        call = self._r.bind(inputs, outputs) if hasattr(self._r, "bind") else (lambda: self._r.run(inputs, outputs))
-
-        def run() -> None:
-            try:
-                call()
-            except Exception as e:  # noqa: BLE001
-                raise CandidateFailure(f"the program's run failed: {type(e).__name__}: {e}") from e
-        return run
+    try:
+        return str(runner_binary()), ""
+    except RunnerUnavailable as e:
+        return "", str(e).splitlines()[0][:300]
 
 
-def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, cap) -> None:
+def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, cap, inst=None) -> None:
     import torch
 
-    from .compare import errors
-    from .correctness import check_correctness
-    from .session import empty_outputs, poison_
-    from .inputs import Secret
     from ..report.records import MemoryUse
+    from .correctness import check_correctness
 
     rep.phase("correctness")
+    buffers = inst.buffers if inst is not None else None
+    weights = inst.weights if inst is not None else ()
     res = check_correctness(runner, problem, precision=job.precision, trials=job.trials, seed=job.seed,
-                            varied=job.varied, dynamic=job.dynamic)
+                            varied=job.varied, dynamic=job.dynamic, buffers=buffers, weights=weights)
+    if getattr(problem, "degenerate", "") and not res.degenerate:
+        import dataclasses
+
+        res = dataclasses.replace(res, degenerate=problem.degenerate)
     used = program_memory()
     memory = MemoryUse(program_bytes=used, torch_peak_bytes=int(torch.cuda.max_memory_allocated(dev)), cap_bytes=cap)
     rep.save(correctness=res, memory=memory, correctness_notes=list(res.notes) + list(problem.notes))
     if cap and used > cap:
         rep.finish("crash", 1, crash={"message": f"out of memory: the program allocated {used / 2**30:.2f} GiB of "
                                                  f"device memory, over its cap of {cap / 2**30:.2f} GiB"})
-    if not job.time or not res.passed:
+    if not res.passed:
+        return
+    extra = []
+    if job.sanitizer and inst is not None and inst.runner_exe:
+        rep.phase("sanitizer")
+        check = _sanitize(job, problem, dev, inst.runner_exe)
+        if check is not None:
+            extra.append(check)
+            rep.save(extra_checks=extra)
+            if check.status == "fail":
+                return
+    if not job.time:
         return
     rep.phase("timing")
+    extra += _time(job, rep, runner, problem, stream, dev, res.tolerance, inst)
+    rep.save(extra_checks=extra)
+    if job.reference_profile:
+        rep.phase("reference_profile")
+        from ...precision import fp32_exact
+        from ..measure.cupti import profile_reference
+        from .inputs import Secret
+
+        d = problem.draw(Secret(job.seed).seed_for("timing"))
+        try:
+            ops = profile_reference(problem.model, problem.model_args(d), context=fp32_exact)
+            rep.save(reference_ops=ops)
+        except Exception as e:  # noqa: BLE001 - the reference's profile is advice, not a verdict
+            rep.save(reference_ops=[], reference_profile_error=f"{type(e).__name__}: {e}")
+
+
+def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -> list:
+    """The timing phase: the program where it runs (its calls checked), the baselines here; returns
+    the checks of what the runtime was asked during it (the native runner's log)."""
+    import torch
+
     from ..measure.timing import time_all
+    from ..report.verdict import DynamicCheck
+    from .compare import errors
+    from .inputs import Secret
+    from .instance import RemoteClock
+    from .precision_claim import library_evidence
+    from .session import poison_
+    from .stream_checks import runtime_stream
     from .timed_calls import TimedCalls
 
     secret = Secret(job.seed)
-    tol = res.tolerance
+    buffers = inst.buffers if inst is not None else None
     d = problem.draw(secret.seed_for("timing"))
-    x = d.program
-    y = empty_outputs(problem.output_specs, problem.device)
+    x = [buffers.copy(t, k, "timed input") for k, t in enumerate(d.program)] if buffers is not None else d.program
+    y = [buffers.empty(s.shape, _dtype(s.dtype), k, "timed output") for k, s in enumerate(problem.output_specs)] \
+        if buffers is not None else \
+        [torch.empty(s.shape, dtype=_dtype(s.dtype), device=problem.device) for s in problem.output_specs]
     torch.cuda.synchronize(dev)  # the draw ran on the default stream; the program runs on its own
-    program = runner.bind(x, y)
+    if inst is not None and inst.remote is not None:
+        program = RemoteClock(runner, x, y)
+    else:
+        program = runner.bind(x, y)
 
     def judge(outputs, ref) -> tuple[bool, str]:
         for spec, o, r in zip(problem.output_specs, outputs, ref):
@@ -253,27 +276,63 @@ def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, c
 
     def outputs_ok() -> bool:
         fresh = problem.draw(secret.seed_for("recheck"))
-        ys = [poison_(torch.empty_like(t)) for t in y]
+        xs = [buffers.copy(t, k) for k, t in enumerate(fresh.program)] if buffers is not None else fresh.program
+        ys = [poison_(buffers.like(t) if buffers is not None else torch.empty_like(t)) for t in y]
         torch.cuda.synchronize(dev)
-        runner.run(fresh.program, ys)
+        runner.run(xs, ys)
+        runner.sync()
         torch.cuda.synchronize(dev)
-        ref = problem.forward(fresh)
+        ref = problem.forward(fresh, xs)
         return all(errors(a, r, tol).passed for a, r in zip(ys, ref))
 
     table, details = time_all(program, problem.model, problem.model_args(d), precision=job.precision,
                               stream=stream, compile=job.compile, settings=job.timing, recheck_outputs=outputs_ok,
                               log=lambda s: print(f"[worker] {s}", flush=True), calls=calls)
     rep.save(timing={"table": table, "details": details})
-    if job.reference_profile:
-        rep.phase("reference_profile")
-        from ...precision import fp32_exact
-        from ..measure.cupti import profile_reference
+    checks = []
+    if buffers is not None:
+        bad = buffers.check()
+        if bad:
+            checks.append(DynamicCheck("memory_bounds", "fail", "during the timed calls: " + "; ".join(bad[:3])))
+    if hasattr(runner, "library_calls"):
+        log = runner.library_calls()
+        below = library_evidence(log.get("calls", []), job.precision)
+        if below:
+            checks.append(DynamicCheck("precision_claim", "fail", f"during the timed calls: {below}"))
+        foreign = runtime_stream(log, "during the timed calls")
+        if foreign is not None:
+            checks.append(foreign)
+    return checks
 
-        try:
-            ops = profile_reference(problem.model, problem.model_args(d), context=fp32_exact)
-            rep.save(reference_ops=ops)
-        except Exception as e:  # noqa: BLE001 - the reference's profile is advice, not a verdict
-            rep.save(reference_ops=[], reference_profile_error=f"{type(e).__name__}: {e}")
+
+def _dtype(name: str):
+    from .compare import torch_dtype
+
+    return torch_dtype(name)
+
+
+def _sanitize(job: WorkerJob, problem, dev, runner_exe: str):
+    """compute-sanitizer's tools on one small trial in the native runner (:mod:`.sanitizer`)."""
+    from ..report.verdict import DynamicCheck
+    from .inputs import Secret
+    from .sanitizer import MAX_BYTES, TOOLS, find_sanitizer, run_tool, sanitizer_check
+
+    tool = find_sanitizer()
+    if tool is None:
+        return DynamicCheck("sanitizer", "pass", "not run: compute-sanitizer is not installed here")
+    import torch
+
+    d = problem.draw(Secret(job.seed).seed_for("sanitizer"))
+    outs = [torch.zeros(s.shape, dtype=_dtype(s.dtype)) for s in problem.output_specs]
+    tensors = [("weight", w) for w in problem.weights] + [("input", t) for t in d.program] + \
+        [("output", o) for o in outs]
+    size = sum(t.numel() * t.element_size() for _, t in tensors)
+    if size > MAX_BYTES:
+        return DynamicCheck("sanitizer", "pass", f"not run: the trial holds {size / 2**20:.0f} MiB, over the "
+                                                 f"{MAX_BYTES >> 20} MiB a sanitizer trial may")
+    reports = [run_tool(tool, name, runner_exe, job.library, dev, tensors, len(problem.weights), len(d.program))
+               for name in TOOLS]
+    return sanitizer_check(reports)
 
 
 def _profile(job: WorkerJob, rep, runner, problem, stream, dev) -> None:

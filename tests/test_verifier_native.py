@@ -164,3 +164,45 @@ def test_the_runners_process_holds_no_interpreter_and_no_pytorch(built):
         assert not [e for e in env if e.startswith(b"PYTHON")]
     finally:
         r.close()
+
+
+# ------------------------------------------------------------------ the sanitizer's trial, with a stand-in tool
+
+FAKE_SANITIZER = """#!/bin/sh
+# a stand-in for compute-sanitizer: --tool T --error-exitcode N --print-limit M, then the program
+tool=$2
+shift 6
+if [ "$tool" = racecheck ]; then
+  echo "========= Error: Race reported between Write access at k(float*)+0x90 in program.cu:31"
+  echo "=========     and Read access at k(float*)+0xa0 in program.cu:33 [32 hazards]"
+  echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
+elif [ "$tool" = synccheck ]; then
+  exec sleep 30
+else
+  echo "========= ERROR SUMMARY: 0 errors"
+fi
+exec "$@"
+"""
+
+
+def test_the_sanitizers_reports_become_one_check(built, tmp_path):
+    """Each tool runs the program once through the runner (shared host file); an error is the
+    ``sanitizer`` check naming the tool and the kernel; a tool over its time is a note, not a verdict."""
+    from stitchcuda.verifier.run.sanitizer import parse_report, run_tool, sanitizer_check
+
+    exe, lib = built
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text(FAKE_SANITIZER)
+    tool.chmod(0o755)
+    tensors = [("weight", torch.ones(16)), ("input", torch.full((16,), 3.0)), ("output", torch.zeros(16))]
+    reports = [run_tool(str(tool), name, str(exe), str(lib), 0, tensors, 1, 1, seconds=5, where="host")
+               for name in ("memcheck", "racecheck", "synccheck")]
+    assert [r.errors for r in reports] == [0, 1, 0]
+    assert not reports[2].finished and "did not finish" in reports[2].note
+    check = sanitizer_check(reports)
+    assert check.status == "fail" and "racecheck" in check.detail and "program.cu:31" in check.detail
+    assert sanitizer_check([reports[0], reports[2]]).status == "pass"
+    mem = parse_report("memcheck", "========= Invalid __global__ write of size 4 bytes\n"
+                                   "=========     at relu_f4(float4*, long)+0x70\n"
+                                   "========= ERROR SUMMARY: 1 error\n")
+    assert mem.errors == 1 and mem.lines[0].startswith("Invalid __global__ write")

@@ -27,7 +27,7 @@ class CreateFailed(RuntimeError):
 
 
 #: Methods of a runner that call the program (or wait for it): their failures are the program's.
-PROGRAM_CALLS = ("run", "sync", "ordered_run", "timed", "wall", "repeat", "capture", "replay", "memory",
+PROGRAM_CALLS = ("run", "sync", "ordered_run", "timed", "wall", "wall_empty", "repeat", "capture", "replay", "memory",
                  "library_calls", "sync_device", "hold", "ordered")
 
 

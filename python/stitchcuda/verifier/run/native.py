@@ -26,10 +26,12 @@ import fcntl
 import hashlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,6 +50,10 @@ class RunnerUnavailable(RuntimeError):
 
 class RunnerDied(RuntimeError):
     """The runner process ended while serving a command: the program crashed it."""
+
+
+class RunnerTimeout(RunnerDied):
+    """A command got no reply within the runner's time limit (the sanitizer's tools may be slow)."""
 
 
 class RunnerError(RuntimeError):
@@ -127,7 +133,8 @@ class NativeRunner:
     """One ``stitch-runner`` process serving one program (module docstring)."""
 
     def __init__(self, exe: str | os.PathLike, library: str | os.PathLike, *, device: int = 0,
-                 host_fd: int | None = None, prefix: Sequence[str] = (), token: str = "", cwd: str | None = None):
+                 host_fd: int | None = None, prefix: Sequence[str] = (), token: str = "", cwd: str | None = None,
+                 timeout: float | None = None):
         self.token = token or hashlib.sha256(os.urandom(16)).hexdigest()[:24]
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
@@ -144,7 +151,8 @@ class NativeRunner:
                                          pass_fds=fds, cwd=cwd or self._logdir, env=_runner_env())
         os.close(cmd_r)
         os.close(rep_w)
-        self._reader = os.fdopen(self._rep_r, "rb")
+        self._buf = b""
+        self.timeout = timeout  # seconds a reply may take (None: as long as it takes)
         self._lock = threading.Lock()
         self._send(f"token {self.token}")
         self.pending_free: list[int] = []
@@ -188,9 +196,23 @@ class NativeRunner:
             raise RunnerError(_describe(words[0] if words else "", reply), reply)
         return reply
 
+    def _line(self) -> bytes:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while b"\n" not in self._buf:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._rep_r], [], [], wait)
+            if not ready:
+                raise RunnerTimeout(f"no reply from the runner in {self.timeout:g} s")
+            chunk = os.read(self._rep_r, 1 << 16)
+            if not chunk:
+                return b""
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line + b"\n"
+
     def _read(self) -> dict[str, Any]:
         while True:
-            line = self._reader.readline()
+            line = self._line()
             if not line:
                 raise RunnerDied(self._died("the runner ended during a command"))
             text = line.decode("utf-8", "replace").strip()
@@ -213,12 +235,11 @@ class NativeRunner:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for fd in (self._cmd_w,):
+        for fd in (self._cmd_w, self._rep_r):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self._reader.close()
         shutil.rmtree(self._logdir, ignore_errors=True)
 
 
@@ -261,7 +282,7 @@ class IpcBlock:
         self.nbytes = max(int(nbytes), 1)
         self.ptr = int(_check(cudart.cudaMalloc(self.nbytes), "cudaMalloc"))
         handle = _check(cudart.cudaIpcGetMemHandle(self.ptr), "cudaIpcGetMemHandle")
-        self.hex = bytes(handle.reserved).hex()
+        self.hex = _handle_bytes(handle).hex()
         self.runner = runner
         self.buffer_ids: list[int] = []
 
@@ -278,6 +299,17 @@ class IpcBlock:
             _cudart().cudaFree(self.ptr)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _handle_bytes(handle: Any) -> bytes:
+    """The 64 bytes of a ``cudaIpcMemHandle_t`` (read at the struct's address: the same in every
+    version of the bindings, whatever ``reserved`` returns)."""
+    import ctypes
+
+    if hasattr(handle, "getPtr"):
+        return ctypes.string_at(int(handle.getPtr()), 64)
+    raw = handle.reserved
+    return bytes(raw) if isinstance(raw, (bytes, bytearray)) else bytes(int(v) & 0xFF for v in raw)
 
 
 def ipc_blocks(device: torch.device, runner: "RemoteRunner") -> Any:
@@ -478,5 +510,5 @@ class RemoteRunner:
         self.native.close()
 
 
-__all__ = ["RunnerUnavailable", "RunnerDied", "RunnerError", "runner_source", "source_hash", "runner_binary",
+__all__ = ["RunnerUnavailable", "RunnerDied", "RunnerTimeout", "RunnerError", "runner_source", "source_hash", "runner_binary",
            "NativeRunner", "IpcBlock", "ipc_blocks", "RemoteRunner", "ST_DTYPE"]

@@ -87,12 +87,14 @@ def parse_report(tool: str, text: str) -> ToolReport:
 
 def run_tool(sanitizer: str, tool: str, runner_exe: str, library: str, device: int,
              tensors: Sequence[tuple[str, Any]], n_weights: int, n_inputs: int,
-             seconds: float = TOOL_SECONDS) -> ToolReport:
-    """One tool over one call: ``tensors`` are (role, CPU tensor) in create/run order — the weights,
-    the inputs, then the outputs (contents ignored); their bytes go through a shared host file."""
+             seconds: float = TOOL_SECONDS, where: str = "dev") -> ToolReport:
+    """One tool over one call: ``tensors`` are (role, tensor) in create/run order — the weights, the
+    inputs, then the outputs (contents ignored); their bytes go through a shared host file, into
+    device allocations of exactly their size (``where="host"``: left in the file, for a program that
+    computes on the host: the CPU tests)."""
     import torch
 
-    from .native import ST_DTYPE, NativeRunner, RunnerDied, RunnerError
+    from .native import ST_DTYPE, NativeRunner, RunnerDied, RunnerError, RunnerTimeout
 
     fd = os.memfd_create("stitchcuda-sanitizer", 0)
     try:
@@ -105,12 +107,12 @@ def run_tool(sanitizer: str, tool: str, runner_exe: str, library: str, device: i
             data = t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
             os.pwrite(fd, data, off)
         prefix = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
-        native = NativeRunner(runner_exe, library, device=device, host_fd=fd, prefix=prefix)
+        native = NativeRunner(runner_exe, library, device=device, host_fd=fd, prefix=prefix, timeout=seconds)
         finished, note = True, ""
         try:
             ids = []
             for k, ((_, t), off) in enumerate(zip(tensors, offsets)):
-                native.call("buf", k + 1, "dev", off, t.numel() * t.element_size())
+                native.call("buf", k + 1, where, off, t.numel() * t.element_size())
                 native.call("tensor", 1000 + k, k + 1, ST_DTYPE[t.dtype], t.dim(), *t.shape)
                 ids.append(1000 + k)
             w, rest = ids[:n_weights], ids[n_weights:]
@@ -120,7 +122,7 @@ def run_tool(sanitizer: str, tool: str, runner_exe: str, library: str, device: i
             native.call("destroy")
             native.call("quit", check=False)
             native.proc.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, RunnerTimeout):
             finished, note = False, f"{tool} did not finish in {seconds:g} s"
         except (RunnerDied, RunnerError) as e:
             note = f"{tool}: the run ended early ({str(e).splitlines()[0][:200]})"

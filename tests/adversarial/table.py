@@ -46,7 +46,6 @@ def _copy(src: Path, root: Path) -> Path:
 
 def run(names: set[str] | None) -> list[dict]:
     from stitchcuda.verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
-    from stitchcuda.verifier.measure.timing import LoopSettings
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -66,7 +65,7 @@ def run(names: set[str] | None) -> list[dict]:
                 continue
             opts = VerifyOptions(compile=False, reference_profile=False, profile=False, seed=SEED, weights_seed=SEED,
                                  precision=e.precision, time=e.timed or e.verdict == "passed",
-                                 timing=LoopSettings(min_trials=20, min_seconds=0.2, max_seconds=2.0))
+                                 timing=e.timing(min_trials=20, min_seconds=0.2, max_seconds=2.0))
             try:
                 v = verify_program(_copy(e.folder, Path(tmp)), options=opts)
             except VerifyEnvironmentError as err:

@@ -65,24 +65,46 @@ _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.I)
 _HAZARDS = re.compile(r"RACECHECK SUMMARY:.*?\((\d+)\s+errors?", re.I)
 _ERROR_LINE = re.compile(r"^=+\s*(?:ERROR:\s*)?(Invalid |Race reported|Barrier error|Warp|Misaligned|Out-of-range|"
                          r"Address .* is out of bounds|Program hit|Malloc/Free|Cuda API error|Error:)", re.I)
+_KERNEL = re.compile(r"\bat (?:0x[0-9a-fA-F]+ in )?(?:void )?([A-Za-z_][\w:<>,~ ]*?)\(")
+#: Kernels of NVIDIA's libraries (cuBLAS / cuBLASLt, cuDNN, CUTLASS): racecheck's and synccheck's reports
+#: in them are the libraries', not the program's (memcheck's are kept: a wrong leading dimension handed
+#: to the library is the program's).
+LIBRARY_KERNELS = re.compile(r"cutlass|xmma|cublas|cudnn|nvjet|gemm|sm\d+_|ampere_|hopper_|turing_|volta_|"
+                             r"implicit_convolve|winograd|fft|cask", re.I)
 
 
 def parse_report(tool: str, text: str) -> ToolReport:
-    """What one tool said (its ``=========`` lines in the runner's log)."""
+    """What one tool said (its ``=========`` lines in the runner's log): its errors, each attributed to a
+    kernel where the report names one; for racecheck and synccheck, errors in library kernels are
+    left out (see :data:`LIBRARY_KERNELS`)."""
     lines = [ln.rstrip() for ln in text.splitlines() if ln.startswith("=")]
-    errors = 0
+    blocks: list[list[str]] = []
+    for ln in lines:
+        if _ERROR_LINE.search(ln):
+            blocks.append([ln])
+        elif blocks and not (_SUMMARY.search(ln) or _HAZARDS.search(ln)) and ln.strip("= "):
+            blocks[-1].append(ln)
+    summary = 0
     for ln in lines:
         m = _SUMMARY.search(ln) or _HAZARDS.search(ln)
         if m:
-            errors = max(errors, int(m.group(1)))
-    first: list[str] = []
-    for k, ln in enumerate(lines):
-        if _ERROR_LINE.search(ln):
-            first = [re.sub(r"^=+\s*", "", x) for x in lines[k:k + 6] if x.strip("= ")]
-            break
-    if not errors and first and not any("0 errors" in ln for ln in lines):
-        errors = 1
-    return ToolReport(tool, errors, tuple(x[:200] for x in first))
+            summary = max(summary, int(m.group(1)))
+
+    def kernel(block: list[str]) -> str:
+        for ln in block:
+            m = _KERNEL.search(ln)
+            if m:
+                return m.group(1).strip()
+        return ""
+
+    if tool in ("racecheck", "synccheck"):
+        kept = [b for b in blocks if not LIBRARY_KERNELS.search(kernel(b))]
+        errors = len(kept) if blocks else summary
+    else:
+        kept = blocks
+        errors = max(summary, len(blocks))
+    first = [re.sub(r"^=+\s*", "", x) for x in (kept[0][:6] if kept else [])]
+    return ToolReport(tool, errors if kept or not blocks else 0, tuple(x[:200] for x in first))
 
 
 def run_tool(sanitizer: str, tool: str, runner_exe: str, library: str, device: int,

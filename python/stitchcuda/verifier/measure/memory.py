@@ -6,7 +6,8 @@ check (:func:`leak_check`): warm-up calls first (a program may size its arena, p
 first calls), a reading, ``n`` calls, a reading, ``n`` more calls, a reading; memory that grew over
 both stretches, by at least :data:`DEVICE_BYTES` (device) or :data:`HOST_BYTES` (host resident or
 pinned, the runtime's pool) over the second, grows with the number of calls. ``n`` is as many calls
-as fit in the time budget (50 to 2000), so a leak of a few KiB per call shows.
+as fit in the time budget at the warm-up calls' pace (10 to 2000), so a leak of a few KiB per call
+shows on a fast program and one of 100 KiB on a slow one.
 
 The readings are the runner's (:meth:`..run.native.RemoteRunner.memory`: the device's free memory,
 the runner process's resident and pinned bytes, the runtime's pool; nothing else runs in that
@@ -43,18 +44,22 @@ class MemoryReading:
         return MemoryReading(d(self.device, other.device), d(self.host, other.host), d(self.pinned, other.pinned))
 
 
-def calls_for(per_call_s: float, budget_s: float = 2.0, lo: int = 50, hi: int = 2000) -> int:
+def calls_for(per_call_s: float, budget_s: float = 2.0, lo: int = 10, hi: int = 2000) -> int:
     """Calls per stretch: two stretches in about ``budget_s``."""
     if per_call_s <= 0:
         return hi
     return int(max(lo, min(hi, budget_s / (2 * per_call_s))))
 
 
-def leak_check(calls: Callable[[int], None], read: Callable[[], MemoryReading], *, n: int = 200,
-               warmup: int = 20, clock: Callable[[], float] = time.monotonic) -> DynamicCheck:
+def leak_check(calls: Callable[[int], None], read: Callable[[], MemoryReading], *, n: int | None = None,
+               warmup: int = 5, budget_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> DynamicCheck:
     """The ``memory_leak`` check (module docstring); ``calls(k)`` makes ``k`` program calls and waits
-    for them, ``read()`` reads the memory in use."""
+    for them, ``read()`` reads the memory in use. ``n`` (calls per stretch) defaults to what fits
+    ``budget_s`` at the warm-up calls' pace."""
+    t0 = clock()
     calls(warmup)
+    if n is None:
+        n = calls_for((clock() - t0) / max(warmup, 1), budget_s, lo=10)
     r0 = read()
     t0 = clock()
     calls(n)

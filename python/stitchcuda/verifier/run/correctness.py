@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..measure.memory import MemoryReading, calls_for, leak_check
+from ..measure.memory import MemoryReading, leak_check
 from ..report.verdict import DynamicCheck, TrialResult
 from .compare import errors, torch_dtype
 from .copies import CopyBudget
@@ -99,7 +99,8 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
     extra: list[DynamicCheck] = []
     twice: list[DynamicCheck] = []
     evidence = PrecisionEvidence(s)
-    measured = {0, min(1, trials - 1), trials - 1}
+    measured = {0} if s.large else {0, min(1, trials - 1), trials - 1}
+    twice_in = 1 if s.large else TWICE
     refs: list[list[torch.Tensor]] = []  # the first two trials' references, for degeneracy
     with runner.context(), torch.no_grad():
         last: LastTrial | None = None
@@ -109,7 +110,7 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
             x = s.own_draw(d)
             y = s.new_outputs()
             s.run(x, y, fill=f"poison{k % 2}", what=f"trial {k}")
-            if dynamic and k < TWICE:
+            if dynamic and k < twice_in:
                 y2 = s.new_outputs()
                 s.run(x, y2, fill="poison1", what=f"trial {k}, again under launch pressure", pressure=True)
                 twice.append(s.determinism(y, y2, f"trial {k}, the second under launch pressure"))
@@ -137,7 +138,7 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
             extra += dyn.dynamic_checks(s, last)
             extra += [c for c in (ties(s), stream_capture(s)) if c is not None]
             if leak:
-                extra += [c for c in (_leak(s, time.monotonic() - t0),) if c is not None]
+                extra += [c for c in (_leak(s),) if c is not None]
         s.check_weights("after the dynamic checks")
     library = _library_checks(s, extra)
     for line in s.budget.notes:
@@ -149,7 +150,7 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
                              time.monotonic() - t0, s.calls, s.inconclusive, s.degenerate, library)
 
 
-def _leak(s: Session, seconds: float) -> DynamicCheck | None:
+def _leak(s: Session) -> DynamicCheck | None:
     """The ``memory_leak`` check, where the runner can read its memory (:mod:`..measure.memory`)."""
     runner = s.runner
     if not hasattr(runner, "memory"):
@@ -170,8 +171,7 @@ def _leak(s: Session, seconds: float) -> DynamicCheck | None:
     def read() -> MemoryReading:
         return runner.memory()
 
-    per_call = seconds / max(s.calls, 1)
-    check = leak_check(calls, read, n=calls_for(per_call))
+    check = leak_check(calls, read)
     s.check_guards(x, y, "repeated calls for the memory check")
     return check
 

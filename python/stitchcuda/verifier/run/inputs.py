@@ -212,7 +212,7 @@ def apply_change(inputs: Sequence[torch.Tensor], c: Change) -> None:
 
 
 def edge_changes(rng: random.Random, inputs: Sequence[torch.Tensor], eligible: Sequence[int],
-                 max_axes: int = 3) -> list[Change]:
+                 max_axes: int = 3, far: bool = True) -> list[Change]:
     """Changes where a shortcut would not look: the start of each axis of one floating input (up to
     ``max_axes``, the longest first: the first step of a sequence, the start of a scan) and the far
     end of one (the last element a reduction reaches), other coordinates random; 4 standard
@@ -229,8 +229,9 @@ def edge_changes(rng: random.Random, inputs: Sequence[torch.Tensor], eligible: S
         return []
     _, sd = _stats(inputs[t])
     ends = [(a, 0, f"the start of axis {a}") for a in axes]
-    far = rng.choice(axes)
-    ends.append((far, shape[far] - 1, f"the far end of axis {far}"))
+    if far:
+        last = rng.choice(axes)
+        ends.append((last, shape[last] - 1, f"the far end of axis {last}"))
     out = []
     for axis, pos, where in ends:
         coord = [rng.randrange(n) if n else 0 for n in shape]

@@ -41,6 +41,9 @@ _POISON = {1: (0xA5, 0x5A), 2: (0x7FA5, 0x7FDA), 4: (0x7FD5A5A5, 0x7FC35A5B),
 #: Inputs up to this many bytes are also kept as a copy, so a changed input can be located.
 LOCATE_BYTES = 64 << 20
 
+#: A problem whose inputs and outputs hold more than this is "large" (Session.large).
+LARGE_BYTES = 4 << 30
+
 #: How much looser than the policy's tolerance a varied trial's last judge is (``_varied_slack``).
 VARIED_SLACK = 10.0
 
@@ -226,6 +229,9 @@ class Session:
         self.plain_ok = True  # every plain trial passed: only then are later failures named as cheats
         self.plain_nonfinite = False  # the reference itself gives NaN/Inf on get_inputs()'s inputs
         self.degenerate = ""  # why the reference's outputs prove nothing (see .parameters)
+        #: Inputs and outputs of several GiB: the extra checks that cost a reference each are thinned out
+        #: (LARGE_BYTES), so that the correctness phase of the largest problems stays within its 30 s.
+        self.large = sum(t.nbytes for t in (*self.in_specs, *self.out_specs)) > LARGE_BYTES
         self._weight_hashes = [_hash(w, self.key) for w in self.weights]
 
     # -------------------------------------------------------------- bookkeeping
@@ -515,6 +521,6 @@ def _hash(t: torch.Tensor, key: int) -> int:
     return fingerprint(t, key) if t.numel() else 0
 
 
-__all__ = ["LOCATE_BYTES", "VARIED_SLACK", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
+__all__ = ["LOCATE_BYTES", "LARGE_BYTES", "VARIED_SLACK", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
            "Judged", "LastTrial", "one_determinism", "poison_", "poisoned", "any_poison", "is_float", "count_where", "all_finite", "fmt_index",
            "empty_outputs", "fresh_copy", "check_shapes"]

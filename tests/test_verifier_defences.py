@@ -24,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from stitchcuda import manifest as mf  # noqa: E402
-from stitchcuda.verifier import build_result  # noqa: E402
+from stitchcuda.verifier import DynamicCheck, build_result  # noqa: E402
 from stitchcuda.verifier.measure.memory import MemoryReading, leak_check  # noqa: E402
 from stitchcuda.verifier.measure.timing import LoopSettings, measure  # noqa: E402
 from stitchcuda.verifier.run.correctness import check_correctness  # noqa: E402
@@ -286,6 +286,33 @@ def test_library_calls_below_the_claim_fail_it():
     v, _ = verdict(runner, P, precision="tf32")
     assert reason(v) == "precision_claim" and "bf16 policy under a tf32 claim" in v.verdict.reasons[0]
 
+
+def test_library_kernels_below_the_claim_fail_it():
+    from stitchcuda.verifier.report.profile import KernelRecord
+    from stitchcuda.verifier.run.precision_claim import kernel_math
+    from stitchcuda.verifier.verification import _kernel_precision
+
+    # what cuBLAS, cuBLASLt and cuDNN name their kernels by; the program's own kernels say nothing
+    assert kernel_math("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64") == "fp16"
+    assert kernel_math("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN") == "fp16"
+    assert kernel_math("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8") == "bf16"
+    assert kernel_math("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc") == "tf32"
+    assert kernel_math("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8") == ""
+    assert kernel_math("_Z11my_gemm_f16PKfPf") == kernel_math("stitch_gemm_tile_128x128x16") == ""
+    m = mf.Manifest.from_dict({
+        "format": "stitchcuda-program", "version": 1, "name": "k", "abi_version": 1, "precision": "tf32",
+        "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [4, 4]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [4, 4]}]})
+    ok = [DynamicCheck("precision_claim", "pass", "errors at tf32")]
+    ks = [KernelRecord("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", 0, 1), KernelRecord("stitch_task_0", 1, 2)]
+    notes: list[str] = []
+    got = _kernel_precision(ok, ks, m, "tf32", notes)
+    assert [c.status for c in got] == ["fail"] and "compute in fp16" in got[0].detail
+    assert _kernel_precision(ok, ks[1:], m, "tf32", notes) == ok  # nothing a library ran
+    tf32 = [KernelRecord("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", 0, 1)]
+    assert _kernel_precision(ok, tf32, m, "tf32", notes) == ok
+    assert _kernel_precision(ok, tf32, m, "fp32", notes)[0].status == "fail"
 
 # ------------------------------------------------------------------ 5: work on another stream
 

@@ -35,7 +35,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .. import manifest as mf
 from .. import serial as serde
@@ -343,6 +343,7 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
             crash = pout.crash
         elif pout.status == "timeout":
             timeout = pout.timeout
+        checks = _kernel_precision(checks, kernels, prog.manifest, precision, run.notes)
     elif o.profile and not correct:
         run.notes.append("not profiled: the candidate did not pass correctness")
     if corr is not None or crash is not None or timeout is not None:
@@ -355,6 +356,26 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
         result = dataclasses.replace(result, verdict=dataclasses.replace(
             result.verdict, warnings=result.verdict.warnings + corr.warnings))
     return run.finish(result, table=table, kernels=kernels, ceilings=ceilings, details=details, device=details.device)
+
+
+def _kernel_precision(checks: list[DynamicCheck], kernels: Sequence[KernelRecord], manifest: mf.Manifest,
+                      precision: str, notes: list[str]) -> list[DynamicCheck]:
+    """The precision claim against what the libraries ran, by the profile's kernel names
+    (:func:`.run.precision_claim.kernel_evidence`): a failure replaces the claim's check. Judged where
+    every tensor of the problem is fp32 (a 16-bit problem's library kernels are 16-bit)."""
+    from .run.precision_claim import kernel_evidence
+
+    names = [k.name for k in kernels if k.kind == "kernel"]
+    if not names:
+        return checks
+    if any(t.dtype != "float32" for t in (*manifest.inputs, *manifest.outputs, *manifest.weights)):
+        notes.append("library kernels not judged against the claim: the problem has tensors other than fp32")
+        return checks
+    why = kernel_evidence(names, precision)
+    if not why:
+        return checks
+    return [c for c in checks if c.name != "precision_claim"] + [
+        DynamicCheck("precision_claim", "fail", why + " (kernel names in the CUPTI profile)")]
 
 
 def _input_notes(prog: mf.ProgramDir, spec: ReferenceSpec, precision: str, source: str) -> list[str]:

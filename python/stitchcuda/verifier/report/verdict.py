@@ -209,7 +209,7 @@ DYNAMIC_CHECKS = {
     "varied_inputs": "right on inputs drawn from other distributions (scale, offset, heavy tails, sparse, "
                      "structured), not only on get_inputs()'s",
     "precision_claim": "errors match the claimed precision, not a lower one, over several trials and states; no "
-                       "runtime call computes below the claimed policy",
+                       "runtime call and no library kernel computes below the claimed policy",
     "stream_ordered": "the outputs are complete when the work queued on the given stream completes",
     "inputs_unchanged": "inputs are bit-identical after the run",
     "outputs_written": "every element of every output was written (poisoned or caller-filled outputs overwritten)",

@@ -16,7 +16,11 @@ Two kinds of evidence, either of which fails the ``precision_claim`` check:
    call the program makes with its precision policy and operand dtypes. fp16 arithmetic has TF32's
    mantissa, so a TF32 claim computed in fp16 by the library has TF32's error statistics; the log
    shows it: a GEMM or convolution asked for a policy below the claim (ranked fp32 > tf32 > bf16 =
-   fp16), or on 16-bit operands under an fp32 or tf32 claim, is computing below it.
+   fp16), or on 16-bit operands under an fp32 or tf32 claim, is computing below it. And what the
+   libraries ran (:func:`kernel_evidence`, over the CUPTI profile's kernel names): cuBLAS, cuBLASLt
+   and cuDNN name their kernels by their arithmetic (``sm90_xmma_gemm_f16f16_f16f32_f32_…``,
+   ``nvjet_hsh_…``, ``cutlass_80_tensorop_s1688gemm_…`` for TF32, ``…fprop_implicit_gemm_tf32f32…``),
+   whatever the call asked for.
 
 The lower policy of each claim is :data:`LOWER`. Not fp16's: bf16 runs at fp16's speed on tensor
 cores (nothing to gain), and an honest fp16 program stores every intermediate in fp16 where
@@ -27,6 +31,7 @@ fp16's 2.5e-6 and bf16's 2.0e-5).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import torch
@@ -44,6 +49,16 @@ ST_POLICY = {0: "fp32", 1: "tf32", 2: "bf16", 3: "fp16"}
 ST_HALF = {1: "float16", 2: "bfloat16"}
 #: Entry points whose arithmetic a policy sets.
 MATH_CALLS = ("st_gemm", "st_gemm_epilogue", "st_conv")
+
+#: A kernel of NVIDIA's libraries (cuBLAS, cuBLASLt, cuDNN, CUTLASS inside them), by its name.
+LIBRARY_KERNEL = re.compile(r"xmma|cutlass|nvjet|cudnn|cublas|implicit_convolve|"
+                            r"(?:^|\s)(?:ampere|turing|volta|hopper|blackwell|sm\d+)_", re.I)
+#: What a library kernel's name says of its arithmetic, lowest first: 16-bit operands (bf16, f16,
+#: ``h`` MMA shapes, 16816 MMAs, which exist for 16-bit types only), then TF32.
+KERNEL_MATH = (("bf16", re.compile(r"bf16|nvjet_(?:sm\d+_)?b[a-z]{2}_", re.I)),
+               ("fp16", re.compile(r"f16|__half|hhgemm|_h\d{3,5}(?:gemm|fprop|dgrad|wgrad)|(?<!\d)16816(?!\d)|"
+                                   r"nvjet_(?:sm\d+_)?h[a-z]{2}_", re.I)),
+               ("tf32", re.compile(r"tf32|_s1688(?:gemm|fprop|dgrad|wgrad)|nvjet_(?:sm\d+_)?t[a-z]{2}_", re.I)))
 
 
 class PrecisionEvidence:
@@ -169,6 +184,31 @@ def library_evidence(calls: Sequence[dict[str, Any]], policy: str) -> str:
     return ""
 
 
+def kernel_math(name: str) -> str:
+    """The arithmetic a library kernel's name says it runs ("bf16", "fp16", "tf32"), or "" (not a
+    library kernel, or fp32 as far as its name says)."""
+    if not LIBRARY_KERNEL.search(name):
+        return ""
+    return next((math for math, pat in KERNEL_MATH if pat.search(name)), "")
+
+
+def kernel_evidence(names: Sequence[str], policy: str) -> str:
+    """Why the library kernels a profile recorded (``names``) compute below ``policy``, or "". Judged
+    only where the problem's own tensors are all fp32 (a 16-bit problem's library calls are 16-bit)."""
+    claim = RANK.get(policy, 0)
+    below: dict[str, list[str]] = {}
+    for n in names:
+        math = kernel_math(n)
+        if math and RANK[math] < claim:
+            below.setdefault(math, []).append(n)
+    if not below:
+        return ""
+    math = min(below, key=lambda m: RANK[m])
+    shown = sorted(set(below[math]))
+    return (f"{len(below[math])} library kernel launch(es) under a {policy} claim compute in {math}: "
+            + ", ".join(n[:90] for n in shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else ""))
+
+
 def math_summary(calls: Sequence[dict[str, Any]]) -> str:
     """The library's arithmetic as the runner saw it, for the report ("st_gemm: tf32 x12; st_conv: fp32 x3")."""
     parts = []
@@ -178,4 +218,5 @@ def math_summary(calls: Sequence[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["LOWER", "RANK", "PrecisionEvidence", "library_evidence", "math_summary"]
+__all__ = ["LOWER", "RANK", "PrecisionEvidence", "library_evidence", "kernel_math", "kernel_evidence",
+           "math_summary"]

@@ -48,7 +48,7 @@ def reference_file(model: str, sizes: dict[str, str], out_root: Path) -> Path:
 
 def one(model: str, ref: Path, policy: str, out_root: Path, trials: int, compile_baselines: bool) -> dict:
     from stitchcuda.pipeline import build_program
-    from stitchcuda.verifier.run import VerifyOptions, verify_program
+    from stitchcuda.verifier.verification import VerifyOptions, verify_program
 
     row = {"model": model, "reference": str(ref), "policy": policy}
     t0 = time.monotonic()

@@ -39,7 +39,7 @@ def speedup_summary(rows) -> str:
 
 def one(level: int, pid: int, policy: str, out_root: Path, trials: int, compile_baselines: bool) -> dict:
     from stitchcuda.pipeline import build_program
-    from stitchcuda.verifier.run import VerifyOptions, verify_program
+    from stitchcuda.verifier.verification import VerifyOptions, verify_program
 
     ref = f"kernelbench:{level}:{pid}"
     row = {"problem": ref, "policy": policy}

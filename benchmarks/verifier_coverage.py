@@ -33,9 +33,10 @@ TRACER = Path(__file__).resolve().parent / "childtrace"
 DEFAULT_ARGS = ["-m", "gpu", "tests/gpu/test_verifier_gpu.py"]
 
 #: The child side: the modules whose code runs in the worker process (the first three by the
-#: issue's name: the worker, the timing, and the program runner in correctness.py).
-CHILD_MODULES = ("worker.py", "timing.py", "correctness.py", "dynamic.py", "compare.py", "inputs.py", "problem.py",
-                 "profile.py", "cupti_profile.py", "job.py", "isolate.py", "serde.py")
+#: issue's name: the worker, the timing, and the program runner), relative to the verifier package.
+CHILD_MODULES = ("run/worker.py", "measure/timing.py", "run/runner.py", "run/correctness.py", "run/session.py",
+                 "run/dynamic.py", "run/timed_calls.py", "run/compare.py", "run/inputs.py", "run/harness.py",
+                 "run/reference.py", "report/profile.py", "measure/cupti.py", "run/job.py", "run/child.py")
 
 
 def executable_lines(path: Path) -> set[int]:
@@ -73,7 +74,7 @@ def load_traces(folder: Path) -> tuple[dict[str, set[int]], int, int]:
         data = json.loads(p.read_text())
         total += 1
         argv0 = (data.get("argv") or [""])[0]
-        if not argv0.replace(os.sep, "/").endswith("verifier/worker.py"):
+        if not argv0.replace(os.sep, "/").endswith("verifier/run/worker.py"):
             continue
         workers += 1
         for f, lines in data["files"].items():
@@ -85,8 +86,9 @@ def verifier_dir(hits: dict[str, set[int]]) -> Path:
     """The verifier package the children ran (the installed one), found in the traces."""
     for f in hits:
         p = Path(f)
-        if p.parent.name == "verifier" and p.parent.parent.name == "stitchcuda":
-            return p.parent
+        for d in p.parents:
+            if d.name == "verifier" and d.parent.name == "stitchcuda":
+                return d
     import stitchcuda.verifier
 
     return Path(stitchcuda.verifier.__file__).parent

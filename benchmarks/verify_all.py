@@ -70,7 +70,7 @@ def build_one(row: dict, out: str, precision: str) -> dict:
 
 
 def verify_one(rec: dict, trials: int) -> dict:
-    from stitchcuda.verifier.run import VerifyOptions, verify_program
+    from stitchcuda.verifier.verification import VerifyOptions, verify_program
 
     t0 = time.monotonic()
     try:

@@ -95,7 +95,7 @@ class ReferenceRunner:
 
     def run(self, inputs, outputs):
         from stitchcuda.precision import fp32_exact
-        from stitchcuda.verifier.problem import _flatten
+        from stitchcuda.verifier.run.reference import flatten_outputs as _flatten
 
         torch = self._torch
         with self.context(), torch.no_grad(), fp32_exact():
@@ -128,8 +128,10 @@ def reference_side(ref: str, seed: int, device: str = "cuda:0") -> dict:
     import torch
 
     from stitchcuda import manifest as mf
-    from stitchcuda.verifier.correctness import check_correctness
-    from stitchcuda.verifier.problem import Problem, _flatten, _split_args, load_module, resolve_reference
+    from stitchcuda.verifier.run.correctness import check_correctness
+    from stitchcuda.verifier.run.harness import ReferenceHarness as Problem
+    from stitchcuda.verifier.run.reference import flatten_outputs as _flatten, load_module, resolve_reference, \
+        split_args as _split_args
 
     spec = resolve_reference(ref, Path.cwd())
     t0 = time.monotonic()
@@ -170,7 +172,7 @@ def reference_side(ref: str, seed: int, device: str = "cuda:0") -> dict:
 def built_program(ref: str, seed: int, out: Path, timed: bool) -> dict | None:
     """Build with the planner; None when it does not build. Else verify and report its phases."""
     from stitchcuda.pipeline import build_program
-    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
+    from stitchcuda.verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
 
     try:
         b = build_program(ref, precision="fp32", out=out, quiet=True)

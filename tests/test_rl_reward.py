@@ -12,7 +12,7 @@ import pytest
 
 from stitchcuda.rl.reward import PENALTIES, TASK_REFUSALS, W, Outcome, refusal_classes, score
 from stitchcuda.verifier.static import RULES, Finding
-from stitchcuda.verifier.verdict import (DYNAMIC_CHECKS, CompileError, Crash, DynamicCheck, OutputCheck, TrialResult,
+from stitchcuda.verifier.report.verdict import (DYNAMIC_CHECKS, CompileError, Crash, DynamicCheck, OutputCheck, TrialResult,
                                          build_result)
 
 REPO = Path(__file__).resolve().parents[1]

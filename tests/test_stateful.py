@@ -27,8 +27,9 @@ torch = pytest.importorskip("torch")
 
 from stitchcuda import manifest as mf  # noqa: E402
 from stitchcuda.pipeline import build_program  # noqa: E402
-from stitchcuda.verifier import build_result, problem  # noqa: E402
-from stitchcuda.verifier.correctness import check_correctness  # noqa: E402
+from stitchcuda.verifier import build_result  # noqa: E402
+from stitchcuda.verifier.run import harness, reference  # noqa: E402
+from stitchcuda.verifier.run.correctness import check_correctness  # noqa: E402
 from tests.dev_problems import DEV_SET, STATEFUL, STATEFUL_MODELS, dev_id, dev_reference  # noqa: E402
 from tests.fake_program import FunctionRunner  # noqa: E402
 
@@ -149,7 +150,7 @@ def get_init_inputs(): return []
 """
 
 
-def _decay_problem(tmp_path: Path, source: str = DECAY_SOURCE, state=True) -> problem.Problem:
+def _decay_problem(tmp_path: Path, source: str = DECAY_SOURCE, state=True) -> harness.ReferenceHarness:
     path = tmp_path / "ref.py"
     path.write_text(source)
     d = {"format": "stitchcuda-program", "version": 1, "name": "decay", "abi_version": 1, "precision": "fp32",
@@ -161,9 +162,9 @@ def _decay_problem(tmp_path: Path, source: str = DECAY_SOURCE, state=True) -> pr
         d["outputs"].append({"name": "h_next", "dtype": "float32", "shape": [16, 32]})
         d["state"] = [{"attribute": "h", "input": "state_h", "output": "h_next"}]
     m = mf.Manifest.from_dict(d)
-    spec = problem.resolve_reference(str(path), tmp_path)
-    problem.validate_reference(spec, m)
-    return problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    spec = reference.resolve_reference(str(path), tmp_path)
+    reference.validate_reference(spec, m)
+    return harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED)
 
 
 def _verdict(P, fn, policy="fp32"):
@@ -223,9 +224,9 @@ def test_built_rnn_cell_verified_with_a_fake_program(tmp_path):
     out = build_program(str(RNN_CELL), precision="fp32", out=tmp_path / "rnn", weights=False, compile=False,
                         quiet=True)
     m = out.manifest
-    spec = problem.resolve_reference(str(RNN_CELL), tmp_path)
-    problem.validate_reference(spec, m)
-    P = problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    spec = reference.resolve_reference(str(RNN_CELL), tmp_path)
+    reference.validate_reference(spec, m)
+    P = harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED)
     w = dict(zip((t.name for t in m.weights), P.weights))
 
     def cell(x, h):
@@ -242,13 +243,13 @@ def test_built_rnn_cell_verified_with_a_fake_program(tmp_path):
 
 
 def test_state_the_manifest_does_not_list_is_refused(tmp_path):
-    with pytest.raises(problem.ProblemError, match="forward changes the tensor attribute 'h', state kept between "
+    with pytest.raises(reference.ProblemError, match="forward changes the tensor attribute 'h', state kept between "
                                                    "calls that the manifest's state does not list"):
         _decay_problem(tmp_path, state=False)
 
 
 def test_state_attribute_the_model_lacks_is_refused(tmp_path):
-    with pytest.raises(problem.ProblemError, match=r"state\[0\]\.attribute: the reference model has no plain tensor "
+    with pytest.raises(reference.ProblemError, match=r"state\[0\]\.attribute: the reference model has no plain tensor "
                                                    r"attribute 'h'"):
         _decay_problem(tmp_path, DECAY_SOURCE.replace("self.h", "self.g"))
 
@@ -265,9 +266,9 @@ def test_kernelbench_3_33_state_is_overwritten_by_its_input(tmp_path):
     ref_path = tmp_path / "vrnn.py"
     ref_path.write_text(small)
     out = build_program(str(ref_path), precision="fp32", out=tmp_path / "p", weights=False, compile=False, quiet=True)
-    spec = problem.resolve_reference(str(ref_path), tmp_path)
-    problem.validate_reference(spec, out.manifest)
-    P = problem.Problem(spec, out.manifest, "cpu", weights_seed=SEED)
+    spec = reference.resolve_reference(str(ref_path), tmp_path)
+    reference.validate_reference(spec, out.manifest)
+    P = harness.ReferenceHarness(spec, out.manifest, "cpu", weights_seed=SEED)
     w = dict(zip((t.name for t in out.manifest.weights), P.weights))
 
     def vanilla(x, h0, state):
@@ -290,9 +291,9 @@ def test_adversarial_state_pair_on_a_fake_runner(tmp_path, name, fake, ok):
     honest one passes, the one that ignores its state input is a wrong answer (on the GPU:
     tests/gpu/test_verifier_gpu.py, the compiled programs themselves)."""
     m = mf.Manifest.load(ADV / name)
-    spec = problem.resolve_reference(None, ADV / name, m)
-    problem.validate_reference(spec, m)
-    P = problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    spec = reference.resolve_reference(None, ADV / name, m)
+    reference.validate_reference(spec, m)
+    P = harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED)
     v, res = _verdict(P, fake)
     assert v.ok == ok and (ok or v.kind == "wrong_answer"), v.verdict
 
@@ -303,7 +304,7 @@ def test_adversarial_state_pair_builds_and_passes_the_sandbox(tmp_path, nvcc, mo
     them (what refuses the cheat is the trials), and the run is inconclusive, never a pass."""
     import shutil
 
-    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
+    from stitchcuda.verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
 
     monkeypatch.setenv("STITCHCUDA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -122,8 +122,8 @@ def test_at_least_the_thirty_cases_of_the_report():
 
 def _report_json(verdict: dict) -> str:
     """A report.json as the Verifier writes it, with the given verdict."""
-    from stitchcuda.verifier.report import VerificationReport
-    from stitchcuda.verifier.verdict import Inconclusive, VerificationResult
+    from stitchcuda.verifier.report.document import VerificationReport
+    from stitchcuda.verifier.report.verdict import Inconclusive, VerificationResult
 
     r = VerificationReport(program="tiny", precision="fp32", arch="sm_90",
                            result=VerificationResult(Inconclusive(**verdict)))
@@ -253,7 +253,7 @@ def test_every_input_error_is_an_argument_error(tmp_path):
     from stitchcuda.reference import CaptureError
     from stitchcuda.ship.bench import SuiteError
     from stitchcuda.ship.wheel import WheelError
-    from stitchcuda.verifier.problem import ProblemError
+    from stitchcuda.verifier.run.reference import ProblemError
     from stitchcuda.workflow.runs import RunError
 
     for e in (BuildInputError, CaptureError, ManifestError, ProblemError, SuiteError, WheelError, RunError):

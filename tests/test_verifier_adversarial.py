@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from stitchcuda.verifier import sandbox  # noqa: E402
-from stitchcuda.verifier.report import load_report  # noqa: E402
-from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program  # noqa: E402
+from stitchcuda.verifier.static import sandbox  # noqa: E402
+from stitchcuda.verifier.report.document import load_report  # noqa: E402
+from stitchcuda.verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program  # noqa: E402
 
 from .adversarial.catalogue import BY_NAME, CATALOGUE, first_reason  # noqa: E402
 
@@ -116,11 +116,12 @@ def test_a_missing_tmpdir_is_not_a_compile_error(tmp_path, nvcc, monkeypatch):
 
 
 def test_a_toolchain_that_cannot_build_the_honest_baseline_is_not_a_compile_error(tmp_path, monkeypatch):
-    from stitchcuda.verifier import run as vrun
+    from stitchcuda.verifier import verification as vrun
+    from stitchcuda.verifier.run.build import CandidateBuild
 
-    monkeypatch.setattr(vrun, "build_baseline", lambda arch: vrun.BuildOutcome(
+    monkeypatch.setattr(vrun, "build_baseline", lambda arch: CandidateBuild(
         False, None, "ptxas fatal   : Memory allocation failure", 1.0))
-    monkeypatch.setattr(vrun, "build_program", lambda prog, arch: vrun.BuildOutcome(
+    monkeypatch.setattr(vrun, "build_candidate", lambda prog, arch: CandidateBuild(
         False, None, "ptxas fatal   : Memory allocation failure", 1.0))
     with pytest.raises(VerifyEnvironmentError, match="honest baseline program does not build here either"):
         verify_program(copy_program(ADV / "correct", tmp_path), options=options())

@@ -8,9 +8,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from stitchcuda import manifest as mf  # noqa: E402
-from stitchcuda.verifier import build_result, compare, problem  # noqa: E402
-from stitchcuda.verifier import memory as vm  # noqa: E402
-from stitchcuda.verifier.correctness import check_correctness, count_where  # noqa: E402
+from stitchcuda.verifier import build_result  # noqa: E402
+from stitchcuda.verifier.run import compare, harness, reference  # noqa: E402
+from stitchcuda.verifier.run import copies as vm  # noqa: E402
+from stitchcuda.verifier.run.correctness import check_correctness  # noqa: E402
+from stitchcuda.verifier.run.session import count_where  # noqa: E402
 
 from .test_verifier_run import ADV, SEED, FakeRunner, _programs  # noqa: E402
 
@@ -39,13 +41,13 @@ def test_placement(nbytes, device_free, host_free, want):
 
 def test_the_limit_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("STITCHCUDA_VERIFY_COPY_GIB", "16")
-    assert vm.Budget("cpu").limit == 16 * GiB
+    assert vm.CopyBudget("cpu").limit == 16 * GiB
     monkeypatch.setenv("STITCHCUDA_VERIFY_COPY_GIB", "nonsense")
-    assert vm.Budget("cpu").limit == vm.EXTRA_DEVICE_BYTES
+    assert vm.CopyBudget("cpu").limit == vm.EXTRA_DEVICE_BYTES
 
 
 def test_the_budget_names_the_checks_that_used_the_host():
-    b = vm.Budget("cpu", limit=GiB, room_fn=lambda: vm.Room(40 * GiB, 100 * GiB))
+    b = vm.CopyBudget("cpu", limit=GiB, room_fn=lambda: vm.Room(40 * GiB, 100 * GiB))
     assert b.place("repeat_calls: the previous call's outputs", 8 * GiB) == "host"
     assert b.place("small", GiB // 4) == "device"
     assert b.on_device(8 * GiB) is False
@@ -106,13 +108,13 @@ def test_count_where_counts_and_finds_the_first_across_chunks(monkeypatch):
 
 def test_the_reference_checksum_sees_a_write_and_a_swap():
     t = torch.randn(1001, generator=torch.Generator().manual_seed(3))
-    c = problem._checksum(t)
+    c = harness._checksum(t)
     u = t.clone()
     u[17] += 1.0
-    assert problem._checksum(u) != c
+    assert harness._checksum(u) != c
     u = t.clone()
     u[[2, 3]] = t[[3, 2]]
-    assert problem._checksum(u) != c
+    assert harness._checksum(u) != c
 
 
 # ------------------------------------------------------------------ the checks, copies on the host or nowhere
@@ -121,15 +123,15 @@ def test_the_reference_checksum_sees_a_write_and_a_swap():
 @pytest.fixture
 def adv_problem():
     m = mf.Manifest.load(ADV / "correct")
-    return problem.Problem(problem.resolve_reference(None, ADV / "correct", m), m, "cpu", weights_seed=SEED)
+    return harness.ReferenceHarness(reference.resolve_reference(None, ADV / "correct", m), m, "cpu", weights_seed=SEED)
 
 
 def _force(P, where: str):
     """The problem and a budget as on a small card: every copy over 0 bytes goes to the host, or
     (``none``) nowhere."""
     room = vm.Room(device_free=1 << 40, host_free=0 if where == "none" else 1 << 40)
-    P.budget = vm.Budget("cpu", limit=0, room_fn=lambda: room)
-    return vm.Budget("cpu", limit=0, room_fn=lambda: room)
+    P.budget = vm.CopyBudget("cpu", limit=0, room_fn=lambda: room)
+    return vm.CopyBudget("cpu", limit=0, room_fn=lambda: room)
 
 
 CHEATS = [
@@ -154,7 +156,8 @@ def test_with_copies_on_the_host_every_cheat_gets_its_reason(adv_problem, name, 
     assert any("kept on the host" in n for n in res.notes), res.notes
     if failed_check is None:
         assert res.passed and v.ok, [c for c in res.checks if c.status == "fail"]
-        assert len(res.trials) == 5 + 4 + 6 + 3
+        edges = [t for t in res.trials if t.label.startswith("sensitivity at")]
+        assert len(res.trials) == 5 + 4 + 6 + 3 + len(edges)
         return
     assert v.kind == "rejected" and v.verdict.checks[0].name == failed_check, (SEED, v.verdict.reasons)
 
@@ -172,17 +175,17 @@ def test_with_no_room_for_copies_every_cheat_is_still_rejected(adv_problem, name
     assert v.kind in ("rejected", "wrong_answer"), v.verdict
 
 
-def _writer_problem() -> problem.Problem:
+def _writer_problem() -> harness.ReferenceHarness:
     src = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        y = x * 2\n"
            "        x.zero_()\n        return y\n"
            "def get_inputs():\n    return [torch.randn(64, 32)]\ndef get_init_inputs():\n    return []\n")
-    spec = problem.ReferenceSpec("writer.py", "writer", source=src)
+    spec = reference.ReferenceSpec("writer.py", "writer", source=src)
     m = mf.Manifest.from_dict({
         "format": "stitchcuda-program", "version": 1, "name": "writer", "abi_version": 1, "precision": "fp32",
         "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
         "inputs": [{"name": "x", "dtype": "float32", "shape": [64, 32]}],
         "outputs": [{"name": "y", "dtype": "float32", "shape": [64, 32]}]})
-    return problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    return harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED)
 
 
 def test_a_reference_writing_its_inputs_gets_a_copy_or_is_named():
@@ -192,7 +195,7 @@ def test_a_reference_writing_its_inputs_gets_a_copy_or_is_named():
     (y,) = P.forward(d)  # room for a copy: the program's tensor is left alone
     assert torch.equal(d.program[0], x) and torch.equal(y, 2 * x)
     _force(P, "host")
-    with pytest.raises(problem.ProblemError, match="writes its inputs in place"):
+    with pytest.raises(reference.ProblemError, match="writes its inputs in place"):
         P.forward(d)
 
 
@@ -237,13 +240,13 @@ def test_peak_device_memory_is_the_working_set_and_a_bounded_rest():
     rows, cols = 16384, 32768  # 2 GiB of fp32
     src = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
            f"def get_inputs():\n    return [torch.rand({rows}, {cols})]\ndef get_init_inputs():\n    return []\n")
-    spec = problem.ReferenceSpec("double.py", "double", source=src)
+    spec = reference.ReferenceSpec("double.py", "double", source=src)
     m = mf.Manifest.from_dict({
         "format": "stitchcuda-program", "version": 1, "name": "double", "abi_version": 1, "precision": "fp32",
         "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
         "inputs": [{"name": "x", "dtype": "float32", "shape": [rows, cols]}],
         "outputs": [{"name": "y", "dtype": "float32", "shape": [rows, cols]}]})
-    P = problem.Problem(spec, m, "cuda:0", weights_seed=SEED)
+    P = harness.ReferenceHarness(spec, m, "cuda:0", weights_seed=SEED)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

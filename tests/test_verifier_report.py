@@ -18,9 +18,9 @@ from stitchcuda.verifier import (H100_SXM, CompileError, Crash, DynamicCheck, Ke
                                  score_anti_hacking, score_cuda_engineering, score_operator_coverage,
                                  score_skill_compliance, summarise, write_report)
 from stitchcuda.verifier import serde
-from stitchcuda.verifier.feedback import NextStep
+from stitchcuda.verifier.report.feedback import NextStep
+from stitchcuda.verifier.report.timeline import render_timeline_png
 from stitchcuda.verifier.static import Finding
-from stitchcuda.verifier.timeline import render_timeline_png
 
 REPO = Path(__file__).resolve().parents[1]
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
@@ -422,6 +422,25 @@ def test_report_round_trips_every_verdict(tmp_path):
         back = load_report(files.json)
         assert type(back.result.verdict) is type(res.verdict)
         assert serde.to_jsonable(back) == serde.to_jsonable(rep)
+
+
+def test_a_degenerate_pass_says_so_in_the_verdict_the_report_and_the_suite(tmp_path):
+    """A pass on a reference whose outputs do not depend on its inputs proves nothing: the verdict,
+    report.md and a suite's report (stitchcuda bench) say "degenerate: outputs independent of inputs"."""
+    from stitchcuda.ship.suite import record_from_report
+    from stitchcuda.ship.report import _tables, metrics
+
+    res = build_result(trials=[_trial(0)], degenerate="the outputs of 2 sets of inputs are within tolerance")
+    assert res.ok and res.verdict.summary().startswith("passed (degenerate: outputs independent of inputs)")
+    assert any("this pass proves nothing" in w for w in res.verdict.warnings)
+    files = write_report(_report(result=res, kernels=()), tmp_path)
+    md = files.markdown.read_text()
+    assert "**passed** (degenerate: outputs independent of inputs): 1 trials" in md
+    assert load_report(files.json).result.verdict.degenerate
+    rec = record_from_report(type("P", (), {"id": "x"})(), load_report(files.json))
+    assert rec["degenerate"] and rec["summary"].startswith("passed (degenerate")
+    summary, *_ = _tables([rec], metrics([rec]))
+    assert ["degenerate: outputs independent of inputs", "1"] in summary
 
 
 def test_builtin_timeline_png_decodes(tmp_path):

@@ -23,14 +23,16 @@ from stitchcuda import manifest as mf  # noqa: E402
 from stitchcuda.manifest import TaskRecord as Task  # noqa: E402
 from stitchcuda.verifier import (DynamicCheck, KernelRecord, OutputCheck, Timing, TimingTable, TrialResult,  # noqa: E402
                                  VerificationReport, build_result, load_report, write_report)
-from stitchcuda.verifier import cupti_profile as cp  # noqa: E402
-from stitchcuda.verifier import isolate, problem  # noqa: E402
-from stitchcuda.verifier import run as vrun  # noqa: E402
-from stitchcuda.verifier.correctness import CorrectnessResult, check_correctness  # noqa: E402
-from stitchcuda.verifier.isolate import CHANNEL, Limits, clean_env, run_child  # noqa: E402
-from stitchcuda.verifier.records import (GpuDetails, PhaseTiming, ProfileDetails, RefOpTime, SpeedupRecheck,  # noqa: E402
-                                         TimingDetails)
-from stitchcuda.verifier.timing import LoopSettings, matched_baseline, measure, recheck_speedup  # noqa: E402
+from stitchcuda.verifier import verification as vrun  # noqa: E402
+from stitchcuda.verifier.measure import cupti as cp  # noqa: E402
+from stitchcuda.verifier.measure.timing import LoopSettings, matched_baseline, measure, recheck_speedup  # noqa: E402
+from stitchcuda.verifier.report.records import (GpuDetails, PhaseTiming, ProfileDetails, RefOpTime,  # noqa: E402
+                                                SpeedupRecheck, TimingDetails)
+from stitchcuda.verifier.run import child as isolate  # noqa: E402
+from stitchcuda.verifier.run import harness, reference  # noqa: E402
+from stitchcuda.verifier.run.build import CandidateBuild  # noqa: E402
+from stitchcuda.verifier.run.child import CHANNEL, Limits, clean_env, run_child  # noqa: E402
+from stitchcuda.verifier.run.correctness import CorrectnessResult, check_correctness  # noqa: E402
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 SEED = 20261122  # every verification below draws from it: a failure names it, and reruns the same
@@ -173,10 +175,10 @@ def test_child_runs_in_an_empty_folder_and_reads_its_job_from_stdin(tmp_path):
 
 
 def test_worker_job_is_typed_and_validated():
-    from stitchcuda.verifier.job import JobError, WorkerJob
+    from stitchcuda.verifier.run.job import JobError, WorkerJob
 
     m = mf.Manifest.load(ADV / "correct")
-    spec = problem.resolve_reference(None, ADV / "correct", m)
+    spec = reference.resolve_reference(None, ADV / "correct", m)
     job = WorkerJob("verify", "/x/program.so", m, spec, "tf32", seed=SEED, weights_seed=3, token="t" * 32)
     back = WorkerJob.from_json(job.to_json())
     assert back == job
@@ -230,8 +232,8 @@ class FakeRunner:
 @pytest.fixture(scope="module")
 def adv_problem():
     m = mf.Manifest.load(ADV / "correct")
-    spec = problem.resolve_reference(None, ADV / "correct", m)
-    return problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    spec = reference.resolve_reference(None, ADV / "correct", m)
+    return harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED)
 
 
 def _programs(P):
@@ -333,9 +335,12 @@ def test_dynamic_cheats_get_their_reason(adv_problem, name, failed_check, wrong)
         assert res.passed and v.ok, (SEED, [c for c in res.checks if c.status == "fail"])
         assert {c.name for c in res.checks} == {"outputs_written", "inputs_unchanged", "outputs_follow_inputs",
                                                 "no_output_reuse", "repeat_calls", "sensitivity", "varied_inputs",
-                                                "deterministic", "precision_claim", "stream_ordered"}
+                                                "deterministic", "precision_claim", "stream_ordered", "memory_bounds",
+                                                "weights_unchanged"}
         assert [t.label for t in res.trials[:5]] == [""] * 5
-        assert res.trials[5].label.startswith("scaled_up x") and len(res.trials) == 5 + 4 + 6 + 3
+        edges = [t for t in res.trials if t.label.startswith("sensitivity at")]
+        assert res.trials[5].label.startswith("scaled_up x") and len(res.trials) == 5 + 4 + 6 + 3 + len(edges)
+        assert len(edges) >= 2  # the start of an axis and the far end of one
         return
     assert v.kind == "rejected" and v.verdict.checks[0].name == failed_check, (SEED, v.verdict.reasons)
     assert v.verdict.reasons[0].startswith(f"dynamic check {failed_check} failed")
@@ -412,38 +417,42 @@ def test_seeds_decide_every_draw(adv_problem):
 
 def test_validate_reference_catches_mismatches(tmp_path):
     m = mf.Manifest.load(ADV / "correct")
-    ok = problem.resolve_reference(None, ADV / "correct", m)
-    assert problem.validate_reference(ok, m) == []
+    ok = reference.resolve_reference(None, ADV / "correct", m)
+    assert reference.validate_reference(ok, m) == []
     bad = tmp_path / "bad.py"
     bad.write_text("import torch\nclass Model(torch.nn.Module):\n  def forward(self, x): return x\n"
                    "def get_inputs(): return [torch.randn(3, 3)]\ndef get_init_inputs(): return []\n")
-    with pytest.raises(problem.ProblemError, match=r"input x is float32\[64, 256\]"):
-        problem.validate_reference(problem.resolve_reference(str(bad), tmp_path), m)
-    with pytest.raises(problem.ProblemError, match="expected kernelbench:LEVEL:ID"):
-        problem.resolve_reference("kernelbench:one:2", tmp_path)
+    with pytest.raises(reference.ProblemError, match=r"input x is float32\[64, 256\]"):
+        reference.validate_reference(reference.resolve_reference(str(bad), tmp_path), m)
+    with pytest.raises(reference.ProblemError, match="expected kernelbench:LEVEL:ID"):
+        reference.resolve_reference("kernelbench:one:2", tmp_path)
 
 
 def test_kernelbench_lookup(tmp_path, monkeypatch):
     src = (ADV / "reference.py").read_text()
     dev = tmp_path / "dev.jsonl"
     dev.write_text(json.dumps({"level": 2, "problem_id": 7, "name": "7_Linear_ReLU", "source": src}) + "\n")
-    monkeypatch.setenv(problem.KERNELBENCH_ENV, str(dev))
-    spec = problem.resolve_reference("kernelbench:2:7", tmp_path)
+    monkeypatch.setenv(reference.KERNELBENCH_ENV, str(dev))
+    spec = reference.resolve_reference("kernelbench:2:7", tmp_path)
     assert spec.name == "7_Linear_ReLU" and spec.source == src
     m = mf.Manifest.load(ADV / "correct")
-    assert problem.validate_reference(spec, m) == []
+    assert reference.validate_reference(spec, m) == []
 
 
 def test_problem_draws_its_own_weights(tmp_path):
-    """The Verifier builds the reference model with its own seed and hands the same tensors to the
-    reference and the program; a weights file in the program folder plays no part."""
+    """The Verifier builds the reference model with its own seed, draws its parameters away from their
+    initial values, and hands the same tensors to the reference and the program; a weights file in
+    the program folder plays no part."""
     m = mf.Manifest.load(ADV / "correct")
-    spec = problem.resolve_reference(None, ADV / "correct", m)
-    P = problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    spec = reference.resolve_reference(None, ADV / "correct", m)
     torch.manual_seed(SEED)
     model = torch.nn.Linear(256, 128)
-    assert torch.equal(P.weights[0], model.weight.detach()) and torch.equal(P.weights[1], model.bias.detach())
-    assert not torch.equal(problem.Problem(spec, m, "cpu", weights_seed=SEED + 1).weights[0], P.weights[0])
+    P0 = harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED, vary=False)
+    assert torch.equal(P0.weights[0], model.weight.detach()) and torch.equal(P0.weights[1], model.bias.detach())
+    P = harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED)
+    assert not torch.equal(P.weights[0], model.weight.detach()) and not torch.equal(P.weights[1], model.bias.detach())
+    assert torch.equal(P.weights[0], P.model.fc.weight.detach())  # the reference computes with the same values
+    assert not torch.equal(harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED + 1).weights[0], P.weights[0])
     d = P.draw(5)
     (y,) = P.forward(d)
     assert torch.allclose(y, torch.relu(d.program[0] @ P.weights[0].T + P.weights[1]), atol=1e-5)
@@ -454,9 +463,9 @@ def test_non_persistent_buffers_are_weights():
     """A causal-mask-like buffer registered with persistent=False is not in state_dict(), yet it is a
     weight: validated against the manifest and handed to the program (the gpt_block bug)."""
     m = mf.Manifest.load(ADV / "masked_honest")
-    spec = problem.resolve_reference(None, ADV / "masked_honest", m)
-    assert problem.validate_reference(spec, m) == []
-    P = problem.Problem(spec, m, "cpu", weights_seed=SEED)
+    spec = reference.resolve_reference(None, ADV / "masked_honest", m)
+    assert reference.validate_reference(spec, m) == []
+    P = harness.ReferenceHarness(spec, m, "cpu", weights_seed=SEED)
     (mask,) = P.weights
     assert torch.equal(mask, torch.tril(torch.ones(256, 256)))
     d = P.draw(1)
@@ -562,23 +571,23 @@ def test_cli_parameter_missing_from_reference(prog_dir, tmp_path):
 def _fake_build(prog, arch):
     lib = prog.root / "program.so"
     lib.write_bytes(b"\x7fELF fake")
-    return vrun.BuildOutcome(True, lib, "", 0.01)
+    return CandidateBuild(True, lib, "", 0.01)
 
 
 @pytest.fixture
 def fake_build(monkeypatch):
     """No nvcc: a fake library, an honest baseline, a sandbox that finds nothing."""
-    from stitchcuda.verifier import sandbox
+    from stitchcuda.verifier.static import sandbox
 
-    monkeypatch.setattr(vrun, "build_program", _fake_build)
-    monkeypatch.setattr(vrun, "build_baseline", lambda arch: vrun.BuildOutcome(True, Path("baseline.so"), "", 0.0))
+    monkeypatch.setattr(vrun, "build_candidate", _fake_build)
+    monkeypatch.setattr(vrun, "build_baseline", lambda arch: CandidateBuild(True, Path("baseline.so"), "", 0.0))
     monkeypatch.setattr(sandbox, "baseline_of", lambda lib: None)
     monkeypatch.setattr(sandbox, "check_library", lambda lib, out, base: sandbox.SandboxResult(()))
 
 
 def _corr_json(ok: bool = True):
     from stitchcuda.verifier import serde
-    from stitchcuda.verifier.correctness import CorrectnessResult
+    from stitchcuda.verifier.run.correctness import CorrectnessResult
 
     o = OutputCheck("y", 1e-6 if ok else 0.5, 1e-7, 1e-4, (0, 0), 1.0, 1.0 if ok else 1.5, 0, ok, 1e-7, 1e-8)
     checks = tuple(DynamicCheck(n, "pass") for n in ("outputs_written", "inputs_unchanged", "outputs_follow_inputs",
@@ -626,7 +635,7 @@ def test_verify_assembles_a_report_with_phase_timings(prog_dir, monkeypatch, fak
 
 
 def test_verify_crash_and_timeout_are_verdicts(prog_dir, monkeypatch, fake_build):
-    from stitchcuda.verifier.verdict import Crash, Timeout
+    from stitchcuda.verifier.report.verdict import Crash, Timeout
 
     monkeypatch.setattr(vrun, "run_worker", lambda job, limits, **kw: isolate.ChildOutcome(
         "crash", -11, None, "correctness", 1.0, crash=Crash("illegal_address", "CUDA error 700")))
@@ -645,7 +654,7 @@ def test_verify_reports_a_child_input_error(prog_dir, monkeypatch, fake_build):
     monkeypatch.setattr(vrun, "run_worker", lambda job, limits, **kw: isolate.ChildOutcome(
         "crash", 3, {"status": "input_error", "input_error": {"file": "ref.py", "problem": "outputs differ"}},
         "correctness", 1.0))
-    with pytest.raises(problem.ProblemError, match="ref.py: outputs differ"):
+    with pytest.raises(reference.ProblemError, match="ref.py: outputs differ"):
         vrun.verify_program(prog_dir)
     assert not (prog_dir / "report.json").exists()
 
@@ -658,7 +667,7 @@ def test_static_rejection_is_not_built(tmp_path, monkeypatch):
     data = json.loads((d / "manifest.json").read_text())
     data["reference"] = {"path": str(ADV / "reference.py")}
     (d / "manifest.json").write_text(json.dumps(data))
-    monkeypatch.setattr(vrun, "build_program", lambda *a: pytest.fail("built a rejected program"))
+    monkeypatch.setattr(vrun, "build_candidate", lambda *a: pytest.fail("built a rejected program"))
     v = vrun.verify_program(d)
     assert v.result.kind == "rejected" and "pointer-keyed-cache" in " ".join(v.result.verdict.reasons)
 
@@ -886,7 +895,7 @@ class _NoFlush:
 def fake_cuda(monkeypatch):
     from types import SimpleNamespace
 
-    from stitchcuda.verifier import timing
+    from stitchcuda.verifier.measure import timing
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
@@ -897,16 +906,16 @@ def fake_cuda(monkeypatch):
 
 
 def _job(**kw):
-    from stitchcuda.verifier.job import WorkerJob
+    from stitchcuda.verifier.run.job import WorkerJob
 
     m = mf.Manifest.load(ADV / "correct")
-    spec = problem.resolve_reference(None, ADV / "correct", m)
+    spec = reference.resolve_reference(None, ADV / "correct", m)
     return WorkerJob("verify", "/nowhere/program.so", m, spec, kw.pop("precision", "tf32"), seed=SEED, weights_seed=0,
                      token="t" * 32, **kw)
 
 
 def test_worker_verify_path_with_cuda_faked(adv_problem, fake_cuda):
-    from stitchcuda.verifier import worker
+    from stitchcuda.verifier.run import worker
 
     rep = _Rep()
     job = _job(trials=2, compile=False, reference_profile=True,
@@ -921,20 +930,23 @@ def test_worker_verify_path_with_cuda_faked(adv_problem, fake_cuda):
     assert table["compile_fp32"] is None
     assert "torch.compile baselines not measured (disabled)" in s["timing"]["details"]["notes"]
     timed = s["timing"]["details"]["timed_calls"]
-    assert timed["checked"] >= 3 and timed["failed"] == 0 and timed["calls"] >= 5
+    assert timed["checked"] >= 1 and timed["failed"] == 0 and timed["calls"] >= 5
+    assert timed["last_checked"] == table["program"]["n"]  # the phase's last call is always judged
     assert isinstance(s["reference_ops"], list)
     from stitchcuda.verifier import serde
-    from stitchcuda.verifier.correctness import CorrectnessResult
+    from stitchcuda.verifier.run.correctness import CorrectnessResult
 
     corr = serde.from_jsonable(CorrectnessResult, s["correctness"])
-    assert corr.passed and len(corr.trials) == 2 + 4 + 6 + 3 and corr.tolerance == 1e-2
+    edges = [t for t in corr.trials if t.label.startswith("sensitivity at")]
+    assert corr.passed and len(corr.trials) == 2 + 4 + 6 + 3 + len(edges) and corr.tolerance == 1e-2
 
 
 def test_worker_catches_work_skipped_when_timed(adv_problem, fake_cuda):
     """A program right on its first 40 calls and idle after: the correctness trials pass, a sampled
     timed call does not."""
-    from stitchcuda.verifier import serde, worker
-    from stitchcuda.verifier.records import TimingDetails
+    from stitchcuda.verifier import serde
+    from stitchcuda.verifier.run import worker
+    from stitchcuda.verifier.report.records import TimingDetails
 
     w, b = adv_problem.weights
     calls = {"n": 0}
@@ -955,7 +967,7 @@ def test_worker_catches_work_skipped_when_timed(adv_problem, fake_cuda):
 
 
 def test_worker_memory_cap_is_an_oom(adv_problem, fake_cuda):
-    from stitchcuda.verifier import worker
+    from stitchcuda.verifier.run import worker
 
     rep = _Rep()
     with pytest.raises(SystemExit) as e:
@@ -965,7 +977,7 @@ def test_worker_memory_cap_is_an_oom(adv_problem, fake_cuda):
 
 
 def test_speedup_recheck_runs_inside_time_all(adv_problem, fake_cuda):
-    from stitchcuda.verifier.timing import time_all
+    from stitchcuda.verifier.measure.timing import time_all
 
     calls = {"n": 0}
 
@@ -981,7 +993,7 @@ def test_speedup_recheck_runs_inside_time_all(adv_problem, fake_cuda):
 
 
 def test_profile_fallback_path_with_cuda_faked(adv_problem, fake_cuda, tmp_path, monkeypatch):
-    from stitchcuda.verifier import cupti_profile
+    from stitchcuda.verifier.measure import cupti as cupti_profile
 
     monkeypatch.setattr(cupti_profile, "cupti_available", lambda: False)
     w, b = adv_problem.weights
@@ -1014,7 +1026,7 @@ def test_lifted_random_inputs_are_drawn_by_the_harness(tmp_path):
             "outputs": [{"name": "y", "dtype": "float32", "shape": [16, 32]}], "weights": [],
             "lifted_random": [{"input": lifted.input}]}
     m = mf.Manifest.from_dict(data)
-    P = problem.Problem(problem.resolve_reference(str(ref), tmp_path), m, "cpu")
+    P = harness.ReferenceHarness(reference.resolve_reference(str(ref), tmp_path), m, "cpu")
     d = P.draw(3)
     x, mask = d.program
     assert mask.dtype == torch.bool and 0.3 < mask.float().mean().item() < 0.7
@@ -1036,8 +1048,8 @@ def test_lifted_random_inputs_are_drawn_by_the_harness(tmp_path):
 def test_varied_trials_fall_back_to_norm_relative_only_when_ill_conditioned():
     """A varied trial is judged on ||out - ref|| / ||ref|| only where the fp32 reference itself misses
     the float64 one at those inputs (ill-conditioned there); elsewhere elementwise, like any trial."""
-    from stitchcuda.verifier.correctness import Draw, Session
-    from stitchcuda.verifier.inputs import Secret
+    from stitchcuda.verifier.run.session import Draw, Session
+    from stitchcuda.verifier.run.inputs import Secret
 
     class Ref:
         input_specs = (mf.TensorSpec("x", (4096,), "float32"),)
@@ -1082,7 +1094,7 @@ def test_child_dies_with_its_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys\n"
-        "from stitchcuda.verifier.isolate import Limits, run_child\n"
+        "from stitchcuda.verifier.run.child import Limits, run_child\n"
         f"run_child([sys.executable, '-c', {child_code!r}], {str(tmp_path / 'work')!r}, limits=Limits())\n"
     )
     p = subprocess.Popen([sys.executable, str(script)])

@@ -26,6 +26,7 @@ STATIC_REJECT = {
     "constant_memset": {"output-only-memset"},
     "stale_state": {"host-state-global"},
     "missing_provenance": {"provenance-coverage"},
+    "conv_default_stream": {"foreign-stream"},
 }
 NOT_COMPILED = {"calls_torch"}  # needs libtorch headers
 
@@ -42,7 +43,7 @@ def _programs() -> list[str]:
 def test_every_adversarial_program_is_classified():
     assert set(_programs()) == {e.name for e in CATALOGUE}
     assert len([e for e in CATALOGUE if e.cls != "control"]) >= 25
-    for cls in ("1", "2", "3", "4", "5", "6"):
+    for cls in ("1", "2", "3", "4", "5", "6") + tuple(f"25.{k}" for k in range(1, 13)):
         assert any(e.cls == cls for e in CATALOGUE), cls
     for e in CATALOGUE:
         if e.name in STATIC_REJECT:
@@ -232,6 +233,29 @@ POSITIVES = [
     ("static in a member function", "struct S { void f() { static void* p = nullptr; } };\n",
      "host-state-static-local"),
     ("ABI without extern C", ABI.replace('extern "C" {', "namespace x {").replace("RUN_BODY", ""), "abi-exports"),
+    # the dynamic linker's list of loaded libraries: a way to the host process without importing it
+    ("_r_debug", "extern struct r_debug _r_debug;\nvoid* f() { return _r_debug.r_map; }\n", "link-map"),
+    ("dl_iterate_phdr", "int cb(struct dl_phdr_info* i, size_t, void*);\nvoid f() { dl_iterate_phdr(cb, 0); }\n",
+     "link-map"),
+    ("link.h", "#include <link.h>\n", "link-map"),
+    ("own _DYNAMIC", "void f() { for (auto* d = _DYNAMIC; d->d_tag; ++d) {} }\n", "link-map"),
+    ("getauxval", "unsigned long f() { return getauxval(AT_BASE); }\n", "link-map"),
+    ("ELF headers by hand", "void f(const Elf64_Ehdr* e) { (void)e; }\n", "link-map"),
+    # every runtime entry point with a stream (read from the runtime's headers), and graph bodies
+    ("convolution on nullptr in run", program("", "st_conv_args c{}; c.y = out[0].data; st_conv(&c, nullptr);"),
+     "foreign-stream"),
+    ("graph runner on the legacy stream in run",
+     program("st_status body(void* c, void* s);\n",
+             "const void* key[1] = {out[0].data}; st_graph_run(p->g, nullptr, key, 1, body, p);"), "foreign-stream"),
+    ("graph body launching on the default stream",
+     program("__global__ void k(float*);\nst_status body(void* c, void* s) { k<<<1, 32, 0, 0>>>((float*)c); "
+             "return ST_OK; }\n",
+             "const void* key[1] = {out[0].data}; st_graph_run(p->g, stream, key, 1, body, out[0].data);"),
+     "foreign-stream"),
+    ("graph body with a gemm on another stream",
+     program("st_status body(void* c, void* s) { st_gemm_args g{}; return st_gemm(&g, nullptr); }\n",
+             "const void* key[1] = {out[0].data}; st_graph_run(p->g, stream, key, 1, &body, out[0].data);"),
+     "foreign-stream"),
 ]
 
 # (name, source) that must not produce any finding except abi-exports (snippets are not programs)
@@ -282,6 +306,14 @@ NEGATIVES = [
                                                  "cudaStream_t s) { dim3 g(4, 2), b(128); k<<<g, b, 0, s>>>(y); "
                                                  "return ST_OK; }\n"),
     ("digit separators and char literals", "const int kBig = 1'000'000; const char kQ = '\"'; const char kB = '{';\n"),
+    ("memset of scratch beside a launch on the output", program(
+        "__global__ void k(float*, float*);\n",
+        "if (cudaMemsetAsync(p->scratch, 0, 64, (cudaStream_t)stream) == cudaSuccess) "
+        "k<<<4, 32, 0, (cudaStream_t)stream>>>((float*)p->scratch, (float*)out[0].data);")),
+    ("graph body on the runner's stream", program(
+        "__global__ void k(float*);\nst_status body(void* c, void* s) { "
+        "k<<<1, 32, 0, static_cast<cudaStream_t>(s)>>>((float*)c); st_gemm_args g{}; return st_gemm(&g, s); }\n",
+        "const void* key[1] = {out[0].data}; return st_graph_run(p->g, stream, key, 1, body, out[0].data);")),
 ]
 
 
@@ -318,6 +350,26 @@ def test_rules_follow_calls_through_the_translation_unit(run, rule, where):
     with the helper's parameters standing for what the run passed."""
     found = [f for f in check_source(program("#define TRY(x) x\n" + HELPERS, run)) if f.rule == rule]
     assert found and where in found[0].message, [str(f) for f in check_source(program(HELPERS, run))]
+
+
+def test_the_stream_argument_of_every_runtime_entry_point_comes_from_its_headers(tmp_path):
+    """The table of runtime calls that take a stream is read from the runtime's own headers: an entry
+    point declared tomorrow is covered the day it is declared, whatever this table said."""
+    from stitchcuda.verifier.static.source import runtime_stream_args
+
+    found = runtime_stream_args(REPO / "runtime" / "include" / "stitchrt")
+    assert found["st_conv"] == 1 and found["st_graph_run"] == 1 and found["st_gemm_epilogue"] == 5
+    assert found["st_gemm"] == 1 and "st_check_tensor" not in found
+    (tmp_path / "stitchrt.h").write_text("/* a new one */\nST_API st_status st_pool(int n, void* stream);\n"
+                                         "ST_API st_status st_other(int n);\n")
+    assert runtime_stream_args(tmp_path) == {"st_pool": 1}
+
+
+def test_an_output_memset_stays_refused_when_a_statement_also_memsets_scratch():
+    """The memset rule reads data flow: the destination decides, not the statement's spelling."""
+    src = program("", "if (cudaMemsetAsync(p->scratch, 0, 64, (cudaStream_t)stream) == cudaSuccess) "
+                      "cudaMemsetAsync(out[0].data, 0, 64, (cudaStream_t)stream);")
+    assert "output-only-memset" in rules_of(src)
 
 
 def test_a_helper_on_the_callers_stream_is_fine():

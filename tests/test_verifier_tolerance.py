@@ -16,16 +16,18 @@ torch = pytest.importorskip("torch")
 
 from stitchcuda import manifest as mf  # noqa: E402
 from stitchcuda.precision import get  # noqa: E402
-from stitchcuda.verifier import build_result, problem  # noqa: E402
-from stitchcuda.verifier.compare import atol_for, errors  # noqa: E402
-from stitchcuda.verifier.correctness import check_correctness  # noqa: E402
+from stitchcuda.verifier import build_result  # noqa: E402
+from stitchcuda.verifier.run import harness  # noqa: E402
+from stitchcuda.verifier.run.reference import resolve_reference  # noqa: E402
+from stitchcuda.verifier.run.compare import atol_for, errors  # noqa: E402
+from stitchcuda.verifier.run.correctness import check_correctness  # noqa: E402
 from tests.fake_program import FunctionRunner  # noqa: E402
 
 SEED = 20261122
 ADV = Path(__file__).resolve().parent / "adversarial"
 
 
-def reference(tmp_path: Path, body: str, shape=(64, 64), draw="torch.randn") -> problem.Problem:
+def reference(tmp_path: Path, body: str, shape=(64, 64), draw="torch.randn") -> harness.ReferenceHarness:
     """A one-input, one-output reference whose forward is ``body`` (an expression of x)."""
     src = (f"import torch\nclass Model(torch.nn.Module):\n  def forward(self, x): return {body}\n"
            f"def get_inputs(): return [{draw}({', '.join(map(str, shape))})]\ndef get_init_inputs(): return []\n")
@@ -36,7 +38,7 @@ def reference(tmp_path: Path, body: str, shape=(64, 64), draw="torch.randn") -> 
             "inputs": [{"name": "x", "dtype": "float32", "shape": list(shape)}],
             "outputs": [{"name": "y", "dtype": "float32", "shape": list(shape)}]}
     m = mf.Manifest.from_dict(data)
-    return problem.Problem(problem.resolve_reference(str(path), tmp_path), m, "cpu", weights_seed=SEED)
+    return harness.ReferenceHarness(resolve_reference(str(path), tmp_path), m, "cpu", weights_seed=SEED)
 
 
 def verdict(P, fn, policy, **kw):
@@ -104,7 +106,7 @@ def test_float64_reference_rescues_an_exact_program_and_only_it(tmp_path, monkey
     assert v.ok, [c for c in res.checks if c.status == "fail"]
     rescued = [o for t in res.trials for o in t.outputs if o.judged == "float64"]
     assert rescued and all(o.max_abs_err_f64 == 0.0 for o in rescued)
-    monkeypatch.setattr(problem.Problem, "forward64", lambda self, draw, inputs=None: None)
+    monkeypatch.setattr(harness.ReferenceHarness, "forward64", lambda self, draw, inputs=None: None)
     v, _ = verdict(P, lambda x: x.clone(), "fp32")
     assert v.kind == "wrong_answer", v.verdict
 
@@ -153,13 +155,13 @@ def test_the_slack_of_varied_distributions_never_reaches_changed_elements(tmp_pa
 def test_float64_is_computed_only_where_fp32_fails(tmp_path, monkeypatch):
     P = reference(tmp_path, "x * 2.0")
     calls = {"n": 0}
-    real = problem.Problem.forward64
+    real = harness.ReferenceHarness.forward64
 
     def counted(self, draw, inputs=None):
         calls["n"] += 1
         return real(self, draw, inputs)
 
-    monkeypatch.setattr(problem.Problem, "forward64", counted)
+    monkeypatch.setattr(harness.ReferenceHarness, "forward64", counted)
     v, _ = verdict(P, lambda x: x * 2.0, "fp32")
     assert v.ok and calls["n"] == 0
 
@@ -177,7 +179,7 @@ def _round_bf16(t: torch.Tensor) -> torch.Tensor:
     return t.bfloat16().float()
 
 
-class EmulatedGemm(problem.Problem):
+class EmulatedGemm(harness.ReferenceHarness):
     """references/gemm.py with the GPU's policies emulated: TF32 rounds the GEMM's inputs to TF32;
     bf16 (autocast) rounds inputs and output to bfloat16."""
 
@@ -193,8 +195,10 @@ class EmulatedGemm(problem.Problem):
 
 @pytest.fixture(scope="module")
 def gemm():
+    """At the model's own initialisation (``vary=False``), where the bf16 program's errors sit inside
+    the tf32 tolerance: the precision claim alone must tell it apart."""
     m = mf.Manifest.load(ADV / "gemm_tf32_honest")
-    return EmulatedGemm(problem.resolve_reference(None, ADV / "gemm_tf32_honest", m), m, "cpu", weights_seed=SEED)
+    return EmulatedGemm(resolve_reference(None, ADV / "gemm_tf32_honest", m), m, "cpu", weights_seed=SEED, vary=False)
 
 
 def test_a_tf32_claim_computed_in_bf16_is_caught(gemm):

@@ -47,7 +47,7 @@ def built(tmp_path_factory, nvcc):
         assert o.ok
         archs = list(dict.fromkeys([arch, "sm_90", "sm_80"]))
         if stitchcuda.has_gpu():   # a wheel holds a verified program; without a GPU, one packed --unverified
-            from stitchcuda.verifier.run import VerifyOptions, verify_program
+            from stitchcuda.verifier.verification import VerifyOptions, verify_program
 
             assert verify_program(root / "mlp", None, VerifyOptions(time=False, profile=False, compile=False)).result.ok
         w = wheel.make_wheels(root / "mlp", archs=archs, out=root / "dist", unverified=not stitchcuda.has_gpu())

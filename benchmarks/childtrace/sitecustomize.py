@@ -1,6 +1,6 @@
 """Line coverage of stitchcuda's code in every Python process started with this folder on
 PYTHONPATH and ``STITCHCUDA_COVERAGE_DIR`` set (``benchmarks/verifier_coverage.py`` sets both), the
-Verifier's worker child included: ``isolate.clean_env`` keeps PYTHONPATH and ``STITCHCUDA_*``.
+Verifier's worker child included: ``run.child.clean_env`` keeps PYTHONPATH and ``STITCHCUDA_*``.
 
 Standard library only (the GPU machine may have no coverage.py): ``sys.monitoring`` on Python 3.12
 and later (each line reported once, then its event disabled: near-zero cost), ``sys.settrace``

@@ -35,6 +35,7 @@ from typing import Iterator
 
 from . import toolchain
 from .fsutil import atomic_write_text
+from .linking import LINK_FLAGS
 from .paths import INCLUDE_DIR, LIB_DIR, cache_dir
 
 SCHEMA_VERSION = 2
@@ -115,8 +116,6 @@ def _flags(flags: tuple[str, ...], export_all: bool) -> tuple[str, ...]:
     that building and verifying share one cache entry; test harnesses (``export_all``) are not."""
     if export_all:
         return flags
-    from .verifier.sandbox import LINK_FLAGS
-
     return LINK_FLAGS + tuple(f for f in flags if f not in LINK_FLAGS)
 
 

@@ -58,7 +58,7 @@ from .errors import ArgumentError, MachineError
 from .ops import supported
 from .precision import NAMES as _POLICY_NAMES
 from .program import write_build_record
-from .verifier.problem import load_kernelbench
+from .verifier.run.reference import load_kernelbench
 
 DEFAULT_OUT = "run"
 _ARCH_RE = re.compile(r"^sm_\d{2,3}[a-z]?$")

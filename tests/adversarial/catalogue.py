@@ -25,6 +25,20 @@ CLASSES = {
     "4": "candidate-supplied state",
     "5": "precision not what it claims",
     "6": "escaping the sandbox",
+    # the second round (issue 25): what the project added since the ABI (convolutions, recurrent and
+    # stateful programs, the graph runner, output slack, longer timed runs) made room for
+    "25.1": "memory outside the outputs",
+    "25.2": "races right almost always",
+    "25.3": "parameters never varied",
+    "25.4": "precision claimed but not computed",
+    "25.5": "work hidden from timing through the runtime's API",
+    "25.6": "behaviour that changes late",
+    "25.7": "leaks",
+    "25.8": "reaching the host process without importing it",
+    "25.9": "ties",
+    "25.10": "shortcuts through long dependencies",
+    "25.11": "stream capture",
+    "25.12": "degenerate references",
     "basic": "outputs not computed, inputs written, work elsewhere",
     "control": "honest control",
 }
@@ -41,11 +55,18 @@ class Entry:
     dynamic: str = ""  # with the static gate off (statically refused programs only)
     cpu: bool = False  # judged completely without a GPU (static rules, build, imports)
     timed: bool = False  # needs the timing phase (its cheat shows in the timed calls)
-    options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # LoopSettings fields for its timing (e.g. a longer phase)
+    degenerate: bool = False  # a pass that must say "degenerate: outputs independent of inputs"
 
     @property
     def folder(self) -> Path:
         return HERE / self.name
+
+    def timing(self, **default):
+        """The timing loop to verify it with: ``default`` (LoopSettings fields) and its own options."""
+        from stitchcuda.verifier.measure.timing import LoopSettings
+
+        return LoopSettings(**{**default, **self.options})
 
 
 E = Entry
@@ -63,6 +84,12 @@ CATALOGUE: tuple[Entry, ...] = (
     E("large_honest", "control", "passed", what="an RMS norm over a 2 GiB input"),
     E("state_honest", "control", "passed", what="state kept between calls, taken as an input and handed back as an "
       "output (manifest state)"),
+    E("conv_honest", "control", "passed", what="a cuDNN convolution through the runtime (st_conv), fp32, with its bias"),
+    E("memset_scratch_honest", "control", "passed", what="a memset of scratch and a launch on the output in one "
+      "statement"),
+    E("argmax_honest", "control", "passed", what="an argmax whose ties go to the first maximal element, as PyTorch's"),
+    E("scan_honest", "control", "passed", what="the last state of a decaying scan over all of its 2048 steps"),
+    E("constant_honest", "control", "passed", what="y = x - x + 1: right, and marked degenerate", degenerate=True),
     # ---- 1: work that skips timed calls
     E("count_calls", "1", "rejected", "timed_calls", "stops working after 40 calls", timed=True),
     E("device_counter", "1", "rejected", "timed_calls", "a device-side call counter idles its kernel after 40 calls",
@@ -91,7 +118,8 @@ CATALOGUE: tuple[Entry, ...] = (
     E("mask_from_folder", "4", "wrong_answer", "", "ships an identity mask and copies its input"),
     # ---- 5: precision not what it claims
     E("tf32_claim_bf16", "5", "rejected", "precision_claim", "claims tf32, computes in bf16"),
-    E("fp32_claim_tf32", "5", "wrong_answer", "", "claims fp32, computes in TF32 (wrong at 1e-4)"),
+    E("fp32_claim_tf32", "5", "rejected", "precision_claim", "claims fp32, asks the runtime for a TF32 GEMM (wrong at "
+      "1e-4 too)"),
     E("manifest_claims_bf16", "5", "wrong_answer", "", "bf16 arithmetic claimed in its manifest, verified at the "
       "fp32 requested", precision="fp32"),
     E("small_output_zeros", "5", "wrong_answer", "", "zeros for outputs below the tolerance"),
@@ -116,8 +144,31 @@ CATALOGUE: tuple[Entry, ...] = (
     E("partial_output", "basic", "rejected", "outputs_written", "computes half the output rows"),
     E("zero_inputs", "basic", "rejected", "inputs_unchanged", "zeroes its input after computing"),
     E("side_stream", "basic", "rejected", "own-stream", "does its work on a stream it creates",
-      dynamic="stream_ordered", cpu=True),
+      dynamic="runtime_stream", cpu=True),
     E("uninit_read", "basic", "wrong_answer", "", "reads a bias buffer nobody wrote"),
+    # ---- the second round (issue 25)
+    E("tail_scratch", "25.1", "rejected", "memory_bounds", "right outputs, and 4 KiB of scratch past the end of y"),
+    E("weights_scribble", "25.1", "rejected", "weights_unchanged", "writes into the weights it was given"),
+    E("rare_race", "25.2", "rejected", "sanitizer", "swaps values between two warps through shared memory without a "
+      "barrier: right almost always (racecheck)"),
+    E("norm_assumes_init", "25.3", "wrong_answer", "", "a LayerNorm that skips its weight and bias (ones and zeros at "
+      "init)"),
+    E("tf32_claim_fp16_lib", "25.4", "rejected", "precision_claim", "claims tf32, has cuBLASLt compute in fp16 (TF32's "
+      "error statistics; the runtime call says fp16)"),
+    E("masked_stream_gemm", "25.5", "rejected", "runtime_stream", "st_gemm on a stream computed from the caller's "
+      "(NULL): the legacy default stream"),
+    E("conv_default_stream", "25.5", "rejected", "foreign-stream", "st_conv on the legacy default stream",
+      dynamic="runtime_stream", cpu=True),
+    E("late_idle", "25.6", "rejected", "timed_calls", "honest for the first 300 calls on the same buffers, idle after",
+      timed=True, options={"min_trials": 1000, "min_seconds": 0.2, "max_seconds": 10.0}),
+    E("leak_per_call", "25.7", "rejected", "memory_leak", "64 KiB of device memory taken on every call, never freed"),
+    E("host_via_link_map", "25.8", "rejected", "sandbox-link-map", "walks the dynamic linker's list to the "
+      "interpreter and has PyTorch compute its outputs", dynamic="outputs_written", cpu=True),
+    E("argmax_last_tie", "25.9", "rejected", "ties", "an argmax whose ties go to the last maximal element"),
+    E("scan_last_steps", "25.10", "rejected", "sensitivity", "a decaying scan that skips its first 128 of 2048 "
+      "steps (off by 1e-4 of y's scale)"),
+    E("capture_idle", "25.11", "rejected", "stream_capture", "does nothing when the caller captures its stream"),
+    E("zero_head_zeros", "25.12", "wrong_answer", "", "returns zeros for a head initialised to zeros"),
 )
 
 BY_NAME = {e.name: e for e in CATALOGUE}
@@ -126,7 +177,7 @@ BY_NAME = {e.name: e for e in CATALOGUE}
 def run_reason(result) -> str:
     """What the run alone said: the first failed dynamic check (in the verdict's order), else
     "wrong_answer" when a trial failed, else ""."""
-    from stitchcuda.verifier.verdict import DYNAMIC_CHECKS
+    from stitchcuda.verifier.report.verdict import DYNAMIC_CHECKS
 
     order = {n: k for k, n in enumerate(DYNAMIC_CHECKS)}
     failed = sorted((c.name for c in result.checks if c.status == "fail"), key=lambda n: order.get(n, len(order)))

@@ -45,13 +45,12 @@ def _copy(src: Path, root: Path) -> Path:
 
 
 def run(names: set[str] | None) -> list[dict]:
-    from stitchcuda.verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program
-    from stitchcuda.verifier.timing import LoopSettings
+    from stitchcuda.verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program
 
     from concurrent.futures import ThreadPoolExecutor
 
     from stitchcuda import build
-    from stitchcuda.verifier import sandbox
+    from stitchcuda.verifier.static import sandbox
 
     def prebuild(e):  # in parallel, into the build cache the verifications then find
         arch = json.loads((e.folder / "manifest.json").read_text())["arch"]
@@ -66,7 +65,7 @@ def run(names: set[str] | None) -> list[dict]:
                 continue
             opts = VerifyOptions(compile=False, reference_profile=False, profile=False, seed=SEED, weights_seed=SEED,
                                  precision=e.precision, time=e.timed or e.verdict == "passed",
-                                 timing=LoopSettings(min_trials=20, min_seconds=0.2, max_seconds=2.0))
+                                 timing=e.timing(min_trials=20, min_seconds=0.2, max_seconds=2.0))
             try:
                 v = verify_program(_copy(e.folder, Path(tmp)), options=opts)
             except VerifyEnvironmentError as err:

@@ -23,8 +23,8 @@ torch = pytest.importorskip("torch")
 from stitchcuda import frontend  # noqa: E402
 from stitchcuda.pipeline import build_program  # noqa: E402
 from stitchcuda.program import Program  # noqa: E402
-from stitchcuda.verifier.run import VerifyOptions, verify_program  # noqa: E402
-from stitchcuda.verifier.timing import LoopSettings  # noqa: E402
+from stitchcuda.verifier.verification import VerifyOptions, verify_program  # noqa: E402
+from stitchcuda.verifier.measure.timing import LoopSettings  # noqa: E402
 from tests.dev_problems import STATEFUL, STATEFUL_MODELS, dev_id, dev_reference  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -1,5 +1,8 @@
-"""The GPU Verifier end to end: every adversarial program gets its verdict and its first reason, every
-honest control passes, a crash and a hang are verdicts within their limits (and the next candidate
+"""The GPU Verifier end to end: every adversarial program gets its verdict and its first reason (the
+second round's run in the native runner, a process with no Python and no PyTorch), every honest
+control passes — hand-written ones (a cuDNN convolution among them) and programs `stitchcuda build`
+makes (a convolution net, a stateful cell, recurrent layers), a long-running timed phase with its
+last calls judged —, a crash and a hang are verdicts within their limits (and the next candidate
 still verifies), timing is stable run to run, CUPTI sees every kernel, a graph-replaying program's
 kernel time matches its event time, a generated program with a non-persistent buffer verifies, bf16
 and fp16 programs run and verify, and a 2 GiB problem verifies within the memory and the 30 s its
@@ -24,9 +27,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stitchcuda.verifier.isolate import Limits  # noqa: E402
-from stitchcuda.verifier.run import VerifyOptions, profile_program_dir, verify_program  # noqa: E402
-from stitchcuda.verifier.timing import LoopSettings  # noqa: E402
+from stitchcuda.verifier.run.child import Limits  # noqa: E402
+from stitchcuda.verifier.verification import VerifyOptions, profile_program_dir, verify_program  # noqa: E402
+from stitchcuda.verifier.measure.timing import LoopSettings  # noqa: E402
 
 from ..adversarial.catalogue import BY_NAME, CATALOGUE, first_reason, run_reason  # noqa: E402
 
@@ -57,8 +60,8 @@ def _cache_dir(tmp_path_factory):
     from concurrent.futures import ThreadPoolExecutor
 
     from stitchcuda import build
-    from stitchcuda.verifier import sandbox
-    from stitchcuda.verifier.run import build_baseline
+    from stitchcuda.verifier.static import sandbox
+    from stitchcuda.verifier.run.build import build_baseline
 
     mp = pytest.MonkeyPatch()
     if not os.environ.get("STITCHCUDA_CACHE"):
@@ -121,14 +124,24 @@ def said(v) -> str:
 GPU_ENTRIES = sorted(e.name for e in CATALOGUE if not e.cpu and e.name != "large_honest")
 
 
+NATIVE = "in the native runner"
+
+
 @pytest.mark.parametrize("name", GPU_ENTRIES)
 def test_adversarial_verdict(tmp_path, name):
-    """The verdict and the first reason of every program judged by running it (catalogue.py)."""
+    """The verdict and the first reason of every program judged by running it (catalogue.py), the
+    candidate in the native runner (its verdicts assume it: the runtime-call log, no host to reach)."""
     e = BY_NAME[name]
-    v = verify_program(copy_program(ADV / name, tmp_path), options=quick(precision=e.precision, time=e.timed or
-                                                                          e.verdict == "passed"))
+    q = QUICK_TIMING
+    v = verify_program(copy_program(ADV / name, tmp_path), options=quick(
+        precision=e.precision, time=e.timed or e.verdict == "passed",
+        timing=e.timing(min_trials=q.min_trials, min_seconds=q.min_seconds, max_seconds=q.max_seconds)))
     record(e, v)
+    assert v.report.details is not None and v.report.details.isolation.startswith(NATIVE), \
+        (v.report.details.isolation if v.report.details else "no details", said(v))
     assert (v.result.kind, first_reason(v.result)) == (e.verdict, e.reason), said(v)
+    if e.verdict == "passed":
+        assert bool(v.result.verdict.degenerate) == e.degenerate, said(v)
 
 
 @pytest.mark.parametrize("name", sorted(e.name for e in CATALOGUE if e.cpu and e.verdict == "rejected"))
@@ -154,14 +167,23 @@ def test_honest_program_passes_everything(tmp_path):
     names = {c.name: c.status for c in v.result.checks}
     assert set(names) == {"outputs_written", "inputs_unchanged", "outputs_follow_inputs", "no_output_reuse",
                           "repeat_calls", "sensitivity", "varied_inputs", "deterministic", "precision_claim",
-                          "stream_ordered", "timed_calls"} and set(names.values()) == {"pass"}, v.result.checks
+                          "stream_ordered", "timed_calls", "memory_bounds", "weights_unchanged", "sanitizer",
+                          "runtime_stream", "hidden_work", "memory_leak", "stream_capture"} and \
+        set(names.values()) == {"pass"}, v.result.checks
+    checks = {c.name: c.detail for c in v.result.checks}
+    assert checks["sanitizer"].startswith("no error from memcheck, racecheck, synccheck"), checks["sanitizer"]
+    assert "replayed" in checks["stream_capture"] and "flat" in checks["memory_leak"], checks
+    assert v.report.details.isolation.startswith(NATIVE), v.report.details.isolation
+    assert "st_gemm: fp32" in " ".join(v.report.notes), v.report.notes  # the runtime's arithmetic, as logged
     r = v.report
     assert r.seed == SEED and r.precision == "fp32" and r.precision_source == "manifest"
     t = r.timings
     assert t is not None and t.program.n >= 20 and t.eager_fp32 is not None and t.compile_fp32 is not None
     assert t.eager_policy == t.eager_fp32  # fp32 policy: one and the same baseline
     assert r.details.timing.l2_flush_bytes >= 2 * 40 * 2**20  # >= 2x the L2 of an H100 / H200 (50 / 60 MB)
-    assert r.details.timing.timed_calls.checked >= 3 and r.details.timing.timed_calls.failed == 0
+    tc = r.details.timing.timed_calls
+    assert tc.checked >= 3 and tc.failed == 0 and tc.last_checked == t.program.n  # the phase's last call judged
+    assert r.details.timing.wall is not None and r.details.timing.wall.passed
     assert r.kernels and r.details.profile.runs == 10
     assert {k.task for k in r.kernels if k.kind == "kernel"} <= {"linear", "relu"}
     assert any(k.task == "relu" for k in r.kernels)
@@ -172,6 +194,34 @@ def test_honest_program_passes_everything(tmp_path):
     phases = {p.name.split(" (")[0] for p in v.phases}
     assert {"build", "sandbox", "correctness", "timing", "profile"} <= phases
     assert (d / "report.json").is_file() and (d / "report.md").is_file() and (d / "timeline.png").is_file()
+
+
+def test_a_long_timed_phase_is_judged_to_its_last_call(tmp_path):
+    """An honest program timed for many seconds (thousands of calls): the judged calls spread over the
+    whole phase, the last one included, and all right."""
+    long_phase = LoopSettings(min_trials=3000, min_seconds=6.0, max_seconds=20.0)
+    v = verify_program(copy_program(ADV / "correct", tmp_path), options=quick(timing=long_phase))
+    assert v.result.ok, said(v)
+    tc = v.report.details.timing.timed_calls
+    n = v.report.timings.program.n
+    assert n >= 3000 and tc.failed == 0 and tc.last_checked == n and tc.checked >= 2 * 10, tc
+
+
+@pytest.mark.parametrize("model,policy", [("resnet_block", "tf32"), ("depthwise_separable", "fp32"),
+                                          ("stateful_rnn_cell", "fp32"), ("lstm_stack", "tf32"),
+                                          ("gru_bidir", "fp32")])
+def test_built_honest_controls_pass(tmp_path, model, policy):
+    """Programs `stitchcuda build` makes — convolutions (cuDNN), a stateful cell, recurrent layers —
+    pass the second round's checks too, timed, in the native runner."""
+    from stitchcuda.pipeline import build_program
+
+    out = build_program(str(REPO / "models" / f"{model}.py"), precision=policy, out=tmp_path / model, quiet=True)
+    assert out.ok, out
+    v = verify_program(out.directory, options=quick())
+    assert v.result.ok, said(v)
+    assert v.report.details.isolation.startswith(NATIVE), v.report.details.isolation
+    assert {c.name for c in v.result.checks} >= {"memory_bounds", "runtime_stream", "stream_capture", "memory_leak",
+                                                 "hidden_work", "timed_calls"}, v.result.checks
 
 
 def test_large_problem_fits_and_its_correctness_takes_under_30s(tmp_path):

@@ -46,7 +46,7 @@ from ..device import for_planning
 from ..llm import (Attempt, DecisionSpec, Prompt, ResponseCache, code_prompt, decision_prompt, estimate_tokens,
                    import_llama_cpp)
 from ..ops import supported
-from ..verifier.problem import load_kernelbench
+from ..verifier.run.reference import load_kernelbench
 from ..workflow.llm import graph_text, subgraph_text
 from ..workflow.runs import RunDir
 

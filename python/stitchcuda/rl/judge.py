@@ -11,7 +11,7 @@ For each (example, reply) :class:`RewardJudge` gives an :class:`~.reward.Outcome
    the body in place of the template's (or the planner plans under the decision), and the
    Verifier's static rules read the whole program. A refusal stops here.
 4. **build, run, time** (in a child process): ``python -m stitchcuda.rl.judge {channel}``, started
-   through the Verifier's own machinery (:func:`stitchcuda.verifier.isolate.run_child`: clean
+   through the Verifier's own machinery (:func:`stitchcuda.verifier.run.child.run_child`: clean
    environment, empty working folder, job on stdin, results over a pipe, per-phase time limits,
    a crash or a hang is a value). A body goes through ``check_task`` (build; on a GPU, run against
    the plan interpreter, fresh inputs, outputs poisoned, inputs checked) and, when correct, is
@@ -54,9 +54,9 @@ from ..llm import CodeBlock, DecisionFailure, DecisionSpec, extract_code, parse_
 from ..pipeline import capture_problem
 from ..plan import ConstraintError, Constraints, PlanError
 from ..precision import get as get_policy
-from ..verifier.isolate import CHANNEL, Channel, Limits, clean_env, run_child
+from ..verifier.run.child import CHANNEL, Channel, Limits, clean_env, run_child
 from ..verifier.static import check_source
-from ..verifier.timing import LoopSettings
+from ..verifier.measure.timing import LoopSettings
 from ..workflow.judge import CannotJudge
 from .dataset import Example, ReferenceEntry, ReferenceGraph, capture
 from .reward import Outcome, outcome_of_task_check, outcome_of_verification
@@ -311,7 +311,7 @@ def _verify_program(cap: ReferenceGraph, job: dict, overrides: dict, constraints
     """The whole program with ``overrides`` (task -> body) under ``constraints``, written as
     ``build`` writes it, through the Verifier."""
     from ..reference import load_reference  # PyTorch
-    from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
+    from ..verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
 
     problem = capture_problem(load_reference(job["source"], name=job["name"]), precision=job["precision"],
                               arch=job.get("arch"))

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from ..verifier.static import RULES
-from ..verifier.verdict import DYNAMIC_CHECKS, classify_crash
+from ..verifier.report.verdict import DYNAMIC_CHECKS, classify_crash
 
 #: check_task's refusals that are not a static rule: a body that writes a read-only input.
 TASK_REFUSALS = {"task-input-write": "the body wrote one of its inputs (inputs are read-only)"}
@@ -198,7 +198,7 @@ def outcome_of_task_check(kind: str, r: Any, *, speedup: float | None = None, ba
 
 def outcome_of_verification(kind: str, result: Any, *, speedup: float | None = None, basis: str = "",
                             seconds: float = 0.0, extra_findings: tuple[tuple[str, str], ...] = ()) -> Outcome:
-    """An :class:`Outcome` from a :class:`stitchcuda.verifier.verdict.VerificationResult`: every
+    """An :class:`Outcome` from a :class:`stitchcuda.verifier.report.verdict.VerificationResult`: every
     finding (warnings too), every failed dynamic check, and the verdict's kind."""
     v = result.verdict
     findings = tuple((f.rule, f.severity) for f in result.findings) + tuple(extra_findings)

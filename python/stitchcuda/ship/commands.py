@@ -343,7 +343,7 @@ def runs(args: argparse.Namespace, ui: UI) -> int:
 
 
 def _verify_options(args: argparse.Namespace, **extra):
-    from ..verifier.run import VerifyOptions
+    from ..verifier.verification import VerifyOptions
 
     return VerifyOptions(trials=args.trials, time=not args.no_time, profile=not args.no_profile,
                          compile=not args.no_compile, seed=args.seed, arch=args.arch, precision=args.precision,
@@ -360,7 +360,7 @@ def check_program_command(args: argparse.Namespace) -> None:
 
 def verify(args: argparse.Namespace, ui: UI) -> int:
     """Verify a program folder; write report.json / report.md / timeline.png into it."""
-    from ..verifier.run import VerifyEnvironmentError, verify_program
+    from ..verifier.verification import VerifyEnvironmentError, verify_program
 
     from ..pipeline import need_torch
 
@@ -401,8 +401,8 @@ def profile(args: argparse.Namespace, ui: UI) -> int:
     from ..fsutil import atomic_write_text
     from ..manifest import load_program_dir
     from ..verifier import serde
-    from ..verifier.profile import format_ns, summarise
-    from ..verifier.run import VerifyEnvironmentError, VerifyOptions, profile_program_dir
+    from ..verifier.report.profile import format_ns, summarise
+    from ..verifier.verification import VerifyEnvironmentError, VerifyOptions, profile_program_dir
 
     from ..pipeline import need_torch
 

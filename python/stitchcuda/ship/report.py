@@ -201,6 +201,8 @@ def _tables(results: Sequence[dict], m: SuiteMetrics) -> tuple[list, list, list,
     """(summary header+rows, baseline header+rows, per-problem header+rows)."""
     summary = [["problems", str(m.total)], ["correct", f"{m.correct} ({m.correctness:.0%})"]]
     summary += [[f"status {k}", str(v)] for k, v in sorted(m.by_status.items())]
+    degenerate = sum(1 for r in results if r.get("degenerate"))
+    summary += [["degenerate: outputs independent of inputs", str(degenerate)]] if degenerate else []
     bh = ["baseline", "geomean speedup", "timed"] + [f"fast_{p:g}" for p in THRESHOLDS]
     brows = [[b.label, _fmt(b.geomean), str(b.timed)] + [f"{b.fast[p]:.0%}" for p in THRESHOLDS] for b in m.baselines]
     ph = ["problem", "status", "program ms"] + [b.label for b in m.baselines] + ["seconds", "detail"]

@@ -6,7 +6,7 @@ result line.
   :class:`SuiteProblem`.
 * A solver turns one problem into one result line. :class:`BuildSolver` (``--build``, the default)
   runs :func:`stitchcuda.pipeline.build_program` then the Verifier
-  (:func:`stitchcuda.verifier.run.verify_program`); :class:`OptimizeSolver` (``--optimize``)
+  (:func:`stitchcuda.verifier.verification.verify_program`); :class:`OptimizeSolver` (``--optimize``)
   calls ``stitchcuda.optimize(reference, precision=, budget=, out=)`` and reads ``.best`` (a
   program folder or None) and ``.report`` (the Verifier's report of the best). Both take their
   functions as arguments, so tests inject fakes (``solver="module:attribute"``). :func:`solve`
@@ -118,6 +118,8 @@ def record_from_report(problem: SuiteProblem, report: Any, manifest: Any = None,
     v = report.result.verdict
     rec: dict[str, Any] = {"status": "passed" if report.result.ok else v.VERDICT, "verdict": v.VERDICT,
                            "summary": v.summary(), "device": report.device, "program": program}
+    if getattr(v, "degenerate", ""):  # a pass that proves nothing: the reference's outputs ignore its inputs
+        rec["degenerate"] = v.degenerate
     t = report.timings
     if t is not None:
         rec["ms"] = {"program": t.program.median_ms, **{k: getattr(t, k).median_ms for k in
@@ -148,7 +150,7 @@ class BuildSolver:
         self.build, self.verify = build, verify
 
     def __call__(self, problem: SuiteProblem, folder: Path, opts: BenchOptions) -> dict:
-        from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
+        from ..verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
 
         build = self.build or build_program
         verify = self.verify or verify_program

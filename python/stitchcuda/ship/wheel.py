@@ -86,7 +86,7 @@ def check_version(version: str) -> str:
 def check_verified(program_dir: str | Path, *, unverified: bool = False) -> tuple[bool, str]:
     """(True, the verdict) when the folder's report passed; else WheelError, or with ``unverified``
     (False, why not). A wheel says what was proven of what it holds."""
-    from ..verifier.report import load_report
+    from ..verifier.report.document import load_report
 
     report = Path(program_dir) / "report.json"
     if not report.is_file():

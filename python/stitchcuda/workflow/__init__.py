@@ -29,7 +29,7 @@ from ..llm import LLM
 from ..llm.server import check_llm_arg, check_llm_ready
 from ..pipeline import capture_problem, need_torch
 from ..precision import get as get_policy
-from ..verifier.report import load_report
+from ..verifier.report.document import load_report
 from .judge import CandidateJudge, CannotJudge, JudgeOptions, VerifierJudge
 from .llm import LLMProposer
 from .loop import Loop

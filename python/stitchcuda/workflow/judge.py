@@ -2,7 +2,7 @@
 
 The loop asks two things: check one task body alone (``check_task``), and verify a whole
 candidate program folder (``verify``). :class:`VerifierJudge` answers with the real ones
-(:func:`stitchcuda.check.task.check_task` on the GPU, :func:`stitchcuda.verifier.run.verify_program`
+(:func:`stitchcuda.check.task.check_task` on the GPU, :func:`stitchcuda.verifier.verification.verify_program`
 in its child processes); tests pass a scripted judge with the same two methods. A judge never
 raises for a candidate's fault; it raises :class:`CannotJudge` when the machine cannot judge at
 all (no GPU, no nvcc), which ends the run with that reason rather than recording a verdict
@@ -23,8 +23,8 @@ from typing import Any, Mapping, Protocol
 
 from ..check.task import check_task
 from ..code import Override
-from ..verifier.profile import classify
-from ..verifier.timing import LoopSettings
+from ..verifier.report.profile import classify
+from ..verifier.measure.timing import LoopSettings
 from .state import Judgement, TaskTime, TaskVerdict
 
 
@@ -67,7 +67,7 @@ class VerifierJudge:
         return TaskVerdict(task, r.ok, r.stage, r.reason, r.ran, time.monotonic() - t0)
 
     def verify(self, problem: Any, program: Path, *, final: bool = False) -> Judgement:
-        from ..verifier.run import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
+        from ..verifier.verification import VerifyEnvironmentError, VerifyOptions, verify_program  # PyTorch
 
         o = self.o
         timing = LoopSettings() if final else LoopSettings(min_trials=o.timing_min_trials,

@@ -1,0 +1,104 @@
+"""The timed calls' check: every timed call looks the same to the program, and a random, unannounced
+sample of them, spread over the whole timed phase and the last call included, is judged
+(:mod:`..measure.timing` runs the loop, this decides what happens between calls).
+
+Before every call, outside the timed region, two pairs of elements of a random input exchange their
+values and the outputs are refilled (a NaN poison or a finite value, at random); after the sampled
+calls the outputs are compared with the reference's for the inputs as they were. A program that is
+correct when checked and idle when timed (it counts calls, notices the same buffers or the same
+contents as the last call, or replays a captured graph that does less) is caught in the act: the
+``timed_calls`` dynamic check.
+
+Which calls are judged: how many calls a timed phase makes depends on the program's speed (at least
+``min_trials``, for at least ``min_seconds``), so the sample is drawn per stretch of calls that
+doubles: three random calls among the first eight, then two random calls in each of [8, 16), [16, 32),
+[32, 64), ... — a program honest for its first hundreds (or thousands) of calls is judged after
+them too — and the last call of the phase, which no program can tell from the others (the phase
+ends on a clock). At most ``max_checks`` calls are judged in all, the last always.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..measure.timing import LoopSettings
+from ..report.records import TimedCallCheck
+
+
+class TimedCalls:
+    """The timed calls' check (module docstring), device-agnostic: ``inputs``/``outputs`` are the
+    tensors the timed program is bound to, ``reference(inputs)`` the reference's outputs for them,
+    ``judge(outputs, ref) -> (passed, detail)`` the comparison at the policy's tolerance."""
+
+    def __init__(self, inputs: list[Any], outputs: list[Any], reference: Callable[[list[Any]], list[Any]],
+                 judge: Callable[[list[Any], list[Any]], tuple[bool, str]], rng: Any,
+                 settings: LoopSettings = LoopSettings(), max_checks: int = 40):
+        from .session import poison_
+
+        self.inputs, self.outputs = list(inputs), outputs
+        self.swappable = [t for t in inputs if t.numel() > 1]
+        self.reference, self.judge, self.rng = reference, judge, rng
+        self.max_checks = max_checks
+        self.calls = self.checked = 0
+        self.last_checked = -1
+        self.failures: list[str] = []
+        self._poison = poison_
+        self._plan: dict[int, set[int]] = {}
+
+    # -------------------------------------------------------------- which calls
+
+    @staticmethod
+    def stretch(k: int) -> tuple[int, int, int]:
+        """(stretch index, first call, end) of timed call ``k`` (0-based): [0, 8), [8, 16), [16, 32), ..."""
+        if k < 8:
+            return 0, 0, 8
+        j = k.bit_length() - 3  # k in [8 * 2^(j-1), 8 * 2^j)
+        lo = 1 << (j + 2)
+        return j, lo, lo << 1
+
+    def due(self, k: int) -> bool:
+        j, lo, hi = self.stretch(k)
+        if j not in self._plan:
+            n = 3 if j == 0 else 2
+            self._plan[j] = set(self.rng.sample(range(lo, hi), n))
+        return k in self._plan[j]
+
+    # -------------------------------------------------------------- the hooks
+
+    def before(self) -> None:
+        from .inputs import swap_elements
+
+        if self.swappable:
+            swap_elements(self.rng.choice(self.swappable), self.rng)
+        how = self.rng.random()
+        for y in self.outputs:
+            if how < 0.5 or not y.dtype.is_floating_point:
+                self._poison(y, 0 if how < 0.25 else 1)
+            else:
+                y.fill_(self.rng.uniform(-2.0, 2.0))
+        self.calls += 1
+
+    def after(self, k: int) -> None:
+        if self.due(k) and self.checked < self.max_checks - 1:  # one check is kept for the last call
+            self._check(k)
+        self._last = k
+
+    def finish(self) -> None:
+        """After the loop's last call: that call is judged (unless it just was)."""
+        k = getattr(self, "_last", -1)
+        if k >= 0 and self.last_checked != k:
+            self._check(k)
+
+    def _check(self, k: int) -> None:
+        self.checked += 1
+        self.last_checked = k
+        ok, detail = self.judge(self.outputs, self.reference(self.inputs))
+        if not ok:
+            self.failures.append(f"timed call {k + 1}: {detail}")
+
+    def result(self) -> TimedCallCheck:
+        return TimedCallCheck(calls=self.calls, checked=self.checked, failed=len(self.failures),
+                              detail="; ".join(self.failures[:3]), last_checked=self.last_checked + 1)
+
+
+__all__ = ["TimedCalls"]

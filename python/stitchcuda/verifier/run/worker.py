@@ -1,0 +1,363 @@
+"""The child process that runs one candidate: ``python -m stitchcuda.verifier.run.worker FD``.
+
+The job (a :class:`~.job.WorkerJob`, JSON on stdin) names the program library, the manifest, the
+reference, the precision to judge at, the seeds, the native runner and the options. Modes:
+
+``verify``   setup (reference and its weights, the program instance: in the native runner, a
+             process with no interpreter and no PyTorch, where the machine allows; :mod:`.instance`)
+             -> correctness (trials and dynamic checks) -> sanitizer (compute-sanitizer on one small
+             trial) -> timing (program, its timed calls checked, its event time against the host
+             clock, and the four baselines) -> the reference's torch.profiler top ops
+``profile``  setup (in this process: CUPTI records this process's kernels) -> device ceilings
+             (cached) -> CUPTI profile of the program
+
+The worker reports over the pipe FD (:class:`~.child.Channel`): the phase it is in, and the
+result so far after every phase. It says what went wrong and whose fault it was: ``input_error``
+(the reference does not fit the manifest: the caller's), ``crash`` (the program failed, or a CUDA
+fault surfaced: the candidate's), ``inconclusive`` (the Verifier itself could not go on, e.g. out
+of memory while the program stayed under its cap: nobody's verdict), ``error`` (no usable device).
+It leaves with ``os._exit`` so that a wrecked CUDA context cannot hang it in destructors. Anything
+it cannot catch (a segfault, a hang) the parent sees.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from ... import serial as serde
+from .child import Channel
+from .instance import CandidateFailure, CreateFailed, Guarded
+from .job import JobError, WorkerJob
+
+_Guarded = Guarded  # the tests' name for it
+
+
+class _Reporter:
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self.result: dict[str, Any] = {"status": "running", "phases": {}}
+        self._phase, self._t0 = "", time.monotonic()
+
+    def phase(self, name: str) -> None:
+        self._close()
+        self._phase, self._t0 = name, time.monotonic()
+        self.channel.send(phase=name)
+        print(f"[worker] phase {name}", flush=True)
+
+    def _close(self) -> None:
+        if self._phase:
+            self.result["phases"][self._phase] = round(time.monotonic() - self._t0, 4)
+
+    def save(self, **items: Any) -> None:
+        for k, v in items.items():
+            self.result[k] = serde.to_jsonable(v)
+        self.channel.send(result=self.result)
+
+    def finish(self, status: str, code: int, **items: Any) -> None:
+        self._close()
+        self.result["status"] = status
+        self.save(**items)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _message(e: BaseException) -> str:
+    tb = traceback.format_exception(type(e), e, e.__traceback__)
+    return f"{type(e).__name__}: {e}\n" + "".join(tb[-6:])
+
+
+_CUDA_FAULT = ("illegal memory access", "illegal address", "misaligned address", "unspecified launch failure",
+               "an illegal instruction", "cudaerrorillegal", "device-side assert", "launch failure")
+
+
+def _is_cuda_fault(text: str) -> bool:
+    low = text.lower()
+    return any(s in low for s in _CUDA_FAULT)
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, MemoryError) or "out of memory" in str(e).lower()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m stitchcuda.verifier.run.worker FD  (the job on stdin)", file=sys.stderr)
+        return 2
+    fd = int(argv[0])
+    text = sys.stdin.read()
+    try:
+        job = WorkerJob.from_json(text)
+    except JobError as e:
+        Channel(fd).send(result={"status": "error", "error": str(e)})
+        return 2
+    rep = _Reporter(Channel(fd, job.token))
+    rep.phase("setup")
+    try:
+        import torch
+    except ImportError as e:
+        rep.finish("error", 2, error=f"PyTorch is not importable: {e}")
+    from .harness import ReferenceHarness
+    from .reference import ProblemError
+
+    if not torch.cuda.is_available():
+        rep.finish("error", 2, error="no CUDA device is visible to the verification child (torch.cuda.is_available() "
+                                     "is False)")
+    dev = job.device
+    torch.cuda.set_device(dev)
+    if 0 < job.memory_fraction < 1:
+        torch.cuda.set_per_process_memory_fraction(job.memory_fraction, dev)
+    rep.save(device=torch.cuda.get_device_name(dev), torch_version=torch.__version__)
+    manifest = job.manifest
+    try:
+        problem = ReferenceHarness(job.reference, manifest, f"cuda:{dev}", weights_seed=job.weights_seed)
+    except ProblemError as e:
+        rep.finish("input_error", 3, input_error={"file": e.file, "problem": e.problem})
+    except Exception as e:  # noqa: BLE001 - the reference itself failed on the device
+        rep.finish("input_error", 3, input_error={"file": job.reference.label, "problem": _message(e)})
+
+    from .inputs import Secret
+    from .instance import start
+    from .session import ReferenceMismatch
+
+    stream = torch.cuda.Stream(dev)
+    runner_exe, why = _runner(job)
+    try:
+        inst = start(job, problem, dev, stream, Secret(job.seed).seed_for("guards"), runner_exe, why)
+    except CreateFailed as e:
+        rep.finish("crash", 1, crash={"message": _message(e.__cause__ or e) if e.__cause__ else str(e)})
+    rep.save(isolation=inst.isolation)
+    runner = inst.runner
+    program_memory = inst.memory
+    _, total = torch.cuda.mem_get_info(dev)
+    cap = total // 2 if job.program_memory_cap is None else int(job.program_memory_cap)
+    try:
+        if job.mode == "profile":
+            _profile(job, rep, runner, problem, stream, dev)
+        else:
+            _verify(job, rep, runner, problem, stream, dev, program_memory, cap, inst)
+    except ProblemError as e:
+        rep.finish("input_error", 3, input_error={"file": e.file, "problem": e.problem})
+    except ReferenceMismatch as e:
+        rep.finish("input_error", 3, input_error={"file": job.reference.label, "problem": str(e)})
+    except CandidateFailure as e:
+        rep.finish("crash", 1, crash={"message": _message(e.__cause__ or e)})
+    except Exception as e:  # noqa: BLE001 - whose fault: a CUDA fault is the program's, the rest the harness's
+        msg = _message(e)
+        if _is_cuda_fault(msg):
+            rep.finish("crash", 1, crash={"message": msg})
+        if _is_oom(e):
+            used = _safe(program_memory)
+            if cap and used is not None and used > cap:
+                rep.finish("crash", 1, crash={"message": f"out of memory: the program holds {used / 2**30:.2f} GiB "
+                                                         f"of device memory, over its cap of {cap / 2**30:.2f} GiB"})
+            rep.finish("inconclusive", 4, inconclusive=f"the Verifier ran out of device memory ({type(e).__name__}) "
+                                                       f"with the program under its cap: {str(e)[:300]}")
+        rep.finish("inconclusive", 4, inconclusive=f"the Verifier failed ({type(e).__name__}: {str(e)[:300]})",
+                   traceback=msg)
+    rep.finish("done", 0)
+    return 0
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _runner(job: WorkerJob) -> tuple[str, str]:
+    """(the native runner's executable, "") or ("", why the program runs in this process)."""
+    if job.mode == "profile":
+        return "", "a profile: CUPTI records the kernels of the process it runs in"
+    if not job.isolate:
+        return "", "isolation turned off"
+    from .native import RunnerUnavailable, runner_binary
+
+    try:
+        return str(runner_binary()), ""
+    except RunnerUnavailable as e:
+        return "", str(e).splitlines()[0][:300]
+
+
+def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, cap, inst=None) -> None:
+    import torch
+
+    from ..report.records import MemoryUse
+    from .correctness import check_correctness
+
+    rep.phase("correctness")
+    buffers = inst.buffers if inst is not None else None
+    weights = inst.weights if inst is not None else ()
+    res = check_correctness(runner, problem, precision=job.precision, trials=job.trials, seed=job.seed,
+                            varied=job.varied, dynamic=job.dynamic, buffers=buffers, weights=weights)
+    if getattr(problem, "degenerate", "") and not res.degenerate:
+        import dataclasses
+
+        res = dataclasses.replace(res, degenerate=problem.degenerate)
+    used = program_memory()
+    memory = MemoryUse(program_bytes=used, torch_peak_bytes=int(torch.cuda.max_memory_allocated(dev)), cap_bytes=cap)
+    rep.save(correctness=res, memory=memory, correctness_notes=list(res.notes) + list(problem.notes))
+    if cap and used > cap:
+        rep.finish("crash", 1, crash={"message": f"out of memory: the program allocated {used / 2**30:.2f} GiB of "
+                                                 f"device memory, over its cap of {cap / 2**30:.2f} GiB"})
+    if not res.passed:
+        return
+    extra = []
+    if job.sanitizer and inst is not None and inst.runner_exe:
+        rep.phase("sanitizer")
+        check = _sanitize(job, problem, dev, inst.runner_exe)
+        if check is not None:
+            extra.append(check)
+            rep.save(extra_checks=extra)
+            if check.status == "fail":
+                return
+    if not job.time:
+        return
+    rep.phase("timing")
+    extra += _time(job, rep, runner, problem, stream, dev, res.tolerance, inst)
+    rep.save(extra_checks=extra)
+    if job.reference_profile:
+        rep.phase("reference_profile")
+        from ...precision import fp32_exact
+        from ..measure.cupti import profile_reference
+        from .inputs import Secret
+
+        d = problem.draw(Secret(job.seed).seed_for("timing"))
+        try:
+            ops = profile_reference(problem.model, problem.model_args(d), context=fp32_exact)
+            rep.save(reference_ops=ops)
+        except Exception as e:  # noqa: BLE001 - the reference's profile is advice, not a verdict
+            rep.save(reference_ops=[], reference_profile_error=f"{type(e).__name__}: {e}")
+
+
+def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -> list:
+    """The timing phase: the program where it runs (its calls checked), the baselines here; returns
+    the checks of what the runtime was asked during it (the native runner's log)."""
+    import torch
+
+    from ..measure.timing import time_all
+    from ..report.verdict import DynamicCheck
+    from .compare import errors
+    from .inputs import Secret
+    from .instance import RemoteClock
+    from .precision_claim import library_evidence
+    from .session import poison_
+    from .stream_checks import runtime_stream
+    from .timed_calls import TimedCalls
+
+    secret = Secret(job.seed)
+    buffers = inst.buffers if inst is not None else None
+    d = problem.draw(secret.seed_for("timing"))
+    x = [buffers.copy(t, k, "timed input") for k, t in enumerate(d.program)] if buffers is not None else d.program
+    y = [buffers.empty(s.shape, _dtype(s.dtype), k, "timed output") for k, s in enumerate(problem.output_specs)] \
+        if buffers is not None else \
+        [torch.empty(s.shape, dtype=_dtype(s.dtype), device=problem.device) for s in problem.output_specs]
+    torch.cuda.synchronize(dev)  # the draw ran on the default stream; the program runs on its own
+    if inst is not None and inst.remote is not None:
+        program = RemoteClock(runner, x, y)
+    else:
+        program = runner.bind(x, y)
+
+    def judge(outputs, ref) -> tuple[bool, str]:
+        for spec, o, r in zip(problem.output_specs, outputs, ref):
+            e = errors(o, r, tol)
+            if not e.passed:
+                return False, (f"output {spec.name}: {e.n_bad} of {o.numel()} elements wrong (max |err| "
+                               f"{e.max_abs:.3g}, expected {e.expected:.6g}, got {e.got:.6g})")
+        return True, ""
+
+    calls = TimedCalls(x, y, lambda xs: problem.forward(d, xs), judge, secret.rng("timed"), job.timing)
+
+    def outputs_ok() -> bool:
+        fresh = problem.draw(secret.seed_for("recheck"))
+        xs = [buffers.copy(t, k) for k, t in enumerate(fresh.program)] if buffers is not None else fresh.program
+        ys = [poison_(buffers.like(t) if buffers is not None else torch.empty_like(t)) for t in y]
+        torch.cuda.synchronize(dev)
+        runner.run(xs, ys)
+        runner.sync()
+        torch.cuda.synchronize(dev)
+        ref = problem.forward(fresh, xs)
+        return all(errors(a, r, tol).passed for a, r in zip(ys, ref))
+
+    table, details = time_all(program, problem.model, problem.model_args(d), precision=job.precision,
+                              stream=stream, compile=job.compile, settings=job.timing, recheck_outputs=outputs_ok,
+                              log=lambda s: print(f"[worker] {s}", flush=True), calls=calls)
+    rep.save(timing={"table": table, "details": details})
+    checks = []
+    if buffers is not None:
+        bad = buffers.check()
+        if bad:
+            checks.append(DynamicCheck("memory_bounds", "fail", "during the timed calls: " + "; ".join(bad[:3])))
+    if hasattr(runner, "library_calls"):
+        log = runner.library_calls()
+        below = library_evidence(log.get("calls", []), job.precision)
+        if below:
+            checks.append(DynamicCheck("precision_claim", "fail", f"during the timed calls: {below}"))
+        foreign = runtime_stream(log, "during the timed calls")
+        if foreign is not None:
+            checks.append(foreign)
+    return checks
+
+
+def _dtype(name: str):
+    from .compare import torch_dtype
+
+    return torch_dtype(name)
+
+
+def _sanitize(job: WorkerJob, problem, dev, runner_exe: str):
+    """compute-sanitizer's tools on one small trial in the native runner (:mod:`.sanitizer`)."""
+    from ..report.verdict import DynamicCheck
+    from .inputs import Secret
+    from .sanitizer import MAX_BYTES, TOOLS, find_sanitizer, run_tool, sanitizer_check
+
+    tool = find_sanitizer()
+    if tool is None:
+        return DynamicCheck("sanitizer", "pass", "not run: compute-sanitizer is not installed here")
+    import torch
+
+    d = problem.draw(Secret(job.seed).seed_for("sanitizer"))
+    outs = [torch.zeros(s.shape, dtype=_dtype(s.dtype)) for s in problem.output_specs]
+    tensors = [("weight", w) for w in problem.weights] + [("input", t) for t in d.program] + \
+        [("output", o) for o in outs]
+    size = sum(t.numel() * t.element_size() for _, t in tensors)
+    if size > MAX_BYTES:
+        return DynamicCheck("sanitizer", "pass", f"not run: the trial holds {size / 2**20:.0f} MiB, over the "
+                                                 f"{MAX_BYTES >> 20} MiB a sanitizer trial may")
+    reports = [run_tool(tool, name, runner_exe, job.library, dev, tensors, len(problem.weights), len(d.program))
+               for name in TOOLS]
+    return sanitizer_check(reports)
+
+
+def _profile(job: WorkerJob, rep, runner, problem, stream, dev) -> None:
+    import torch
+
+    from ..measure.cupti import device_ceilings, profile_program
+    from .inputs import Secret
+    from .session import empty_outputs
+
+    rep.phase("ceilings")
+    try:
+        ceilings = device_ceilings(dev)
+    except Exception as e:  # noqa: BLE001
+        ceilings = None
+        rep.save(ceilings_error=f"{type(e).__name__}: {e}")
+    rep.phase("profile")
+    d = problem.draw(Secret(job.seed).seed_for("profile"))
+    y = empty_outputs(problem.output_specs, problem.device)
+    torch.cuda.synchronize(dev)
+    run = runner.bind(d.program, y)
+    records, details = profile_program(run, stream=stream, tasks=job.manifest.tasks, precision=job.precision,
+                                       runs=job.profile_runs, ceilings=ceilings, workdir=os.getcwd(),
+                                       prefer_cupti=job.cupti)
+    rep.save(profile={"kernels": records, "details": details, "ceilings": ceilings})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

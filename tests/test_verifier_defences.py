@@ -1,0 +1,496 @@
+"""The second round of the Verifier's defences, each judged on the CPU with a fake program (a Python
+callable on a fake stream) — one class of dishonest or unsafe program per test, the honest program
+beside it where the class could refuse an honest one:
+
+ 1 memory outside the outputs (guard zones, weights)   7 leaks (memory that grows with the calls)
+ 2 races right almost always (runs under pressure)     9 ties (index outputs on tied inputs)
+ 3 parameters never varied (drawn away from init)     10 shortcuts through long dependencies (edges)
+ 4 precision claimed, not computed (several trials)   11 stream capture (a captured call replayed)
+ 5 work on another stream (the runtime's call log)    12 degenerate references (said in the verdict)
+ 6 behaviour that changes late (the timed calls' schedule)
+
+Class 8 (the host process reached without importing it) is the native runner's: its CPU tests are in
+test_verifier_native.py and the link-map rules in test_verifier_static.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stitchcuda import manifest as mf  # noqa: E402
+from stitchcuda.verifier import DynamicCheck, build_result  # noqa: E402
+from stitchcuda.verifier.measure.memory import MemoryReading, leak_check  # noqa: E402
+from stitchcuda.verifier.measure.timing import LoopSettings, measure  # noqa: E402
+from stitchcuda.verifier.run.correctness import check_correctness  # noqa: E402
+from stitchcuda.verifier.run.guards import GuardedBuffers  # noqa: E402
+from stitchcuda.verifier.run.harness import ReferenceHarness  # noqa: E402
+from stitchcuda.verifier.run.parameters import structural, vary_parameters  # noqa: E402
+from stitchcuda.verifier.run.reference import resolve_reference  # noqa: E402
+from stitchcuda.verifier.run.timed_calls import TimedCalls  # noqa: E402
+
+ADV = Path(__file__).resolve().parent / "adversarial"
+REFS = ADV / "references"
+SEED = 20261122
+
+
+class FakeRunner:
+    """A 'stream': what a program enqueues runs in order at sync; ``pressure`` is passed to the
+    program. :func:`fake` adds what a real runner offers besides, one feature at a time."""
+
+    device = torch.device("cpu")
+    pressure_ok = True
+
+    def __init__(self, program):
+        self.program, self.queue = program, []
+        self.capturing = False
+        self.held = 0  # bytes the program says it holds
+        self.pressure = False
+        self.log = {"calls": [], "foreign_stream": 0, "foreign_first": ""}
+
+    def context(self):
+        return contextlib.nullcontext()
+
+    def enqueue(self, fn):
+        self.queue.append(fn)
+
+    def run(self, inputs, outputs, pressure=False):
+        self.pressure = pressure
+        self.program(inputs, outputs, self)
+
+    def sync(self):
+        q, self.queue = self.queue, []
+        for fn in q:
+            fn()
+
+    sync_device = sync
+
+    def hold(self):
+        pass
+
+    def ordered(self, fn):
+        self.enqueue(fn)
+
+
+class _Capture:
+    """``capture`` records a call; ``replay`` makes it again with ``capturing`` set, as a graph replays."""
+
+    def capture(self, inputs, outputs):
+        self.captured = (inputs, outputs)
+
+    def replay(self):
+        self.capturing = True
+        self.program(*self.captured, self)
+        self.sync()
+        self.capturing = False
+
+    def drop_capture(self):
+        self.captured = None
+
+
+class _Memory:
+    def memory(self):
+        return MemoryReading(device=self.held)
+
+
+class _Log:
+    def library_calls(self):
+        log, self.log = self.log, {"calls": [], "foreign_stream": 0, "foreign_first": ""}
+        return log
+
+
+FEATURES = {"capture": _Capture, "memory": _Memory, "log": _Log}
+
+
+def fake(program, *features: str) -> FakeRunner:
+    return type("Fake", (FakeRunner, *[FEATURES[f] for f in features]), {})(program)
+
+
+def harness(ref: str, shape_in, shape_out, weights=(), out_dtype="float32", **kw) -> ReferenceHarness:
+    m = mf.Manifest.from_dict({
+        "format": "stitchcuda-program", "version": 1, "name": "t", "abi_version": 1, "precision": "fp32",
+        "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": str(REFS / ref) if "/" not in ref else ref},
+        "inputs": [{"name": "x", "dtype": "float32", "shape": list(shape_in)}],
+        "outputs": [{"name": "y", "dtype": out_dtype, "shape": list(shape_out)}],
+        "weights": [{"name": n, "dtype": "float32", "shape": list(s)} for n, s in weights],
+        "reference_ops": kw.pop("ops", []), "tasks": []}, "manifest.json")
+    path = REFS / ref if "/" not in ref else Path(ref)
+    return ReferenceHarness(resolve_reference(str(path), REFS, m), m, "cpu", weights_seed=SEED, **kw)
+
+
+def linear() -> ReferenceHarness:
+    m = mf.Manifest.load(ADV / "correct")
+    return ReferenceHarness(resolve_reference(None, ADV / "correct", m), m, "cpu", weights_seed=SEED)
+
+
+def verdict(runner, P, precision="fp32", **kw):
+    res = check_correctness(runner, P, precision=precision, seed=SEED, **kw)
+    return build_result(trials=res.trials, checks=res.checks, tolerance=res.tolerance,
+                        degenerate=res.degenerate), res
+
+
+def reason(v) -> str:
+    if v.kind != "rejected":
+        return v.kind
+    return v.verdict.checks[0].name if v.verdict.checks else v.verdict.findings[0].rule
+
+
+def honest_linear(P):
+    w, b = P.weights
+
+    def prog(i, o, r):
+        r.enqueue(lambda: o[0].copy_(torch.relu(i[0] @ w.T + b)))
+    return prog
+
+
+def block_of(t: torch.Tensor) -> torch.Tensor:
+    """The whole allocation a buffer handed out lives in, as bytes (what an overrun reaches)."""
+    return torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
+
+
+# ------------------------------------------------------------------ 1: memory outside the outputs
+
+
+def test_guards_catch_a_write_past_the_end_of_an_output():
+    P = linear()
+    w, b = P.weights
+
+    def overrun(i, o, r):  # right outputs, and 16 bytes of scratch past the end of y
+        def go():
+            o[0].copy_(torch.relu(i[0] @ w.T + b))
+            end = o[0].storage_offset() * 4 + o[0].numel() * 4
+            block_of(o[0])[end:end + 16] = 7
+        r.enqueue(go)
+
+    v, _ = verdict(FakeRunner(overrun), P)
+    assert reason(v) == "memory_bounds" and "after its end changed" in v.verdict.reasons[0], v.verdict.reasons
+
+
+def test_a_program_writing_its_weights_is_named():
+    P = linear()
+    buffers = GuardedBuffers("cpu", 1)
+    w, b = [buffers.copy(t, k, f"weight {k}") for k, t in enumerate(P.weights)]
+    P.weights = [w, b]
+
+    def scratch_in_bias(i, o, r):  # uses its bias as scratch and puts it back... almost
+        def go():
+            o[0].copy_(torch.relu(i[0] @ w.T + b))
+            b[0] += 1e-3
+        r.enqueue(go)
+
+    v, _ = verdict(FakeRunner(scratch_in_bias), P, buffers=buffers, weights=[w, b])
+    assert "weights_unchanged" in [c.name for c in v.verdict.checks], v.verdict.reasons
+
+
+def test_guarded_buffers_vary_their_addresses_and_keep_their_guards():
+    g = GuardedBuffers("cpu", 3)
+    a, b = g.empty((8,), torch.float32, k=0), g.empty((8,), torch.float32, k=1)
+    ga, gb = g.block_of(a)[0].front, g.block_of(b)[0].front
+    assert ga != gb and g.check() == []
+    block_of(a)[ga - 1] ^= 0xFF  # one byte before the start
+    assert g.check([("input x", a)]) == ["input x: 1 byte(s) before its start changed"]
+    assert g.check() == []  # written again: reported once
+
+
+# ------------------------------------------------------------------ 2: races right almost always
+
+
+def test_a_race_that_shows_only_under_launch_pressure_is_named():
+    P = linear()
+    w, b = P.weights
+
+    def racy(i, o, r):
+        bad = r.pressure
+
+        def go():
+            o[0].copy_(torch.relu(i[0] @ w.T + b))
+            if bad:
+                o[0][3, 5] += 0.5  # the losing order of two blocks, once in a while
+        r.enqueue(go)
+
+    v, res = verdict(FakeRunner(racy), P)
+    assert reason(v) == "deterministic", v.verdict.reasons
+    assert "under launch pressure" in next(c.detail for c in res.checks if c.name == "deterministic")
+
+
+# ------------------------------------------------------------------ 3: parameters never varied
+
+
+def test_a_program_that_skips_a_parameter_whose_init_is_trivial_is_wrong():
+    """A LayerNorm starts with weight 1 and bias 0: a program that assumes them is right at the
+    initial values only; the Verifier never judges there."""
+    P = harness("norm.py", (256, 1024), (256, 1024), weights=[("norm.weight", (1024,)), ("norm.bias", (1024,))])
+    assert not torch.allclose(P.weights[0], torch.ones(1024)) and not torch.allclose(P.weights[1], torch.zeros(1024))
+
+    def plain_norm(i, o, r):
+        r.enqueue(lambda: o[0].copy_(torch.nn.functional.layer_norm(i[0], (1024,))))
+
+    v, _ = verdict(FakeRunner(plain_norm), P)
+    assert v.kind == "wrong_answer", v.verdict.summary()
+
+    def honest(i, o, r):
+        wn, bn = P.weights
+        r.enqueue(lambda: o[0].copy_(torch.nn.functional.layer_norm(i[0], (1024,), wn, bn)))
+
+    v, _ = verdict(FakeRunner(honest), P)
+    assert v.ok, v.verdict.summary()
+
+
+def test_what_has_a_meaning_keeps_it():
+    """Integer-valued buffers (a causal mask, an index table) are left as they are; a tensor of one
+    sign keeps its sign; everything else moves away from its value."""
+    m = torch.nn.Module()
+    m.register_buffer("mask", torch.tril(torch.ones(4, 4)))
+    m.register_buffer("var", torch.rand(8) + 0.5)
+    m.w = torch.nn.Parameter(torch.randn(8, 8))
+    m.z = torch.nn.Parameter(torch.zeros(8))
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    kept = vary_parameters(m, 5)
+    assert kept == ["mask"] and torch.equal(m.mask, before["mask"]) and structural(m.mask)
+    assert (m.var > 0).all() and not torch.equal(m.var, before["var"])
+    assert not torch.equal(m.w, before["w"]) and m.z.abs().sum() > 0
+
+
+# ------------------------------------------------------------------ 4: precision claimed, not computed
+
+
+def test_the_precision_claim_is_measured_on_several_trials():
+    """A program at its claimed precision on its first call and bf16 after: measured on the first
+    trial only it passed; summed over three it does not."""
+    from .test_verifier_tolerance import EmulatedGemm, _round_bf16, _round_tf32
+
+    m = mf.Manifest.load(ADV / "gemm_tf32_honest")
+    P = EmulatedGemm(resolve_reference(None, ADV / "gemm_tf32_honest", m), m, "cpu", weights_seed=SEED, vary=False)
+    (w,) = P.weights
+    calls = {"n": 0}
+
+    def first_honest(i, o, r):
+        calls["n"] += 1
+        f = _round_tf32 if calls["n"] == 1 else _round_bf16
+        r.enqueue(lambda: o[0].copy_(f(i[0]) @ f(w).T))
+
+    v, res = verdict(FakeRunner(first_honest), P, precision="tf32", varied=0)
+    (c,) = [c for c in res.checks if c.name == "precision_claim"]
+    assert c.status == "fail" and "over 3 trial(s)" in c.detail, c
+
+
+def test_library_calls_below_the_claim_fail_it():
+    P = linear()
+    runner = fake(honest_linear(P), "log")
+    runner.log["calls"] = [{"fn": "st_gemm", "policy": 2, "dtypes": "2,2,2", "count": 12}]
+    v, _ = verdict(runner, P, precision="tf32")
+    assert reason(v) == "precision_claim" and "bf16 policy under a tf32 claim" in v.verdict.reasons[0]
+
+
+def test_library_kernels_below_the_claim_fail_it():
+    from stitchcuda.verifier.report.profile import KernelRecord
+    from stitchcuda.verifier.run.precision_claim import kernel_math
+    from stitchcuda.verifier.verification import _kernel_precision
+
+    # what cuBLAS, cuBLASLt and cuDNN name their kernels by; the program's own kernels say nothing
+    assert kernel_math("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64") == "fp16"
+    assert kernel_math("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN") == "fp16"
+    assert kernel_math("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8") == "bf16"
+    assert kernel_math("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc") == "tf32"
+    assert kernel_math("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8") == ""
+    assert kernel_math("_Z11my_gemm_f16PKfPf") == kernel_math("stitch_gemm_tile_128x128x16") == ""
+    m = mf.Manifest.from_dict({
+        "format": "stitchcuda-program", "version": 1, "name": "k", "abi_version": 1, "precision": "tf32",
+        "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [4, 4]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [4, 4]}]})
+    ok = [DynamicCheck("precision_claim", "pass", "errors at tf32")]
+    ks = [KernelRecord("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", 0, 1), KernelRecord("stitch_task_0", 1, 2)]
+    notes: list[str] = []
+    got = _kernel_precision(ok, ks, m, "tf32", notes)
+    assert [c.status for c in got] == ["fail"] and "compute in fp16" in got[0].detail
+    assert _kernel_precision(ok, ks[1:], m, "tf32", notes) == ok  # nothing a library ran
+    tf32 = [KernelRecord("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", 0, 1)]
+    assert _kernel_precision(ok, tf32, m, "tf32", notes) == ok
+    assert _kernel_precision(ok, tf32, m, "fp32", notes)[0].status == "fail"
+
+# ------------------------------------------------------------------ 5: work on another stream
+
+
+def test_a_runtime_call_on_another_stream_is_named():
+    P = linear()
+    runner = fake(honest_linear(P), "log")
+    runner.log.update(foreign_stream=3, foreign_first="st_conv on stream 0x0 during a run on stream 0x5")
+    v, _ = verdict(runner, P)
+    assert reason(v) == "runtime_stream" and "st_conv on stream 0x0" in v.verdict.reasons[0]
+
+
+# ------------------------------------------------------------------ 6: behaviour that changes late
+
+
+class _Clock:
+    t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class _Timer:
+    def __init__(self, clock, ms):
+        self.clock, self.ms = clock, ms
+
+    def time(self, fn):
+        fn()
+        self.clock.t += self.ms / 1e3
+        return self.ms
+
+
+@pytest.mark.parametrize("honest_for", [300, 3000])
+def test_a_program_idle_after_hundreds_of_calls_is_caught(honest_for):
+    """Checked calls spread over the whole timed phase, the last included: a program honest for its
+    first hundreds (or thousands) of calls and idle after is judged when idle."""
+    x = [torch.randn(4, 4)]
+    y = [torch.empty(4, 4)]
+    calls = {"n": 0}
+
+    def program():
+        calls["n"] += 1
+        if calls["n"] <= honest_for:
+            y[0].copy_(x[0] * 2)
+
+    def judge(outputs, ref):
+        ok = torch.equal(outputs[0], ref[0])
+        return ok, "" if ok else "wrong"
+
+    tc = TimedCalls(x, y, lambda xs: [xs[0] * 2], judge, random.Random(SEED), LoopSettings())
+    clock = _Clock()
+    _, warm, samples = measure(program, _Timer(clock, 0.2), lambda: None, LoopSettings(), clock=clock, calls=tc)
+    r = tc.result()
+    assert len(samples) > honest_for and r.failed >= 1 and not r.passed, r
+    assert r.last_checked == len(samples) and r.calls == warm + len(samples)  # the phase's last call, always
+
+
+def test_the_checked_calls_cover_every_stretch_of_the_phase():
+    tc = TimedCalls([torch.zeros(2)], [torch.zeros(2)], lambda xs: xs, lambda o, r: (True, ""),
+                    random.Random(1), LoopSettings())
+    due = [k for k in range(1 << 14) if tc.due(k)]
+    stretches = {TimedCalls.stretch(k)[0] for k in due}
+    assert stretches == set(range(12)) and len(due) == 3 + 2 * 11
+
+
+# ------------------------------------------------------------------ 7: leaks
+
+
+def test_memory_that_grows_with_the_calls_is_a_verdict():
+    P = linear()
+    w, b = P.weights
+    runner = fake(None, "memory")
+
+    def leaky(i, o, r):
+        r.held += 64 << 10  # 64 KiB a call, never given back
+        r.enqueue(lambda: o[0].copy_(torch.relu(i[0] @ w.T + b)))
+
+    runner.program = leaky
+    v, _ = verdict(runner, P)
+    assert reason(v) == "memory_leak" and "grows with the number of calls" in v.verdict.reasons[0]
+    honest = fake(honest_linear(P), "memory")
+    v, res = verdict(honest, P)
+    assert v.ok and next(c for c in res.checks if c.name == "memory_leak").status == "pass"
+
+
+def test_a_one_time_allocation_is_not_a_leak():
+    held = {"b": 0, "calls": 0}
+
+    def calls(k):
+        held["calls"] += k
+        if held["calls"] > 30 and held["b"] == 0:
+            held["b"] = 64 << 20  # a plan sized on a later call, once
+    c = leak_check(calls, lambda: MemoryReading(device=held["b"]), n=100, warmup=20)
+    assert c.status == "pass", c
+
+
+# ------------------------------------------------------------------ 9: ties
+
+
+def test_an_argmax_that_breaks_ties_another_way_is_named():
+    P = harness("argmax.py", (128, 512), (128,), out_dtype="int64",
+                ops=[{"node": "argmax", "op": "aten.argmax.default", "flops": 0, "bytes": 0}])
+
+    def last_max(i, o, r):  # the last maximal element: right whenever no two elements tie
+        r.enqueue(lambda: o[0].copy_(511 - torch.argmax(i[0].flip(1), dim=1)))
+
+    v, _ = verdict(FakeRunner(last_max), P)
+    assert reason(v) == "ties" and "breaks ties by another rule" in v.verdict.reasons[0], v.verdict.summary()
+
+    def first_max(i, o, r):
+        r.enqueue(lambda: o[0].copy_(torch.argmax(i[0], dim=1)))
+
+    v, _ = verdict(FakeRunner(first_max), P)
+    assert v.ok, v.verdict.summary()
+
+
+# ------------------------------------------------------------------ 10: shortcuts through long dependencies
+
+
+def test_a_scan_that_skips_its_first_steps_is_caught_at_the_edge():
+    P = harness("decay_scan.py", (32, 2048, 64), (32, 64))
+    wts = 0.995 ** torch.arange(2047, -1, -1, dtype=torch.float32)
+
+    def last_steps(i, o, r):  # the last 1920 of 2048 steps: off by ~1e-4 of y's scale
+        r.enqueue(lambda: o[0].copy_(torch.einsum("btf,t->bf", i[0][:, 128:], wts[128:])))
+
+    v, res = verdict(FakeRunner(last_steps), P, precision="tf32")
+    assert all(t.passed for t in res.trials if not t.label.startswith("sensitivity")), v.verdict.summary()
+    assert reason(v) == "sensitivity" and "the start of axis 1" in v.verdict.reasons[0], v.verdict.reasons
+
+    def honest(i, o, r):
+        r.enqueue(lambda: o[0].copy_(torch.einsum("btf,t->bf", i[0], wts)))
+
+    v, _ = verdict(FakeRunner(honest), P, precision="tf32")
+    assert v.ok, v.verdict.summary()
+
+
+# ------------------------------------------------------------------ 11: stream capture
+
+
+def test_a_program_idle_when_its_stream_is_captured_is_named():
+    P = linear()
+    w, b = P.weights
+
+    def idle_when_captured(i, o, r):
+        if not r.capturing:
+            r.enqueue(lambda: o[0].copy_(torch.relu(i[0] @ w.T + b)))
+
+    v, _ = verdict(fake(idle_when_captured, "capture"), P)
+    assert reason(v) == "stream_capture" and "replayed" in v.verdict.reasons[0], v.verdict.reasons
+    v, res = verdict(fake(honest_linear(P), "capture"), P)
+    assert v.ok and next(c for c in res.checks if c.name == "stream_capture").status == "pass"
+
+
+# ------------------------------------------------------------------ 12: degenerate references
+
+
+def test_a_head_initialised_to_zeros_is_drawn_again():
+    """At its initialisation the reference is 0 whatever the input: a program returning zeros would
+    pass. Its parameters are drawn again so that the outputs depend on the inputs, and it does not."""
+    P = harness("zero_head.py", (64, 256), (64, 16), weights=[("fc.weight", (128, 256)), ("fc.bias", (128,)),
+                                                              ("head.weight", (16, 128)), ("head.bias", (16,))])
+    assert P.weights[2].abs().sum() > 0 and P.degenerate == ""
+
+    def zeros(i, o, r):
+        r.enqueue(lambda: o[0].zero_())
+
+    v, _ = verdict(FakeRunner(zeros), P)
+    assert v.kind == "wrong_answer", v.verdict.summary()
+
+
+def test_a_reference_whose_outputs_no_input_moves_passes_as_degenerate():
+    P = harness("constant.py", (64, 256), (64, 256))
+    assert "a constant answer passes" in P.degenerate
+
+    def ones(i, o, r):
+        r.enqueue(lambda: o[0].fill_(1.0))
+
+    v, res = verdict(FakeRunner(ones), P)
+    assert v.ok and v.verdict.degenerate and res.degenerate
+    assert v.verdict.summary().startswith("passed (degenerate: outputs independent of inputs)")

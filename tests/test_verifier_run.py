@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from stitchcuda import manifest as mf  # noqa: E402
+from stitchcuda import weights_file as wf  # noqa: E402
 from stitchcuda.manifest import TaskRecord as Task  # noqa: E402
 from stitchcuda.verifier import (DynamicCheck, KernelRecord, OutputCheck, Timing, TimingTable, TrialResult,  # noqa: E402
                                  VerificationReport, build_result, load_report, write_report)
@@ -522,7 +523,7 @@ def test_cli_corrupt_manifest(prog_dir):
 
 
 def test_cli_weights_not_matching(prog_dir):
-    mf.write_safetensors(prog_dir / "weights.safetensors", {
+    wf.write_safetensors(prog_dir / "weights.safetensors", {
         "fc.weight": ("float32", (128, 255), bytes(128 * 255 * 4)), "fc.bias": ("float32", (128,), bytes(512))})
     rc, text = _cli("verify", str(prog_dir))
     assert rc == 2 and "weights.safetensors: weight 'fc.weight' is float32[128, 255]" in text

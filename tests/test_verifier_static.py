@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from stitchcuda import manifest as mf
+from stitchcuda import weights_file as wf
 from stitchcuda.verifier import RULES, check_manifest, check_program, check_source
 from tests import ahead
 
@@ -560,24 +561,24 @@ def _weights(m: mf.Manifest, **override) -> dict:
 def test_weights_file_matching_the_manifest_loads(tmp_path):
     prog = _write_program(tmp_path, json.dumps(_good()))
     m = mf.Manifest.load(prog)
-    mf.write_safetensors(prog / "weights.safetensors", _weights(m))
+    wf.write_safetensors(prog / "weights.safetensors", _weights(m))
     loaded = mf.load_program_dir(prog)
     assert loaded.weights == prog / "weights.safetensors"
-    assert set(mf.read_safetensors_header(loaded.weights)) == {"fc.weight", "fc.bias"}
+    assert set(wf.read_safetensors_header(loaded.weights)) == {"fc.weight", "fc.bias"}
 
 
 def test_weights_not_matching_the_manifest(tmp_path):
     prog = _write_program(tmp_path, json.dumps(_good()))
     m = mf.Manifest.load(prog)
     wpath = prog / "weights.safetensors"
-    mf.write_safetensors(wpath, _weights(m, **{"fc.weight": ("float32", (256, 128))}))
+    wf.write_safetensors(wpath, _weights(m, **{"fc.weight": ("float32", (256, 128))}))
     with pytest.raises(mf.ManifestError, match=r"weights\.safetensors: weight 'fc\.weight' is float32\[256, 128\], "
                                                r"the manifest says float32\[128, 256\]"):
         mf.load_program_dir(prog)
-    mf.write_safetensors(wpath, {"fc.weight": _weights(m)["fc.weight"]})
+    wf.write_safetensors(wpath, {"fc.weight": _weights(m)["fc.weight"]})
     with pytest.raises(mf.ManifestError, match=r"lacks weight\(s\) the manifest lists: fc\.bias"):
         mf.load_program_dir(prog)
-    mf.write_safetensors(wpath, {**_weights(m), "extra": ("float32", (2,), bytes(8))})
+    wf.write_safetensors(wpath, {**_weights(m), "extra": ("float32", (2,), bytes(8))})
     with pytest.raises(mf.ManifestError, match=r"holds tensor\(s\) the manifest does not list: extra"):
         mf.load_program_dir(prog)
 
@@ -607,6 +608,6 @@ def test_required_weights_file(tmp_path):
 def test_safetensors_package_reads_our_file(tmp_path):
     safetensors = pytest.importorskip("safetensors.numpy")
     m = mf.Manifest.from_dict(_good())
-    path = mf.write_safetensors(tmp_path / "w.safetensors", _weights(m))
+    path = wf.write_safetensors(tmp_path / "w.safetensors", _weights(m))
     loaded = safetensors.load_file(str(path))
     assert loaded["fc.weight"].shape == (128, 256)

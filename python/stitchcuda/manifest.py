@@ -39,9 +39,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -51,6 +49,7 @@ from .errors import ArgumentError
 from . import precision as _precision
 from .fsutil import atomic_write_text
 from .ir import TensorSpec
+from .weights_file import WeightsFileError, read_safetensors_header
 
 FORMAT = "stitchcuda-program"
 FORMAT_VERSION = 1
@@ -60,9 +59,6 @@ PRECISIONS = _precision.NAMES
 
 #: Element sizes of the dtypes a manifest may name (the runtime's st_dtype spellings).
 DTYPE_SIZES = _dtypes.ABI_SIZES
-
-#: safetensors dtype codes for the same dtypes.
-SAFETENSORS_DTYPES = _dtypes.FROM_SAFETENSORS
 
 #: Strategies the planner and coder use today. Others are allowed (an LLM-written kernel names
 #: its own); these are the ones other stages know by name.
@@ -262,7 +258,7 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: Any, file: str | Path = "<manifest>") -> "Manifest":
-        return _Parser(str(file)).manifest(data)
+        return _ManifestReader(str(file)).manifest(data)
 
     @classmethod
     def from_json(cls, text: str, file: str | Path = "<manifest>") -> "Manifest":
@@ -304,7 +300,7 @@ def same_hash(a: str, b: str) -> bool:
 # ------------------------------------------------------------------ parsing
 
 
-class _Parser:
+class _ManifestReader:
     def __init__(self, file: str):
         self.file = file
 
@@ -516,7 +512,7 @@ class _Parser:
                         generator=self.string(d.get("generator", ""), "generator", nonempty=False))
 
 
-def _unique(names, where: str, what: str, p: _Parser) -> None:
+def _unique(names, where: str, what: str, p: _ManifestReader) -> None:
     seen: set[str] = set()
     for i, n in enumerate(names):
         if n in seen:
@@ -541,67 +537,12 @@ def _show(v: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-# ------------------------------------------------------------------ safetensors
-
-
-@dataclass(frozen=True)
-class StoredTensor:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    offsets: tuple[int, int]
-
-
-def read_safetensors_header(path: str | Path) -> dict[str, StoredTensor]:
-    """Parse a safetensors header (no data is read) and check its offsets against the file.
-
-    Layout: 8-byte little-endian header length N, N bytes of JSON
-    ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``, data.
-    """
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise ManifestError(path, "not a safetensors file (shorter than its 8-byte header length)")
-            (n,) = struct.unpack("<Q", head)
-            if n > size - 8 or n > 100 * 1024 * 1024:
-                raise ManifestError(path, f"not a safetensors file (header length {n} exceeds the file)")
-            raw = f.read(n)
-    except FileNotFoundError:
-        raise ManifestError(path, "file not found") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ManifestError(path, f"corrupt safetensors header ({e})") from None
-    if not isinstance(header, dict):
-        raise ManifestError(path, "corrupt safetensors header (not a JSON object)")
-    data_size = size - 8 - n
-    out: dict[str, StoredTensor] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            code, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise ManifestError(path, f"tensor {name!r}: header entry lacks dtype, shape or data_offsets") from None
-        if code not in SAFETENSORS_DTYPES:
-            raise ManifestError(path, f"tensor {name!r}: dtype {code!r} is not one stitchcuda supports")
-        dtype = SAFETENSORS_DTYPES[code]
-        if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
-            raise ManifestError(path, f"tensor {name!r}: bad shape {_show(shape)}")
-        want = math.prod(shape) * DTYPE_SIZES[dtype]
-        if not (0 <= begin <= end <= data_size) or end - begin != want:
-            raise ManifestError(path, f"tensor {name!r}: data_offsets [{begin}, {end}] do not hold "
-                                      f"{want} bytes inside the {data_size}-byte data section")
-        out[name] = StoredTensor(name, dtype, tuple(shape), (begin, end))
-    return out
-
-
 def check_weights_file(manifest: Manifest, path: str | Path) -> None:
     """Raise ManifestError unless the file holds exactly the manifest's weights (name, dtype, shape)."""
-    stored = read_safetensors_header(path)
+    try:
+        stored = read_safetensors_header(path)
+    except WeightsFileError as e:
+        raise ManifestError(e.file, e.problem) from None
     want = {w.name: w for w in manifest.weights}
     missing = [n for n in want if n not in stored]
     extra = [n for n in stored if n not in want]
@@ -614,28 +555,6 @@ def check_weights_file(manifest: Manifest, path: str | Path) -> None:
         if s.dtype != w.dtype or s.shape != w.shape:
             raise ManifestError(path, f"weight {name!r} is {s.dtype}{list(s.shape)}, "
                                       f"the manifest says {w.dtype}{list(w.shape)}")
-
-
-def write_safetensors(path: str | Path, tensors: Mapping[str, tuple[str, tuple[int, ...], bytes]]) -> Path:
-    """Write ``{name: (dtype, shape, raw little-endian bytes)}`` as safetensors (atomically).
-
-    Dependency-free, for tests and for stages that hold raw buffers; the frontend may use the
-    safetensors package instead; the format is the same.
-    """
-    codes = {v: k for k, v in SAFETENSORS_DTYPES.items()}
-    header: dict[str, Any] = {}
-    blobs, offset = [], 0
-    for name, (dtype, shape, data) in tensors.items():
-        want = math.prod(shape) * DTYPE_SIZES[dtype]
-        if len(data) != want:
-            raise ValueError(f"{name}: {len(data)} bytes for {dtype}{list(shape)} (want {want})")
-        header[name] = {"dtype": codes[dtype], "shape": list(shape), "data_offsets": [offset, offset + want]}
-        blobs.append(data)
-        offset += want
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    from .fsutil import atomic_write_bytes
-    return atomic_write_bytes(path, struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 # ------------------------------------------------------------------ the program folder
@@ -686,7 +605,6 @@ __all__ = [
     "FORMAT", "FORMAT_VERSION", "ABI_VERSION", "PRECISIONS", "DTYPE_SIZES", "KNOWN_STRATEGIES",
     "PROGRAM_SOURCE", "MANIFEST_FILE", "WEIGHTS_FILE", "LIBRARY_FILE",
     "ManifestError", "TensorSpec", "KernelBenchRef", "ReferenceSource", "RandomInput", "CarriedState", "TaskRecord",
-    "ReferenceOp", "Manifest", "ProgramDir", "StoredTensor",
-    "hash_source", "same_hash", "load_program_dir", "read_safetensors_header", "check_weights_file",
-    "write_safetensors",
+    "ReferenceOp", "Manifest", "ProgramDir",
+    "hash_source", "same_hash", "load_program_dir", "check_weights_file",
 ]

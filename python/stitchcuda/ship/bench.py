@@ -96,7 +96,7 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
     except OSError as e:
         raise SuiteError(f"--out {folder}: cannot create it ({e.strerror or e})") from None
     asked = {"suite": str(Path(suite).resolve()), "precision": opts.precision, "mode": opts.mode,
-             "budget": opts.budget, "trials": opts.trials, "compile": opts.compile}
+             "budget": opts.budget, "trials": opts.trials, "compile": opts.compile, "sanitizer": opts.sanitizer}
     meta_file = folder / "suite.json"
     if meta_file.is_file():
         before = json.loads(meta_file.read_text())

@@ -494,7 +494,8 @@ def bench(args: argparse.Namespace, ui: UI) -> int:
     mode = "optimize" if args.optimize else "build"
     opts = bench.BenchOptions(precision=args.precision, mode=mode, budget=args.budget, gpus=args.gpus,
                               limit=args.limit, ray=args.ray, only=tuple(args.only or ()), solver=args.solver,
-                              trials=args.trials, profile=not args.no_profile, compile=not args.no_compile)
+                              trials=args.trials, profile=not args.no_profile, compile=not args.no_compile,
+                              sanitizer=not args.no_sanitizer)
     with ui.live() as show:
         summary = bench.run_suite(args.suite, args.out, opts, log=lambda text: (show(None), ui.info(text)),
                                   stage=lambda pid, text: show(f"{pid}: {text}"))

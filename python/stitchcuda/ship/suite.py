@@ -74,6 +74,7 @@ class BenchOptions:
     trials: int = 5
     profile: bool = True           # the Verifier's CUPTI profile
     compile: bool = True           # the torch.compile baselines
+    sanitizer: bool = True         # the Verifier's compute-sanitizer trial
     timeout_s: float = 3600.0      # per problem
 
 
@@ -165,7 +166,8 @@ class BuildSolver:
             return {"status": "compile_error", "verdict": "compile_error", "summary": o.build.message}
         try:
             v = verify(o.directory, None, VerifyOptions(trials=opts.trials, profile=opts.profile,
-                                                        compile=opts.compile, command="stitchcuda bench",
+                                                        compile=opts.compile, sanitizer=opts.sanitizer,
+                                                        command="stitchcuda bench",
                                                         progress=lambda s: report_stage(f"verify: {s}")))
         except VerifyEnvironmentError as e:
             return {"status": "not_verified", "summary": f"built; not verified: {one_line(e)}",

@@ -56,9 +56,11 @@ class Fuser:
                 self.gemm(n)
         for n in list(ix.g.nodes):
             if n.op == ops.CAT and cl.free(n):
-                dim = L.norm_dim(int(n.attr("dim") or 0), len(n.outputs[0].shape))
-                cl.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), dim=dim,
-                                  parts=tuple(n.inputs)))
+                rank = len(n.outputs[0].shape)
+                dim = L.norm_dim(int(n.attr("dim") or 0), rank)
+                # PyTorch's cat skips 1-d empty tensors (its legacy behaviour) whatever the rank of the others.
+                parts = tuple(x for x in n.inputs if rank == 1 or ix.shape(x) != (0,))
+                cl.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), dim=dim, parts=parts))
         fuse_tail.claim(self)
         self.group_elementwise()
 

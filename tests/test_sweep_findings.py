@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from stitchcuda import frontend, ops
 from tests.sweep import Case, T, check
 
 
@@ -33,3 +34,14 @@ def test_cat_skips_legacy_empty_tensors(dim, shape):
         return torch.cat([x, torch.zeros(0), y, y.new_zeros(0)], dim) * 2
 
     assert check(_case("aten.cat.default", f, T(shape), T(shape))) == "planned"
+
+
+def test_a_tensor_value_used_as_an_index_is_refused_by_name():
+    """``x[i]`` with a 0-d index tensor reads the index's value on the host (``.item()``), which a
+    program cannot; capture failed with an unrelated message ("argument _Ref(...) cannot be stored in
+    the IR") at the node that used the value, instead of naming the operator that reads it."""
+    case = _case("aten.index.Tensor", lambda s, x, i: x[i] * 2, T((4, 3)), T((), "int64", "int", 0, 4),
+                 names=("_local_scalar_dense",), refusal="non-tensor value")
+    with pytest.raises(frontend.UnsupportedOpError, match=r"aten\._local_scalar_dense\.default .*non-tensor value"):
+        frontend.capture(case.model(), case.tensors(), "item", supported_ops=ops.supported())
+    assert check(case) == "refused"

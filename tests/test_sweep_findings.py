@@ -45,3 +45,11 @@ def test_a_tensor_value_used_as_an_index_is_refused_by_name():
     with pytest.raises(frontend.UnsupportedOpError, match=r"aten\._local_scalar_dense\.default .*non-tensor value"):
         frontend.capture(case.model(), case.tensors(), "item", supported_ops=ops.supported())
     assert check(case) == "refused"
+
+
+@pytest.mark.parametrize("policy", ["fp32", "bf16"])
+def test_matmul_of_two_vectors(policy):
+    """``torch.matmul`` of two 1-d tensors is a dot product with a 0-d result; the GEMM lowering
+    gave the output M's unit dim before N's, which a 0-d view cannot take (an IndexError)."""
+    f = lambda s, a, b: (torch.matmul(a, b), torch.matmul(a, b) * 2 + 1)  # noqa: E731
+    assert check(_case("aten.matmul.default", f, T((7,)), T((7,)), policy=policy)) == "planned"

@@ -53,3 +53,14 @@ def test_matmul_of_two_vectors(policy):
     gave the output M's unit dim before N's, which a 0-d view cannot take (an IndexError)."""
     f = lambda s, a, b: (torch.matmul(a, b), torch.matmul(a, b) * 2 + 1)  # noqa: E731
     assert check(_case("aten.matmul.default", f, T((7,)), T((7,)), policy=policy)) == "planned"
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int64", "float32"])
+def test_reduction_over_dims_apart_with_an_integer_result(dtype):
+    """A reduction over dims that are not adjacent moves them last (a permutation) and reduces rows;
+    an integer or bool result is written through a float32 copy, and the lowering permuted that copy
+    back as if it held the moved dims (a ValueError: "dim 2 out of range for 2 dims")."""
+    x = T((2, 3, 4, 5), dtype, "int", -2, 3)
+    f = (lambda s, x: (x.any((0, 2)), x.any((1, 3), keepdim=True))) if dtype == "bool" else \
+        (lambda s, x: (x.sum((0, 2)), x.amax((1, 3), keepdim=True)))
+    assert check(_case("aten.any.dims" if dtype == "bool" else "aten.sum.dim_IntList", f, x)) == "planned"

@@ -170,7 +170,7 @@ def emit_row(lw: Lowerer, pr: RowProto, pre: list[Task]) -> None:
               list(pr.pro + pr.epi) + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
     if post is not None:
         src, dst = post
-        if perm is not None:
+        if perm is not None and writes_row:  # (a per-row result holds none of the dims moved last)
             src = L.permute(src, L.inverse_permutation(perm))
         lw.tasks.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), src, dst, pr.phase,
                                           note="writes the rows back in the reference's layout"))

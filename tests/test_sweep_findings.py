@@ -64,3 +64,23 @@ def test_reduction_over_dims_apart_with_an_integer_result(dtype):
     f = (lambda s, x: (x.any((0, 2)), x.any((1, 3), keepdim=True))) if dtype == "bool" else \
         (lambda s, x: (x.sum((0, 2)), x.amax((1, 3), keepdim=True)))
     assert check(_case("aten.any.dims" if dtype == "bool" else "aten.sum.dim_IntList", f, x)) == "planned"
+
+
+@pytest.mark.parametrize("what,shape", [("sum", (0, 3)), ("mean", (3, 0)), ("softmax", (3, 0)), ("sum_rows", (3, 0)),
+                                        ("any", (2, 0, 3))])
+def test_reductions_over_an_empty_extent_are_refused_by_name(what, shape):
+    """The row and axis templates refuse an empty row (reduce.cuh: cols < 1, red < 1 with rows left:
+    cudaErrorInvalidValue) where PyTorch gives a constant (a sum 0, a mean NaN, any False, a softmax
+    an empty tensor). The plan held such tasks (a sum over dim 0 of a (0, 3) tensor even failed
+    planning with a ZeroDivisionError); the plan interpreter, which did not check the templates'
+    contract, computed PyTorch's answer. Now the interpreter checks it, and the planner refuses by
+    name; a reduction whose result is empty too is still planned."""
+    f = {"sum": lambda s, x: x.sum(0), "mean": lambda s, x: x.mean(1), "softmax": lambda s, x: x.softmax(1),
+         "sum_rows": lambda s, x: x.sum(1), "any": lambda s, x: (x > 0).any(1)}[what]
+    op = {"sum": "aten.sum.dim_IntList", "sum_rows": "aten.sum.dim_IntList", "mean": "aten.mean.dim",
+          "softmax": "aten._softmax.default", "any": "aten.any.dim"}[what]
+    assert check(_case(op, f, T(shape), refusal="a reduction over an empty extent")) == "refused"
+    empty_too = {"sum": (3, 0), "mean": (0, 3), "softmax": (0, 3), "sum_rows": (0, 3), "any": (0, 2, 3)}[what]
+    assert check(_case(op, f, T(empty_too))) == "planned"
+    if what == "sum":  # an empty result over an empty axis (the axis template's workspace: a ZeroDivisionError)
+        assert check(_case(op, f, T((0, 0)))) == "planned"

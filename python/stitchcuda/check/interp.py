@@ -129,8 +129,9 @@ def run_task(mem: Memory, t: P.Task) -> None:
     elif isinstance(s, P.RowSpec):
         _row(mem, s)
     elif isinstance(s, P.AxisSpec):
+        assert s.outer * s.inner <= 0 or s.red >= 1, "reduce.cuh: launch_reduce_axis refuses red < 1"
         x = hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
-        r = {"sum": x.sum(1), "mean": x.mean(1), "max": x.amax(1), "min": x.amin(1)}[s.op]
+        r = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}[s.op](x, 1)
         mem.write(s.out, hook(s.epilogue, r), (s.outer, s.inner), (s.out_so, s.out_si))
     elif isinstance(s, P.AttentionSpec):
         _attention(mem, s)
@@ -241,6 +242,7 @@ def _conv(mem: Memory, c: P.ConvSpec) -> None:
 
 
 def _row(mem: Memory, r: P.RowSpec) -> None:
+    assert r.rows <= 0 or r.cols >= 1, "reduce.cuh: launch_row_reduce refuses cols < 1"
     x = hook(r.prologue, mem.read(r.x, (r.rows, r.cols), (r.ldi, 1)))
     op = r.op
     if op in ("softmax", "log_softmax", "layer_norm", "rms_norm"):
@@ -338,6 +340,7 @@ def _bn(mem: Memory, b: P.BnStatsSpec) -> None:
 
 
 def _group_stats(mem: Memory, g: P.GroupStatsSpec) -> None:
+    assert g.rows <= 0 or g.cols >= 1, "norm.cuh: launch_group_stats refuses cols < 1"
     x = mem.read(g.x, (g.rows, g.cols), (g.ldi, 1))
     mean = x.mean(1)
     var = ((x - mean[:, None]) ** 2).mean(1)
@@ -354,6 +357,9 @@ def _group_stats(mem: Memory, g: P.GroupStatsSpec) -> None:
 
 
 def _pool(mem: Memory, p: P.PoolSpec) -> None:
+    assert all(n >= 1 for n in p.x.shape[1:]), "pool.cuh: launch_pool refuses an input extent < 1"
+    assert p.adaptive or all(min(k, s, d) >= 1 for k, s, d in zip(p.kernel, p.stride, p.dilation)), \
+        "pool.cuh: launch_pool refuses a kernel, stride or dilation < 1"
     x = hook(p.prologue, mem.read(p.x))  # [planes, d, h, w]
     osh = p.out.shape[1:]
     ish = x.shape[1:]
@@ -406,6 +412,7 @@ def _scan(mem: Memory, s: P.ScanSpec) -> None:
 
 
 def _arg(mem: Memory, a: P.ArgSpec) -> None:
+    assert a.outer * a.inner <= 0 or a.red >= 1, "scan.cuh: launch_arg_reduce refuses red < 1"
     x = hook(a.prologue, mem.read(a.x, (a.outer, a.red, a.inner), (a.in_so, a.in_sr, a.in_si)))
     # The first extreme (torch.argmax's documented choice), NaN counting as the extreme.
     key = torch.where(torch.isnan(x), torch.full_like(x, math.inf), x if a.op == "max" else -x)

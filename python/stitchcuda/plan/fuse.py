@@ -167,6 +167,9 @@ class Fuser:
                 raise cl.fail(n, "reductions with a dtype argument")
         if ix.spec(x).dtype not in _FLOAT_DTYPES and (writes_row or rop not in ("sum", "mean", "max", "min")):
             raise cl.fail(n, f"reduction over {ix.spec(x).dtype}")
+        if math.prod(xs[d] for d in dims) == 0 and math.prod(xs[d] for d in range(len(xs)) if d not in dims) > 0:
+            # (the row and axis templates take no empty row; the result is a constant PyTorch defines)
+            raise cl.fail(n, "a reduction over an empty extent")
         pro, x, epi, last = self.hooks(n, x, out) if hooks else ([], x, [], out)
         nodes = pro + [n.name] + epi
         ins = [x] + [t for t in (weight, bias) if t]

@@ -418,6 +418,8 @@ def row_workspace_floats(rows: int, cols: int) -> int:
 
 def _axis_workspace_floats(outer: int, red: int, inner: int, si: int, so: int, sr: int, itemsize: int) -> int:
     """Upper bound of reduce.cuh's reduce_axis_workspace_floats over both vector widths."""
+    if outer <= 0 or inner <= 0 or red < 1:
+        return 0
     best = 0
     for vec in (1, 16 // itemsize):
         if vec > 1 and not (si == 1 and inner % vec == 0 and so % vec == 0 and sr % vec == 0):

@@ -84,3 +84,13 @@ def test_reductions_over_an_empty_extent_are_refused_by_name(what, shape):
     assert check(_case(op, f, T(empty_too))) == "planned"
     if what == "sum":  # an empty result over an empty axis (the axis template's workspace: a ZeroDivisionError)
         assert check(_case(op, f, T((0, 0)))) == "planned"
+
+
+@pytest.mark.parametrize("dtype,dist", [("float32", "normal"), ("float16", "normal"), ("int64", "int")])
+def test_reductions_with_a_dtype_argument(dtype, dist):
+    """``x.sum(-1, dtype=torch.float32)`` (and ``mean``, which an integer tensor needs it for) was
+    refused ("reductions with a dtype argument"); the result's dtype is the output tensor's, which the
+    lowering already stores in."""
+    f = lambda s, x: (x.sum(-1, dtype=torch.float32), x.mean((0, 2), dtype=torch.float32),  # noqa: E731
+                      x.sum(1, keepdim=True, dtype=torch.float32))
+    assert check(_case("aten.sum.dim_IntList", f, T((3, 4, 5), dtype, dist, -4, 5))) == "planned"

@@ -211,7 +211,18 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
     if kind in ("arg", "scan"):
         return float(per * ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
     if kind == "pool":
-        return float(ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
+        # One per tap of each output's window, as a pool task counts (an overlapping 3x3 window at
+        # stride 1 reads every input nine times).
+        out = n.outputs[0].shape
+        nsp = int(op.split("pool")[1][0])
+        ks = n.attr("kernel_size")
+        if ks:
+            ks = tuple(int(k) for k in ks) * (nsp if len(ks) == 1 else 1)
+            window = math.prod(ks)
+        else:  # adaptive: the average window
+            xs = ix.shape(n.inputs[0])
+            window = max(1, math.ceil(math.prod(xs[len(xs) - nsp:]) / max(1, math.prod(out[len(out) - nsp:]))))
+        return float(window * math.prod(out)), float(in_bytes + out_bytes)
     if kind in ("gather", "iota"):
         out_elems = math.prod(n.outputs[0].shape)
         idx_bytes = sum(ix.spec(t).nbytes for t in dict.fromkeys(n.inputs[1:]))

@@ -1,0 +1,84 @@
+"""The cost model's FLOP and byte counts against counts made by hand, for every task kind and for
+the reference nodes (``Plan.tasks[*].flops / .bytes``, ``Plan.node_costs``): the roofline floors
+and the loop's choice of the task to work on rest on them.
+
+What is counted, the conventions written once here and used by every hand count below:
+
+* a multiply-add is 2 FLOPs (GEMMs, convolutions, attention's two products, recurrences);
+  a convolution reads ``in_channels / groups x kernel`` inputs per output element; a transposed
+  one scatters each input element to ``out_channels / groups x kernel`` outputs;
+* every elementwise instruction is 1 FLOP per element it makes (a fused Ew task: its instructions
+  x its output elements; a hook: per element it touches; a GEMM: one for its epilogue pass and one
+  per chained op, per output element; a convolution: one per output element for its bias and one
+  for its activation);
+* a reduction: its op's FLOPs per input element (sum, mean, max 1; softmax 5; layer norm 8; var,
+  logsumexp, RMS norm 4), its epilogue per result; a pool one per window tap; a scan one per
+  element; batch / group statistics 4 per element;
+* bytes are the fewest a task can move: every distinct element of every view it reads (a
+  broadcast view counts once per distinct element) and of every view it writes, at the storage
+  dtype's size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from stitchcuda import frontend, ops
+from stitchcuda import plan as P
+from tests.test_coverage_cases import Fn
+
+F32 = 4
+
+
+def _plan(f, inputs, policy: str = "fp32", **modules) -> P.Plan:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = Fn(f, **modules)
+    return P.plan(frontend.capture(model, inputs, "costs", supported_ops=ops.supported()).graph, policy)
+
+
+def _tasks(plan: P.Plan, kind: str) -> list[P.Task]:
+    return [t for t in plan.tasks if type(t.params).__name__ == kind + "Spec"]
+
+
+def _one(plan: P.Plan, kind: str) -> P.Task:
+    (t,) = _tasks(plan, kind)
+    return t
+
+
+def _node(plan: P.Plan, op: str) -> P.NodeCost:
+    (c,) = [c for c in plan.node_costs if c.op == "aten." + op]
+    return c
+
+
+# ---------------------------------------------------------------------- pooling
+
+
+@pytest.mark.parametrize("mode,k,s,p", [("max", 3, 1, 1), ("avg", 3, 2, 1), ("max", 2, 2, 0), ("avg", 4, 1, 0)])
+def test_pool(mode, k, s, p):
+    """A pool is one FLOP per window tap (padding taps included), its task and its node alike: an
+    overlapping 3x3 window at stride 1 reads each input nine times (the node counted the input's
+    elements, nine times too few)."""
+    n, c, h, w = 2, 3, 9, 8
+    f = F.max_pool2d if mode == "max" else F.avg_pool2d
+    plan = _plan(lambda s_, x: f(x, k, s, p), [torch.randn(n, c, h, w)])
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    taps = n * c * oh * ow * k * k
+    t = _one(plan, "Pool")
+    assert (t.flops, t.bytes) == (taps, F32 * (n * c * h * w + n * c * oh * ow))
+    node = _node(plan, "max_pool2d_with_indices.default" if mode == "max" else "avg_pool2d.default")
+    assert (node.flops, node.bytes) == (taps, t.bytes)
+
+
+def test_adaptive_pool():
+    """An adaptive pool whose windows tile the input: (8, 9) to (2, 3) is 4 x 3 taps per output."""
+    plan = _plan(lambda s_, x: F.adaptive_avg_pool2d(torch.tanh(x), (2, 3)), [torch.randn(2, 3, 8, 9)])
+    t = _one(plan, "Pool")
+    outs = 2 * 3 * 2 * 3
+    assert t.flops == outs * 12 * 2, "12 taps, and the tanh hook on each"
+    assert _node(plan, "_adaptive_avg_pool2d.default").flops == outs * 12

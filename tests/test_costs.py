@@ -82,3 +82,33 @@ def test_adaptive_pool():
     outs = 2 * 3 * 2 * 3
     assert t.flops == outs * 12 * 2, "12 taps, and the tanh hook on each"
     assert _node(plan, "_adaptive_avg_pool2d.default").flops == outs * 12
+
+
+# ---------------------------------------------------------------------- attention
+
+
+@pytest.mark.parametrize("d,dv", [(32, 32), (32, 16), (40, 24)])
+def test_attention_node(d, dv):
+    """The reference's attention: q kᵀ over the head dim, p v over the value's dim, softmax 5 per
+    score; the node counted q kᵀ twice (4 d per score) whatever the value's dim."""
+    b, h, lq, lk = 2, 3, 9, 11
+    q, k, v = torch.randn(b, h, lq, d), torch.randn(b, h, lk, d), torch.randn(b, h, lk, dv)
+    plan = _plan(lambda s_, q, k, v: F.scaled_dot_product_attention(q, k, v), [q, k, v])
+    node = _node(plan, "scaled_dot_product_attention.default")
+    scores = b * h * lq * lk
+    assert node.flops == 2 * scores * d + 2 * scores * dv + 5 * scores
+    assert node.bytes == F32 * (q.numel() + k.numel() + v.numel() + b * h * lq * dv)
+
+
+@pytest.mark.parametrize("causal,heads_kv", [(False, 3), (True, 3), (False, 1)])
+def test_attention_task(causal, heads_kv):
+    """The fused kernel: two products over the visible scores (a causal mask hides those above the
+    diagonal), grouped-query heads reading their shared k and v once."""
+    b, h, l, d = 2, 3, 16, 32
+    q, k, v = torch.randn(b, h, l, d), torch.randn(b, heads_kv, l, d), torch.randn(b, heads_kv, l, d)
+    plan = _plan(lambda s_, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                     enable_gqa=heads_kv != h), [q, k, v])
+    t = _one(plan, "Attention")
+    visible = l * (l + 1) // 2 if causal else l * l
+    assert t.flops == 4 * b * h * visible * d
+    assert t.bytes == F32 * (2 * q.numel() + k.numel() + v.numel())

@@ -200,9 +200,11 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         return float(flops), float(in_bytes + out_bytes)
     if kind == "attention":
         a = ix.args(n, ops.args(op))
-        qs, ks = ix.shape(a["query"][1]), ix.shape(a["key"][1])
+        qs, ks, vs = ix.shape(a["query"][1]), ix.shape(a["key"][1]), ix.shape(a["value"][1])
         bh = math.prod(qs[:-2])
-        return per * bh * qs[-2] * ks[-2] * qs[-1] + 5.0 * bh * qs[-2] * ks[-2], float(in_bytes + out_bytes)
+        # q kᵀ over the head dim, then p v over the value's own (per / 2 FLOPs per multiply-add)
+        return per / 2 * bh * qs[-2] * ks[-2] * (qs[-1] + vs[-1]) + 5.0 * bh * qs[-2] * ks[-2], \
+            float(in_bytes + out_bytes)
     if kind == "row":
         return float(per * ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
     if kind in ("batch_norm", "group_norm"):

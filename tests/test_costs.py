@@ -112,3 +112,47 @@ def test_attention_task(causal, heads_kv):
     visible = l * (l + 1) // 2 if causal else l * l
     assert t.flops == 4 * b * h * visible * d
     assert t.bytes == F32 * (2 * q.numel() + k.numel() + v.numel())
+
+
+# ---------------------------------------------------------------------- reductions
+
+
+def test_axis_reduction_counts_its_hooks():
+    """A middle-axis mean with a hook before (per input element) and after (per result): the axis
+    task left its epilogue out."""
+    n, c, h, w = 2, 5, 6, 7
+    plan = _plan(lambda s_, x: torch.sqrt(torch.exp(x).mean(1)), [torch.randn(n, c, h, w)])
+    t = _one(plan, "Axis")
+    assert len(t.params.prologue) == 1 and len(t.params.epilogue) == 1
+    assert t.flops == n * c * h * w * 2 + n * h * w
+    assert t.bytes == F32 * (n * c * h * w + n * h * w)
+
+
+@pytest.mark.parametrize("op,per", [("softmax", 5), ("log_softmax", 5), ("sum", 1), ("logsumexp", 4)])
+def test_row_reduction(op, per):
+    rows, cols = 6, 40
+    f = {"softmax": lambda x: x.softmax(-1), "log_softmax": lambda x: x.log_softmax(-1), "sum": lambda x: x.sum(-1),
+         "logsumexp": lambda x: x.logsumexp(-1)}[op]
+    plan = _plan(lambda s_, x: torch.relu(f(torch.tanh(x))), [torch.randn(rows, cols)])
+    t = _one(plan, "Row")
+    writes_row = op in ("softmax", "log_softmax")
+    assert t.flops == rows * cols * (per + 1) + (rows * cols if writes_row else rows), "op + prologue, epilogue"
+    assert t.bytes == F32 * (rows * cols + (rows * cols if writes_row else rows))
+
+
+def test_layer_norm():
+    rows, cols = 5, 24
+    plan = _plan(lambda s_, x: s_.ln(x), [torch.randn(rows, cols)], ln=nn.LayerNorm(cols))
+    t = _one(plan, "Row")
+    assert t.flops == 8 * rows * cols
+    assert t.bytes == F32 * (2 * rows * cols + 2 * cols), "x, out, weight, bias"
+    assert (_node(plan, "native_layer_norm.default").flops, _node(plan, "native_layer_norm.default").bytes) == \
+        (t.flops, t.bytes)
+
+
+def test_scan_and_arg():
+    x = torch.randn(4, 9, 5)
+    plan = _plan(lambda s_, x: (torch.cumsum(torch.tanh(x), 1), x.argmax(1)), [x])
+    scan, arg = _one(plan, "Scan"), _one(plan, "Arg")
+    assert scan.flops == x.numel() * 2 and scan.bytes == F32 * 2 * x.numel()
+    assert arg.flops == x.numel() and arg.bytes == F32 * x.numel() + 8 * 4 * 5

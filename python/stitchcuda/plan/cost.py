@@ -75,7 +75,8 @@ def spec_cost(spec: Any, policy: str, ceil: Ceilings) -> tuple[float, float, flo
         return float(flops), _view_bytes(spec.x) + _view_bytes(spec.out) + _view_bytes(spec.weight) + _view_bytes(spec.bias), ceil.fp32
     if isinstance(spec, AxisSpec):
         n = spec.outer * spec.red * spec.inner
-        return float(n * (1 + len(spec.prologue))), _view_bytes(spec.x) + _view_bytes(spec.out), ceil.fp32
+        flops = n * (1 + len(spec.prologue)) + spec.outer * spec.inner * len(spec.epilogue)
+        return float(flops), _view_bytes(spec.x) + _view_bytes(spec.out), ceil.fp32
     if isinstance(spec, AttentionSpec):
         flops = 4.0 * spec.batch * spec.heads * spec.lq * spec.lk * spec.head_dim
         if spec.causal:

@@ -156,3 +156,34 @@ def test_scan_and_arg():
     scan, arg = _one(plan, "Scan"), _one(plan, "Arg")
     assert scan.flops == x.numel() * 2 and scan.bytes == F32 * 2 * x.numel()
     assert arg.flops == x.numel() and arg.bytes == F32 * x.numel() + 8 * 4 * 5
+
+
+# ---------------------------------------------------------------------- batch and group statistics
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_statistics(mode, affine):
+    """Training mode reads x (4 FLOPs per element) and the weight and bias; eval mode only the
+    running statistics, weight and bias; both write scale and shift. The task counted its writes and
+    x, not the weight, bias or running statistics it reads."""
+    n, c, h, w = 4, 6, 5, 7
+    bn = nn.BatchNorm2d(c, affine=affine)
+    plan = _plan(lambda s_, x: s_.bn(x), [torch.randn(n, c, h, w)], bn=bn.eval() if mode == "eval" else bn)
+    t = _one(plan, "BnStats")
+    params = 2 * c if affine else 0
+    if mode == "train":
+        assert t.phase == "run" and t.flops == 4 * n * c * h * w
+        assert t.bytes == F32 * (n * c * h * w + params + 2 * c)
+    else:
+        assert t.phase == "create" and t.flops == 4 * c
+        assert t.bytes == F32 * (2 * c + params + 2 * c)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_statistics(affine):
+    n, c, g, hw = 3, 8, 4, 25
+    plan = _plan(lambda s_, x: s_.gn(x), [torch.randn(n, c, 5, 5)], gn=nn.GroupNorm(g, c, affine=affine))
+    t = _one(plan, "GroupStats")
+    assert t.flops == 4 * n * c * hw
+    assert t.bytes == F32 * (n * c * hw + (2 * c if affine else 0) + 2 * n * c), "x, weight, bias; scale, shift"

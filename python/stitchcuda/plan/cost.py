@@ -93,9 +93,13 @@ def spec_cost(spec: Any, policy: str, ceil: Ceilings) -> tuple[float, float, flo
         return 0.0, float(sum(_view_bytes(i.src) + _view_bytes(i.dst) for i in spec.items)), ceil.fp32
     if isinstance(spec, BnStatsSpec):
         n = spec.n * spec.c * spec.s
-        return float(4 * n), float(_view_bytes(spec.x) + 2 * spec.c * 4), ceil.fp32
+        stats = (spec.running_mean, spec.running_var) if spec.mode != "batch" else ()
+        reads = sum(_view_bytes(v) for v in (spec.x, spec.weight, spec.bias) + stats)
+        return float(4 * n), float(reads + _view_bytes(spec.scale) + _view_bytes(spec.shift)), ceil.fp32
     if isinstance(spec, GroupStatsSpec):
-        return float(4 * spec.rows * spec.cols), float(_view_bytes(spec.x) + _view_bytes(spec.scale) * 2), ceil.fp32
+        reads = sum(_view_bytes(v) for v in (spec.x, spec.weight, spec.bias))
+        return float(4 * spec.rows * spec.cols), float(reads + _view_bytes(spec.scale) + _view_bytes(spec.shift)), \
+            ceil.fp32
     if isinstance(spec, PoolSpec):
         window = math.prod(spec.kernel) if not spec.adaptive else max(1, math.ceil(
             math.prod(spec.x.shape[1:]) / max(1, math.prod(spec.out.shape[1:]))))

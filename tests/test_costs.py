@@ -187,3 +187,75 @@ def test_group_norm_statistics(affine):
     t = _one(plan, "GroupStats")
     assert t.flops == 4 * n * c * hw
     assert t.bytes == F32 * (n * c * hw + (2 * c if affine else 0) + 2 * n * c), "x, weight, bias; scale, shift"
+
+
+# ---------------------------------------------------------------------- convolutions
+
+#: (nsp, transposed, in_channels, out_channels, kernel, stride, padding, dilation, groups, output_padding, size)
+CONVS = {
+    "plain2d": (2, False, 3, 8, 3, 1, 1, 1, 1, 0, (9, 10)),
+    "strided2d": (2, False, 4, 6, (3, 2), (2, 3), (1, 0), 1, 1, 0, (11, 9)),
+    "dilated2d": (2, False, 4, 6, 3, 1, 2, 2, 1, 0, (9, 9)),
+    "grouped2d": (2, False, 8, 12, 3, 1, 0, 1, 4, 0, (7, 7)),
+    "depthwise2d": (2, False, 8, 8, 3, 2, 1, 1, 8, 0, (10, 10)),
+    "depthwise_multiplier": (2, False, 4, 12, 5, 1, 2, 1, 4, 0, (6, 6)),
+    "conv1d": (1, False, 4, 6, 5, 2, 2, 1, 1, 0, (33,)),
+    "conv3d": (3, False, 2, 4, 3, 1, 1, 1, 1, 0, (5, 6, 7)),
+    "transposed2d": (2, True, 6, 4, 3, 2, 1, 1, 1, 1, (5, 6)),
+    "transposed2d_k4s4": (2, True, 4, 6, 4, 4, 0, 1, 2, 0, (5, 5)),
+    "transposed1d_grouped_dilated": (1, True, 4, 6, 4, 3, 0, 2, 2, 0, (9,)),
+    "transposed3d": (3, True, 4, 2, (2, 3, 3), (1, 2, 2), 0, 1, 1, 0, (3, 4, 5)),
+    "transposed_depthwise": (2, True, 6, 6, 3, 2, 1, 1, 6, 1, (4, 4)),
+}
+
+
+def _tuple(v, nsp: int) -> tuple[int, ...]:
+    return tuple(v) if isinstance(v, tuple) else (v,) * nsp
+
+
+def conv_hand_count(nsp, transposed, cin, cout, kernel, stride, padding, dilation, groups, output_padding, size,
+                    batch: int) -> tuple[int, tuple[int, ...]]:
+    """(multiply-adds x 2, output size) of a convolution, from its definition: an output element of a
+    convolution is a dot product over in_channels / groups x kernel inputs; a transposed convolution
+    adds each input element, times out_channels / groups x kernel weights, into the output."""
+    k, s, p, d, op = (_tuple(v, nsp) for v in (kernel, stride, padding, dilation, output_padding))
+    if transposed:
+        out = tuple((n - 1) * s_ - 2 * p_ + d_ * (k_ - 1) + o_ + 1 for n, s_, p_, d_, k_, o_ in zip(size, s, p, d, k, op))
+        macs = batch * cin * math.prod(size) * (cout // groups) * math.prod(k)
+    else:
+        out = tuple((n + 2 * p_ - d_ * (k_ - 1) - 1) // s_ + 1 for n, s_, p_, d_, k_ in zip(size, s, p, d, k))
+        macs = batch * cout * math.prod(out) * (cin // groups) * math.prod(k)
+    return 2 * macs, out
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_convolution(name, bias):
+    """Strided, dilated, grouped, depthwise, 1-3 d and transposed convolutions against the count from
+    their definition (a transposed one counted over its output instead of its input is many times
+    too much: 16x for a 4x4 kernel at stride 4)."""
+    nsp, tr, cin, cout, kernel, stride, padding, dilation, groups, opad, size = CONVS[name]
+    batch = 2
+    Conv = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)[nsp - 1] if tr else \
+        (nn.Conv1d, nn.Conv2d, nn.Conv3d)[nsp - 1]
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias)
+    if tr:
+        kw["output_padding"] = opad
+    conv = Conv(cin, cout, kernel, **kw)
+    plan = _plan(lambda s_, x: s_.conv(x), [torch.randn(batch, cin, *size)], conv=conv)
+    flops, out = conv_hand_count(nsp, tr, cin, cout, kernel, stride, padding, dilation, groups, opad, size, batch)
+    t = _one(plan, "Conv")
+    outs = batch * cout * math.prod(out)
+    assert tuple(t.params.out.shape[2:]) == out
+    assert t.flops == flops + (outs if bias else 0), "products, and one add per output element for the bias"
+    assert t.bytes == F32 * (batch * cin * math.prod(size) + conv.weight.numel() + (cout if bias else 0) + outs)
+    node = _node(plan, "convolution.default")
+    assert (node.flops, node.bytes) == (t.flops, t.bytes)
+
+
+def test_convolution_with_its_activation():
+    plan = _plan(lambda s_, x: torch.relu(s_.conv(x)), [torch.randn(2, 3, 8, 8)], conv=nn.Conv2d(3, 4, 3))
+    t = _one(plan, "Conv")
+    assert t.params.activation == "relu"
+    outs = 2 * 4 * 6 * 6
+    assert t.flops == 2 * outs * 3 * 9 + 2 * outs, "bias and activation, one each per output element"

@@ -192,8 +192,9 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         transposed = bool(n.attr("transposed"))
         groups = int(n.attr("groups") or 1)
         cin, cout = xs[1], ys[1]
-        return float(conv_flops(xs[0], cin, cout, groups, ws[2:], xs[2:] if transposed else ys[2:])), \
-            float(in_bytes + out_bytes)
+        bias = ix.tensor_arg(n, ops.args(op), "bias") is not None  # one add per output element, as a GEMM's
+        return float(conv_flops(xs[0], cin, cout, groups, ws[2:], xs[2:] if transposed else ys[2:]) +
+                     (math.prod(ys) if bias else 0)), float(in_bytes + out_bytes)
     if kind == "recurrent":
         from ..recurrent import recurrence
 

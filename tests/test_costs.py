@@ -27,9 +27,12 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from hypothesis import given
 
 from stitchcuda import frontend, ops
 from stitchcuda import plan as P
+from tests import sweep_cases
+from tests.sweep import sweep
 from tests.test_coverage_cases import Fn
 
 F32 = 4
@@ -259,3 +262,149 @@ def test_convolution_with_its_activation():
     assert t.params.activation == "relu"
     outs = 2 * 4 * 6 * 6
     assert t.flops == 2 * outs * 3 * 9 + 2 * outs, "bias and activation, one each per output element"
+
+
+def _conv_sweep_case(case):
+    """The drawn convolution's node, task and hand count (from the node's own shapes and arguments)."""
+    model, inputs = case.model(), case.tensors()
+    cap = frontend.capture(model, inputs, "costs", supported_ops=ops.supported())
+    plan = P.plan(cap.graph, case.policy)
+    (n,) = [n for n in cap.graph.nodes if n.op == "aten.convolution.default"]
+    xs, ws = cap.graph.spec(n.inputs[0]).shape, cap.graph.spec(n.inputs[1]).shape
+    nsp, tr, g = len(xs) - 2, bool(n.attr("transposed")), int(n.attr("groups"))
+    cin, cout = xs[1], (ws[1] * g if tr else ws[0])
+    flops, out = conv_hand_count(nsp, tr, cin, cout, tuple(ws[2:]), tuple(n.attr("stride")), tuple(n.attr("padding")),
+                                 tuple(n.attr("dilation")), g, tuple(n.attr("output_padding")), tuple(xs[2:]), xs[0])
+    assert tuple(n.outputs[0].shape[2:]) == out
+    bias = len(n.inputs) > 2 and n.inputs[2] is not None
+    outs = math.prod(n.outputs[0].shape)
+    return plan, n, flops + (outs if bias else 0)
+
+
+@sweep(12)
+@given(case=sweep_cases.conv())
+def test_convolution_sweep(case):
+    """Every drawn convolution (tests/sweep_cases.py: transposed, grouped, depthwise, strided,
+    dilated, padded, 1-3 d): its node counts what its definition says, and so does its task (plus
+    its activation, when it took one), or the GEMM it became (a pointwise one)."""
+    plan, node, hand = _conv_sweep_case(case)
+    cost = next(c for c in plan.node_costs if c.node == node.name)
+    assert cost.flops == hand
+    convs = _tasks(plan, "Conv")
+    if convs:
+        (t,) = convs
+        assert t.flops == hand + (math.prod(t.params.out.shape) if t.params.activation != "none" else 0)
+
+
+# ---------------------------------------------------------------------- GEMMs
+
+
+def test_linear_with_bias_and_chain():
+    """2 m n k, then per output element one for the epilogue pass (the bias here) and one per op of
+    the runtime's chain (sigmoid)."""
+    m, k, n = 6, 20, 9
+    plan = _plan(lambda s_, x: torch.sigmoid(s_.fc(x)), [torch.randn(m, k)], fc=nn.Linear(k, n))
+    t = _one(plan, "Gemm")
+    assert t.params.epilogue == "bias" and len(t.params.chain) == 1
+    assert t.flops == 2 * m * n * k + m * n * 2
+    assert t.bytes == F32 * (m * k + n * k + n + m * n)
+    node = _node(plan, "linear.default")
+    assert node.flops == 2 * m * n * k + m * n, "the reference's linear: products and the bias add"
+
+
+def test_batched_matmul_with_a_shared_operand():
+    """A batch of products against one matrix: b is read once (its view broadcasts over the batch)."""
+    b, m, k, n = 3, 5, 8, 7
+    plan = _plan(lambda s_, x, w: torch.matmul(x, w), [torch.randn(b, m, k), torch.randn(k, n)])
+    t = _one(plan, "Gemm")
+    assert t.flops == 2 * b * m * n * k + b * m * n
+    assert t.bytes == F32 * (b * m * k + k * n + b * m * n)
+
+
+def test_bmm():
+    b, m, k, n = 4, 3, 6, 5
+    plan = _plan(lambda s_, x, y: torch.bmm(x, y), [torch.randn(b, m, k), torch.randn(b, k, n)])
+    t = _one(plan, "Gemm")
+    assert t.flops == 2 * b * m * n * k + b * m * n
+    assert t.bytes == F32 * (b * m * k + b * k * n + b * m * n)
+
+
+# ---------------------------------------------------------------------- elementwise, copies, gathers, arange
+
+
+def test_fused_elementwise_with_a_broadcast_operand():
+    r, c = 6, 10
+    plan = _plan(lambda s_, x, y: torch.relu(x) * y + 1, [torch.randn(r, c), torch.randn(c)])
+    t = _one(plan, "Ew")
+    assert t.flops == 3 * r * c, "relu, mul, add over every output element"
+    assert t.bytes == F32 * (r * c + c + r * c), "y's row is read once"
+
+
+def test_copies():
+    x, y = torch.randn(4, 8), torch.randn(4, 3)
+    plan = _plan(lambda s_, x, y: (torch.cat([x, y], 1) * 2, x.t().contiguous()), [x, y])
+    for t in _tasks(plan, "Copy"):
+        assert t.flops == 0
+        assert t.bytes == F32 * 2 * sum(math.prod(i.shape) for i in t.params.items), "read and written once"
+
+
+@pytest.mark.parametrize("what", ["flip", "pad", "embedding", "index_select"])
+def test_gathers(what):
+    x = torch.randn(4, 8)
+    if what == "embedding":
+        plan = _plan(lambda s_, i: s_.e(i), [torch.randint(0, 10, (3, 4))], e=nn.Embedding(10, 6))
+        t = _one(plan, "Gather")
+        # the indices, the rows gathered (12 of a 10-row table: 10 distinct at most), the output
+        assert t.bytes == 8 * 12 + F32 * min(10 * 6, 12 * 6) + F32 * 12 * 6
+    elif what == "index_select":
+        plan = _plan(lambda s_, x, i: torch.index_select(x, 1, i), [x, torch.randint(0, 8, (5,))])
+        t = _one(plan, "Gather")
+        assert t.bytes == 8 * 5 + F32 * (4 * 5) * 2, "the indices, the elements gathered, the output"
+    else:
+        f = (lambda s_, x: x.flip(1)) if what == "flip" else (lambda s_, x: F.pad(x, (1, 2, 0, 1)))
+        plan = _plan(f, [x])
+        t = _one(plan, "Gather")
+        out = math.prod(t.params.out.shape)
+        assert t.bytes == F32 * (min(x.numel(), out) + out)
+    assert t.flops == 0
+
+
+def test_arange():
+    plan = _plan(lambda s_, x: x + torch.arange(8), [torch.randn(4, 8)])
+    t = _one(plan, "Iota")
+    assert (t.phase, t.flops, t.bytes) == ("create", 8, 8 * 8)
+
+
+# ---------------------------------------------------------------------- recurrent layers
+
+
+@pytest.mark.parametrize("mode,gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+def test_recurrence(mode, gates):
+    """Per step and direction: h W_hhᵀ (2 B H G H) and the cell (4 per gate element); the input
+    projections are a GEMM of their own (2 T B G H I, plus the epilogue pass)."""
+    t_, b, i, h = 5, 2, 3, 4
+    rnn = getattr(nn, mode)(i, h, bidirectional=True)
+    plan = _plan(lambda s_, x: s_.rnn(x)[0], [torch.randn(t_, b, i)], rnn=rnn)
+    rec = _one(plan, "Recurrent")
+    gh = gates * h
+    assert rec.flops == 2 * (t_ * 2 * b * h * gh + t_ * b * gh * 4)
+    gemm_flops = sum(g.flops for g in _tasks(plan, "Gemm"))
+    assert gemm_flops == 2 * (2 * t_ * b * gh * i + t_ * b * gh), "both directions' input projections"
+    node = _node(plan, f"{'rnn_tanh' if mode == 'RNN' else mode.lower()}.input")
+    assert node.flops == 2 * t_ * b * gh * (2 * i + 2 * h + 4)
+
+
+def test_constant_mask_summary():
+    """A constant mask's summary (run at create): one per mask element it reads."""
+    lq, lk, d = 70, 40, 32
+
+    class _M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("m", torch.rand(lq, lk) > 0.3)
+
+    plan = _plan(lambda s_, q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=s_.mm.m),
+                 [torch.randn(1, 2, lq, d), torch.randn(1, 2, lk, d), torch.randn(1, 2, lk, d)], mm=_M())
+    t = _one(plan, "AttentionMaskBlocks")
+    assert t.phase == "create" and t.flops == lq * lk
+    assert t.bytes == lq * lk * 1 + math.ceil(lq / 64) * math.ceil(lk / 32)

@@ -144,6 +144,16 @@ class Case:
     names: tuple[str, ...] = ()  #: other spellings a refusal may name the op by
     data_seed: int = 0
     values: bool = True  #: False: the result's values are undefined (``empty``); shapes and dtypes are compared
+    #: The reference, where PyTorch's CPU kernel is not it (``ref(*inputs)`` in float64; the
+    #: Verifier's reference runs on the GPU: see tests/sweep_cases.py, nearest upsampling).
+    ref: Callable[..., Any] | None = field(default=None, compare=False)
+    #: (op, op'): capture's nodes of ``op`` become ``op'`` (attributes dropped where ``op'``'s
+    #: schema lacks them): how a registry entry this PyTorch never emits is reached.
+    retarget: tuple[tuple[str, str], ...] = ()
+    #: Rewrites the constraints ask for (``plan(..., constraints=Constraints.of(rewrites=...))``).
+    rewrites: tuple[str, ...] = ()
+    #: Called with the captured graph before planning (the rewrite sweeps look for their places).
+    inspect: Callable[[Any], None] | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         ps = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -193,6 +203,7 @@ def _log(case: Case, outcome: str, plan: P.Plan | None = None, why: str = "") ->
         return
     test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
     rec = {"test": test, "op": case.op, "outcome": outcome, "policy": case.policy,
+           "broken": case.params.get("broken", "") if "broken" in case.params else None,
            "kinds": sorted({type(t.params).__name__.removesuffix("Spec") for t in plan.tasks}) if plan else [],
            "why": why[:300]}
     with open(path, "a", encoding="utf-8") as f:
@@ -213,14 +224,38 @@ def _refused(case: Case, err: Exception) -> str:
     return "refused"
 
 
+def retarget(graph, pairs: Sequence[tuple[str, str]]):
+    """``graph`` with the nodes of each ``op`` made nodes of ``op'`` (see :attr:`Case.retarget`)."""
+    import dataclasses
+
+    if not pairs:
+        return graph
+    to = dict(pairs)
+    read = {t for n in graph.nodes for t in n.inputs} | set(graph.outputs)
+    nodes = []
+    for n in graph.nodes:
+        if n.op in to:
+            _, name, ov = to[n.op].split(".")
+            schema = getattr(getattr(torch.ops.aten, name), ov)._schema
+            keep = {a.name for a in schema.arguments}
+            outs = n.outputs[:len(schema.returns)]
+            assert not {o.name for o in n.outputs[len(outs):]} & read, f"{n.name}: retargeting drops a used output"
+            n = dataclasses.replace(n, op=to[n.op], attrs=tuple((k, v) for k, v in n.attrs if k in keep),
+                                    outputs=outs)
+        nodes.append(n)
+    return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
 def _float64(x: Any) -> Any:
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
 def reference(case: Case, model: torch.nn.Module, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    ref = copy.deepcopy(model).double()
     with torch.no_grad():
-        want = ref(*[_float64(x.clone()) for x in inputs])
+        if case.ref is not None:
+            want = case.ref(*[_float64(x.clone()) for x in inputs])
+        else:
+            want = copy.deepcopy(model).double()(*[_float64(x.clone()) for x in inputs])
     return list(want) if isinstance(want, (tuple, list)) else [want]
 
 
@@ -262,24 +297,30 @@ def check(case: Case) -> str:
     try:
         with preserved(case.preserve):
             cap = frontend.capture(model, inputs, "sweep", supported_ops=ops.supported())
-    except frontend.UnsupportedOpError as e:
+    except frontend.CaptureError as e:  # (UnsupportedOpError among them)
         return _refused(case, e)
-    graph_ops = {n.op for n in cap.graph.nodes}
+    graph = retarget(cap.graph, case.retarget)
+    graph_ops = {n.op for n in graph.nodes}
     assert not case.op or case.op in graph_ops, f"the captured graph holds no {case.op}: {sorted(graph_ops)}"
+    if case.inspect is not None:
+        case.inspect(graph)
     try:
-        plan = P.plan(cap.graph, case.policy)
+        plan = P.plan(graph, case.policy, constraints=P.Constraints.of(rewrites=case.rewrites) if case.rewrites
+                      else None)
     except P.PlanError as e:
         return _refused(case, e)
     assert P.Plan.from_json(plan.to_json()).to_json() == plan.to_json()
     covered = {c for t in plan.tasks for c in t.covers}
-    assert covered == {n.name for n in cap.graph.nodes}, \
-        f"nodes no task covers: {sorted({n.name for n in cap.graph.nodes} - covered)}"
+    # (the nodes of a rewrite the constraints ask for keep names of their own)
+    nodes = {n.name for n in (P.rewrite.apply_rewrites(graph, case.rewrites) if case.rewrites else graph).nodes}
+    assert covered == nodes, f"nodes no task covers: {sorted(nodes - covered)}; covered, not nodes: " \
+                             f"{sorted(covered - nodes)}"
     for t in plan.create_tasks:  # what runs once at create reads only what exists then
         assert all(plan.buffer(b).kind in ("weight", "const") for b in t.inputs), (t.name, t.inputs)
     kinds = {type(t.params).__name__.removesuffix("Spec") for t in plan.tasks}
     if case.kinds:
         assert kinds & set(case.kinds), f"no task of kind {' or '.join(case.kinds)} in the plan:\n{plan}"
-    weights = model_weights(model, cap.graph) or cap.weights
+    weights = model_weights(model, graph) or cap.weights
     outs = simulate(plan, weights, inputs)
     compare(case, outs, want, plan)
     _log(case, "planned", plan)

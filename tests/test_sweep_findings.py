@@ -94,3 +94,15 @@ def test_reductions_with_a_dtype_argument(dtype, dist):
     f = lambda s, x: (x.sum(-1, dtype=torch.float32), x.mean((0, 2), dtype=torch.float32),  # noqa: E731
                       x.sum(1, keepdim=True, dtype=torch.float32))
     assert check(_case("aten.sum.dim_IntList", f, T((3, 4, 5), dtype, dist, -4, 5))) == "planned"
+
+
+@pytest.mark.parametrize("d,dv,why", [(40, 40, "head dim 40 has no fused attention template"),
+                                      (64, 32, "the value's dim 32 is not the head dim 64")])
+def test_causal_attention_refusals_say_why(d, dv, why):
+    """A causal attention the fused template cannot take is refused; the message said "head dim 64
+    has no fused attention template" also where 64 is one of its head dims and the value's own dim
+    was the reason."""
+    f = lambda s, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    case = _case("aten.scaled_dot_product_attention.default", f, T((1, 2, 8, d)), T((1, 2, 8, d)), T((1, 2, 8, dv)),
+                 refusal=why)
+    assert check(case) == "refused"

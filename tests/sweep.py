@@ -218,7 +218,8 @@ def _refused(case: Case, err: Exception) -> str:
     text = str(err)
     names = (case.op, _short(case.op)) + case.names
     assert any(n in text for n in names), f"refused without naming {case.op}: {text}"
-    _log(case, "refused", why=text.splitlines()[-1].strip())
+    reasons = [u[3] for u in getattr(err, "unsupported", [])] + [u.reason for u in getattr(err, "ops", [])]
+    _log(case, "refused", why="; ".join(dict.fromkeys(r for r in reasons if r)) or text.splitlines()[-1].strip())
     assert case.refusal is not None and case.refusal in text, \
         f"refused, and the case does not expect it ({case.refusal!r} not in the message): {text}"
     return "refused"

@@ -39,6 +39,9 @@ RUN = "tests/test_verifier_run.py"
 STATIC = "tests/test_verifier_static.py"
 PLANNER = "tests/test_planner.py"
 VERIFIER_PY = "python/stitchcuda/verifier/"
+SWEEP_KINDS = "tests/test_sweep_kinds.py"
+SWEEP_RW = "tests/test_sweep_rewrites.py"
+COSTS = "tests/test_costs.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------------ the Coder (code/, the op registry)
@@ -125,6 +128,41 @@ MUTANTS: tuple[Mutant, ...] = (
     M("rewrite-mean-divisor", "planner", "the reduce-after-linear rewrite divides a mean by K instead of N",
       "python/stitchcuda/plan/rewrite.py", '(("other", 1.0 / n_out),)', '(("other", 1.0 / k),)',
       (PLANNER, "-k", "simulated_rewrites")),
+
+    # ------------------------------------------------------------------ parameters the sweeps draw (tests/test_sweep_*.py,
+    # tests/test_costs.py): the three faults of the audit that led to the sweeps, and five more
+    M("pool-before-biased-conv-divisor", "planner", "an average pool with a divisor override moved before the biased "
+      "1x1 convolution it follows (a weighted sum of the bias is not the bias)",
+      "python/stitchcuda/plan/rewrite.py",
+      'if biased and (any(int(v) for v in pool.attr("padding") or ()) or pool.attr("divisor_override") is not None):',
+      'if biased and any(int(v) for v in pool.attr("padding") or ()):',
+      (SWEEP_RW, "-k", "pool_before_pointwise_conv or biased_conv")),
+    M("nearest-scale-from-sizes", "planner", "nearest upsampling's source index from the size ratio, not the scale "
+      "factor given (they differ for a scale that is not an integer)",
+      "python/stitchcuda/kinds/gather.py",
+      "nearest[d] = 1.0 / float(sf[j]) if sf and sf[j] else xs[d] / oshape[d]", "nearest[d] = xs[d] / oshape[d]",
+      (SWEEP_KINDS, "-k", "upsample")),
+    M("transposed-conv-flops-over-output", "planner", "a transposed convolution's FLOPs counted over its output "
+      "positions instead of its input's", "python/stitchcuda/kinds/conv.py",
+      "spec.in_size if spec.transposed else spec.out_size", "spec.out_size",
+      (COSTS, "-k", "convolution")),
+    M("avg-pool-divisor-dropped", "planner", "an average pool's divisor override ignored",
+      "python/stitchcuda/kinds/pool.py", 'divisor = int(n.attr("divisor_override") or 0)', "divisor = 0",
+      (SWEEP_KINDS, "-k", "pool")),
+    M("avg-pool-count-include-pad-ignored", "planner", "an average pool always divides by the padded window",
+      "python/stitchcuda/kinds/pool.py", 'count_include_pad = bool(n.attr("count_include_pad", True))',
+      "count_include_pad = True",
+      (SWEEP_KINDS, "-k", "pool")),
+    M("conv-dilation-dropped", "planner", "a convolution's dilation taken as 1",
+      "python/stitchcuda/kinds/conv.py", 'dilation=int_list(n.attr("dilation"), nsp, 1),', "dilation=(1,) * nsp,",
+      (SWEEP_KINDS, "-k", "conv")),
+    M("var-correction-clamped", "planner", "a variance's correction above 1 taken as 1 (Bessel's)",
+      "python/stitchcuda/kinds/row.py", "correction = 1.0 if corr is None else float(corr)",
+      "correction = 1.0 if corr is None else min(float(corr), 1.0)",
+      (SWEEP_KINDS, "-k", "reduction")),
+    M("pad-value-dropped", "planner", "constant padding always pads with zeros", "python/stitchcuda/kinds/gather.py",
+      'fill = float(n.attr("value") or 0.0)', "fill = 0.0",
+      (SWEEP_KINDS, "-k", "pad")),
 
     # ------------------------------------------------------------------ the Verifier (verifier/, precision.py)
     M("fp32-tolerance-loosened", "verifier", "the fp32 tolerance loosened from 1e-4 to 1e-2",

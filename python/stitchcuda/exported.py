@@ -145,6 +145,10 @@ class _Ref:
     name: str
 
 
+def _holds_ref(value: Any) -> bool:
+    return isinstance(value, _Ref) or (isinstance(value, (list, tuple)) and any(_holds_ref(v) for v in value))
+
+
 class _Converter:
     """Walks a decomposed ExportedProgram once and builds the Graph (see :func:`to_graph`)."""
 
@@ -301,7 +305,12 @@ class _Converter:
         attrs: list[tuple[str, Any]] = []
         # Two Tensor[] arguments (lstm's hx and params) share Node.inputs: record each list's names.
         lists = sum(arg_kind(a) == "tensor_list" for a in op._schema.arguments) > 1
-        for arg, value in _bind(op, args, kwargs):
+        bound = list(_bind(op, args, kwargs))
+        if self.unsupported and any(arg_kind(a) == "other" and _holds_ref(v) for a, v in bound):
+            # A scalar argument that is the value of an operator already reported (``.item()``, a
+            # tensor's value used as an index): that operator is the refusal; this node stands in by name.
+            return name
+        for arg, value in bound:
             kind = arg_kind(arg)
             if arg.name in _DROPPED_ARGS:
                 continue

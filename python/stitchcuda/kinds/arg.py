@@ -134,6 +134,7 @@ def cost(spec: ArgSpec, ceil) -> tuple[float, float, float]:
 def interpret(mem, a: ArgSpec) -> None:
     import torch
 
+    assert a.outer * a.inner <= 0 or a.red >= 1, "scan.cuh: launch_arg_reduce refuses red < 1"
     x = mem.hook(a.prologue, mem.read(a.x, (a.outer, a.red, a.inner), (a.in_so, a.in_sr, a.in_si)))
     # The first extreme (torch.argmax's documented choice), NaN counting as the extreme.
     key = torch.where(torch.isnan(x), torch.full_like(x, math.inf), x if a.op == "max" else -x)

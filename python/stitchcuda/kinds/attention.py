@@ -325,8 +325,11 @@ def _sdpa(cx, n: Node) -> None:
                            out=out, causal=causal, heads_per_kv=hq // hk, mask=mask, mask_kind=kind, policy=policy))
         return
     if not decomposable:
-        raise cx.fail(n, f"head dim {d} has no fused attention template and the decomposed path "
-                         "does not handle is_causal or grouped-query attention yet")
+        why = f"head dim {d} has no fused attention template" if d not in ATTENTION_HEAD_DIMS else \
+            f"the value's dim {vs[-1]} is not the head dim {d} (the fused template takes one)" \
+            if d != vs[-1] else f"{hq} query heads do not group over {hk} key heads"
+        raise cx.fail(n, f"{why}, and the decomposed path does not handle is_causal or grouped-query attention "
+                         "yet")
     lq, lk = qs[-2], ks[-2]
     batch = qs[:-2]
     scores = ix.add_tensor(f"{n.name}_scores", batch + (lq, lk), "float32")

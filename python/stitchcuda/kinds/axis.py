@@ -118,6 +118,8 @@ def lower_axis(lw, pr: AxisProto, pre: list) -> None:
 
 def _axis_workspace_floats(outer: int, red: int, inner: int, si: int, so: int, sr: int, itemsize: int) -> int:
     """Upper bound of reduce.cuh's reduce_axis_workspace_floats over both vector widths."""
+    if outer <= 0 or inner <= 0 or red < 1:
+        return 0
     best = 0
     for vec in (1, 16 // itemsize):
         if vec > 1 and not (si == 1 and inner % vec == 0 and so % vec == 0 and sr % vec == 0):
@@ -143,12 +145,16 @@ def _axis_workspace_floats(outer: int, red: int, inner: int, si: int, so: int, s
 
 def cost_axis(spec: AxisSpec, ceil) -> tuple[float, float, float]:
     n = spec.outer * spec.red * spec.inner
-    return float(n * (1 + len(spec.prologue))), view_bytes(spec.x) + view_bytes(spec.out), ceil.fp32
+    flops = n * (1 + len(spec.prologue)) + spec.outer * spec.inner * len(spec.epilogue)
+    return float(flops), view_bytes(spec.x) + view_bytes(spec.out), ceil.fp32
 
 
 def interpret_axis(mem, s: AxisSpec) -> None:
+    import torch
+
+    assert s.outer * s.inner <= 0 or s.red >= 1, "reduce.cuh: launch_reduce_axis refuses red < 1"
     x = mem.hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
-    r = {"sum": x.sum(1), "mean": x.mean(1), "max": x.amax(1), "min": x.amin(1)}[s.op]
+    r = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}[s.op](x, 1)
     mem.write(s.out, mem.hook(s.epilogue, r), (s.outer, s.inner), (s.out_so, s.out_si))
 
 

@@ -73,9 +73,11 @@ def copy_item(src: View, dst: View) -> CopyItem:
 def claim_cat(cx) -> None:
     for n in list(cx.ix.g.nodes):
         if n.op == ops.CAT and cx.free(n):
-            dim = L.norm_dim(int(n.attr("dim") or 0), len(n.outputs[0].shape))
-            cx.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), dim=dim,
-                              parts=tuple(n.inputs)))
+            rank = len(n.outputs[0].shape)
+            dim = L.norm_dim(int(n.attr("dim") or 0), rank)
+            # PyTorch's cat skips 1-d empty tensors (its legacy behaviour) whatever the rank of the others.
+            parts = tuple(x for x in n.inputs if rank == 1 or cx.ix.shape(x) != (0,))
+            cx.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), dim=dim, parts=parts))
 
 
 def claim_scatter(cx) -> None:

@@ -248,10 +248,12 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
     out_logical = batch_shape + (m, n)
 
     def to_logical(v: View) -> View:
-        if a_vec:
-            v = L.unsqueeze(v, -2)
+        # N's unit dim first: for a vector times a vector (a dot product) out is 0-d, and M's unit
+        # dim goes before N's.
         if b_vec:
             v = L.unsqueeze(v, -1)
+        if a_vec:
+            v = L.unsqueeze(v, -2)
         return v
 
     def accept(tv: View) -> bool:

@@ -317,11 +317,14 @@ def group_splits(rows: int, cols: int) -> int:
 
 def cost_bn(spec: BnStatsSpec, ceil) -> tuple[float, float, float]:
     n = spec.n * spec.c * spec.s
-    return float(4 * n), float(view_bytes(spec.x) + 2 * spec.c * 4), ceil.fp32
+    stats = (spec.running_mean, spec.running_var) if spec.mode != "batch" else ()
+    reads = sum(view_bytes(v) for v in (spec.x, spec.weight, spec.bias) + stats)
+    return float(4 * n), float(reads + view_bytes(spec.scale) + view_bytes(spec.shift)), ceil.fp32
 
 
 def cost_group(spec: GroupStatsSpec, ceil) -> tuple[float, float, float]:
-    return float(4 * spec.rows * spec.cols), float(view_bytes(spec.x) + view_bytes(spec.scale) * 2), ceil.fp32
+    reads = sum(view_bytes(v) for v in (spec.x, spec.weight, spec.bias))
+    return float(4 * spec.rows * spec.cols), float(reads + view_bytes(spec.scale) + view_bytes(spec.shift)), ceil.fp32
 
 
 def interpret_bn(mem, b: BnStatsSpec) -> None:
@@ -344,6 +347,7 @@ def interpret_bn(mem, b: BnStatsSpec) -> None:
 def interpret_group(mem, g: GroupStatsSpec) -> None:
     import torch
 
+    assert g.rows <= 0 or g.cols >= 1, "norm.cuh: launch_group_stats refuses cols < 1"
     x = mem.read(g.x, (g.rows, g.cols), (g.ldi, 1))
     mean = x.mean(1)
     var = ((x - mean[:, None]) ** 2).mean(1)

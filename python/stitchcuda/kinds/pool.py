@@ -183,6 +183,10 @@ def cost(spec: PoolSpec, ceil) -> tuple[float, float, float]:
 
 
 def interpret(mem, p: PoolSpec) -> None:
+    sp = 2 if p.channels_last else 1
+    assert all(n >= 1 for n in p.x.shape[sp:]), "pool.cuh: launch_pool refuses an input extent < 1"
+    assert p.adaptive or all(min(k, s, d) >= 1 for k, s, d in zip(p.kernel, p.stride, p.dilation)), \
+        "pool.cuh: launch_pool refuses a kernel, stride or dilation < 1"
     x = mem.hook(p.prologue, mem.read(p.x))  # [planes, d, h, w], or [batch, channels, d, h, w]
     if p.channels_last:
         out = _pool_planes(mem, p, x.reshape((-1,) + tuple(x.shape[2:])), p.out.shape[2:])

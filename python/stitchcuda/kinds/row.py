@@ -264,10 +264,13 @@ def claim_reduction(cx, n: Node, hooks: bool = True) -> None:
             correction = 1.0 if corr is None else float(corr)
             if op == A + "var.dim":
                 correction = 1.0 if n.attr("unbiased", True) else 0.0
-        if n.attr("dtype") not in (None,):
-            raise cx.fail(n, "reductions with a dtype argument")
+        # (a dtype argument is the result's dtype, which the output's tensor carries: the
+        # reduction runs in fp32 and is stored in it; float64 is refused for every tensor)
     if ix.spec(x).dtype not in FLOAT_DTYPES and (writes_row or rop not in ("sum", "mean", "max", "min")):
         raise cx.fail(n, f"reduction over {ix.spec(x).dtype}")
+    if math.prod(xs[d] for d in dims) == 0 and math.prod(xs[d] for d in range(len(xs)) if d not in dims) > 0:
+        # (the row and axis templates take no empty row; the result is a constant PyTorch defines)
+        raise cx.fail(n, "a reduction over an empty extent")
     pro, x, epi, last = cx.hooks(n, x, out) if hooks else ([], x, [], out)
     nodes = pro + [n.name] + epi
     ins = [x] + [t for t in (weight, bias) if t]
@@ -411,7 +414,7 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
               list(pr.pro + pr.epi) + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
     if post is not None:
         src, dst = post
-        if perm is not None:
+        if perm is not None and writes_row:  # (a per-row result holds none of the dims moved last)
             src = L.permute(src, L.inverse_permutation(perm))
         lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), src, dst, pr.phase,
                                           note="writes the rows back in the reference's layout"))
@@ -450,6 +453,7 @@ def cost_row(spec: RowSpec, ceil) -> tuple[float, float, float]:
 def interpret_row(mem, r: RowSpec) -> None:
     import torch
 
+    assert r.rows <= 0 or r.cols >= 1, "reduce.cuh: launch_row_reduce refuses cols < 1"
     x = mem.hook(r.prologue, mem.read(r.x, (r.rows, r.cols), (r.ldi, 1)))
     op = r.op
     if op in ("softmax", "log_softmax", "layer_norm", "rms_norm"):

@@ -54,8 +54,9 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         transposed = bool(n.attr("transposed"))
         groups = int(n.attr("groups") or 1)
         cin, cout = xs[1], ys[1]
-        return float(conv_flops(xs[0], cin, cout, groups, ws[2:], xs[2:] if transposed else ys[2:])), \
-            float(in_bytes + out_bytes)
+        bias = ix.tensor_arg(n, ops.args(op), "bias") is not None  # one add per output element, as a GEMM's
+        return float(conv_flops(xs[0], cin, cout, groups, ws[2:], xs[2:] if transposed else ys[2:]) +
+                     (math.prod(ys) if bias else 0)), float(in_bytes + out_bytes)
     if kind == "recurrent":
         r = recurrence(n, ix.shape)
         flops = 0
@@ -65,9 +66,11 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
         return float(flops), float(in_bytes + out_bytes)
     if kind == "attention":
         a = ix.args(n, ops.args(op))
-        qs, ks = ix.shape(a["query"][1]), ix.shape(a["key"][1])
+        qs, ks, vs = ix.shape(a["query"][1]), ix.shape(a["key"][1]), ix.shape(a["value"][1])
         bh = math.prod(qs[:-2])
-        return per * bh * qs[-2] * ks[-2] * qs[-1] + 5.0 * bh * qs[-2] * ks[-2], float(in_bytes + out_bytes)
+        # q kᵀ over the head dim, then p v over the value's own (per / 2 FLOPs per multiply-add)
+        return per / 2 * bh * qs[-2] * ks[-2] * (qs[-1] + vs[-1]) + 5.0 * bh * qs[-2] * ks[-2], \
+            float(in_bytes + out_bytes)
     if kind == "row":
         return float(per * ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
     if kind in ("batch_norm", "group_norm"):
@@ -76,7 +79,18 @@ def node_flops_bytes(n: Node, ix: GraphIndex) -> tuple[float, float]:
     if kind in ("arg", "scan"):
         return float(per * ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
     if kind == "pool":
-        return float(ix.spec(n.inputs[0]).numel), float(in_bytes + out_bytes)
+        # One per tap of each output's window, as a pool task counts (an overlapping 3x3 window at
+        # stride 1 reads every input nine times).
+        out = n.outputs[0].shape
+        nsp = int(op.split("pool")[1][0])
+        ks = n.attr("kernel_size")
+        if ks:
+            ks = tuple(int(k) for k in ks) * (nsp if len(ks) == 1 else 1)
+            window = math.prod(ks)
+        else:  # adaptive: the average window
+            xs = ix.shape(n.inputs[0])
+            window = max(1, math.ceil(math.prod(xs[len(xs) - nsp:]) / max(1, math.prod(out[len(out) - nsp:]))))
+        return float(window * math.prod(out)), float(in_bytes + out_bytes)
     if kind in ("gather", "iota"):
         out_elems = math.prod(n.outputs[0].shape)
         idx_bytes = sum(ix.spec(t).nbytes for t in dict.fromkeys(n.inputs[1:]))

@@ -118,9 +118,10 @@ def targets(fused: Fused, alloc: Alloc, tensors: Tensors, storage_of) -> Targets
             dim = L.norm_dim(int(n.attr("dim") or 0), len(tv.shape))
             off = 0
             counts: dict[str, int] = defaultdict(int)
-            for x in n.inputs:
+            parts = fused.protos[fused.claimed[n.name]].parts  # (without the legacy empty ones)
+            for x in parts:
                 counts[x] += 1
-            for x in n.inputs:
+            for x in parts:
                 size = ix.shape(x)[dim] if ix.shape(x) else 1
                 if counts[x] == 1 and x not in target and x not in ix.inputs and x not in ix.weights:
                     target[x] = L.slice_(tv, dim, off, off + size)

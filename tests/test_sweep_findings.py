@@ -1,0 +1,108 @@
+"""What the sweeps (tests/test_sweep_*.py) found, each fault as an example of its own: the smallest
+case that showed it, captured, planned, interpreted and compared with PyTorch in float64 (or, for
+a refusal, the message it must carry)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from stitchcuda import frontend, ops
+from tests.sweep import Case, T, check
+
+
+def _case(op: str, f, *inputs: T, **kw) -> Case:
+    return Case(op, {}, f, tuple(inputs), **kw)
+
+
+def test_inputs_holding_nan_are_not_taken_for_written():
+    """The plan interpreter checks that a program leaves its inputs as they were; NaN != NaN made an
+    input holding NaN look written (sweep: an argmax over a tensor with NaN in it)."""
+    assert check(_case("aten.argmax.default", lambda s, x: (x.argmax(1), torch.relu(x)), T((3, 4), edges=True))) \
+        == "planned"
+
+
+@pytest.mark.parametrize("dim,shape", [(1, (2, 0)), (0, (0, 3)), (1, (2, 3))])
+def test_cat_skips_legacy_empty_tensors(dim, shape):
+    """``torch.cat`` skips 1-d empty tensors whatever the rank of the others (PyTorch's legacy
+    behaviour); the planner put them in as parts and failed (an IndexError placing them, or a copy of
+    a (0,) tensor into a (0, 1) slot)."""
+    def f(s, x, y):
+        return torch.cat([x, torch.zeros(0), y, y.new_zeros(0)], dim) * 2
+
+    assert check(_case("aten.cat.default", f, T(shape), T(shape))) == "planned"
+
+
+def test_a_tensor_value_used_as_an_index_is_refused_by_name():
+    """``x[i]`` with a 0-d index tensor reads the index's value on the host (``.item()``), which a
+    program cannot; capture failed with an unrelated message ("argument _Ref(...) cannot be stored in
+    the IR") at the node that used the value, instead of naming the operator that reads it."""
+    case = _case("aten.index.Tensor", lambda s, x, i: x[i] * 2, T((4, 3)), T((), "int64", "int", 0, 4),
+                 names=("_local_scalar_dense",), refusal="non-tensor value")
+    with pytest.raises(frontend.UnsupportedOpError, match=r"aten\._local_scalar_dense\.default .*non-tensor value"):
+        frontend.capture(case.model(), case.tensors(), "item", supported_ops=ops.supported())
+    assert check(case) == "refused"
+
+
+@pytest.mark.parametrize("policy", ["fp32", "bf16"])
+def test_matmul_of_two_vectors(policy):
+    """``torch.matmul`` of two 1-d tensors is a dot product with a 0-d result; the GEMM lowering
+    gave the output M's unit dim before N's, which a 0-d view cannot take (an IndexError)."""
+    f = lambda s, a, b: (torch.matmul(a, b), torch.matmul(a, b) * 2 + 1)  # noqa: E731
+    assert check(_case("aten.matmul.default", f, T((7,)), T((7,)), policy=policy)) == "planned"
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int64", "float32"])
+def test_reduction_over_dims_apart_with_an_integer_result(dtype):
+    """A reduction over dims that are not adjacent moves them last (a permutation) and reduces rows;
+    an integer or bool result is written through a float32 copy, and the lowering permuted that copy
+    back as if it held the moved dims (a ValueError: "dim 2 out of range for 2 dims")."""
+    x = T((2, 3, 4, 5), dtype, "int", -2, 3)
+    f = (lambda s, x: (x.any((0, 2)), x.any((1, 3), keepdim=True))) if dtype == "bool" else \
+        (lambda s, x: (x.sum((0, 2)), x.amax((1, 3), keepdim=True)))
+    assert check(_case("aten.any.dims" if dtype == "bool" else "aten.sum.dim_IntList", f, x)) == "planned"
+
+
+@pytest.mark.parametrize("what,shape", [("sum", (0, 3)), ("mean", (3, 0)), ("softmax", (3, 0)), ("sum_rows", (3, 0)),
+                                        ("any", (2, 0, 3))])
+def test_reductions_over_an_empty_extent_are_refused_by_name(what, shape):
+    """The row and axis templates refuse an empty row (reduce.cuh: cols < 1, red < 1 with rows left:
+    cudaErrorInvalidValue) where PyTorch gives a constant (a sum 0, a mean NaN, any False, a softmax
+    an empty tensor). The plan held such tasks (a sum over dim 0 of a (0, 3) tensor even failed
+    planning with a ZeroDivisionError); the plan interpreter, which did not check the templates'
+    contract, computed PyTorch's answer. Now the interpreter checks it, and the planner refuses by
+    name; a reduction whose result is empty too is still planned."""
+    f = {"sum": lambda s, x: x.sum(0), "mean": lambda s, x: x.mean(1), "softmax": lambda s, x: x.softmax(1),
+         "sum_rows": lambda s, x: x.sum(1), "any": lambda s, x: (x > 0).any(1)}[what]
+    op = {"sum": "aten.sum.dim_IntList", "sum_rows": "aten.sum.dim_IntList", "mean": "aten.mean.dim",
+          "softmax": "aten._softmax.default", "any": "aten.any.dim"}[what]
+    assert check(_case(op, f, T(shape), refusal="a reduction over an empty extent")) == "refused"
+    empty_too = {"sum": (3, 0), "mean": (0, 3), "softmax": (0, 3), "sum_rows": (0, 3), "any": (0, 2, 3)}[what]
+    assert check(_case(op, f, T(empty_too))) == "planned"
+    if what == "sum":  # an empty result over an empty axis (the axis template's workspace: a ZeroDivisionError)
+        assert check(_case(op, f, T((0, 0)))) == "planned"
+
+
+@pytest.mark.parametrize("dtype,dist", [("float32", "normal"), ("float16", "normal"), ("int64", "int")])
+def test_reductions_with_a_dtype_argument(dtype, dist):
+    """``x.sum(-1, dtype=torch.float32)`` (and ``mean``, which an integer tensor needs it for) was
+    refused ("reductions with a dtype argument"); the result's dtype is the output tensor's, which the
+    lowering already stores in."""
+    f = lambda s, x: (x.sum(-1, dtype=torch.float32), x.mean((0, 2), dtype=torch.float32),  # noqa: E731
+                      x.sum(1, keepdim=True, dtype=torch.float32))
+    assert check(_case("aten.sum.dim_IntList", f, T((3, 4, 5), dtype, dist, -4, 5))) == "planned"
+
+
+@pytest.mark.parametrize("d,dv,why", [(40, 40, "head dim 40 has no fused attention template"),
+                                      (64, 32, "the value's dim 32 is not the head dim 64")])
+def test_causal_attention_refusals_say_why(d, dv, why):
+    """A causal attention the fused template cannot take is refused; the message said "head dim 64
+    has no fused attention template" also where 64 is one of its head dims and the value's own dim
+    was the reason."""
+    f = lambda s, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    case = _case("aten.scaled_dot_product_attention.default", f, T((1, 2, 8, d)), T((1, 2, 8, d)), T((1, 2, 8, dv)),
+                 refusal=why)
+    assert check(case) == "refused"

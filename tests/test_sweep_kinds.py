@@ -1,0 +1,37 @@
+"""Every task kind swept over its parameter space (tests/sweep.py says how; the strategies are in
+tests/sweep_cases.py): convolutions, pools, gathers, reductions, scans, arg reductions, norms, GEMMs,
+attention, concatenation and scatter, arange, recurrent layers and fused elementwise graphs, drawn
+with their parameters, hooks, layouts and policies, captured, planned, interpreted and compared
+with PyTorch in float64."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+
+from tests import sweep_cases as C
+from tests.sweep import check, sweep
+
+#: strategy -> examples per CI run (the larger run: STITCHCUDA_SWEEP_EXAMPLES)
+SWEEPS = {
+    "conv": (C.conv, 20), "pool": (C.pool, 20), "upsample": (C.upsample, 10), "interpolate": (C.interpolate, 4),
+    "pad": (C.pad, 8), "gather": (C.gather, 15), "reduction": (C.reduction, 20), "scan": (C.scan, 10),
+    "arg": (C.arg, 10), "norm": (C.norm, 12), "gemm": (C.gemm, 15), "attention": (C.attention, 12),
+    "cat": (C.cat, 8), "scatter": (C.scatter, 6), "arange": (C.arange, 4), "recurrent": (C.recurrent, 6),
+    "views": (C.views, 12), "fused": (C.fused, 15),
+}
+
+
+def _test(name: str):
+    strategy, n = SWEEPS[name]
+
+    def run(case):
+        check(case)
+
+    run.__name__ = f"sweep_{name}"  # (the seed is drawn from the name)
+    return sweep(n)(given(case=strategy())(run))
+
+
+@pytest.mark.parametrize("name", sorted(SWEEPS))
+def test_sweep(name):
+    _test(name)()

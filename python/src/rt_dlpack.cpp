@@ -130,11 +130,6 @@ int current_device() {
   return d;
 }
 
-void require_cuda_memory(const View& v, const char* name) {
-  if (v.device_type != kDLCUDA)
-    arg_error(cat(name, ": expected a CUDA tensor, got a tensor on ", device_name(v.device_type)));
-}
-
 void require_cuda(const View& v, const char* name, int device) {
   if (v.device_type != kDLCUDA)
     arg_error(cat(name, ": expected a CUDA tensor on cuda:", device, ", got a tensor on ", device_name(v.device_type)));

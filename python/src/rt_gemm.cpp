@@ -149,7 +149,8 @@ std::shared_ptr<GemmCall> prepare_gemm(py::object a_obj, py::object b_obj, py::o
   const std::string why = cat("policy ", policy_s);
 
   // The arguments first, the device after: a shape or dtype mistake is named as that, also on a
-  // machine with no GPU (where asking for the device would fail first).
+  // machine with no GPU. Host tensors on such a machine meet the device check first: 'no CUDA
+  // device' is the cause there, not where the tensor lives (as rt.conv does).
   View a = view_of(a_obj, "a", stream), b = view_of(b_obj, "b", stream);
   require_dtype(a, "a", storage, why.c_str());
   require_dtype(b, "b", storage, why.c_str());
@@ -159,8 +160,6 @@ std::shared_ptr<GemmCall> prepare_gemm(py::object a_obj, py::object b_obj, py::o
                   B.cols));
   if (A.batch != B.batch && A.batch != 1 && B.batch != 1)
     arg_error(cat("a and b: batch sizes differ (", A.batch, " vs ", B.batch, ") and neither is 1"));
-  require_cuda_memory(a, "a");
-  require_cuda_memory(b, "b");
   const int dev = current_device();
   require_cuda(a, "a", dev);
   require_cuda(b, "b", dev);

@@ -79,7 +79,6 @@ struct View {
 const char* device_name(int type);
 View view_of(py::handle obj, const char* name, uintptr_t stream);
 int current_device();
-void require_cuda_memory(const View& v, const char* name);  // a CUDA tensor, any device; asks no driver
 void require_cuda(const View& v, const char* name, int device);
 void require_dtype(const View& v, const char* name, st_dtype want, const char* why);
 

@@ -53,10 +53,12 @@
 
 namespace stitch {
 
-enum class RowOp { Softmax, LogSoftmax, LayerNorm, RmsNorm, Sum, Mean, Max, Min, LogSumExp, Var };
+// SafeSoftmax: softmax, except that a row whose every element is -inf is written as zeros instead
+// of NaN (scaled_dot_product_attention's rule for a fully masked query row).
+enum class RowOp { Softmax, LogSoftmax, LayerNorm, RmsNorm, Sum, Mean, Max, Min, LogSumExp, Var, SafeSoftmax };
 
 __host__ __device__ constexpr bool row_op_writes_row(RowOp op) {
-  return op == RowOp::Softmax || op == RowOp::LogSoftmax || op == RowOp::LayerNorm ||
+  return op == RowOp::Softmax || op == RowOp::SafeSoftmax || op == RowOp::LogSoftmax || op == RowOp::LayerNorm ||
          op == RowOp::RmsNorm;
 }
 
@@ -197,7 +199,7 @@ row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
     if (valid && lane == 0) p.out[row * p.ldo] = from_float<Tout>(epi(r));
   };
 
-  if constexpr (OP == RowOp::Softmax || OP == RowOp::LogSoftmax || OP == RowOp::LogSumExp) {
+  if constexpr (OP == RowOp::Softmax || OP == RowOp::SafeSoftmax || OP == RowOp::LogSoftmax || OP == RowOp::LogSumExp) {
     MaxSum st{-CUDART_INF_F, 0.f};
     if constexpr (CACHE > 0) {
       for_each_chunk([&](const float* v, int64_t) {
@@ -227,6 +229,10 @@ row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
     if constexpr (OP == RowOp::Softmax) {
       const float m = st.m, inv = 1.f / st.s;
       write_row([&](float xv, int64_t) { return fast_exp2((xv - m) * kLog2e) * inv; });
+    } else if constexpr (OP == RowOp::SafeSoftmax) {
+      const bool none = st.m == -CUDART_INF_F;  // every element masked: zeros
+      const float m = none ? 0.f : st.m, inv = none ? 0.f : 1.f / st.s;
+      write_row([&](float xv, int64_t) { return none ? 0.f : fast_exp2((xv - m) * kLog2e) * inv; });
     } else if constexpr (OP == RowOp::LogSoftmax) {
       const float m = st.m, ls = logf(st.s);
       write_row([&](float xv, int64_t) { return (xv - m) - ls; });
@@ -489,6 +495,8 @@ cudaError_t launch_row_reduce(const RowParams<Tin, Tout, TW>& p, cudaStream_t st
 
 // out = softmax(pro(in)) along each row, then epi.
 STITCH_ROW_ENTRY(launch_softmax, RowOp::Softmax)
+// out = softmax(pro(in)) along each row, a row of -inf written as zeros, then epi.
+STITCH_ROW_ENTRY(launch_safe_softmax, RowOp::SafeSoftmax)
 // out = log_softmax(pro(in)) along each row, then epi.
 STITCH_ROW_ENTRY(launch_log_softmax, RowOp::LogSoftmax)
 // out[r * ldo] = epi(log(sum_c exp(pro(in[r, c])))).

@@ -346,7 +346,8 @@ def _sdpa(cx, n: Node) -> None:
         syn = Node(f"{n.name}_mask", op, (scores, mask), (ix.spec(masked),), (), n.source)
         ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.25, takes_from=n.name, take_inputs=[mask])
         scores = masked
-    cx.protos.append(RowProto(f"{n.name}_softmax", (n.name,), (probs,), (scores,), op="softmax", x=scores,
+    # (safe: a fully masked row gives zeros, as PyTorch's attention has it, not softmax's NaN)
+    cx.protos.append(RowProto(f"{n.name}_softmax", (n.name,), (probs,), (scores,), op="safe_softmax", x=scores,
                               out=probs, k=1, writes_row=True))
     cx.protos.append(GemmProto(f"{n.name}_pv", (n.name,), (out,), (probs, v), a=Operand(probs), b=Operand(v),
                                out=out, policy=policy))

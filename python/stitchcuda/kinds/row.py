@@ -328,7 +328,7 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
     op = pr.op
     x_t, out_t = pr.x, pr.out
     k = pr.k
-    writes_row = op in ("softmax", "log_softmax", "layer_norm", "rms_norm")
+    writes_row = op in ("softmax", "safe_softmax", "log_softmax", "layer_norm", "rms_norm")
     pro, epi = reduction_hooks(lw, pr)
     vx = lw.read(x_t, pre, pr.phase)
     perm = pr.perm
@@ -442,9 +442,9 @@ def row_workspace_floats(rows: int, cols: int) -> int:
 
 
 def cost_row(spec: RowSpec, ceil) -> tuple[float, float, float]:
-    per = {"softmax": 5, "log_softmax": 5, "layer_norm": 8, "rms_norm": 4, "logsumexp": 4, "var": 4}.get(spec.op, 1)
+    per = {"softmax": 5, "safe_softmax": 5, "log_softmax": 5, "layer_norm": 8, "rms_norm": 4, "logsumexp": 4, "var": 4}.get(spec.op, 1)
     n = spec.rows * spec.cols
-    writes_row = spec.op in ("softmax", "log_softmax", "layer_norm", "rms_norm")
+    writes_row = spec.op in ("softmax", "safe_softmax", "log_softmax", "layer_norm", "rms_norm")
     flops = n * (per + len(spec.prologue)) + len(spec.epilogue) * (n if writes_row else spec.rows)
     return float(flops), view_bytes(spec.x) + view_bytes(spec.out) + view_bytes(spec.weight) + \
         view_bytes(spec.bias), ceil.fp32
@@ -456,9 +456,11 @@ def interpret_row(mem, r: RowSpec) -> None:
     assert r.rows <= 0 or r.cols >= 1, "reduce.cuh: launch_row_reduce refuses cols < 1"
     x = mem.hook(r.prologue, mem.read(r.x, (r.rows, r.cols), (r.ldi, 1)))
     op = r.op
-    if op in ("softmax", "log_softmax", "layer_norm", "rms_norm"):
+    if op in ("softmax", "safe_softmax", "log_softmax", "layer_norm", "rms_norm"):
         if op == "softmax":
             y = torch.softmax(x, -1)
+        elif op == "safe_softmax":  # a row of -inf gives zeros (scaled_dot_product_attention's rule)
+            y = torch.where((x == -math.inf).all(-1, keepdim=True), 0.0, torch.softmax(x, -1))
         elif op == "log_softmax":
             y = torch.log_softmax(x, -1)
         elif op == "layer_norm":
@@ -481,7 +483,8 @@ def interpret_row(mem, r: RowSpec) -> None:
     mem.write(r.out, mem.hook(r.epilogue, y), (r.rows,), (r.ldo,))
 
 
-_ROW_ENTRY = {"softmax": "launch_softmax", "log_softmax": "launch_log_softmax", "logsumexp": "launch_logsumexp",
+_ROW_ENTRY = {"softmax": "launch_softmax", "safe_softmax": "launch_safe_softmax",
+              "log_softmax": "launch_log_softmax", "logsumexp": "launch_logsumexp",
               "sum": "launch_row_sum", "mean": "launch_row_mean", "max": "launch_row_max", "min": "launch_row_min"}
 
 

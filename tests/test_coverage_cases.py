@@ -156,6 +156,11 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "pad_reflect": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 1, 1), mode="reflect")), [_x(2, 6, 9, 10)])),
     "pad_replicate": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 1, 1), mode="replicate")), [_x(2, 6, 9, 10)])),
     "repeat": ("gather", lambda: (Fn(lambda s, x: x.repeat(2, 1, 1, 2)), [_x(2, 3, 17)])),
+    # bilinear and bicubic interpolation, PyTorch's decompositions (gathers of computed indices)
+    "upsample_bilinear": ("gather", lambda: (Fn(lambda s, x: F.interpolate(x, scale_factor=1.5, mode="bilinear")),
+                                             [_x(2, 3, 6, 7)])),
+    "upsample_bicubic_corners": ("gather", lambda: (Fn(lambda s, x: F.interpolate(
+        x, size=(9, 4), mode="bicubic", align_corners=True)), [_x(2, 3, 6, 7)])),
     "upsample_nearest": ("gather", lambda: (Fn(lambda s, x: F.interpolate(x, scale_factor=2)), [_x(2, 6, 9, 10)])),
     "upsample_nearest_size": ("gather", lambda: (Fn(lambda s, x: F.interpolate(x, size=(13, 7))), [_x(2, 6, 9, 10)])),
     "tril_triu": ("gather", lambda: (Fn(lambda s, x: torch.tril(x) + torch.triu(x, 1)), [_x(5, 16)])),

@@ -108,7 +108,21 @@ def decomposition_table() -> dict:
         op = resolve_op(name)
         if op is not None and op in table:
             table.pop(op)
+    table.update(_decomposed_interpolation())
     return table
+
+
+#: Interpolations core ATen keeps whole, taken apart into gathers and arithmetic by PyTorch's own
+#: decompositions (the index math is computed once, at create; the weighted taps fuse).
+DECOMPOSED_OPS: tuple[str, ...] = tuple(f"aten.{op}.{form}" for op in (
+    "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d")
+    for form in ("vec", "default"))
+
+
+def _decomposed_interpolation() -> dict:
+    from torch._decomp import get_decompositions
+
+    return get_decompositions([op for op in map(resolve_op, DECOMPOSED_OPS) if op is not None])
 
 
 # --------------------------------------------------------------------------------------

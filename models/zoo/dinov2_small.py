@@ -1,0 +1,30 @@
+"""DINOv2-S/14 (layer scale, 12 layers, hidden 384), 16 images of 224x224.
+
+A model of the zoo: built from its Hugging Face config with random weights (nothing downloaded),
+in eval mode. The output is the last hidden state.
+"""
+
+import torch
+from transformers import Dinov2Config, Dinov2Model
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        cfg = Dinov2Config(image_size=224, patch_size=14, hidden_size=384, num_hidden_layers=12, num_attention_heads=6)
+        self.net = Dinov2Model(cfg).eval()
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.net(pixel_values=pixel_values).last_hidden_state
+
+
+batch_size = 16
+image_size = 224
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 3, image_size, image_size)]
+
+
+def get_init_inputs():
+    return []

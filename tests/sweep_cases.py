@@ -419,6 +419,8 @@ def gather(draw, op: str | None = None):
             inputs.append(T(sub, "int64", "int", -shape[p] if neg else 0, shape[p]))
         params = dict(positions=pos)
         item = all(i.shape == () for i in inputs[1:])  # x[i, j] with 0-d i, j reads their values (.item())
+        # a 0-d index beside a tensor index: export reads its value too, and capture names the line
+        mixed = not item and any(i.shape == () for i in inputs[1:])
 
         def call(x, *idx):
             full: list = [slice(None)] * r
@@ -426,20 +428,22 @@ def gather(draw, op: str | None = None):
                 full[p] = i
             return x[tuple(full)]
     elif name == "flip":
-        item = False
+        item = mixed = False
         dims = draw(st.lists(st.integers(-r, r - 1), min_size=1, max_size=r, unique_by=lambda d: d % r))
         call = lambda x: torch.flip(x, dims)
         params = dict(dims=dims)
     else:  # repeat
-        item = False
+        item = mixed = False
         reps = tuple(draw(st.integers(1, 3)) for _ in range(draw(st.integers(r, r + 2))))
         call = lambda x: x.repeat(*reps)
         params = dict(repeats=reps)
     post = draw(hooks(("none", "none", "relu", "scale")))
     item = name == "index" and item
+    mixed = name == "index" and mixed
+    refusal = "non-tensor value" if item else "branches on a tensor's value" if mixed else None
     return Case(op, dict(params, input=shape), lambda s, x, *i: HOOKS[post](call(view(x, how), *i)), tuple(inputs),
                 kinds=("Gather",), data_seed=draw(seeds()), policy=draw(policies(("fp32", "fp32", "bf16"))),
-                refusal="non-tensor value" if item else None, names=("_local_scalar_dense",) if item else ())
+                refusal=refusal, names=("_local_scalar_dense",) if item else (refusal,) if mixed else ())
 
 
 # ---------------------------------------------------------------------- reductions along rows / axes
@@ -820,7 +824,14 @@ def gemm(draw, op: str | None = None):
 
     return Case(op, params, fn, inputs, mods, policy, kinds=("Gemm", "Ew", "Row", "Axis"),
                 tol=3e-2 * max(1.0, math.sqrt(k / 16)) if policy == "bf16" else 0.0, data_seed=draw(seeds()),
-                refusal="beta != 1" if params.get("beta", 1.0) != 1.0 else None)
+                refusal="beta != 1" if params.get("beta", 1.0) != 1.0 else
+                "not a per-column bias" if name == "addmm" and not _per_column(params["c"], n) else None)
+
+
+def _per_column(c: tuple[int, ...], n: int) -> bool:
+    """Whether addmm's added matrix of shape ``c`` is a bias per output column (the GEMM's epilogue
+    takes that; a full or per-row matrix is refused by name)."""
+    return len(c) in (1, 2) and c[-1] == n and math.prod(c) == n
 
 
 # ---------------------------------------------------------------------- attention
@@ -943,6 +954,7 @@ def scatter(draw, op: str | None = None):
         idx = slice(start, end, step)
         m = len(range(*idx.indices(n)))
         assume(m > 0)
+        assume(m < n)  # (assigning the whole extent is a copy: capture leaves no slice_scatter)
         src = tuple(m if d == dim else s for d, s in enumerate(shape))
     else:
         idx = draw(st.integers(-n, n - 1))
@@ -1106,7 +1118,7 @@ def views(draw, op: str | None = None):
         call = lambda x: x[tuple(idx)]
         params = dict(dim=d, start=start, end=end, step=step)
         preserve = ()
-        if range(*idx[d].indices(n)) == range(n):
+        if range(*idx[d].indices(n)) == range(n) and step == 1 and (start or 0) >= 0 and (end is None or end >= n):
             op = A + "alias.default"  # (the whole extent: capture makes it an alias)
     elif name == "select":
         d = draw(one_dim)
@@ -1171,8 +1183,10 @@ def views(draw, op: str | None = None):
         retarget = ((A + "clone.default", op),)
     elif name != "reshape":
         retarget = ()
+    # (a sum over an empty view's last dim is refused by name: the row template takes no empty row)
+    empty_sum = dict(refusal="a reduction over an empty extent", names=("aten.sum",)) if then == "sum" else {}
     return Case(op, dict(params, input=shape, then=then), fn, (x,), preserve=preserve, data_seed=draw(seeds()),
-                retarget=retarget)
+                retarget=retarget, **empty_sum)
 
 
 # ---------------------------------------------------------------------- elementwise, from the registry

@@ -106,3 +106,52 @@ def test_causal_attention_refusals_say_why(d, dv, why):
     case = _case("aten.scaled_dot_product_attention.default", f, T((1, 2, 8, d)), T((1, 2, 8, d)), T((1, 2, 8, dv)),
                  refusal=why)
     assert check(case) == "refused"
+
+
+# ---------------------------------------------------------------------- the larger run (BENCHMARKS.md, "Sweeps")
+
+
+@pytest.mark.parametrize("op", ["reshape", "view_of_contiguous"])
+def test_an_output_reached_through_a_copying_reshape_is_written(op):
+    """A reshape that strides cannot express (of a transposed input) is lowered as a copy into a
+    fresh buffer and the output copied from it; the output copy was lost (the lowerer's task and
+    touched-set lists fell out of step, and the pairing dropped the last task): the program
+    returned an unwritten buffer."""
+    f = (lambda s, x: x.t().reshape(6)) if op == "reshape" else (lambda s, x: x.t().contiguous().view(6))
+    assert check(_case("aten.view.default", f, T((2, 3)))) == "planned"
+
+
+@pytest.mark.parametrize("corr", [1, 2, 3])
+def test_variance_with_a_correction_past_the_row(corr):
+    """PyTorch divides by max(0, n - correction): a correction of the row's length or more gives
+    inf (NaN for a constant row); the planner scaled by n / (n - c), a negative factor."""
+    assert check(_case("aten.var.correction", lambda s, x: torch.var(x, -1, correction=corr), T((3, 2)))) == "planned"
+
+
+def test_floor_division_of_an_infinity():
+    """PyTorch's floor division goes through fmod (inf // 2 is NaN, and a quotient that rounds up to
+    an integer is taken down); the template computed floorf(a / b)."""
+    f = lambda s, x: torch.div(x, 2.0, rounding_mode="floor")  # noqa: E731
+    assert check(_case("aten.div.Tensor_mode", f, T((64,), "float32", "uniform", -6, 6, edges=True))) == "planned"
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_a_nan_beats_an_infinity_in_arg_reductions(op):
+    """The interpreter mapped NaN to +inf, so a real infinity before the NaN won the tie; the
+    template (and PyTorch) take the first NaN."""
+    x = torch.tensor([1.0, -math.inf, math.inf, math.nan, 0.0, math.nan])
+    case = _case(f"aten.{op}.default", lambda s, y: getattr(y + x, op)(), T((6,), "float32", "uniform", 0, 0))
+    assert check(case) == "planned"
+
+
+def test_any_over_an_empty_tensor_with_no_result():
+    """``any`` of a [0, 0] tensor over one dim has an empty result: nothing to compute; the plan
+    interpreter reduced over the empty dim anyway (an IndexError from amax)."""
+    assert check(_case("aten.any.dim", lambda s, x: x.any(0), T((0, 0), "bool"))) == "planned"
+
+
+def test_bitwise_op_of_a_bool_tensor_and_an_integer():
+    """``bool_tensor | 3`` is int64 (PyTorch's promotion); the lowering chose the logical op from
+    the input's dtype and gave 1 for 3."""
+    assert check(_case("aten.bitwise_or.Scalar", lambda s, x: torch.bitwise_or(x, 3) + torch.bitwise_xor(x, 6),
+                       T((5,), "bool"))) == "planned"

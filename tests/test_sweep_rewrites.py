@@ -135,7 +135,7 @@ def pool_after_conv(draw, broken: str | None):
                   input=size, after=after)
     case = Case("aten.convolution.default", params, fn, (x,),
                 (("conv", lambda: Conv(cin, cout, conv_k, **kw).to(getattr(torch, dtype))),),
-                kinds=("Conv", "Gemm"), data_seed=draw(seeds()), tol=2e-2 if dtype == "bfloat16" else 0.0)
+                kinds=("Conv", "Gemm", "Depthwise"), data_seed=draw(seeds()), tol=2e-2 if dtype == "bfloat16" else 0.0)
     return _expect("pool_before_pointwise_conv", case, broken is None, broken)
 
 
@@ -198,7 +198,7 @@ def pointwise_conv(draw, broken: str | None):
     fires = broken is None
     case = Case("aten.convolution.default", params, fn, (x,),
                 (("conv", lambda: Conv(cin, cout, ck, **kw).to(getattr(torch, dtype))),),
-                kinds=("Gemm",) if fires else ("Conv",), data_seed=draw(seeds()),
+                kinds=("Gemm",) if fires else ("Conv", "Depthwise"), data_seed=draw(seeds()),
                 tol=2e-2 if dtype == "bfloat16" else 0.0)
     return _expect("pointwise_conv_as_gemm", case, fires, broken)
 

@@ -48,6 +48,18 @@ ST_OP float remainder(float a, float b) {
   return r != 0.f && ((r < 0.f) != (b < 0.f)) ? r + b : r;
 }
 
+// PyTorch's floor division of floats (div(..., rounding_mode="floor")): from fmod, so the
+// quotient is exact where a / b would round across an integer, and an infinite dividend gives NaN.
+ST_OP float div_floor(float a, float b) {
+  if (b == 0.f) return a / b;
+  const float mod = fmodf(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0.f && ((b < 0.f) != (mod < 0.f))) div -= 1.f;
+  if (div == 0.f) return copysignf(0.f, a / b);
+  float f = floorf(div);
+  return div - f > 0.5f ? f + 1.f : f;
+}
+
 #undef ST_OP
 
 }  // namespace op

@@ -136,11 +136,14 @@ def interpret(mem, a: ArgSpec) -> None:
 
     assert a.outer * a.inner <= 0 or a.red >= 1, "scan.cuh: launch_arg_reduce refuses red < 1"
     x = mem.hook(a.prologue, mem.read(a.x, (a.outer, a.red, a.inner), (a.in_so, a.in_sr, a.in_si)))
-    # The first extreme (torch.argmax's documented choice), NaN counting as the extreme.
-    key = torch.where(torch.isnan(x), torch.full_like(x, math.inf), x if a.op == "max" else -x)
-    best = key.amax(1, keepdim=True)
-    hit = (key == best).to(torch.int64)
-    first = hit.argmax(1)  # the first index where the maximum is reached
+    # The first extreme (torch.argmax's documented choice), a NaN beating every number, an
+    # infinite one included (scan.cuh: arg_better).
+    if a.outer * a.inner == 0:
+        return
+    nan = torch.isnan(x)
+    key = torch.where(nan, torch.full_like(x, -math.inf), x if a.op == "max" else -x)
+    hit = torch.where(nan.any(1, keepdim=True), nan, key == key.amax(1, keepdim=True)).to(torch.int64)
+    first = hit.argmax(1)  # the first index where the extreme is reached
     mem.write(a.out, first.double(), (a.outer, a.inner), (a.out_so, a.out_si))
 
 

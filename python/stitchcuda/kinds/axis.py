@@ -153,6 +153,8 @@ def interpret_axis(mem, s: AxisSpec) -> None:
     import torch
 
     assert s.outer * s.inner <= 0 or s.red >= 1, "reduce.cuh: launch_reduce_axis refuses red < 1"
+    if s.outer * s.inner == 0:
+        return  # no result to write (the launch is empty)
     x = mem.hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
     r = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}[s.op](x, 1)
     mem.write(s.out, mem.hook(s.epilogue, r), (s.outer, s.inner), (s.out_so, s.out_si))

@@ -398,8 +398,9 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
         if corr == 1.0:
             unbiased = True
         elif corr != 0.0:
-            # m2 / (cols - c) == (m2 / cols) * cols / (cols - c)
-            factor = cols / (cols - corr) if cols != corr else math.inf
+            # m2 / (cols - c) == (m2 / cols) * cols / (cols - c); PyTorch clamps cols - c at 0
+            # (a correction of the row's length or more: m2 / 0, NaN for a constant row)
+            factor = cols / (cols - corr) if cols > corr else math.inf
             epi = (EwInstr("mul", ("a0", "c0"), (factor,)),) + tuple(_shift_instr(i, 1) for i in epi)
     ws, ws_floats = None, 0
     if op in ("layer_norm", "rms_norm") and pr.strategy != "single":

@@ -148,7 +148,14 @@ elementwise("clamp", "stitch::op::clamp({0}, {1}, {2})", lambda x, lo, hi: _t().
             arity=3, epilogue="CLAMP")
 elementwise("where", "({0} != 0.f ? {1} : {2})", lambda c, x, y: _t().where(c != 0, x, y), arity=3)
 elementwise("div_trunc", "truncf({0} / {1})", lambda x, y: _t().trunc(x / y), arity=2)
-elementwise("div_floor", "floorf({0} / {1})", lambda x, y: _t().floor(x / y), arity=2)
+elementwise("div_floor", "stitch::op::div_floor({0}, {1})", lambda x, y: _div_floor(x, y), arity=2, flops=4)
+
+
+def _div_floor(x, y):
+    """PyTorch's floor division (NaN for an infinite dividend, exact near integers), on tensors or numbers."""
+    t = _t()
+    x = x if isinstance(x, t.Tensor) else t.tensor(x, dtype=t.float64)
+    return t.div(x, y, rounding_mode="floor")
 
 # ---------------------------------------------------------------------- ATen lowerings with arguments
 

@@ -82,10 +82,11 @@ def _aten(names, lower, args=("self", "other"), flops: int = 1) -> None:
 
 
 def _bitwise(logical: str, bits: str):
-    """Bitwise ops: logical on bool tensors, on the integer bits otherwise."""
+    """Bitwise ops: logical where the result is bool, on the integer bits otherwise (a bool tensor
+    with an integer scalar promotes to int64: ``True | 2`` is 3)."""
 
     def lower(lw: Lowering) -> bool:
-        name = logical if lw.in_dtype(0) == "bool" else bits
+        name = logical if lw.node.outputs[0].dtype == "bool" else bits
         lw.emit(name, lw.val("self"), lw.val("other"))
         return True
 

@@ -312,7 +312,8 @@ class Lowerer:
             dst = L.contiguous(f"out{i}", g.spec(t).shape, g.spec(t).dtype)
             pre: list[Task] = []
             src = self.read(t, pre, "run")
-            self.tasks.extend(pre)
+            for c in pre:  # (each with its touched set: result() pairs the two lists)
+                self.append(c)
             if src.buffer == dst.buffer and src.offset == 0 and L.same_strides(src.shape, src.strides, dst.strides):
                 continue
             task = self.copy_task(f"output_{ident(t)}", [], src, dst, "run", note=f"output {i}")
@@ -321,6 +322,7 @@ class Lowerer:
     def result(self) -> Lowered:
         """The pass's result: the tasks named uniquely (a repeated name gets ``_1``, ``_2``, ... in
         run order), the tensors each touched by its name."""
+        assert len(self.tasks) == len(self.touched), "every task is added with its touched set"
         seen: dict[str, int] = {}
         tasks, touched = [], {}
         for t, tt in zip(self.tasks, self.touched):

@@ -35,3 +35,19 @@ def _test(name: str):
 @pytest.mark.parametrize("name", sorted(SWEEPS))
 def test_sweep(name):
     _test(name)()
+
+
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+def test_pool_average_leaves_the_padding_out_of_its_count(nsp):
+    """An average pool with padding and ``count_include_pad=False`` divides a border window by the
+    taps inside the input (the CI-sized draw of the pool sweep need not meet the combination: the
+    mutation check showed a pool that always counted the padding surviving it)."""
+    import torch.nn.functional as F
+
+    from tests.sweep import Case, T
+
+    pool = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[nsp - 1]
+    case = Case(f"aten.avg_pool{max(nsp, 2) if nsp < 3 else 3}d.default", {"nsp": nsp},
+                lambda s, x: pool(x, 3, 2, 1, count_include_pad=False), (T((2, 3) + (7,) * nsp),),
+                names=("avg_pool",))
+    assert check(case) == "planned"

@@ -369,10 +369,77 @@ def test_gather_of_log_softmax(broken):
     _sweep("gather_of_log_softmax", gather_of_log_softmax, broken, 6 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- fold_batch_norm
+
+FOLD_GUARDS = ("transposed", "shared", "returned", "training", "input_stats", "bf16")
+
+
+@st.composite
+def conv_then_eval_bn(draw, broken: str | None):
+    """An inference-mode batch norm (affine or not) right after a 1-3 d convolution (groups, stride,
+    padding, bias or not), an activation after; or one guard away: a transposed convolution, the
+    convolution's output also read or returned, the norm in training mode, its statistics from the
+    program's inputs instead of weights, bf16 weights."""
+    nsp = draw(st.integers(1, 3))
+    groups = draw(st.integers(1, 2))
+    cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+    k, stride, padding = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(0, 1))
+    bias, affine = draw(st.booleans()), draw(st.booleans())
+    size = tuple(draw(st.integers(k, 6)) for _ in range(nsp))
+    act = draw(st.sampled_from(["none", "relu", "silu"]))
+    dtype = "bfloat16" if broken == "bf16" else "float32"
+    transposed = broken == "transposed"
+    Conv = ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d) if transposed else
+            (nn.Conv1d, nn.Conv2d, nn.Conv3d))[nsp - 1]
+    BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)[nsp - 1]
+
+    def make_conv():
+        return Conv(cin, cout, k, stride=stride, padding=padding, groups=groups, bias=bias).to(getattr(torch, dtype))
+
+    def make_bn():
+        m = BN(cout, affine=affine)
+        with torch.no_grad():  # statistics and an affine map away from the identity
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2.0)
+            if affine:
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-1, 1)
+        m = m.to(getattr(torch, dtype))
+        return m.train() if broken == "training" else m.eval()
+
+    inputs = [T((2, cin) + size, dtype)]
+    if broken == "input_stats":
+        inputs += [T((cout,)), T((cout,), dist="pos", lo=0.5)]
+    activation = {"none": lambda t: t, "relu": torch.relu, "silu": F.silu}[act]
+
+    def fn(s, x, *stats):
+        y = s.conv(x)
+        z = F.batch_norm(y, stats[0], stats[1], training=False) if broken == "input_stats" else s.bn(y)
+        z = activation(z)
+        if broken == "shared":
+            return z, y.amax(1)
+        if broken == "returned":
+            return z, y
+        return z
+
+    params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, kernel=k, stride=stride,
+                  padding=padding, bias=bias, affine=affine, act=act)
+    case = Case("aten.convolution.default", params, fn, tuple(inputs),
+                (("conv", make_conv), ("bn", make_bn)), policy=draw(st.sampled_from(["fp32", "fp32", "tf32"])),
+                kinds=("Conv", "Depthwise", "Gemm"), data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0)
+    return _expect("fold_batch_norm", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + FOLD_GUARDS)
+def test_fold_batch_norm(broken):
+    _sweep("fold_batch_norm", conv_then_eval_bn, broken, 6 if broken is None else 2)
+
+
 def test_every_rewrite_is_swept():
     """A rewrite added to either table needs a sweep here."""
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",
-                                             "gather_of_log_softmax", "reduce_after_linear", "drop_identities"}
+                                             "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
+                                             "drop_identities"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

@@ -145,9 +145,12 @@ def claim_groups(cx) -> None:
 
 
 def _at_create(cx, t: str) -> bool:
-    """Whether ``t`` exists when the program is created: a weight (through layout ops), or
-    the result of a task claimed to run at create. A tensor computed from weights by a task
-    that runs on every call (a GEMM, a gather) is not, so its readers run on every call too."""
+    """Whether ``t`` exists when the program is created: a weight (through layout ops), the
+    result of a task claimed to run at create, or of elementwise nodes over such tensors not yet
+    claimed (groups are claimed from the last back, so a shared weight-only group — a folded
+    batch norm's scale, read by the new weights and the new bias — is claimed after its
+    readers: it will run at create). A tensor computed from weights by a task that runs on every
+    call (a GEMM, a gather) is not, so its readers run on every call too."""
     ix = cx.ix
     while True:
         if t in ix.weights:
@@ -158,7 +161,10 @@ def _at_create(cx, t: str) -> bool:
         if ops.kind(p.op) == "view" and p.inputs:
             t = p.inputs[0]
             continue
-        return not cx.free(p) and cx.protos[cx.claimed[p.name]].phase == "create"
+        if cx.free(p):
+            return ops.kind(p.op) == "elementwise" and t in ix.const and bool(p.inputs) and \
+                all(_at_create(cx, i) for i in p.inputs)
+        return cx.protos[cx.claimed[p.name]].phase == "create"
 
 
 # ---------------------------------------------------------------------- lower

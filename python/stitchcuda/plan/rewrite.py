@@ -34,6 +34,13 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          output channel). Only where convolutions stay channels-first (no tensor
                          cores: fp32): channels-last, cuDNN's 1×1 convolution is that GEMM already,
                          on the layout its neighbours use.
+``fold_batch_norm``      ``bn_eval(conv(x, W, b)) = conv(x, W·s, (b - μ)·s + β)`` with ``s = γ / sqrt(σ² + ε)``
+                         per output channel: an inference-mode batch norm after a convolution
+                         becomes the convolution's own weights (computed once, at create), so
+                         the normalised output is never a pass of its own and an activation after
+                         it fuses into the convolution. Taken when the batch norm is the
+                         convolution's only reader, its statistics outputs are unused, and every
+                         operand but the input is a weight (not transposed convolutions).
 ``gather_of_log_softmax``  ``gather(log_softmax(x, d), i, d) = gather(x, i, d) - logsumexp(x, d)``
                          (cross entropy and NLL losses as PyTorch decomposes them): the row
                          reduction writes one value per row instead of the whole log-probability
@@ -335,8 +342,77 @@ def _apply_gather_of_log_softmax(graph: Graph, place) -> Graph:
     return _replace(graph, [ls, g], new)
 
 
+# ---------------------------------------------------------------------- fold_batch_norm
+
+_BN_EVAL = A + "_native_batch_norm_legit_no_training.default"
+
+
+def _find_conv_then_eval_bn(graph: Graph) -> list[tuple[Node, Node]]:
+    weights = {s.name for s in graph.weights}
+    out = []
+    for bn in graph.nodes:
+        if bn.op != _BN_EVAL:
+            continue
+        conv = graph.producer(bn.inputs[0])
+        if conv is None or conv.op != A + "convolution.default" or conv.attr("transposed"):
+            continue
+        y = conv.outputs[0]
+        if len(_users(graph, y.name)) != 1 or y.name in graph.outputs or y.dtype != "float32":
+            continue
+        if any(_users(graph, o.name) or o.name in graph.outputs for o in bn.outputs[1:]):
+            continue
+        if not all(t in weights and graph.spec(t).dtype == "float32" for t in conv.inputs[1:] + bn.inputs[1:]):
+            continue  # (folding computes new weights once, at create: every operand must be a weight)
+        out.append((conv, bn))
+    return out
+
+
+def _bn_operands(bn: Node) -> tuple[str | None, str | None, str, str]:
+    """(weight, bias, running mean, running var) of an inference-mode batch norm: an absent affine
+    map is an attribute set to None, the rest are its inputs in order."""
+    given = iter(bn.inputs[1:])
+    absent = {k for k, v in bn.attrs if v is None}
+    gamma, beta = (None if k in absent else next(given) for k in ("weight", "bias"))
+    return gamma, beta, next(given), next(given)
+
+
+def _apply_fold_batch_norm(graph: Graph, place) -> Graph:
+    conv, bn = place
+    x, w = conv.inputs[0], conv.inputs[1]
+    b = conv.inputs[2] if len(conv.inputs) > 2 else None
+    gamma, beta, mean, var = _bn_operands(bn)
+    ws = graph.spec(w).shape
+    c = ws[0]
+    name = _fresh(graph, bn.name)
+    new: list[Node] = []
+
+    def node(op: str, inputs: Sequence[str], shape: Sequence[int], attrs=()) -> str:
+        nm = name()
+        new.append(Node(nm, op, tuple(inputs), (TensorSpec(nm, tuple(shape), "float32"),), tuple(attrs), bn.source))
+        return nm
+
+    # scale = gamma / sqrt(var + eps); w' = w * scale (per output channel); b' = (b - mean) * scale + beta
+    std = node(A + "add.Tensor", [var], (c,), (("other", float(bn.attr("eps"))), ("alpha", 1)))
+    scale = node(A + "rsqrt.default", [std], (c,))
+    if gamma is not None:
+        scale = node(A + "mul.Tensor", [gamma, scale], (c,))
+    w2 = node(A + "mul.Tensor", [w, node(A + "view.default", [scale], (c,) + (1,) * (len(ws) - 1),
+                                        (("size", (c,) + (1,) * (len(ws) - 1)),))], ws)
+    shifted = node(A + "sub.Tensor", [b, mean], (c,), (("alpha", 1),)) if b is not None else \
+        node(A + "neg.default", [mean], (c,))
+    b2 = node(A + "mul.Tensor", [shifted, scale], (c,))
+    if beta is not None:
+        b2 = node(A + "add.Tensor", [b2, beta], (c,), (("alpha", 1),))
+    # The convolution keeps its node name and writes the batch norm's result tensor.
+    attrs = tuple((k, v) for k, v in conv.attrs if k != "bias")
+    new.append(Node(conv.name, conv.op, (x, w2, b2), (bn.outputs[0],), attrs, conv.source))
+    return _replace(graph, [conv, bn], new)
+
+
 #: Library choices made on every graph (module docstring), in order.
 ALWAYS: tuple[Rewrite, ...] = (
+    # (first: a folded convolution gains a bias, and is no longer a bare 1x1 product for the next two)
+    Rewrite("fold_batch_norm", _find_conv_then_eval_bn, _apply_fold_batch_norm),
     Rewrite("pool_before_pointwise_conv", _find_pool_after_pointwise, _apply_pool_before_pointwise),
     Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
     Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),

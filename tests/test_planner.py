@@ -723,7 +723,7 @@ class _PoolAfterPointwise3d(nn.Module):
 def _pool_first(model: nn.Module, x: torch.Tensor) -> tuple[set[str], Graph]:
     """The weights of the convolutions the rewrite pools before, and the graph after it."""
     graph = frontend.capture(model, [x], "pp", supported_ops=ops.supported()).graph
-    rw = P.rewrite.ALWAYS[0]
+    rw = next(r for r in P.rewrite.ALWAYS if r.name == "pool_before_pointwise_conv")
     assert rw.name == "pool_before_pointwise_conv"
     taken = {conv.inputs[1] for conv, _ in rw.find(graph)}
     return taken, rw.apply(graph)

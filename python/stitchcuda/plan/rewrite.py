@@ -110,6 +110,24 @@ def _fresh(graph: Graph, base: str) -> Callable[[], str]:
     return name
 
 
+class _NewNodes:
+    """The float32 nodes a rewrite adds, in order: each is named after the node it stands for
+    (``<node>__rw<k>``, or ``node_name``) and keeps ``source``; ``out`` names its result tensor
+    (by default the node's own name). Calling it adds a node and returns its result tensor."""
+
+    def __init__(self, graph: Graph, base: str, source):
+        self.name = _fresh(graph, base)
+        self.source = source
+        self.nodes: list[Node] = []
+
+    def __call__(self, op: str, inputs: Sequence[str], shape: Sequence[int], attrs=(), out: str | None = None,
+                 node_name: str | None = None) -> str:
+        t = out or self.name()
+        self.nodes.append(Node(node_name or t, op, tuple(inputs), (TensorSpec(t, tuple(shape), "float32"),),
+                               tuple(attrs), self.source))
+        return t
+
+
 # ---------------------------------------------------------------------- reduce_after_linear
 
 
@@ -142,14 +160,8 @@ def _apply_reduce_after_linear(graph: Graph, place) -> Graph:
     n_out, k = graph.spec(w).shape
     y, r = lin.outputs[0], red.outputs[0]
     lead = y.shape[:-1]
-    name = _fresh(graph, red.name)
-    src = red.source or lin.source
-    new: list[Node] = []
-
-    def node(op: str, inputs: Sequence[str], shape: Sequence[int], attrs=(), out: str | None = None) -> str:
-        nm = name()
-        new.append(Node(nm, op, tuple(inputs), (TensorSpec(out or nm, tuple(shape), "float32"),), tuple(attrs), src))
-        return out or nm
+    node = _NewNodes(graph, red.name, red.source or lin.source)
+    new = node.nodes
 
     ws = node(A + "sum.dim_IntList", [w], (k,), (("dim", (0,)), ("keepdim", False), ("dtype", None)))
     t = node(A + "matmul.default", [x, ws], lead)
@@ -229,18 +241,12 @@ def _apply_pointwise_conv(graph: Graph, n: Node) -> Graph:
     pixels = 1
     for d in xs[2:]:
         pixels *= d
-    name = _fresh(graph, n.name)
-    new: list[Node] = []
-
-    def node(op: str, inputs: Sequence[str], shape: Sequence[int], attrs=(), out: str | None = None,
-             node_name: str | None = None) -> str:
-        t = out or name()
-        new.append(Node(node_name or t, op, tuple(inputs), (TensorSpec(t, tuple(shape), "float32"),), tuple(attrs),
-                        n.source))
-        return t
+    node = _NewNodes(graph, n.name, n.source)
+    new = node.nodes
 
     def view(t: str, shape: Sequence[int], out: str | None = None) -> str:
-        return node(A + "view.default", [t], shape, (("size", tuple(shape)),), out, None if out is None else name())
+        return node(A + "view.default", [t], shape, (("size", tuple(shape)),), out,
+                    None if out is None else node.name())
 
     # The product keeps the convolution's node name: reports, and constraints naming it, still fit.
     if g == 1:
@@ -383,13 +389,8 @@ def _apply_fold_batch_norm(graph: Graph, place) -> Graph:
     gamma, beta, mean, var = _bn_operands(bn)
     ws = graph.spec(w).shape
     c = ws[0]
-    name = _fresh(graph, bn.name)
-    new: list[Node] = []
-
-    def node(op: str, inputs: Sequence[str], shape: Sequence[int], attrs=()) -> str:
-        nm = name()
-        new.append(Node(nm, op, tuple(inputs), (TensorSpec(nm, tuple(shape), "float32"),), tuple(attrs), bn.source))
-        return nm
+    node = _NewNodes(graph, bn.name, bn.source)
+    new = node.nodes
 
     # scale = gamma / sqrt(var + eps); w' = w * scale (per output channel); b' = (b - mean) * scale + beta
     std = node(A + "add.Tensor", [var], (c,), (("other", float(bn.attr("eps"))), ("alpha", 1)))

@@ -77,3 +77,28 @@ def test_every_readme_command_parses():
         argv = shlex.split(c)[1:]
         args = top.parse_args(cli._join_dashed_values(top, argv))   # UsageError (one line) if not
         assert args.func is not None, c
+
+
+def test_every_readme_example_is_run_or_skipped_for_a_named_reason():
+    """benchmarks/readme_examples.py (what runs the README's examples on a GPU machine) finds every
+    block, runs the commands and the Python, and skips only the install / test commands, synopses,
+    the loopback-server line and the train block."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import readme_examples as ex
+    finally:
+        sys.path.pop(0)
+    text = (REPO / "README.md").read_text()
+    found = ex.blocks(text)
+    assert len(found) == text.count("```sh\n") + text.count("```python\n")
+    run = [b for b in found if not ex.why_skipped(b)]
+    skipped = {ex.why_skipped(b).split(" (")[0].split(":")[0] for b in found} - {""}
+    assert any("stitchcuda verify run/gpt_block" in b.text for b in run)
+    assert any("stitchcuda wheel" in b.text for b in run) and any("stitchcuda bench" in b.text for b in run)
+    assert sum(b.lang == "python" for b in run) == sum(b.lang == "python" for b in found), "every Python block runs"
+    assert skipped <= {"the install and test commands", "a synopsis", "needs an OpenAI-compatible server on loopback",
+                       "needs the RL packages and the test GGUF"}, skipped
+    # a Python example must define what it uses: no undefined input left for the reader to guess
+    for b in run:
+        if b.lang == "python" and "(x)" in b.text:
+            assert re.search(r"^x = ", b.text, re.M), b.text

@@ -494,3 +494,51 @@ def test_a_reference_whose_outputs_no_input_moves_passes_as_degenerate():
     v, res = verdict(FakeRunner(ones), P)
     assert v.ok and v.verdict.degenerate and res.degenerate
     assert v.verdict.summary().startswith("passed (degenerate: outputs independent of inputs)")
+
+
+def test_outputs_small_beside_the_tolerance_are_not_degenerate_when_they_move_with_the_inputs():
+    """A row mean of uniform [0, 1) inputs is 0.5 +- 0.002 for every draw of get_inputs(), within
+    tolerance of itself, yet moves with its inputs: the inputs scaled up (reference side) and the
+    varied trials (program side) show it, and an honest pass is a pass, not 'degenerate'."""
+    P = harness("rowmean.py", (256, 16384), (256,))
+    assert P.degenerate == ""
+
+    def mean(i, o, r):
+        r.enqueue(lambda: o[0].copy_(i[0].mean(dim=1)))
+
+    v, res = verdict(FakeRunner(mean), P)
+    assert v.ok and not v.verdict.degenerate and not res.degenerate, v.verdict.summary()
+
+
+class _WaitingClock:
+    """A ProgramClock whose wall time is the events', plus ``hidden`` ms the events never see, plus
+    ``wait`` ms that any launch costs to wait for (another process's kernels, a blocked host thread)."""
+
+    where = "fake"
+
+    def __init__(self, event_ms: float, hidden: float, wait: float):
+        self.event_ms, self.hidden, self.wait = event_ms, hidden, wait
+        self.k = 0
+
+    def time(self) -> float:
+        return self.event_ms
+
+    def wall(self) -> float:
+        self.k += 1
+        return self.event_ms + self.hidden + self.wait + 0.001 * (self.k % 3)
+
+    def overhead(self) -> float:
+        return self.wait + 0.001 * (self.k % 2)
+
+
+def test_hidden_work_is_judged_beside_what_waiting_for_any_launch_costs():
+    """A 14 us program on a device another process keeps busy reads 2.2 ms by the host clock: so does
+    an empty kernel, and nothing is hidden. 2 ms of work on another stream is hidden however long
+    the wait."""
+    from stitchcuda.verifier.measure.timing import wall_check
+
+    assert wall_check(_WaitingClock(0.014, 0.0, 2.2), 0.014).passed
+    assert wall_check(_WaitingClock(0.65, 0.0, 2.2), 0.65).passed
+    for wait in (0.001, 2.2):
+        w = wall_check(_WaitingClock(0.014, 2.0, wait), 0.014)
+        assert not w.passed and "invisible to CUDA events" in w.detail, (wait, w)

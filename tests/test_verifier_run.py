@@ -891,6 +891,9 @@ class _NoFlush:
     def __call__(self):
         pass
 
+    def probe(self):
+        pass
+
 
 @pytest.fixture
 def fake_cuda(monkeypatch):

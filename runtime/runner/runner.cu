@@ -18,7 +18,8 @@
 //   run ARGS                             st_program_run on the runner's stream, then a stream sync
 //   time FLUSH ARGS                      the same between two CUDA events (L2 flushed first if FLUSH)
 //   wall ARGS                            the same between device-wide synchronisations, host clock
-//   wall_empty                           two device-wide synchronisations and nothing between, host clock
+//   wall_empty                           one empty kernel on the stream between two device-wide
+//                                        synchronisations, host clock (what waiting for a launch costs)
 //   repeat K ARGS                        K runs, then a stream sync
 //   capture ARGS / replay / drop_graph   the run captured from the runner's stream into a graph
 //   copy DST SRC BYTES                   cudaMemcpyAsync on the stream (not awaited)
@@ -38,7 +39,9 @@
 // which the Verifier sees as the pipe closing.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -176,6 +179,9 @@ __global__ void pressure_kernel(unsigned* scratch, size_t n, long long ns) {
     }
   }
 }
+
+// Nothing: what a launch and its wait cost by themselves (wall_empty).
+__global__ void empty_kernel() {}
 
 // Holds the stream: one thread spinning for about `ns` nanoseconds (clock ticks; close enough).
 __global__ void hold_kernel(long long ticks) {
@@ -536,6 +542,8 @@ void cmd_wall_empty() {
   if (!use_cuda()) return;
   if (!cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) return;
   auto t0 = std::chrono::steady_clock::now();
+  empty_kernel<<<1, 32, 0, g_stream>>>();
+  if (!cuda_ok(cudaGetLastError(), "the empty kernel's launch")) return;
   if (!cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) return;
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   char b[64];
@@ -559,6 +567,13 @@ void cmd_capture(const std::vector<std::string>& a) {
   st_status s = call_program(r);
   cudaGraph_t graph = nullptr;
   cudaError_t e = cudaStreamEndCapture(g_stream, &graph);
+  // Whatever the program did inside (a capture of its own refused, an allocation), the stream leaves
+  // capture mode here: every later command runs it plainly.
+  cudaStreamCaptureStatus still = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(g_stream, &still) == cudaSuccess && still != cudaStreamCaptureStatusNone) {
+    cudaGraph_t dropped = nullptr;
+    if (cudaStreamEndCapture(g_stream, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
+  }
   if (s != ST_OK) {
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
@@ -755,6 +770,11 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: stitch-runner --program LIB [--in FD] [--out FD] [--host-fd FD]\n");
     return 2;
   }
+  // Dies with whoever started it (the Verifier's child, or compute-sanitizer): a parent killed by a
+  // signal runs no cleanup, and a runner left behind keeps the GPU busy for the next verification.
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) return 3;  // the parent is already gone
   srand((unsigned)std::chrono::steady_clock::now().time_since_epoch().count());
   FILE* in = fdopen(in_fd, "r");
   g_out = fdopen(out_fd, "w");

@@ -57,6 +57,13 @@ class Entry:
     timed: bool = False  # needs the timing phase (its cheat shows in the timed calls)
     options: dict = field(default_factory=dict)  # LoopSettings fields for its timing (e.g. a longer phase)
     degenerate: bool = False  # a pass that must say "degenerate: outputs independent of inputs"
+    # other (verdict, reason) pairs that refuse the same cheat as rightly: which defence fires first can
+    # depend on the draws (a bf16 program claiming tf32 is either too wrong for tf32's tolerance on some
+    # trial, or within it with bf16's error statistics)
+    also: tuple[tuple[str, str], ...] = ()
+
+    def accepts(self, verdict: str, reason: str) -> bool:
+        return (verdict, reason) == (self.verdict, self.reason) or (verdict, reason) in self.also
 
     @property
     def folder(self) -> Path:
@@ -117,7 +124,8 @@ CATALOGUE: tuple[Entry, ...] = (
     E("weights_file_diagonal", "4", "wrong_answer", "", "ships a diagonal fc.weight and skips the GEMM"),
     E("mask_from_folder", "4", "wrong_answer", "", "ships an identity mask and copies its input"),
     # ---- 5: precision not what it claims
-    E("tf32_claim_bf16", "5", "rejected", "precision_claim", "claims tf32, computes in bf16"),
+    E("tf32_claim_bf16", "5", "rejected", "precision_claim", "claims tf32, computes in bf16",
+      also=(("wrong_answer", ""),)),
     E("fp32_claim_tf32", "5", "rejected", "precision_claim", "claims fp32, asks the runtime for a TF32 GEMM (wrong at "
       "1e-4 too)"),
     E("manifest_claims_bf16", "5", "wrong_answer", "", "bf16 arithmetic claimed in its manifest, verified at the "

@@ -139,7 +139,7 @@ def test_adversarial_verdict(tmp_path, name):
     record(e, v)
     assert v.report.details is not None and v.report.details.isolation.startswith(NATIVE), \
         (v.report.details.isolation if v.report.details else "no details", said(v))
-    assert (v.result.kind, first_reason(v.result)) == (e.verdict, e.reason), said(v)
+    assert e.accepts(v.result.kind, first_reason(v.result)), said(v)
     if e.verdict == "passed":
         assert bool(v.result.verdict.degenerate) == e.degenerate, said(v)
 

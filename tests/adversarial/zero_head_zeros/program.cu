@@ -19,7 +19,10 @@ const char* kManifest = R"json({
   "name": "zero_head_zeros", "abi_version": 1, "precision": "fp32",
   "inputs":  [{"name": "x", "dtype": "float32", "shape": [64, 256]}],
   "outputs": [{"name": "y", "dtype": "float32", "shape": [64, 16]}],
-  "weights": []
+  "weights": [{"name": "fc.weight", "dtype": "float32", "shape": [128, 256]},
+              {"name": "fc.bias", "dtype": "float32", "shape": [128]},
+              {"name": "head.weight", "dtype": "float32", "shape": [16, 128]},
+              {"name": "head.bias", "dtype": "float32", "shape": [16]}]
 })json";
 
 __global__ void zeros(float* y, int64_t n) {
@@ -44,9 +47,10 @@ extern "C" {
 ST_API int st_program_abi_version(void) { return ST_PROGRAM_ABI_VERSION; }
 ST_API const char* st_program_manifest(void) { return kManifest; }
 
-ST_API st_status st_program_create(const st_tensor* w, int32_t n, int32_t device, st_program** out) {
-  if (n != 0) {
-    st_set_error(ST_ERR_INVALID_ARGUMENT, "zero_head_zeros: expected no weights");
+ST_API st_status st_program_create(const st_tensor*, int32_t n, int32_t device, st_program** out) {
+  if (n != 4) {
+    st_set_error(ST_ERR_INVALID_ARGUMENT, "zero_head_zeros: expected 4 weights (fc.weight, fc.bias, head.weight, "
+                 "head.bias)");
     return ST_ERR_INVALID_ARGUMENT;
   }
   TRY(st_set_device(device));

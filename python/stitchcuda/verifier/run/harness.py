@@ -29,6 +29,9 @@ from typing import Any
 
 from ... import manifest as mf
 from .parameters import independent_of_inputs, redraw_parameters, vary_parameters
+
+#: The factor of the third set of inputs of the degeneracy check (``_depend_on_inputs``).
+SCALED_UP = 16.0
 from .reference import (ProblemError, ReferenceSpec, call_reference, flatten_outputs, fp32_exact, inputs_on,
                         load_module, model_state, program_inputs, split_args, state_attributes)
 
@@ -116,9 +119,9 @@ class ReferenceHarness:
         self.weights = [state[w.name].detach().to(torch_dtype(w.dtype)).contiguous().clone() for w in manifest.weights]
 
     def _depend_on_inputs(self, seed: int) -> None:
-        """Where the outputs for two sets of inputs are within tolerance of each other (a head
-        initialised to zeros), the parameters drawn again at the layers' scale; ``degenerate`` says
-        why when the outputs still do not depend on the inputs."""
+        """Where the outputs for two sets of inputs, and the first scaled up by ``SCALED_UP``, are
+        within tolerance of each other (a head initialised to zeros), the parameters drawn again at the
+        layers' scale; ``degenerate`` says why when the outputs still do not depend on the inputs."""
         import torch
 
         from ...precision import get as get_policy
@@ -134,10 +137,15 @@ class ReferenceHarness:
         tol = get_policy("tf32").tolerance
 
         def outputs() -> list[list[Any]]:
-            out = []
+            # two draws of get_inputs()'s distribution, then the first scaled up: a reference whose outputs
+            # are small beside the tolerance at that distribution (a row mean of zero-mean inputs) still
+            # moves with its inputs, where a zero head or outputs of order 1e-14 do not
+            out, first = [], None
             for k in range(2):
                 d = self.draw(seed ^ (0x5EED << k))
+                first = first or d
                 out.append(self.forward(d))
+            out.append(self.forward(first, [x * SCALED_UP if x.is_floating_point() else x for x in first.program]))
             self._first_seed = None  # the trials' first draw keeps the model's initial state
             return out
 

@@ -37,6 +37,8 @@ from typing import Any, Sequence
 
 import torch
 
+from .child import _die_with_parent
+
 from ...paths import INCLUDE_DIR, LIB_DIR, PACKAGE_DIR, cache_dir
 
 #: ST dtype enum values (stitchrt.h) by torch dtype.
@@ -134,7 +136,7 @@ class NativeRunner:
 
     def __init__(self, exe: str | os.PathLike, library: str | os.PathLike, *, device: int = 0,
                  host_fd: int | None = None, prefix: Sequence[str] = (), token: str = "", cwd: str | None = None,
-                 timeout: float | None = None):
+                 timeout: float | None = None, env: dict[str, str] | None = None):
         self.token = token or hashlib.sha256(os.urandom(16)).hexdigest()[:24]
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
@@ -147,8 +149,10 @@ class NativeRunner:
             argv += ["--host-fd", str(host_fd)]
             fds.append(host_fd)
         with open(self.log_path, "wb") as log:
+            # dies with this process (and the runner with whatever started it: runner.cu's main)
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         pass_fds=fds, cwd=cwd or self._logdir, env=_runner_env())
+                                         pass_fds=fds, cwd=cwd or self._logdir, env={**_runner_env(), **(env or {})},
+                                         preexec_fn=_die_with_parent)
         os.close(cmd_r)
         os.close(rep_w)
         self._buf = b""
@@ -472,7 +476,8 @@ class RemoteRunner:
         return ms
 
     def wall_empty(self) -> float:
-        """The host clock around two device-wide synchronisations and no call, in the runner."""
+        """The host clock around one empty kernel on the runner's stream between two device-wide
+        synchronisations, in the runner: what waiting for any launch costs there."""
         return float(self.native.call("wall_empty")["ms"])
 
     def repeat(self, inputs, outputs, k: int) -> None:

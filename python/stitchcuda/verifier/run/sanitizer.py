@@ -31,8 +31,13 @@ from ..report.verdict import DynamicCheck
 TOOLS = ("memcheck", "racecheck", "synccheck")
 #: The largest trial (inputs + outputs + weights) the sanitizer runs on.
 MAX_BYTES = 256 << 20
-#: Seconds each tool may take (a tool over it is a note).
-TOOL_SECONDS = 240.0
+#: Seconds each tool may take (a tool over it is a note): three tools at most 4.5 minutes in all.
+TOOL_SECONDS = 90.0
+#: The runtime under a tool picks each GEMM algorithm and convolution engine by cuDNN's and cuBLASLt's
+#: heuristics instead of timing the candidates: every candidate timed is one more kernel instrumented
+#: (each tens of times slower; suspected first when a 4096^3 GEMM's verification took 256 s and a
+#: LeNet-5's 318 s), and which engine runs does not change what the program's own code reads and writes.
+TOOL_ENV = {"STITCHCUDA_GEMM_AUTOTUNE": "0", "STITCHCUDA_CONV_AUTOTUNE": "0"}
 ERROR_EXIT = 86
 
 
@@ -129,7 +134,8 @@ def run_tool(sanitizer: str, tool: str, runner_exe: str, library: str, device: i
             data = t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
             os.pwrite(fd, data, off)
         prefix = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
-        native = NativeRunner(runner_exe, library, device=device, host_fd=fd, prefix=prefix, timeout=seconds)
+        native = NativeRunner(runner_exe, library, device=device, host_fd=fd, prefix=prefix, timeout=seconds,
+                              env=TOOL_ENV)
         finished, note = True, ""
         try:
             ids = []

@@ -229,6 +229,7 @@ class Session:
         self.plain_ok = True  # every plain trial passed: only then are later failures named as cheats
         self.plain_nonfinite = False  # the reference itself gives NaN/Inf on get_inputs()'s inputs
         self.degenerate = ""  # why the reference's outputs prove nothing (see .parameters)
+        self.first_refs: list[torch.Tensor] | None = None  # the first trial's outputs while degenerate
         #: Inputs and outputs of several GiB: the extra checks that cost a reference each are thinned out
         #: (LARGE_BYTES), so that the correctness phase of the largest problems stays within its 30 s.
         self.large = sum(t.nbytes for t in (*self.in_specs, *self.out_specs)) > LARGE_BYTES

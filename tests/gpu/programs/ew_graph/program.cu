@@ -2,7 +2,8 @@
 // the four kernels of ew_plain captured into a CUDA graph on the run's own stream and replayed with
 // cudaGraphLaunch. The graph lives in st_program; when the run's buffers differ from the ones it was
 // captured with, it is captured again and the executable graph updated (cudaGraphExecUpdate), so
-// the kernels always read this call's input and write this call's output.
+// the kernels always read this call's input and write this call's output. Called on a stream the
+// caller is capturing, it launches the four kernels into that capture instead.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -155,6 +156,14 @@ ST_API st_status st_program_run(st_program* p, const st_tensor* in, int32_t n_in
   float* y = static_cast<float*>(out[0].data);
 
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  // The caller is capturing its stream (a serving framework's own graph): the launches go into the
+  // caller's capture, as the runtime's graph runner does for generated programs; a capture of our own
+  // cannot begin on a stream that is already being captured.
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(s, &cap);
+  if (e != cudaSuccess) return cuda_status(e);
+  if (cap != cudaStreamCaptureStatusNone)
+    return cuda_status(launch_all(x, y, static_cast<float*>(arena), static_cast<float*>(arena) + N, s));
   if (!p->exec || p->x != x || p->y != y || p->arena != arena) {
     st = capture(p, x, y, arena, s);
     if (st != ST_OK) return st;

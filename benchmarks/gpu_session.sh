@@ -4,6 +4,8 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh setup core      # install, then the runtime GPU tests
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh seam            # task seam, op harness, generated programs
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh verifier        # the Verifier: adversarial set, large problems
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh readme          # the README's examples on a fresh clone
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh cost            # verification cost per phase, now and before
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh recurrent       # GRU / LSTM / RNN models and template, their speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh stateful        # state kept between calls: 3:33, an RNN cell
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
@@ -92,8 +94,10 @@ if want verifier || want adv; then  # adv: the adversarial runs alone
   STITCHCUDA_ADVERSARIAL_JSON="$OUT/adv_run.json" pt adv_run 300 tests/gpu/test_verifier_gpu.py -k adversarial_verdict
 fi
 if want verifier || want verifier2; then  # verifier2: the rest alone (the adversarial runs above are the longest)
-  STITCHCUDA_ADVERSARIAL_JSON="$OUT/adv_static.json" pt adv_static 200 tests/gpu/test_verifier_gpu.py \
+  STITCHCUDA_ADVERSARIAL_JSON="$OUT/adv_static.json" pt adv_static 380 tests/gpu/test_verifier_gpu.py \
     -k "refused_before_running or run_alone or honest_program or large_problem or gpt_block"
+  # the honest controls of the second round: built convolution / stateful / recurrent programs, a long timed phase
+  pt honest_controls 420 tests/gpu/test_verifier_gpu.py -k "built_honest_controls or long_timed_phase"
   pt verifier_rest 120 tests/gpu/test_verifier_gpu.py -k "crash or hang or timing_is_stable or cupti or profiler or graph_replay_kernel"
   [ -f .carry/adv_run.json ] && [ ! -f "$OUT/adv_run.json" ] && cp .carry/adv_run.json "$OUT/adv_run.json"
   python3 tests/adversarial/table.py --from "$OUT/adv_run.json" "$OUT/adv_static.json" > "$OUT/adversarial.md" 2>&1
@@ -115,6 +119,19 @@ if want stateful; then
   pt stateful_cell 300 tests/gpu/test_stateful_gpu.py -k "stateful_rnn_cell or carries"
   pt stateful_3_33 540 tests/gpu/test_stateful_gpu.py -k "L3-33"
   pt stateful_adv 300 tests/gpu/test_verifier_gpu.py -k "adversarial_verdict and (state_honest or state_ignored)"
+fi
+
+if want readme; then  # the README's examples as written, on a fresh clone from .carry/repo.bundle (git bundle)
+  log "the README's examples on a fresh clone"
+  F=/tmp/fresh; rm -rf "$F"; mkdir -p "$F" && git clone -q .carry/repo.bundle "$F/stitchcuda" && cp -r "$STITCHCUDA_SHARED" "$F/shared" \
+    && (cd "$F/stitchcuda" && python3 -m pip install --no-build-isolation --no-deps -q . \
+        && STITCHCUDA_SHARED="$F/shared" timeout 560 python3 benchmarks/readme_examples.py --out "$OUT/readme.md" \
+        > "$OUT/readme.log" 2>&1); echo "readme_examples exit $?"; tail -3 "$OUT/readme.log"
+fi
+
+if want cost; then  # verification cost per phase, now and at an earlier commit (needs the clone's history)
+  timeout 560 python3 benchmarks/verify_cost.py --five --no-compile --before "${COST_BEFORE:-14f51b0}" \
+    --json "$OUT/cost.json" > "$OUT/cost.md" 2>&1; echo "verify_cost exit $?"; tail -14 "$OUT/cost.md"
 fi
 
 if want large; then

@@ -270,3 +270,15 @@ def test_ray_local_instance(tmp_path, workers_env):
                         log=lambda s: None)
     res = {r["id"]: r["status"] for r in bench.read_results(tmp_path / "out" / "results.jsonl")}
     assert res == {"r1": "passed", "r2": "wrong_answer"} and s.correct == 1
+
+
+def test_the_max_autotune_baseline_shows_only_where_it_was_timed():
+    """``--baselines max-autotune``: a fifth row of the summary where some result has it, none where none does."""
+    from stitchcuda.ship.report import metrics
+
+    base = {"status": "passed", "verdict": "passed"}
+    plain = [{**base, "ms": {"program": 1.0, "eager_fp32": 4.0, "eager_policy": 2.0, "compile_policy": 1.5}}]
+    assert "compile_autotune" not in {s.key for s in metrics(plain, "tf32").baselines}
+    tuned = [{**base, "ms": {**plain[0]["ms"], "compile_autotune": 1.2}}]
+    row = {s.key: s for s in metrics(tuned, "tf32").baselines}["compile_autotune"]
+    assert row.label == "torch.compile max-autotune at tf32" and abs(row.geomean - 1.2) < 1e-9

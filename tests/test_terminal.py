@@ -113,6 +113,9 @@ CASES = [
     case("bench-budget-without-optimize", "bench suite.jsonl --budget 3m --out b", BAD, "add --optimize"),
     case("kernelbench-typo", "build kernelbench:3", BAD, "use kernelbench:LEVEL:ID"),
     case("selfcheck-arch", "selfcheck --arch 90", BAD, "use the sm_XY form, e.g. sm_90"),
+    case("bench-unknown-baseline", "bench suite.jsonl --baselines autotune --out b", BAD,
+         "autotune: the extra baselines are max-autotune"),
+    case("verify-unknown-baseline", "verify prog --baselines max_autotune", BAD, "the extra baselines are"),
 ]
 
 

@@ -1117,3 +1117,29 @@ def test_child_dies_with_its_parent(tmp_path):
         time.sleep(0.05)
     os.kill(child, signal.SIGKILL)
     raise AssertionError("the child outlived its killed parent")
+
+
+def test_the_max_autotune_baseline_is_torch_compile_asked_to_autotune(adv_problem, fake_cuda, monkeypatch):
+    """VerifyOptions.autotune (``--baselines max-autotune``): a fifth baseline, torch.compile with
+    mode="max-autotune" at the policy, in the same table; absent unless asked for."""
+    from stitchcuda.verifier.measure.timing import time_all
+
+    modes = []
+
+    def fake_compile(model, mode=None, **kw):
+        modes.append(mode)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: None)
+    settings = LoopSettings(min_trials=3, min_seconds=0.0, max_seconds=1.0)
+    d = adv_problem.draw(1)
+    args = adv_problem.model_args(d)
+    table, _ = time_all(lambda: None, adv_problem.model, args, precision="fp32", stream=fake_cuda, compile=True,
+                        settings=settings)
+    assert table.compile_autotune is None and "max-autotune" not in modes
+    assert "torch.compile max-autotune at policy" not in dict(table.baselines())
+    table, _ = time_all(lambda: None, adv_problem.model, args, precision="fp32", stream=fake_cuda, compile=True,
+                        autotune=True, settings=settings)
+    assert modes[-1] == "max-autotune" and table.compile_autotune is not None
+    assert dict(table.baselines())["torch.compile max-autotune at policy"] is table.compile_autotune

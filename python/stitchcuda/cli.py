@@ -157,6 +157,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-time", action="store_true", help="skip timing")
     p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    p.add_argument("--baselines", type=checks.baselines, default=(),
+                   help="extra baselines: max-autotune (torch.compile(mode='max-autotune') at the policy; minutes)")
     p.add_argument("--arch", type=checks.arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
 
     p = add("profile", "CUPTI-profile a program folder (kernels, tasks, roofline)", commands.profile,
@@ -194,8 +196,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=checks.count(), default=5, help="verification trials per problem (default 5)")
     p.add_argument("--no-profile", action="store_true", help="skip the CUPTI profile of each program")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    p.add_argument("--baselines", type=checks.baselines, default=(),
+                   help="extra baselines: max-autotune (torch.compile(mode='max-autotune') at the policy; minutes "
+                        "a problem)")
     p.add_argument("--no-sanitizer", action="store_true",
-                   help="skip compute-sanitizer (up to three tools of 4 min each per problem); the other checks run")
+                   help="skip compute-sanitizer (up to three tools of 90 s each per problem); the other checks run")
     p.add_argument("--only", action="append", help="only problems whose id contains this text (repeatable)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the problems as Ray tasks of one GPU each (pip install ray; "
                                                    "'auto', host:port, or 'local' for a new local instance)")

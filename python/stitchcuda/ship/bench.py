@@ -96,11 +96,13 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
     except OSError as e:
         raise SuiteError(f"--out {folder}: cannot create it ({e.strerror or e})") from None
     asked = {"suite": str(Path(suite).resolve()), "precision": opts.precision, "mode": opts.mode,
-             "budget": opts.budget, "trials": opts.trials, "compile": opts.compile, "sanitizer": opts.sanitizer}
+             "budget": opts.budget, "trials": opts.trials, "compile": opts.compile, "sanitizer": opts.sanitizer,
+             "autotune": opts.autotune}
     meta_file = folder / "suite.json"
     if meta_file.is_file():
         before = json.loads(meta_file.read_text())
         differs = [k for k in ("precision", "mode", "budget", "trials", "compile") if before.get(k) != asked[k]]
+        differs += ["autotune"] if bool(before.get("autotune")) != asked["autotune"] else []
         if differs:
             raise SuiteError(f"{folder} holds results made with other settings ({', '.join(f'{k}={before.get(k)}' for k in differs)}); "
                              "use another --out")

@@ -53,6 +53,20 @@ def days(text: str) -> float:
     return d
 
 
+#: Baselines a verification or a suite may add to the four it always times.
+EXTRA_BASELINES = ("max-autotune",)
+
+
+def baselines(text: str) -> tuple[str, ...]:
+    """Extra baselines, comma-separated: ``max-autotune`` (torch.compile(mode="max-autotune") at the policy)."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if n not in EXTRA_BASELINES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{', '.join(bad) or repr(text)}: the extra baselines are "
+                                         f"{', '.join(EXTRA_BASELINES)}")
+    return names
+
+
 def fraction(text: str) -> float:
     try:
         f = float(text)

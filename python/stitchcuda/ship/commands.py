@@ -346,7 +346,8 @@ def _verify_options(args: argparse.Namespace, **extra):
     from ..verifier.verification import VerifyOptions
 
     return VerifyOptions(trials=args.trials, time=not args.no_time, profile=not args.no_profile,
-                         compile=not args.no_compile, seed=args.seed, arch=args.arch, precision=args.precision,
+                         compile=not args.no_compile, autotune="max-autotune" in (getattr(args, "baselines", None) or ()),
+                         seed=args.seed, arch=args.arch, precision=args.precision,
                          command="stitchcuda " + " ".join(sys.argv[1:]), **extra)
 
 
@@ -495,7 +496,7 @@ def bench(args: argparse.Namespace, ui: UI) -> int:
     opts = bench.BenchOptions(precision=args.precision, mode=mode, budget=args.budget, gpus=args.gpus,
                               limit=args.limit, ray=args.ray, only=tuple(args.only or ()), solver=args.solver,
                               trials=args.trials, profile=not args.no_profile, compile=not args.no_compile,
-                              sanitizer=not args.no_sanitizer)
+                              autotune="max-autotune" in (args.baselines or ()), sanitizer=not args.no_sanitizer)
     with ui.live() as show:
         summary = bench.run_suite(args.suite, args.out, opts, log=lambda text: (show(None), ui.info(text)),
                                   stage=lambda pid, text: show(f"{pid}: {text}"))

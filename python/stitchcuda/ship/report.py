@@ -27,7 +27,10 @@ from ..fsutil import atomic_write_text
 
 #: (key in a result's "ms", label)
 BASELINES = (("eager_fp32", "eager fp32"), ("eager_policy", "eager at policy"),
-             ("compile_policy", "torch.compile at policy"), ("compile_fp32", "torch.compile fp32"))
+             ("compile_policy", "torch.compile at policy"), ("compile_fp32", "torch.compile fp32"),
+             ("compile_autotune", "torch.compile max-autotune at policy"))
+#: Baselines a suite shows only where some result has them (asked for, or timed at all)
+OPTIONAL = ("compile_fp32", "compile_autotune")
 THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 PLOTS = ("speedups.png", "fast_p.png", "roofline.png")
 
@@ -85,7 +88,7 @@ def metrics(results: Sequence[dict], precision: str = "") -> SuiteMetrics:
     for key, label in BASELINES:
         sp = [speedup(r, key) for r in results if correct(r)]
         sp = [s for s in sp if s is not None]
-        if not sp and key == "compile_fp32":
+        if not sp and key in OPTIONAL:
             continue
         stats.append(BaselineStats(key, label.replace("at policy", f"at {precision}") if precision else label,
                                    len(sp), geomean(sp), {p: fast_p(results, key, p) for p in THRESHOLDS}))

@@ -74,6 +74,7 @@ class BenchOptions:
     trials: int = 5
     profile: bool = True           # the Verifier's CUPTI profile
     compile: bool = True           # the torch.compile baselines
+    autotune: bool = False         # also torch.compile(mode="max-autotune") at the policy (--baselines max-autotune)
     sanitizer: bool = True         # the Verifier's compute-sanitizer trial
     timeout_s: float = 3600.0      # per problem
 
@@ -124,7 +125,8 @@ def record_from_report(problem: SuiteProblem, report: Any, manifest: Any = None,
     t = report.timings
     if t is not None:
         rec["ms"] = {"program": t.program.median_ms, **{k: getattr(t, k).median_ms for k in
-                     ("eager_fp32", "eager_policy", "compile_fp32", "compile_policy") if getattr(t, k) is not None}}
+                     ("eager_fp32", "eager_policy", "compile_fp32", "compile_policy", "compile_autotune")
+                     if getattr(t, k, None) is not None}}
     if manifest is not None:
         ops = manifest.reference_ops or manifest.tasks
         rec["flops"] = int(sum(o.flops for o in ops))
@@ -166,7 +168,8 @@ class BuildSolver:
             return {"status": "compile_error", "verdict": "compile_error", "summary": o.build.message}
         try:
             v = verify(o.directory, None, VerifyOptions(trials=opts.trials, profile=opts.profile,
-                                                        compile=opts.compile, sanitizer=opts.sanitizer,
+                                                        compile=opts.compile, autotune=opts.autotune,
+                                                        sanitizer=opts.sanitizer,
                                                         command="stitchcuda bench",
                                                         progress=lambda s: report_stage(f"verify: {s}")))
         except VerifyEnvironmentError as e:

@@ -77,6 +77,7 @@ class VerifyOptions:
     time: bool = True
     profile: bool = True
     compile: bool = True  # the torch.compile baselines
+    autotune: bool = False  # also torch.compile(mode="max-autotune") at the policy (minutes per reference)
     reference_profile: bool = True
     dynamic: bool = True
     static_gate: bool = True  # do not build a candidate the static rules reject
@@ -147,7 +148,8 @@ def _job(prog: mf.ProgramDir, library: Path, spec: ReferenceSpec, o: VerifyOptio
          seed: int, weights_seed: int) -> WorkerJob:
     return WorkerJob(mode=mode, library=str(library.resolve()), manifest=prog.manifest, reference=spec,
                      precision=precision, seed=seed, weights_seed=weights_seed, token=secrets.token_hex(16),
-                     trials=o.trials, varied=o.varied, time=o.time, compile=o.compile, dynamic=o.dynamic,
+                     trials=o.trials, varied=o.varied, time=o.time, compile=o.compile, autotune=o.autotune,
+                     dynamic=o.dynamic,
                      reference_profile=o.reference_profile, memory_fraction=o.memory_fraction,
                      program_memory_cap=o.program_memory_cap, timing=o.timing, profile_runs=o.profile_runs,
                      device=o.device, cupti=o.cupti, isolate=o.isolate, sanitizer=o.sanitizer)

@@ -313,12 +313,13 @@ def precision_context(precision: str):
 
 
 def time_all(program: "Callable[[], Any] | ProgramClock", model: Any, model_args: list[Any], *, precision: str,
-             stream: Any, compile: bool = True, settings: LoopSettings = LoopSettings(),
+             stream: Any, compile: bool = True, autotune: bool = False, settings: LoopSettings = LoopSettings(),
              recheck_outputs: Callable[[], bool] | None = None, log: Callable[[str], None] = lambda s: None,
              calls: CallHooks | None = None) -> tuple[TimingTable, TimingDetails]:
     """Time the program (its calls checked by ``calls``; a :class:`ProgramClock`, or a callable that
-    enqueues one call on ``stream``) and the four baselines on ``stream`` (a torch.cuda.Stream), and
-    check its event time against the host clock (:func:`wall_check`). GPU only."""
+    enqueues one call on ``stream``) and the four baselines on ``stream`` (a torch.cuda.Stream), a fifth
+    with ``autotune`` (``torch.compile(mode="max-autotune")`` at the policy), and check its event time
+    against the host clock (:func:`wall_check`). GPU only."""
     import torch
 
     from ...precision import fp32_exact
@@ -374,10 +375,15 @@ def time_all(program: "Callable[[], Any] | ProgramClock", model: Any, model_args
             comp_pol = comp32
     else:
         notes.append("torch.compile baselines not measured (disabled)")
+    comp_auto = None
+    if autotune:  # the strongest baseline: a user who wants speed asks torch.compile to autotune
+        comp_auto, _ = _time_compiled(model, model_args, (lambda: precision_context(precision)) if precision != "fp32"
+                                      else fp32_exact, run_measure, f"torch.compile max-autotune at {precision}", notes,
+                                      mode="max-autotune")
     if precision == "fp32":
         notes.append("policy fp32: the 'at policy' rows are the fp32 rows")
     table = TimingTable(program=prog, eager_fp32=eager32, eager_policy=eager_pol, compile_fp32=comp32,
-                        compile_policy=comp_pol)
+                        compile_policy=comp_pol, compile_autotune=comp_auto)
     matched = matched_baseline(table)
     recheck = None
     if matched is not None and table.speedup(matched[1]) and table.speedup(matched[1]) > RECHECK_SPEEDUP:
@@ -405,13 +411,14 @@ def _call_in(fn: Callable[..., Any], args: list[Any], ctx: Callable[[], Any]) ->
         fn(*args)
 
 
-def _time_compiled(model, args, ctx, run_measure, what: str, notes: list[str]):
-    """(Timing, the compiled callable) or (None, None) when compilation fails."""
+def _time_compiled(model, args, ctx, run_measure, what: str, notes: list[str], mode: str | None = None):
+    """(Timing, the compiled callable) or (None, None) when compilation fails; ``mode`` is
+    torch.compile's (None: its default)."""
     import torch
 
     try:
         torch._dynamo.reset()
-        compiled = torch.compile(model)
+        compiled = torch.compile(model, mode=mode) if mode else torch.compile(model)
     except Exception as e:  # noqa: BLE001
         notes.append(f"{what}: torch.compile failed ({type(e).__name__}: {str(e)[:200]})")
         return None, None

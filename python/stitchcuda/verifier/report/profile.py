@@ -80,10 +80,15 @@ class TimingTable:
     eager_policy: Timing | None = None  # eager with the program's precision allowed (TF32 flags, autocast)
     compile_fp32: Timing | None = None
     compile_policy: Timing | None = None
+    # torch.compile(mode="max-autotune") at the policy: what a user who wants speed runs (asked for:
+    # VerifyOptions.autotune, ``--baselines max-autotune``; minutes of autotuning per reference)
+    compile_autotune: Timing | None = None
 
     def baselines(self) -> list[tuple[str, Timing | None]]:
-        return [("eager fp32", self.eager_fp32), ("eager at policy", self.eager_policy),
-                ("torch.compile fp32", self.compile_fp32), ("torch.compile at policy", self.compile_policy)]
+        out = [("eager fp32", self.eager_fp32), ("eager at policy", self.eager_policy),
+               ("torch.compile fp32", self.compile_fp32), ("torch.compile at policy", self.compile_policy)]
+        return out + ([("torch.compile max-autotune at policy", self.compile_autotune)]
+                      if self.compile_autotune is not None else [])
 
     def speedup(self, baseline: Timing | None) -> float | None:
         if baseline is None or self.program.median_ms <= 0:

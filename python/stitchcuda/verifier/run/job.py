@@ -41,6 +41,7 @@ class WorkerJob:
     varied: int = 4
     time: bool = True
     compile: bool = True
+    autotune: bool = False  # torch.compile(mode="max-autotune") at the policy, a fifth baseline
     dynamic: bool = True
     reference_profile: bool = True
     memory_fraction: float = 0.9
@@ -106,7 +107,7 @@ class WorkerJob:
             want(name, isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a non-negative integer")
         want("trials", self.trials >= 1, "at least 1")
         want("token", isinstance(self.token, str) and len(self.token) >= 16, "a token of 16+ characters")
-        for name in ("time", "compile", "dynamic", "reference_profile", "cupti", "isolate", "sanitizer"):
+        for name in ("time", "compile", "autotune", "dynamic", "reference_profile", "cupti", "isolate", "sanitizer"):
             want(name, isinstance(getattr(self, name), bool), "true or false")
         want("memory_fraction", isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1,
              "a fraction in [0, 1]")

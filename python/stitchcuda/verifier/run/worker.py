@@ -286,7 +286,8 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
         return all(errors(a, r, tol).passed for a, r in zip(ys, ref))
 
     table, details = time_all(program, problem.model, problem.model_args(d), precision=job.precision,
-                              stream=stream, compile=job.compile, settings=job.timing, recheck_outputs=outputs_ok,
+                              stream=stream, compile=job.compile, autotune=job.autotune, settings=job.timing,
+                              recheck_outputs=outputs_ok,
                               log=lambda s: print(f"[worker] {s}", flush=True), calls=calls)
     rep.save(timing={"table": table, "details": details})
     checks = []

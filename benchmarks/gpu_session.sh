@@ -6,6 +6,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh verifier        # the Verifier: adversarial set, large problems
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh readme          # the README's examples on a fresh clone
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh cost            # verification cost per phase, now and before
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh tuning          # tuning files: a second process's first call
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh recurrent       # GRU / LSTM / RNN models and template, their speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh stateful        # state kept between calls: 3:33, an RNN cell
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh compare         # programs before / after a Coder change
@@ -132,6 +133,10 @@ fi
 if want cost; then  # verification cost per phase, now and at an earlier commit (needs the clone's history)
   timeout 560 python3 benchmarks/verify_cost.py --five --no-compile --before "${COST_BEFORE:-14f51b0}" \
     --json "$OUT/cost.json" > "$OUT/cost.md" 2>&1; echo "verify_cost exit $?"; tail -14 "$OUT/cost.md"
+fi
+
+if want tuning; then  # the tuning file: a second process's first call as fast as its tenth
+  pt tuning 300 tests/gpu/test_tuning_gpu.py -s
 fi
 
 if want large; then

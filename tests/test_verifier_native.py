@@ -206,3 +206,16 @@ def test_the_sanitizers_reports_become_one_check(built, tmp_path):
                                    "=========     at relu_f4(float4*, long)+0x70\n"
                                    "========= ERROR SUMMARY: 1 error\n")
     assert mem.errors == 1 and mem.lines[0].startswith("Invalid __global__ write")
+
+
+def test_the_tuning_command_answers_with_a_value_and_the_runner_goes_on(built):
+    """``tuning`` (the runtime's choices by timing, for the folder's tuning file): without a device there is
+    no identity to give, and the reply says so as a value; the runner goes on serving."""
+    host = HostFile()
+    r = start(built, host)
+    try:
+        reply = r.call("tuning", check=False)
+        assert reply["ok"] is False and reply["error"].startswith("tuning: "), reply
+        assert r.call("hello")["abi"] == 1
+    finally:
+        r.close()

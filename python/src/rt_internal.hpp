@@ -15,6 +15,7 @@
 #include "dlpack_abi.h"
 #include "stitchrt/program.h"
 #include "stitchrt/stitchrt.h"
+#include "stitchrt/tuning.h"
 
 namespace py = pybind11;
 

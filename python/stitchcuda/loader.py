@@ -30,6 +30,7 @@ user may have both installed.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import mmap
 import os
@@ -166,6 +167,64 @@ def device_arch(device: int) -> str:
     return f"sm_{major.value}{minor.value}"
 
 
+# ---------------------------------------------------------------------- tuning files
+# The runtime's choices by measurement carried between processes (stitchrt/tuning.h): the file's
+# format lives here, where a wheel's loader reads it without stitchcuda; stitchcuda.tuning writes it.
+
+TUNING_FILE = "tuning.txt"
+TUNING_HEAD = "# stitchcuda tuning file (stitchrt/tuning.h): the runtime's choices by measurement"
+TUNING_IDENTITY = "# identity: "
+
+
+def _text_of(fn, what: str) -> str:
+    n = ctypes.c_size_t(0)
+    _check(fn(None, ctypes.c_size_t(0), ctypes.byref(n)), what)
+    buf = ctypes.create_string_buffer(n.value + 1)
+    _check(fn(buf, ctypes.c_size_t(n.value + 1), ctypes.byref(n)), what)
+    return buf.value.decode("utf-8", "replace")
+
+
+def identity_line(device_part: str, library: Path = LIBRARY) -> str:
+    """Where a tuning file's choices hold: the runtime's ``st_tuning_identity`` (device, cuBLASLt, cuDNN,
+    workspace) and this build of the runtime (its library's hash)."""
+    return f"{device_part}; runtime rt{hashlib.sha256(Path(library).read_bytes()).hexdigest()[:12]}"
+
+
+def tuning_identity() -> str:
+    return identity_line(_text_of(runtime().st_tuning_identity, "st_tuning_identity"))
+
+
+def parse_tuning(text: str, ident: str) -> tuple[str, str]:
+    """(the choice lines to import, "") when ``text`` is a tuning file made where ``ident`` holds, else
+    ("", why not)."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != TUNING_HEAD:
+        return "", "not a stitchcuda tuning file"
+    theirs = next((ln[len(TUNING_IDENTITY):].strip() for ln in lines[1:] if ln.startswith(TUNING_IDENTITY)), None)
+    if theirs is None:
+        return "", "the tuning file says nothing of where it was made"
+    if theirs != ident:
+        return "", f"the tuning file was made on another machine or runtime ({theirs}; here: {ident})"
+    return "".join(ln + "\n" for ln in lines[1:] if ln.strip() and not ln.startswith("#")), ""
+
+
+def import_tuning(folder: Path) -> tuple[int, str]:
+    """Import ``folder``'s tuning file, if it has one made here: (choices taken, why none were or "").
+    Never raises: a tuning file is an optimisation, not a reason for a program to fail."""
+    path = Path(folder) / TUNING_FILE
+    if not path.is_file():
+        return 0, ""
+    try:
+        choices, why = parse_tuning(path.read_text(encoding="utf-8", errors="replace"), tuning_identity())
+        if why:
+            return 0, f"{path}: {why}: ignored, each new shape is timed"
+        taken = ctypes.c_size_t(0)
+        _check(runtime().st_tuning_import(choices.encode(), ctypes.byref(taken)), "st_tuning_import")
+        return taken.value, ""
+    except Exception as e:  # noqa: BLE001
+        return 0, f"{path}: not read ({type(e).__name__}: {e})"
+
+
 # ---------------------------------------------------------------------- weights
 
 
@@ -247,6 +306,8 @@ class PackagedProgram:
         if arch not in built:
             raise RuntimeCallError(f"{self.name}: built for {', '.join(built) or 'no architecture'}, this GPU is {arch}: "
                               f"make the wheel again with `stitchcuda wheel ... --arch {arch}`")
+        # the choices timed where the wheel was made, before the first call (tuning files, above)
+        self.tuned, self.tuning_note = import_tuning(package)
         self.library = ctypes.CDLL(str(package / arch / "program.so"))
         lib = self.library
         lib.st_program_create.restype = lib.st_program_run.restype = ctypes.c_int
@@ -387,4 +448,6 @@ def load_program(package: str | os.PathLike, *, device: int | None = None) -> Pa
 
 
 __all__ = ["PackagedProgram", "load_program", "device_count", "device_arch", "read_weights", "dlpack_view", "runtime",
+           "TUNING_FILE", "TUNING_HEAD", "TUNING_IDENTITY", "identity_line", "tuning_identity", "parse_tuning",
+           "import_tuning",
            "RuntimeCallError", "NoCudaDeviceError", "ProgramError", "DTYPES", "StTensor"]

@@ -71,6 +71,7 @@ class Program:
         self.library = rt.ProgramLibrary(library_path)
         self._weights = weights
         self._instances: dict[int, Any] = {}
+        self.tuned, self.tuning_note = 0, ""  # choices imported from the folder's tuning file (instance())
 
     # ------------------------------------------------------------------ loading
 
@@ -115,9 +116,15 @@ class Program:
         return self.manifest.state
 
     def instance(self, device: int = 0):
-        """The program created on ``device`` (weights uploaded once, on first use)."""
+        """The program created on ``device`` (weights uploaded once, on first use). The folder's tuning
+        file (:mod:`stitchcuda.tuning`), where it was made on this device, is imported first: the first
+        call takes the GEMM algorithms and convolution engines timed then instead of timing them."""
         inst = self._instances.get(device)
         if inst is None:
+            if not self._instances:
+                from . import tuning
+
+                self.tuned, self.tuning_note = tuning.load(self.root)
             inst = self.library.create(self._weights, device=device)
             self._instances[device] = inst
         return inst
@@ -195,6 +202,13 @@ class Program:
             ins.append(t)
         outs = list(out) if out is not None else [rt.DeviceTensor(list(s.shape), s.dtype) for s in self.outputs]
         return outs, ins, device
+
+    def save_tuning(self) -> Path:
+        """Write the choices this process timed (for this program's calls and any other) into the folder's
+        tuning file, for the next process and the program's wheel."""
+        from . import tuning
+
+        return tuning.save(self.root)
 
     def close(self) -> None:
         for inst in self._instances.values():

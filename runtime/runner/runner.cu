@@ -27,6 +27,7 @@
 //   sync / syncall                       the stream / the whole device awaited
 //   memory                               device free/total, resident and pinned host bytes, runtime pool
 //   calls                                the runtime calls the program made since the last "calls"
+//   tuning                               the runtime's choices by timing in this process, and their identity
 //   destroy / quit
 //   hello                                the runner's source hash and the program's ABI version
 //   ARGS = N_IN TID.. N_OUT TID.. [pressure] [nosync]  ("pressure": a busy kernel on a second stream
@@ -61,6 +62,7 @@
 #include <vector>
 
 #include "stitchrt/program.h"
+#include "stitchrt/tuning.h"
 
 #ifndef STITCH_RUNNER_HASH
 #define STITCH_RUNNER_HASH "unknown"
@@ -632,6 +634,21 @@ size_t proc_status_kb(const char* key) {
   return kb;
 }
 
+// The GEMM algorithms and convolution engines the runtime chose by timing in this process, and what
+// they hold for (stitchrt/tuning.h): the Verifier writes them into the program folder's tuning file.
+void cmd_tuning() {
+  std::string parts[2];
+  st_status (*fns[2])(char*, size_t, size_t*) = {st_tuning_export, st_tuning_identity};
+  for (int i = 0; i < 2; ++i) {
+    size_t n = 0;
+    if (fns[i](nullptr, 0, &n) != ST_OK) return fail(std::string("tuning: ") + st_last_error());
+    std::vector<char> buf(n + 1);
+    if (fns[i](buf.data(), buf.size(), &n) != ST_OK) return fail(std::string("tuning: ") + st_last_error());
+    parts[i].assign(buf.data(), n);
+  }
+  ok("\"text\":\"" + json_escape(parts[0]) + "\",\"identity\":\"" + json_escape(parts[1]) + "\"");
+}
+
 void cmd_memory() {
   size_t free_b = 0, total_b = 0;
   if (g_cuda && !cuda_ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo")) return;
@@ -722,6 +739,7 @@ int serve(FILE* in) {
     } else if (c == "syncall") {
       if (!g_cuda || cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) ok();
     } else if (c == "memory") cmd_memory();
+    else if (c == "tuning") cmd_tuning();
     else if (c == "calls") cmd_calls();
     else if (c == "destroy") {
       if (g_prog.p) g_prog.destroy(g_prog.p);

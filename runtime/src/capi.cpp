@@ -1,7 +1,10 @@
 // capi.cpp — the extern "C" surface of stitchrt.h: each entry turns exceptions into a status.
+#include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <cudnn_graph.h>
 
 #include <cstdio>
+#include <cstring>
 #include <new>
 
 #include "context.hpp"
@@ -11,6 +14,8 @@
 #include "memory.hpp"
 #include "stitchrt/program.h"
 #include "stitchrt/stitchrt.h"
+#include "stitchrt/tuning.h"
+#include "tuning.hpp"
 
 namespace {
 using st::guarded;
@@ -147,6 +152,43 @@ st_status st_plan_cache_stats(void* stream, uint64_t* hits, uint64_t* misses, ui
     if (hits) *hits = ctx.plan_hits;
     if (misses) *misses = ctx.plan_misses;
     if (size) *size = ctx.plans.size();
+  });
+}
+
+st_status st_tuning_export(char* buf, size_t cap, size_t* len) {
+  return guarded([&] {
+    ST_REQUIRE(len, "st_tuning_export: len is null");
+    const std::string text = st::tuning_export();
+    *len = text.size();
+    if (buf && cap > text.size()) std::memcpy(buf, text.c_str(), text.size() + 1);
+  });
+}
+
+st_status st_tuning_import(const char* text, size_t* taken) {
+  return guarded([&] {
+    ST_REQUIRE(text, "st_tuning_import: text is null");
+    const size_t n = st::tuning_import(text);
+    if (taken) *taken = n;
+  });
+}
+
+st_status st_tuning_clear(void) {
+  return guarded([&] { st::tuning_clear(); });
+}
+
+st_status st_tuning_identity(char* buf, size_t cap, size_t* len) {
+  return guarded([&] {
+    ST_REQUIRE(len, "st_tuning_identity: len is null");
+    int dev = 0;
+    ST_CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp p{};
+    ST_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    const size_t ws = st::default_workspace_bytes(p.major);
+    const std::string text = st::cat("sm_", p.major, p.minor, " ", p.multiProcessorCount, " SMs ",
+                                     p.totalGlobalMem >> 20, " MiB, cuBLASLt ", cublasLtGetVersion(), ", cuDNN ",
+                                     cudnnGetVersion(), ", workspace ", ws);
+    *len = text.size();
+    if (buf && cap > text.size()) std::memcpy(buf, text.c_str(), text.size() + 1);
   });
 }
 

@@ -16,6 +16,7 @@
 #include "context.hpp"
 #include "error.hpp"
 #include "gemm.hpp"
+#include "tuning.hpp"
 
 namespace st {
 
@@ -355,6 +356,8 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
   auto plan = std::make_unique<GemmPlan>();
   build_plan(ctx, g, key, g.epilogue, *plan);
   const bool tune = autotune_allowed(key, stream);
+  size_t n_words = 0;
+  const int64_t* words = key_words(key, &n_words);
   std::vector<cublasLtMatmulAlgo_t> cands = heuristic_candidates(ctx, key, *plan, tune ? kMaxCandidates : 1);
   // cuBLASLt may have no kernel with a GELU epilogue for this problem; the split strategy
   // below (GEMM, then the fused epilogue kernel) still serves it.
@@ -366,6 +369,25 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
     throw Error(ST_ERR_NOT_SUPPORTED,
                 cat("gemm: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch,
                     " policy=", st_policy_name(g.policy), " epilogue=", int(g.epilogue)));
+  // A choice carried from another process (stitchrt/tuning.h) is taken instead of timing, when its
+  // candidate list is the one it was made from (an index past its end: timed as without it).
+  TunedChoice known;
+  if (tune && tuning_lookup('g', words, n_words, &known)) {
+    if (!known.split && known.index < static_cast<int64_t>(cands.size())) {
+      plan->algo = cands[static_cast<size_t>(known.index)];
+      return plan;
+    }
+    if (known.split && can_split) {
+      auto split = std::make_unique<GemmPlan>();
+      build_plan(ctx, g, key, g.epilogue == ST_EPI_BIAS_GELU ? ST_EPI_BIAS : ST_EPI_NONE, *split);
+      std::vector<cublasLtMatmulAlgo_t> sc = heuristic_candidates(ctx, key, *split, kMaxCandidates);
+      if (known.index < static_cast<int64_t>(sc.size())) {
+        split->algo = sc[static_cast<size_t>(known.index)];
+        split->split_gelu = true;
+        return split;
+      }
+    }
+  }
   Choice fused;
   if (!cands.empty()) {
     plan->algo = cands[0];
@@ -379,6 +401,8 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
     std::fprintf(stderr, "stitchcuda gemm plan m=%lld n=%lld k=%lld b=%lld %s epi=%d: %zu candidates, best %.4f ms (#%zu of %zu timed)\n",
                  (long long)g.m, (long long)g.n, (long long)g.k, (long long)g.batch, st_policy_name(g.policy),
                  int(g.epilogue), cands.size(), fused.ms, fused.index, fused.timed);
+  if (tune && !cands.empty() && !can_split)
+    tuning_record('g', words, n_words, TunedChoice{fused.ms >= 0.f ? static_cast<int64_t>(fused.index) : 0, 0});
   if (!can_split || (!tune && !cands.empty())) return plan;
 
   // Split strategy for GELU: cuBLASLt's GELU epilogue kernels are sometimes much slower than
@@ -406,8 +430,10 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
                  c.ms, c.index, c.timed);
   if (c.ms >= 0.f && (fused.ms < 0.f || c.ms < fused.ms * 0.98f)) {
     split->algo = split_cands[c.index];
+    tuning_record('g', words, n_words, TunedChoice{static_cast<int64_t>(c.index), 1});
     return split;
   }
+  tuning_record('g', words, n_words, TunedChoice{fused.ms >= 0.f ? static_cast<int64_t>(fused.index) : 0, 0});
   return plan;
 }
 

@@ -281,7 +281,7 @@ def make_wheels(program_dir: str | Path, *, name: str | None = None, archs: list
              f"{name}/manifest.json": prog.manifest_path.read_bytes()}
     if prog.weights is not None:
         files[f"{name}/weights.safetensors"] = prog.weights.read_bytes()
-    for extra in ("report.json", "report.md", "reference.py"):
+    for extra in ("report.json", "report.md", "reference.py", "tuning.txt"):  # tuning: stitchcuda.tuning
         if (prog.root / extra).is_file():
             files[f"{name}/{extra}"] = (prog.root / extra).read_bytes()
     for a, data in libraries.items():

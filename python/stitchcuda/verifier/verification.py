@@ -218,6 +218,7 @@ class _Run:
     notes: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
+    tuning: dict[str, str] | None = None  # the runtime's choices by timing in the child ({"text", "identity"})
 
     def finish(self, result: VerificationResult, **parts: Any) -> Verification:
         return _finish(self, result, **parts)
@@ -336,6 +337,7 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     r = out.result or {}
     corr: CorrectnessResult | None = _get(r, "correctness", CorrectnessResult)
     timing = r.get("timing") or {}
+    run.tuning = r.get("tuning") if isinstance(r.get("tuning"), dict) else None
     table: TimingTable | None = _get(timing, "table", TimingTable)
     tdetails: TimingDetails | None = _get(timing, "details", TimingDetails)
     details = GpuDetails(device=str(r.get("device", "")), torch_version=str(r.get("torch_version", "")),
@@ -487,7 +489,25 @@ def _finish(run: _Run, result: VerificationResult, *, table: TimingTable | None 
                                 claimed_precision=manifest.precision, precision_source=run.source, seed=run.seed,
                                 weights_seed=run.weights_seed)
     files = write_report(report, prog.root) if o.write else None
+    if o.write and result.ok and run.tuning and run.tuning.get("text"):
+        _write_tuning(prog.root, run.tuning)
     return Verification(result, report, files, tuple(run.phases), prog.library)
+
+
+def _write_tuning(folder: Path, tuning: dict[str, str]) -> None:
+    """The GEMM algorithms and convolution engines the timed calls chose, into the folder's tuning file
+    (:mod:`stitchcuda.tuning`): the program's next process, and its wheel, start with them."""
+    from ..loader import TUNING_FILE, identity_line
+    from ..paths import LIB_DIR
+    from ..tuning import render
+
+    try:
+        from ..fsutil import atomic_write_text
+
+        ident = identity_line(tuning["identity"], Path(LIB_DIR) / "libstitchrt.so")
+        atomic_write_text(Path(folder) / TUNING_FILE, render(tuning["text"], ident))
+    except OSError:
+        pass  # an optimisation for later processes: a folder that cannot take it loses only that
 
 
 # ------------------------------------------------------------------ profile only

@@ -507,6 +507,11 @@ class RemoteRunner:
     def library_calls(self) -> dict[str, Any]:
         return self.native.call("calls")
 
+    def tuning(self) -> dict[str, str]:
+        """The runtime's choices by timing in the runner ({"text", "identity"}: stitchrt/tuning.h)."""
+        r = self.native.call("tuning")
+        return {"text": str(r.get("text", "")), "identity": str(r.get("identity", ""))}
+
     def close(self) -> None:
         try:
             self.native.call("destroy", check=False)

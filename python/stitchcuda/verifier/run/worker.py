@@ -290,6 +290,11 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
                               recheck_outputs=outputs_ok,
                               log=lambda s: print(f"[worker] {s}", flush=True), calls=calls)
     rep.save(timing={"table": table, "details": details})
+    if hasattr(runner, "tuning"):  # the choices the timed calls' plans made: the folder's tuning file
+        try:
+            rep.save(tuning=runner.tuning())
+        except Exception as e:  # noqa: BLE001 - an optimisation for the next process, never a verdict
+            print(f"[worker] tuning choices not read: {type(e).__name__}: {e}", flush=True)
     checks = []
     if buffers is not None:
         bad = buffers.check()

@@ -1,0 +1,70 @@
+"""Tuning files on the GPU: a second process's first call as fast as its tenth.
+
+A convolutional program (models/resnet_block.py at tf32: cuDNN engines and cuBLASLt algorithms
+chosen by timing on a plan's first call) is verified, which writes the folder's tuning file; then
+fresh processes load the program and time their first and tenth calls (host clock around a device
+synchronise; the instance created before, so weights' upload is not in it): with the tuning file, the
+first call takes the recorded choices instead of timing them; without it, it times them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = r"""
+import json, sys, time
+import torch
+from stitchcuda.program import Program
+
+prog = Program.load(sys.argv[1])
+x = [torch.randn(s.shape, device="cuda").to(getattr(torch, s.dtype)) for s in prog.inputs]
+prog.instance(0)
+torch.cuda.synchronize()
+times = []
+for k in range(10):
+    t = time.perf_counter()
+    prog(*x)
+    torch.cuda.synchronize()
+    times.append((time.perf_counter() - t) * 1e3)
+print(json.dumps({"first_ms": times[0], "tenth_ms": times[-1], "tuned": prog.tuned, "note": prog.tuning_note}))
+"""
+
+
+def _probe(folder: Path) -> dict:
+    r = subprocess.run([sys.executable, "-c", PROBE, str(folder)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_first_call_is_as_fast_as_its_tenth(tmp_path):
+    from stitchcuda.pipeline import build_program
+    from stitchcuda.verifier.verification import VerifyOptions, verify_program
+
+    out = build_program(str(REPO / "models" / "resnet_block.py"), precision="tf32", out=tmp_path / "prog", quiet=True)
+    assert out.ok, out
+    v = verify_program(out.directory, options=VerifyOptions(trials=2, compile=False, profile=False,
+                                                            reference_profile=False))
+    assert v.result.ok, v.result.verdict.summary()
+    tuning_file = out.directory / "tuning.txt"
+    assert tuning_file.is_file(), "a passed verification writes the choices its timed calls made"
+    lines = [ln for ln in tuning_file.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert any(ln.startswith("c ") for ln in lines), lines
+    tuned = _probe(out.directory)
+    tuning_file.rename(tmp_path / "kept.txt")
+    untuned = _probe(out.directory)
+    print(f"first / tenth call: with the tuning file {tuned['first_ms']:.2f} / {tuned['tenth_ms']:.2f} ms "
+          f"({tuned['tuned']} choices), without {untuned['first_ms']:.2f} / {untuned['tenth_ms']:.2f} ms")
+    assert tuned["tuned"] == len(lines) and tuned["note"] == ""
+    assert untuned["tuned"] == 0
+    # the first call still runs eagerly (the graph is captured on the second): launches, not timing
+    assert tuned["first_ms"] <= 2 * tuned["tenth_ms"] + 2.0, tuned
+    assert untuned["first_ms"] > 2 * tuned["first_ms"], (tuned, untuned)

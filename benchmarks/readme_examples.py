@@ -13,6 +13,10 @@ A block is run unless it is one of the kinds below, each skipped with its reason
   start one: ``tests/test_llm_server.py``);
 * the ``train`` block: it needs the RL packages and the test GGUF (``benchmarks/gpu_session.sh rl``).
 
+``--llm-server`` (a server answers at the README's address) and ``--train`` (the RL packages are here)
+run those two as well; an optional ``[--flag]`` in a command is left out
+(``gpu_session.sh readme_llm`` does both on a GPU machine).
+
 ``--match`` runs only blocks whose text holds one of the strings; ``--skip`` leaves out those that do.
 A Python block that neither builds nor imports PyTorch (the wheel's) is run a second time in a
 process in which ``import torch`` fails: the README says it needs no PyTorch. Exit status: 0 when
@@ -55,14 +59,16 @@ def blocks(readme: str) -> list[Block]:
     return out
 
 
-def why_skipped(b: Block) -> str:
+def why_skipped(b: Block, server: bool = False, train: bool = False) -> str:
+    """Why ``b`` is not run ("" when it is); ``server``: a server answers on the address the README
+    names, ``train``: the RL packages and the test GGUF are here (``gpu_session.sh readme_llm``)."""
     if b.section == "The two commands":
         return "the install and test commands: the install put this runtime here; the tests are CI's"
-    if b.lang == "sh" and b.text.lstrip().startswith("stitchcuda train"):
+    if b.lang == "sh" and b.text.lstrip().startswith("stitchcuda train") and not train:
         return "needs the RL packages and the test GGUF (benchmarks/gpu_session.sh rl)"
-    if "--llm http" in b.text:
+    if "--llm http" in b.text and not server:
         return "needs an OpenAI-compatible server on loopback (tests/test_llm_server.py starts one)"
-    if b.lang == "sh" and re.search(r"<\w+>|\[--", b.text):
+    if b.lang == "sh" and re.search(r"<\w+>|\[--", b.text) and not b.text.lstrip().startswith("stitchcuda train"):
         return "a synopsis (placeholders), not a command"
     return ""
 
@@ -84,19 +90,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", action="append", default=[], help="leave out blocks holding this text")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one command")
     ap.add_argument("--out", help="also write the table to this file")
+    ap.add_argument("--llm-server", action="store_true", help="a server answers where the README's --llm URL points")
+    ap.add_argument("--train", action="store_true", help="the RL packages and the test GGUF are installed here")
+    ap.add_argument("--lines", help="N-M: only lines N to M (from 1) of each shell block run (a long block in parts)")
     args = ap.parse_args(argv)
 
     rows, failed = [], 0
     for b in blocks((ROOT / "README.md").read_text()):
         if args.match and not any(s in b.text for s in args.match) or any(s in b.text for s in args.skip):
             continue
-        why = why_skipped(b)
+        why = why_skipped(b, server=args.llm_server, train=args.train)
         if why:
             first = b.text.strip().splitlines()[0]
             rows.append((b.section, first + (" ..." if "\n" in b.text.strip() else ""), "skipped", "", why))
             continue
         if b.lang == "sh":
-            runs = [(c, ["bash", "-c", c]) for c in b.commands()]
+            # a bracketed option in a command the README also runs (train run ... [--resume]) is left out
+            cmds = b.commands()
+            if args.lines:
+                lo, _, hi = args.lines.partition("-")
+                cmds = cmds[int(lo) - 1:int(hi or lo)]
+            runs = [(c, ["bash", "-c", re.sub(r"\s\[--[^\]]*\]", "", c)]) for c in cmds]
         else:
             runs = [(b.text, [sys.executable, "-c", b.text])]
             if "build_program" not in b.text and "import torch" not in b.text:  # the wheel's: no PyTorch

@@ -306,7 +306,9 @@ class PackagedProgram:
         if arch not in built:
             raise RuntimeCallError(f"{self.name}: built for {', '.join(built) or 'no architecture'}, this GPU is {arch}: "
                               f"make the wheel again with `stitchcuda wheel ... --arch {arch}`")
-        # the choices timed where the wheel was made, before the first call (tuning files, above)
+        # the choices timed where the wheel was made, before the first call (tuning files, above), judged
+        # against the device the program runs on
+        _check(runtime().st_set_device(self.device), "st_set_device")
         self.tuned, self.tuning_note = import_tuning(package)
         self.library = ctypes.CDLL(str(package / arch / "program.so"))
         lib = self.library

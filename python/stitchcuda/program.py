@@ -124,6 +124,7 @@ class Program:
             if not self._instances:
                 from . import tuning
 
+                rt.set_device(device)  # the file is judged against the device the program runs on
                 self.tuned, self.tuning_note = tuning.load(self.root)
             inst = self.library.create(self._weights, device=device)
             self._instances[device] = inst

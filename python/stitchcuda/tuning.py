@@ -47,21 +47,27 @@ def _key(line: str) -> str:
     return " ".join(parts[:1] + parts[3:])
 
 
-def save(folder: str | Path, ident: str | None = None) -> Path:
-    """Write this process's choices (timed or imported) into ``folder``'s tuning file, merged with the
-    ones already there when those were made here (a file made elsewhere is replaced)."""
-    from . import _rt as rt
+def merge_into(folder: str | Path, choices: str, ident: str) -> Path:
+    """``choices`` (choice lines) merged into ``folder``'s tuning file: a newer choice for a key replaces the
+    file's, the file's other keys stay; a file made elsewhere (another ``ident``) is replaced."""
     from .fsutil import atomic_write_text
 
-    ident = ident if ident is not None else identity()
     path = Path(folder) / FILE
     merged: dict[str, str] = {}
     if path.is_file():
         old, _ = parse_tuning(path.read_text(encoding="utf-8", errors="replace"), ident)
         merged.update((_key(ln), ln) for ln in old.splitlines())
-    merged.update((_key(ln), ln) for ln in rt.tuning_export().splitlines() if ln.strip())
+    merged.update((_key(ln), ln.strip()) for ln in choices.splitlines() if ln.strip())
     atomic_write_text(path, render("\n".join(merged[k] for k in sorted(merged)), ident))
     return path
+
+
+def save(folder: str | Path, ident: str | None = None) -> Path:
+    """Write this process's choices (timed or imported) into ``folder``'s tuning file, merged with the
+    ones already there when those were made here (a file made elsewhere is replaced)."""
+    from . import _rt as rt
+
+    return merge_into(folder, rt.tuning_export(), ident if ident is not None else identity())
 
 
 def load(folder: str | Path) -> tuple[int, str]:
@@ -82,4 +88,4 @@ def load(folder: str | Path) -> tuple[int, str]:
         return 0, f"{path}: not read ({type(e).__name__}: {e})"
 
 
-__all__ = ["FILE", "identity", "render", "save", "load"]
+__all__ = ["FILE", "identity", "render", "merge_into", "save", "load"]

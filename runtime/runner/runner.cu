@@ -543,6 +543,7 @@ void cmd_wall(const std::vector<std::string>& a) {
 void cmd_wall_empty() {
   if (!use_cuda()) return;
   if (!cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) return;
+  cudaGetLastError();  // only this launch's own error below
   auto t0 = std::chrono::steady_clock::now();
   empty_kernel<<<1, 32, 0, g_stream>>>();
   if (!cuda_ok(cudaGetLastError(), "the empty kernel's launch")) return;
@@ -576,6 +577,7 @@ void cmd_capture(const std::vector<std::string>& a) {
     cudaGraph_t dropped = nullptr;
     if (cudaStreamEndCapture(g_stream, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
   }
+  cudaGetLastError();  // a capture that failed leaves its error for no later command to inherit
   if (s != ST_OK) {
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
@@ -644,6 +646,7 @@ void cmd_tuning() {
     if (fns[i](nullptr, 0, &n) != ST_OK) return fail(std::string("tuning: ") + st_last_error());
     std::vector<char> buf(n + 1);
     if (fns[i](buf.data(), buf.size(), &n) != ST_OK) return fail(std::string("tuning: ") + st_last_error());
+    if (n >= buf.size()) return fail("tuning: the text grew while it was read");
     parts[i].assign(buf.data(), n);
   }
   ok("\"text\":\"" + json_escape(parts[0]) + "\",\"identity\":\"" + json_escape(parts[1]) + "\"");

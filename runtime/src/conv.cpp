@@ -796,7 +796,11 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   if (tune && cands.size() > 1 && tuning_lookup('c', words, n_words, &known) &&
       known.index < static_cast<int64_t>(cands.size())) {
     best = static_cast<size_t>(known.index);
-    ctx.workspace_at_least(static_cast<size_t>(cands[best]->workspace), nullptr);
+    // the workspace grown as far as timing would have grown it: later plans rank their candidates under
+    // the same workspace as in the process that timed them
+    int64_t ws_max = 0;
+    for (auto& c : cands) ws_max = std::max(ws_max, c->workspace);
+    ctx.workspace_at_least(static_cast<size_t>(ws_max), nullptr);
   } else if (tune && cands.size() > 1) {
     // Grow the workspace once for every candidate, not step by step while timing them.
     int64_t ws_max = 0;

@@ -37,7 +37,7 @@ void tuning_record(char kind, const int64_t* words, size_t n, TunedChoice c) {
 bool tuning_lookup(char kind, const int64_t* words, size_t n, TunedChoice* out) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_table.find(key_text(kind, words, n));
-  if (it == g_table.end()) return false;
+  if (it == g_table.end() || !it->second.imported) return false;  // this process's own choices: timed again
   *out = it->second.choice;
   return true;
 }
@@ -52,7 +52,7 @@ std::string tuning_export() {
     out += key.substr(1);
     out += '\n';
   }
-  return out;
+  return out;  // an imported choice that a plan timed again afterwards is exported as timed
 }
 
 size_t tuning_import(const std::string& text) {

@@ -22,7 +22,8 @@ const int64_t* key_words(const Key& k, size_t* n) {
 
 // What a plan chose by timing: kept for st_tuning_export.
 void tuning_record(char kind, const int64_t* words, size_t n, TunedChoice c);
-// An imported (or earlier recorded) choice for this key, if any.
+// An imported choice for this key, if any (one this process timed itself is not taken again: a plan
+// of another context times its own, under its own workspace).
 bool tuning_lookup(char kind, const int64_t* words, size_t n, TunedChoice* out);
 std::string tuning_export();
 size_t tuning_import(const std::string& text);

@@ -495,17 +495,14 @@ def _finish(run: _Run, result: VerificationResult, *, table: TimingTable | None 
 
 
 def _write_tuning(folder: Path, tuning: dict[str, str]) -> None:
-    """The GEMM algorithms and convolution engines the timed calls chose, into the folder's tuning file
-    (:mod:`stitchcuda.tuning`): the program's next process, and its wheel, start with them."""
-    from ..loader import TUNING_FILE, identity_line
+    """The GEMM algorithms and convolution engines the timed calls chose, merged into the folder's tuning
+    file (:mod:`stitchcuda.tuning`): the program's next process, and its wheel, start with them."""
+    from ..loader import identity_line
     from ..paths import LIB_DIR
-    from ..tuning import render
+    from ..tuning import merge_into
 
     try:
-        from ..fsutil import atomic_write_text
-
-        ident = identity_line(tuning["identity"], Path(LIB_DIR) / "libstitchrt.so")
-        atomic_write_text(Path(folder) / TUNING_FILE, render(tuning["text"], ident))
+        merge_into(folder, tuning["text"], identity_line(tuning["identity"], Path(LIB_DIR) / "libstitchrt.so"))
     except OSError:
         pass  # an optimisation for later processes: a folder that cannot take it loses only that
 

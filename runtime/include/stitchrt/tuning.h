@@ -4,7 +4,8 @@
  * heuristic algorithms, cuDNN's engines) and keeps the fastest in the stream's plan cache; that
  * choice dies with the process. These calls let a loader carry it: export the choices this process
  * made, as text, and import them into another before its first call, which then takes the
- * imported choice instead of timing. A choice is the position of the chosen candidate in the
+ * imported choice instead of timing (a choice this process timed itself is exported, never taken again
+ * without timing). A choice is the position of the chosen candidate in the
  * library's own ranked list for that plan key (and, for a GELU GEMM, whether the epilogue is
  * split): meaningful only with the same GPU, library versions and workspace, which the file's
  * header records and the loader checks (stitchcuda.tuning). An index past the end of the list is

@@ -29,11 +29,11 @@ from typing import Any
 
 from ... import manifest as mf
 from .parameters import independent_of_inputs, redraw_parameters, vary_parameters
+from .reference import (ProblemError, ReferenceSpec, call_reference, flatten_outputs, fp32_exact, inputs_on,
+                        load_module, model_state, program_inputs, split_args, state_attributes)
 
 #: The factor of the third set of inputs of the degeneracy check (``_depend_on_inputs``).
 SCALED_UP = 16.0
-from .reference import (ProblemError, ReferenceSpec, call_reference, flatten_outputs, fp32_exact, inputs_on,
-                        load_module, model_state, program_inputs, split_args, state_attributes)
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
@@ -130,9 +130,10 @@ class ReferenceHarness:
         if self._graph is not None:
             return  # the captured graph holds its own copy of the weights
         out_bytes = sum(t.nbytes for t in self.manifest.outputs)
-        if not self.budget.on_device(2 * out_bytes):
+        in_bytes = sum(t.nbytes for t in self.manifest.inputs)
+        if not self.budget.on_device(3 * out_bytes + 2 * in_bytes):  # three sets of outputs, the inputs scaled
             self.notes.append("whether the outputs depend on the inputs was not checked before the trials (no room "
-                              "for two sets of outputs); the trials check it")
+                              "for three sets of outputs and scaled inputs); the trials check it")
             return
         tol = get_policy("tf32").tolerance
 

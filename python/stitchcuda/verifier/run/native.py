@@ -37,8 +37,6 @@ from typing import Any, Sequence
 
 import torch
 
-from .child import _die_with_parent
-
 from ...paths import INCLUDE_DIR, LIB_DIR, PACKAGE_DIR, cache_dir
 
 #: ST dtype enum values (stitchrt.h) by torch dtype.
@@ -149,10 +147,10 @@ class NativeRunner:
             argv += ["--host-fd", str(host_fd)]
             fds.append(host_fd)
         with open(self.log_path, "wb") as log:
-            # dies with this process (and the runner with whatever started it: runner.cu's main)
+            # the runner dies with whatever started it (runner.cu's main asks Linux); no preexec_fn here: this
+            # process has threads, and code between fork and exec may deadlock on a lock one of them held
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         pass_fds=fds, cwd=cwd or self._logdir, env={**_runner_env(), **(env or {})},
-                                         preexec_fn=_die_with_parent)
+                                         pass_fds=fds, cwd=cwd or self._logdir, env={**_runner_env(), **(env or {})})
         os.close(cmd_r)
         os.close(rep_w)
         self._buf = b""

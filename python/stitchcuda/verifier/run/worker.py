@@ -195,11 +195,8 @@ def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, c
     buffers = inst.buffers if inst is not None else None
     weights = inst.weights if inst is not None else ()
     res = check_correctness(runner, problem, precision=job.precision, trials=job.trials, seed=job.seed,
-                            varied=job.varied, dynamic=job.dynamic, buffers=buffers, weights=weights)
-    if getattr(problem, "degenerate", "") and not res.degenerate:
-        import dataclasses
-
-        res = dataclasses.replace(res, degenerate=problem.degenerate)
+                            varied=job.varied, dynamic=job.dynamic, buffers=buffers, weights=weights,
+                            degenerate=getattr(problem, "degenerate", ""))
     used = program_memory()
     memory = MemoryUse(program_bytes=used, torch_peak_bytes=int(torch.cuda.max_memory_allocated(dev)), cap_bytes=cap)
     rep.save(correctness=res, memory=memory, correctness_notes=list(res.notes) + list(problem.notes))

@@ -1,5 +1,7 @@
 // rt_device.cpp — devices and the per-(device, stream) contexts: discovery, selection,
 // workspaces, GEMM plan-cache counters, release and stream synchronisation.
+#include <algorithm>
+
 #include "rt_internal.hpp"
 
 namespace strt {
@@ -50,14 +52,16 @@ void register_device(py::module_& m) {
   m.def("plan_cache_clear", [](uintptr_t stream) { check(st_plan_cache_clear(reinterpret_cast<void*>(stream))); },
         py::arg("stream") = 0);
 
-  m.def("tuning_export", [] {
+  // A text the runtime writes into a caller's buffer: asked its length first (stitchrt/tuning.h).
+  auto text_of = [](st_status (*fn)(char*, size_t, size_t*)) {
     size_t len = 0;
-    check(st_tuning_export(nullptr, 0, &len));
+    check(fn(nullptr, 0, &len));
     std::string text(len + 1, '\0');
-    check(st_tuning_export(text.data(), text.size(), &len));
-    text.resize(len);
+    check(fn(text.data(), text.size(), &len));
+    text.resize(std::min(len, text.size() - 1));
     return text;
-  }, "The GEMM algorithms and convolution engines this process chose by timing (or imported), as text "
+  };
+  m.def("tuning_export", [text_of] { return text_of(st_tuning_export); }, "The GEMM algorithms and convolution engines this process chose by timing (or imported), as text "
      "(stitchrt/tuning.h).");
   m.def("tuning_import", [](const std::string& text) {
     size_t taken = 0;
@@ -65,14 +69,7 @@ void register_device(py::module_& m) {
     return taken;
   }, py::arg("text"), "Take choices exported by another process: plans of those keys skip timing. Returns how many.");
   m.def("tuning_clear", [] { check(st_tuning_clear()); }, "Forget every imported and recorded choice.");
-  m.def("tuning_identity", [] {
-    size_t len = 0;
-    check(st_tuning_identity(nullptr, 0, &len));
-    std::string text(len + 1, '\0');
-    check(st_tuning_identity(text.data(), text.size(), &len));
-    text.resize(len);
-    return text;
-  }, "What the current device's choices are valid for: device, library versions, workspace (one line).");
+  m.def("tuning_identity", [text_of] { return text_of(st_tuning_identity); }, "What the current device's choices are valid for: device, library versions, workspace (one line).");
 
   m.def("workspace_info", [](uintptr_t stream) {
     void* p = nullptr;

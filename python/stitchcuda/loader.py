@@ -208,21 +208,30 @@ def parse_tuning(text: str, ident: str) -> tuple[str, str]:
     return "".join(ln + "\n" for ln in lines[1:] if ln.strip() and not ln.startswith("#")), ""
 
 
-def import_tuning(folder: Path) -> tuple[int, str]:
-    """Import ``folder``'s tuning file, if it has one made here: (choices taken, why none were or "").
-    Never raises: a tuning file is an optimisation, not a reason for a program to fail."""
+def take_tuning(folder: Path, identity, take) -> tuple[int, str]:
+    """``take(choices)`` (an import into the runtime; returns how many) of ``folder``'s tuning file when
+    it was made where ``identity()`` holds: (choices taken, why none were, or ""). Never raises: a
+    tuning file is an optimisation, not a reason for a program to fail."""
     path = Path(folder) / TUNING_FILE
     if not path.is_file():
         return 0, ""
     try:
-        choices, why = parse_tuning(path.read_text(encoding="utf-8", errors="replace"), tuning_identity())
+        choices, why = parse_tuning(path.read_text(encoding="utf-8", errors="replace"), identity())
         if why:
             return 0, f"{path}: {why}: ignored, each new shape is timed"
-        taken = ctypes.c_size_t(0)
-        _check(runtime().st_tuning_import(choices.encode(), ctypes.byref(taken)), "st_tuning_import")
-        return taken.value, ""
+        return int(take(choices)), ""
     except Exception as e:  # noqa: BLE001
         return 0, f"{path}: not read ({type(e).__name__}: {e})"
+
+
+def import_tuning(folder: Path) -> tuple[int, str]:
+    """``folder``'s tuning file into the runtime, through ctypes (a wheel's loader)."""
+    def take(choices: str) -> int:
+        taken = ctypes.c_size_t(0)
+        _check(runtime().st_tuning_import(choices.encode(), ctypes.byref(taken)), "st_tuning_import")
+        return taken.value
+
+    return take_tuning(folder, tuning_identity, take)
 
 
 # ---------------------------------------------------------------------- weights
@@ -451,5 +460,5 @@ def load_program(package: str | os.PathLike, *, device: int | None = None) -> Pa
 
 __all__ = ["PackagedProgram", "load_program", "device_count", "device_arch", "read_weights", "dlpack_view", "runtime",
            "TUNING_FILE", "TUNING_HEAD", "TUNING_IDENTITY", "identity_line", "tuning_identity", "parse_tuning",
-           "import_tuning",
+           "take_tuning", "import_tuning",
            "RuntimeCallError", "NoCudaDeviceError", "ProgramError", "DTYPES", "StTensor"]

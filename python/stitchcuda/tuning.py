@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .loader import TUNING_FILE as FILE
-from .loader import TUNING_HEAD, TUNING_IDENTITY, identity_line, parse_tuning
+from .loader import TUNING_HEAD, TUNING_IDENTITY, identity_line, parse_tuning, take_tuning
 
 
 def identity() -> str:
@@ -76,16 +76,7 @@ def load(folder: str | Path) -> tuple[int, str]:
     ctypes (:func:`stitchcuda.loader.import_tuning`). Never raises: a tuning file is an optimisation."""
     from . import _rt as rt
 
-    path = Path(folder) / FILE
-    if not path.is_file():
-        return 0, ""
-    try:
-        choices, why = parse_tuning(path.read_text(encoding="utf-8", errors="replace"), identity())
-        if why:
-            return 0, f"{path}: {why}: ignored, each new shape is timed"
-        return rt.tuning_import(choices), ""
-    except Exception as e:  # noqa: BLE001
-        return 0, f"{path}: not read ({type(e).__name__}: {e})"
+    return take_tuning(Path(folder), identity, rt.tuning_import)
 
 
 __all__ = ["FILE", "identity", "render", "merge_into", "save", "load"]

@@ -155,12 +155,18 @@ st_status st_plan_cache_stats(void* stream, uint64_t* hits, uint64_t* misses, ui
   });
 }
 
+namespace {
+// A text handed to a caller's buffer (stitchrt/tuning.h): its length always, its bytes when they fit.
+void give_text(const std::string& text, char* buf, size_t cap, size_t* len) {
+  *len = text.size();
+  if (buf && cap > text.size()) std::memcpy(buf, text.c_str(), text.size() + 1);
+}
+}  // namespace
+
 st_status st_tuning_export(char* buf, size_t cap, size_t* len) {
   return guarded([&] {
     ST_REQUIRE(len, "st_tuning_export: len is null");
-    const std::string text = st::tuning_export();
-    *len = text.size();
-    if (buf && cap > text.size()) std::memcpy(buf, text.c_str(), text.size() + 1);
+    give_text(st::tuning_export(), buf, cap, len);
   });
 }
 
@@ -187,8 +193,7 @@ st_status st_tuning_identity(char* buf, size_t cap, size_t* len) {
     const std::string text = st::cat("sm_", p.major, p.minor, " ", p.multiProcessorCount, " SMs ",
                                      p.totalGlobalMem >> 20, " MiB, cuBLASLt ", cublasLtGetVersion(), ", cuDNN ",
                                      cudnnGetVersion(), ", workspace ", ws);
-    *len = text.size();
-    if (buf && cap > text.size()) std::memcpy(buf, text.c_str(), text.size() + 1);
+    give_text(text, buf, cap, len);
   });
 }
 

@@ -352,6 +352,9 @@ Choice fastest(CandidateTimer& timer, const GemmPlan& plan, const std::vector<cu
   return {0, first[2], best.timed};
 }
 
+// The epilogue of the split strategy's GEMM: the GELU left out (the runtime's kernel applies it after).
+st_epilogue without_gelu(st_epilogue e) { return e == ST_EPI_BIAS_GELU ? ST_EPI_BIAS : ST_EPI_NONE; }
+
 std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const PlanKey& key, cudaStream_t stream) {
   auto plan = std::make_unique<GemmPlan>();
   build_plan(ctx, g, key, g.epilogue, *plan);
@@ -379,7 +382,7 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
     }
     if (known.split && can_split) {
       auto split = std::make_unique<GemmPlan>();
-      build_plan(ctx, g, key, g.epilogue == ST_EPI_BIAS_GELU ? ST_EPI_BIAS : ST_EPI_NONE, *split);
+      build_plan(ctx, g, key, without_gelu(g.epilogue), *split);
       std::vector<cublasLtMatmulAlgo_t> sc = heuristic_candidates(ctx, key, *split, kMaxCandidates);
       if (known.index < static_cast<int64_t>(sc.size())) {
         split->algo = sc[static_cast<size_t>(known.index)];
@@ -409,8 +412,7 @@ std::unique_ptr<GemmPlan> make_plan(Context& ctx, const st_gemm_args& g, const P
   // its plain or bias kernels (seen on H200: 17-26% over the bare GEMM). Time the GEMM with the
   // GELU left out plus the fused epilogue kernel applying it in place, and keep the faster.
   auto split = std::make_unique<GemmPlan>();
-  const st_epilogue without = g.epilogue == ST_EPI_BIAS_GELU ? ST_EPI_BIAS : ST_EPI_NONE;
-  build_plan(ctx, g, key, without, *split);
+  build_plan(ctx, g, key, without_gelu(g.epilogue), *split);
   std::vector<cublasLtMatmulAlgo_t> split_cands = heuristic_candidates(ctx, key, *split, tune ? kMaxCandidates : 1);
   if (split_cands.empty()) {
     if (cands.empty())

@@ -124,9 +124,10 @@ def record_from_report(problem: SuiteProblem, report: Any, manifest: Any = None,
         rec["degenerate"] = v.degenerate
     t = report.timings
     if t is not None:
-        rec["ms"] = {"program": t.program.median_ms, **{k: getattr(t, k).median_ms for k in
-                     ("eager_fp32", "eager_policy", "compile_fp32", "compile_policy", "compile_autotune")
-                     if getattr(t, k, None) is not None}}
+        from .report import BASELINES  # one list of the baselines a result records and a report shows
+
+        rec["ms"] = {"program": t.program.median_ms, **{k: getattr(t, k).median_ms for k, _ in BASELINES
+                                                        if getattr(t, k, None) is not None}}
     if manifest is not None:
         ops = manifest.reference_ops or manifest.tasks
         rec["flops"] = int(sum(o.flops for o in ops))

@@ -158,8 +158,8 @@ class ProgramClock(Protocol):
     ms). The overhead is a launch that must be waited for, not nothing: the latency of waking a host
     thread blocked on the device, and the device time-sliced with another process's work, inflate
     every wall time by the same few milliseconds, which an empty synchronise (~1 us) never shows and
-    the events never see (seen on an H200: a 14 us program read 2.26 ms by the host clock while
-    another process's kernels ran). The native runner answers all three in its own process
+    the events never see (seen on an H200: a 14 us program read 2.26 ms by the host clock, most
+    likely while another process's kernels ran). The native runner answers all three in its own process
     (:class:`..run.native.RemoteRunner`); :class:`LocalClock` is a program called in this one."""
 
     where: str

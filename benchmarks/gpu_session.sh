@@ -4,6 +4,8 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh setup core      # install, then the runtime GPU tests
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh seam            # task seam, op harness, generated programs
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh verifier        # the Verifier: adversarial set, large problems
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh honest          # the Verifier's honest controls (second round)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh vrest           # the Verifier's crash / hang / timing tests
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh readme          # the README's examples on a fresh clone
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh cost            # verification cost per phase, now and before
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh tuning          # tuning files: a second process's first call
@@ -120,6 +122,13 @@ if want stateful; then
   pt stateful_cell 300 tests/gpu/test_stateful_gpu.py -k "stateful_rnn_cell or carries"
   pt stateful_3_33 540 tests/gpu/test_stateful_gpu.py -k "L3-33"
   pt stateful_adv 300 tests/gpu/test_verifier_gpu.py -k "adversarial_verdict and (state_honest or state_ignored)"
+fi
+
+if want honest; then  # the second round's honest controls alone (built programs, a long timed phase)
+  pt honest_controls 480 tests/gpu/test_verifier_gpu.py -k "built_honest_controls or long_timed_phase"
+fi
+if want vrest; then  # the Verifier's crash / hang / timing / profiler tests alone
+  pt verifier_rest 150 tests/gpu/test_verifier_gpu.py -k "crash or hang or timing_is_stable or cupti or profiler or graph_replay_kernel"
 fi
 
 if want readme; then  # the README's examples as written, on a fresh clone from .carry/repo.bundle (git bundle)

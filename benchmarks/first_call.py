@@ -1,6 +1,6 @@
 """Where a program's first call goes: fresh processes time calls 1..10 of a built program under
-variations (the folder's tuning file or not, one convolution candidate built instead of the ranked
-list, CUDA modules loaded eagerly, a second instance in the same process).
+variations: the instance prepared when created (one call on zeros) or not, the folder's tuning file or
+not, one convolution candidate built instead of the ranked list, CUDA modules loaded eagerly.
 
     python benchmarks/first_call.py PROGRAM_DIR
 """
@@ -24,7 +24,7 @@ from stitchcuda.program import Program
 prog = Program.load(sys.argv[1])
 x = [torch.randn(s.shape, device="cuda").to(getattr(torch, s.dtype)) for s in prog.inputs]
 t = time.perf_counter()
-prog.instance(0)
+prog.instance(0, prepare=sys.argv[2] == "prepare")
 torch.cuda.synchronize()
 instance_ms = (time.perf_counter() - t) * 1e3
 times = []
@@ -38,8 +38,9 @@ print(json.dumps({"instance_ms": instance_ms, "first_ms": times[0], "second_ms":
 """
 
 
-def probe(folder: Path, env: dict) -> dict:
-    r = subprocess.run([sys.executable, "-c", PROBE, str(folder)], capture_output=True, text=True, timeout=600,
+def probe(folder: Path, env: dict, prepare: bool) -> dict:
+    r = subprocess.run([sys.executable, "-c", PROBE, str(folder), "prepare" if prepare else "no"],
+                       capture_output=True, text=True, timeout=600,
                        env={**os.environ, **env})
     if r.returncode:
         return {"error": r.stderr[-800:]}
@@ -52,23 +53,24 @@ def main() -> int:
     args = ap.parse_args()
     tuning = args.program / "tuning.txt"
     rows = []
-    variants = [("tuning file", {}, True), ("no tuning file", {}, False),
-                ("tuning file, modules loaded eagerly", {"CUDA_MODULE_LOADING": "EAGER"}, True),
-                ("no timing, one convolution candidate", {"STITCHCUDA_CONV_AUTOTUNE": "0",
-                                                           "STITCHCUDA_GEMM_AUTOTUNE": "0"}, False)]
+    one = {"STITCHCUDA_CONV_AUTOTUNE": "0", "STITCHCUDA_GEMM_AUTOTUNE": "0"}
+    variants = [("tuning file, prepared", {}, True, True), ("no tuning file, prepared", {}, False, True),
+                ("tuning file, not prepared", {}, True, False), ("no tuning file, not prepared", {}, False, False),
+                ("tuning file, not prepared, modules loaded eagerly", {"CUDA_MODULE_LOADING": "EAGER"}, True, False),
+                ("no timing (one candidate), not prepared", one, False, False)]
     with tempfile.TemporaryDirectory() as tmp:
         kept = Path(tmp) / "tuning.txt"
         if tuning.is_file():
             shutil.copy(tuning, kept)
-        for name, env, with_file in variants:
+        for name, env, with_file, prepare in variants:
             if with_file and kept.is_file():
                 shutil.copy(kept, tuning)
             elif tuning.is_file():
                 tuning.unlink()
-            rows.append((name, probe(args.program, env)))
+            rows.append((name, probe(args.program, env, prepare)))
         if kept.is_file():
             shutil.copy(kept, tuning)
-    print("| variant | instance ms | call 1 ms | call 2 ms | call 10 ms | imported choices |")
+    print("| variant | instance created (and prepared) ms | call 1 ms | call 2 ms | call 10 ms | imported choices |")
     print("|---|---|---|---|---|---|")
     for name, r in rows:
         if "error" in r:

@@ -18,7 +18,9 @@ NumPy is imported only when a NumPy array or the weights need it.
 A program keeps nothing between calls: where its reference keeps state in a tensor attribute
 (an RNN's hidden state), the state before the call is one more input and the state after it one
 more output (``manifest.json``'s ``state`` names them), and the caller carries it from call to
-call: ``y, h = prog(x, h)``.
+call: ``y, h = prog(x, h)``. That is also why loading can prepare a program: one call on zeros
+(:meth:`PackagedProgram.prepare`, unless ``prepare=False``) makes its plans and loads its kernels, so
+the caller's first call is as fast as a later one.
 
 Its errors are :class:`RuntimeCallError` (a runtime call failed), :class:`NoCudaDeviceError` (no
 usable GPU) and :class:`ProgramError` (a call that does not match the manifest). The last is
@@ -32,10 +34,12 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import math
 import mmap
 import os
 import struct
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -131,12 +135,13 @@ def runtime() -> ctypes.CDLL:
         raise RuntimeCallError(f"cannot load the stitchcuda runtime {LIBRARY} ({e}); {hint}") from None
     lib.st_last_error.restype = ctypes.c_char_p
     lib.st_status_name.restype = ctypes.c_char_p
-    for fn in ("st_device_alloc", "st_device_free", "st_copy_h2d", "st_copy_d2h", "st_stream_synchronize"):
+    for fn in ("st_device_alloc", "st_device_free", "st_copy_h2d", "st_copy_d2h", "st_memset", "st_stream_synchronize"):
         getattr(lib, fn).restype = ctypes.c_int
     lib.st_device_alloc.argtypes = [ctypes.c_size_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
     lib.st_device_free.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.st_copy_h2d.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     lib.st_copy_d2h.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.st_memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
     lib.st_stream_synchronize.argtypes = [ctypes.c_void_p]
     _RT = lib
     return lib
@@ -299,7 +304,7 @@ def _framework(x) -> str:
 class PackagedProgram:
     """A program wheel's program on one device: ``prog(*inputs) -> output or tuple of outputs``."""
 
-    def __init__(self, package: Path, *, device: int | None = None):
+    def __init__(self, package: Path, *, device: int | None = None, prepare: bool = True):
         package = Path(package)
         self.manifest = json.loads((package / "manifest.json").read_text())
         self.name = self.manifest["name"]
@@ -344,6 +349,30 @@ class PackagedProgram:
             if mapping is not None:
                 mapping.close()
         self._handle = handle
+        self.prepared_ms = self.prepare() if prepare else None
+
+    def prepare(self) -> float:
+        """One call on zeros on the default stream, its outputs dropped (a program keeps nothing between
+        calls): the plans of its GEMMs and convolutions made, from the tuning file where it has them, and
+        the kernels loaded, so that the caller's first call costs what a later one does. Milliseconds."""
+        rt = runtime()
+        t0 = time.perf_counter()
+        buffers, descs = [], []
+        try:
+            for s in [*self.inputs, *self.outputs]:
+                nbytes = max(DTYPES[s["dtype"]][1] * math.prod(s["shape"]), 1)
+                p = ctypes.c_void_p()
+                _check(rt.st_device_alloc(nbytes, None, ctypes.byref(p)), "st_device_alloc")
+                buffers.append(p.value)
+                _check(rt.st_memset(p.value, 0, nbytes, None), "st_memset")
+                descs.append(_descriptor(p.value, s["dtype"], s["shape"], device=self.device))
+            self._launch(descs[:len(self.inputs)], descs[len(self.inputs):], None)
+            _check(rt.st_stream_synchronize(None), "st_stream_synchronize")
+        finally:
+            for p in buffers:
+                rt.st_device_free(p, None)
+            rt.st_stream_synchronize(None)
+        return (time.perf_counter() - t0) * 1e3
 
     def __call__(self, *xs, stream: int | None = None):
         if len(xs) != len(self.inputs):
@@ -453,9 +482,10 @@ class PackagedProgram:
         return f"<stitchcuda program {self.name} ({self.manifest.get('precision')}): ({ins}) -> ({outs})>"
 
 
-def load_program(package: str | os.PathLike, *, device: int | None = None) -> PackagedProgram:
-    """The program of a program wheel's package folder, created on ``device`` (default: current)."""
-    return PackagedProgram(Path(package), device=device)
+def load_program(package: str | os.PathLike, *, device: int | None = None, prepare: bool = True) -> PackagedProgram:
+    """The program of a program wheel's package folder, created on ``device`` (default: current) and, unless
+    ``prepare=False``, prepared for its first call (:meth:`PackagedProgram.prepare`)."""
+    return PackagedProgram(Path(package), device=device, prepare=prepare)
 
 
 __all__ = ["PackagedProgram", "load_program", "device_count", "device_arch", "read_weights", "dlpack_view", "runtime",

@@ -72,6 +72,7 @@ class Program:
         self._weights = weights
         self._instances: dict[int, Any] = {}
         self.tuned, self.tuning_note = 0, ""  # choices imported from the folder's tuning file (instance())
+        self.prepared_ms: float | None = None  # the preparing call's time (instance())
 
     # ------------------------------------------------------------------ loading
 
@@ -115,10 +116,12 @@ class Program:
         """The reference's state taken explicitly (module docstring): attribute, input, output."""
         return self.manifest.state
 
-    def instance(self, device: int = 0):
+    def instance(self, device: int = 0, *, prepare: bool = True):
         """The program created on ``device`` (weights uploaded once, on first use). The folder's tuning
-        file (:mod:`stitchcuda.tuning`), where it was made on this device, is imported first: the first
-        call takes the GEMM algorithms and convolution engines timed then instead of timing them."""
+        file (:mod:`stitchcuda.tuning`), where it was made on this device, is imported first: the GEMM
+        algorithms and convolution engines timed then are taken instead of timing them. Unless
+        ``prepare=False`` the new instance is prepared (:meth:`prepare`), so that the first call costs
+        what a later one does."""
         inst = self._instances.get(device)
         if inst is None:
             if not self._instances:
@@ -128,7 +131,28 @@ class Program:
                 self.tuned, self.tuning_note = tuning.load(self.root)
             inst = self.library.create(self._weights, device=device)
             self._instances[device] = inst
+            if prepare:
+                self.prepared_ms = self.prepare(device)
         return inst
+
+    def prepare(self, device: int = 0) -> float:
+        """One call on zeros on the default stream, its outputs dropped (a program keeps nothing between
+        calls): the plans of its GEMMs and convolutions made (from the tuning file where it has them) and
+        its kernels loaded before the caller's first call. Milliseconds it took."""
+        import time
+
+        import numpy as np
+
+        inst = self.instance(device, prepare=False)
+        t0 = time.perf_counter()
+        ins = [rt.DeviceTensor(list(s.shape), s.dtype) for s in self.inputs]
+        zeros = np.zeros(max([t.nbytes for t in ins] + [1]), np.uint8)
+        for t in ins:
+            rt.h2d(t, zeros)
+        outs = [rt.DeviceTensor(list(s.shape), s.dtype) for s in self.outputs]
+        inst.run(ins, outs, stream=0)
+        rt.synchronize(0)
+        return (time.perf_counter() - t0) * 1e3
 
     def check_inputs(self, tensors: Sequence[Any]) -> None:
         """Raise ProgramError unless ``tensors`` match the manifest's inputs in number, shape

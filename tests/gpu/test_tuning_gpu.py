@@ -2,9 +2,10 @@
 
 A convolutional program (models/resnet_block.py at tf32: cuDNN engines and cuBLASLt algorithms
 chosen by timing on a plan's first call) is verified, which writes the folder's tuning file; then
-fresh processes load the program and time their first and tenth calls (host clock around a device
-synchronise; the instance created before, so weights' upload is not in it): with the tuning file, the
-first call takes the recorded choices instead of timing them; without it, it times them.
+fresh processes load the program, create its instance (which prepares it: one call on zeros, its
+plans made and its kernels loaded) and time their first and tenth calls (host clock around a device
+synchronise). With the tuning file the preparing call takes the recorded choices instead of timing
+them; without it, it times them; without preparing, the first call pays for all of it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from stitchcuda.program import Program
 
 prog = Program.load(sys.argv[1])
 x = [torch.randn(s.shape, device="cuda").to(getattr(torch, s.dtype)) for s in prog.inputs]
-prog.instance(0)
+prog.instance(0, prepare=sys.argv[2] == "prepare")
 torch.cuda.synchronize()
 times = []
 for k in range(10):
@@ -35,12 +36,14 @@ for k in range(10):
     prog(*x)
     torch.cuda.synchronize()
     times.append((time.perf_counter() - t) * 1e3)
-print(json.dumps({"first_ms": times[0], "tenth_ms": times[-1], "tuned": prog.tuned, "note": prog.tuning_note}))
+print(json.dumps({"first_ms": times[0], "tenth_ms": times[-1], "tuned": prog.tuned, "note": prog.tuning_note,
+                  "prepared_ms": prog.prepared_ms}))
 """
 
 
-def _probe(folder: Path) -> dict:
-    r = subprocess.run([sys.executable, "-c", PROBE, str(folder)], capture_output=True, text=True, timeout=600)
+def _probe(folder: Path, prepare: bool = True) -> dict:
+    r = subprocess.run([sys.executable, "-c", PROBE, str(folder), "prepare" if prepare else "no"],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -59,12 +62,17 @@ def test_a_second_process_first_call_is_as_fast_as_its_tenth(tmp_path):
     lines = [ln for ln in tuning_file.read_text().splitlines() if ln and not ln.startswith("#")]
     assert any(ln.startswith("c ") for ln in lines), lines
     tuned = _probe(out.directory)
+    unprepared = _probe(out.directory, prepare=False)
     tuning_file.rename(tmp_path / "kept.txt")
     untuned = _probe(out.directory)
-    print(f"first / tenth call: with the tuning file {tuned['first_ms']:.2f} / {tuned['tenth_ms']:.2f} ms "
-          f"({tuned['tuned']} choices), without {untuned['first_ms']:.2f} / {untuned['tenth_ms']:.2f} ms")
+    print(f"prepared in / first / tenth call: with the tuning file {tuned['prepared_ms']:.1f} / "
+          f"{tuned['first_ms']:.2f} / {tuned['tenth_ms']:.2f} ms ({tuned['tuned']} choices), without it "
+          f"{untuned['prepared_ms']:.1f} / {untuned['first_ms']:.2f} / {untuned['tenth_ms']:.2f} ms; "
+          f"with it, not prepared: first {unprepared['first_ms']:.1f} ms")
     assert tuned["tuned"] == len(lines) and tuned["note"] == ""
     assert untuned["tuned"] == 0
-    # the first call still runs eagerly (the graph is captured on the second): launches, not timing
+    # prepared: the first call is launches only (eager: the graph is captured on the second)
     assert tuned["first_ms"] <= 2 * tuned["tenth_ms"] + 2.0, tuned
-    assert untuned["first_ms"] > 2 * tuned["first_ms"], (tuned, untuned)
+    assert unprepared["prepared_ms"] is None and unprepared["first_ms"] > 10 * tuned["first_ms"], unprepared
+    # the file spares the preparing call the timing of every candidate
+    assert untuned["prepared_ms"] > 1.3 * tuned["prepared_ms"], (tuned, untuned)

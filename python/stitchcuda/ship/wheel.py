@@ -225,9 +225,10 @@ VERIFIED = {verified!r}
 VERDICT = {verdict!r}
 
 
-def load(device=None):
-    """The program on ``device`` (default: the current CUDA device); stitchrt.NoCudaDeviceError without one."""
-    return _stitchrt.load_program(PACKAGE, device=device)
+def load(device=None, prepare=True):
+    """The program on ``device`` (default: the current CUDA device), prepared for its first call unless
+    ``prepare=False``; stitchrt.NoCudaDeviceError without a device."""
+    return _stitchrt.load_program(PACKAGE, device=device, prepare=prepare)
 '''
 
 

@@ -33,15 +33,9 @@ SERVER_PACKAGES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlett
 SPEC = DecisionSpec.make(["addmm", "gelu", "sum_1"], None, {"addmm": ["cublaslt", "split_gelu"]}, ["sum_of_gemm"])
 GRAPH = "%addmm = aten.addmm(%b, %x, %w)\n%gelu = aten.gelu(%addmm)\n%sum_1 = aten.sum(%gelu, [1])"
 
-# llama_cpp.server, with the model loaded as the in-process client loads it (safe_cpu_buffers).
-SERVE = """
-import runpy, sys
-import llama_cpp.llama_cpp as low
-from stitchcuda.llm.client import safe_cpu_buffers
-sys.argv = ["llama_cpp.server", *sys.argv[1:]]
-with safe_cpu_buffers(low):
-    runpy.run_module("llama_cpp.server", run_name="__main__")
-"""
+# llama_cpp.server, with the model loaded as the in-process client loads it (safe_cpu_buffers): the
+# README's command
+SERVE = ["-m", "stitchcuda.llm.serve"]
 
 
 def _in_ci() -> bool:
@@ -69,7 +63,7 @@ def server(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-c", SERVE, "--model", str(model), "--host", "127.0.0.1",
+        proc = subprocess.Popen([sys.executable, *SERVE, "--model", str(model), "--host", "127.0.0.1",
                                  "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
                                 stdout=f, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"

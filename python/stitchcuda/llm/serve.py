@@ -1,0 +1,34 @@
+"""llama-cpp-python's OpenAI-compatible server, with models loaded as stitchcuda's in-process client
+loads them: ``python -m stitchcuda.llm.serve --model MODEL.gguf --n_ctx 4096 --port 8080``.
+
+Every argument is the server's own (``python -m llama_cpp.server --help``). The one difference is
+:func:`~stitchcuda.llm.client.safe_cpu_buffers`: on CPUs with AMX, llama.cpp's weight repacking crashes
+the process on its first completion (llama.cpp issue 20824), and llama-cpp-python's server offers no
+switch for it. Needs ``pip install 'llama-cpp-python[server]'``.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .client import import_llama_cpp, safe_cpu_buffers
+
+    import_llama_cpp()  # LLMUnavailable, with the install command, without llama-cpp-python
+    try:
+        import llama_cpp.llama_cpp as low
+        import uvicorn  # noqa: F401 - the server extra, asked for before anything starts
+    except ImportError as e:
+        print(f"stitchcuda: error: the server needs llama-cpp-python's server extra ({e.name} is missing): "
+              "pip install 'llama-cpp-python[server]'", file=sys.stderr)
+        return 3
+    sys.argv = ["llama_cpp.server", *(sys.argv[1:] if argv is None else argv)]
+    with safe_cpu_buffers(low):
+        runpy.run_module("llama_cpp.server", run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

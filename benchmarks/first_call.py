@@ -34,11 +34,12 @@ for k in range(10):
     torch.cuda.synchronize()
     times.append((time.perf_counter() - t) * 1e3)
 print(json.dumps({"instance_ms": instance_ms, "first_ms": times[0], "second_ms": times[1], "tenth_ms": times[-1],
-                  "tuned": prog.tuned}))
+                  "tuned": prog.tuned, "note": prog.tuning_note, "prepared_ms": prog.prepared_ms}))
 """
 
 
-def probe(folder: Path, env: dict, prepare: bool) -> dict:
+def probe(folder: Path, env: dict, prepare: bool = True) -> dict:
+    """One fresh process's figures (PROBE), or ``{"error": its stderr's tail}``."""
     r = subprocess.run([sys.executable, "-c", PROBE, str(folder), "prepare" if prepare else "no"],
                        capture_output=True, text=True, timeout=600,
                        env={**os.environ, **env})

@@ -10,8 +10,6 @@ them; without it, it times them; without preparing, the first call pays for all 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,31 +19,14 @@ pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
 
-PROBE = r"""
-import json, sys, time
-import torch
-from stitchcuda.program import Program
-
-prog = Program.load(sys.argv[1])
-x = [torch.randn(s.shape, device="cuda").to(getattr(torch, s.dtype)) for s in prog.inputs]
-prog.instance(0, prepare=sys.argv[2] == "prepare")
-torch.cuda.synchronize()
-times = []
-for k in range(10):
-    t = time.perf_counter()
-    prog(*x)
-    torch.cuda.synchronize()
-    times.append((time.perf_counter() - t) * 1e3)
-print(json.dumps({"first_ms": times[0], "tenth_ms": times[-1], "tuned": prog.tuned, "note": prog.tuning_note,
-                  "prepared_ms": prog.prepared_ms}))
-"""
+sys.path.insert(0, str(REPO / "benchmarks"))
+import first_call  # noqa: E402 - benchmarks/first_call.py: its probe, one fresh process per variant
 
 
 def _probe(folder: Path, prepare: bool = True) -> dict:
-    r = subprocess.run([sys.executable, "-c", PROBE, str(folder), "prepare" if prepare else "no"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    r = first_call.probe(folder, {}, prepare)
+    assert "error" not in r, r["error"]
+    return r
 
 
 def test_a_second_process_first_call_is_as_fast_as_its_tenth(tmp_path):

@@ -227,3 +227,19 @@ def test_addresses(monkeypatch):
                       ("http://example.com/v1", "not this machine"), ("http://127.0.0.1:80/v1?x=1", "base address")):
         with pytest.raises(ArgumentError, match=says):
             endpoint_base(bad)
+
+
+@pytest.mark.parametrize("module", ["uvicorn", "opentelemetry"])
+def test_the_server_command_names_a_missing_module_in_one_line(monkeypatch, capsys, module):
+    """`python -m stitchcuda.llm.serve` without a module the server needs (uvicorn of the extra;
+    opentelemetry, which fastapi 0.165 imports without depending on it): exit 3, one line naming it."""
+    pytest.importorskip("llama_cpp")
+    from stitchcuda.llm import serve
+
+    monkeypatch.setitem(sys.modules, module, None)  # import of it raises ImportError(name=module)
+    for m in [m for m in sys.modules if m.startswith(("llama_cpp.server", "fastapi"))]:
+        monkeypatch.delitem(sys.modules, m)
+    assert serve.main(["--help"]) == errors.ENVIRONMENT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"needs {module}, which is not installed" in err[0], err
+

@@ -14,16 +14,19 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..ship import errors
     from .client import import_llama_cpp, safe_cpu_buffers
 
     import_llama_cpp()  # LLMUnavailable, with the install command, without llama-cpp-python
     try:
         import llama_cpp.llama_cpp as low
         import uvicorn  # noqa: F401 - the server extra, asked for before anything starts
+        import llama_cpp.server.app  # noqa: F401 - fastapi and what it imports (a module it lacks, named)
     except ImportError as e:
-        print(f"stitchcuda: error: the server needs llama-cpp-python's server extra ({e.name} is missing): "
-              "pip install 'llama-cpp-python[server]'", file=sys.stderr)
-        return 3
+        print(f"stitchcuda: error: the server needs {e.name}, which is not installed: pip install "
+              f"'llama-cpp-python[server]' (if {e.name} is still missing, install the package that provides it)",
+              file=sys.stderr)
+        return errors.ENVIRONMENT
     sys.argv = ["llama_cpp.server", *(sys.argv[1:] if argv is None else argv)]
     with safe_cpu_buffers(low):
         runpy.run_module("llama_cpp.server", run_name="__main__")

@@ -227,3 +227,55 @@ def test_wheel_program_matches_the_reference(built, tmp_path):
     finally:
         sys.path.pop(0)
     json.dumps(str(w))  # the paths are plain strings for the report
+
+
+def test_loading_prepares_a_program_with_one_call_on_zeros(monkeypatch):
+    """PackagedProgram.prepare through a recording stand-in for the runtime and the program's library:
+    one zeroed device buffer per input and output, one run of the program on them on the default
+    stream, everything freed after (the GPU tests run the real thing)."""
+    import ctypes
+
+    from stitchcuda import loader
+
+    calls: list[tuple] = []
+
+    class Runtime:
+        def st_device_alloc(self, nbytes, stream, out):
+            calls.append(("alloc", nbytes))
+            ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p))[0] = 4096 * len(calls)
+            return 0
+
+        def st_memset(self, ptr, value, nbytes, stream):
+            calls.append(("memset", ptr, value, nbytes))
+            return 0
+
+        def st_stream_synchronize(self, stream):
+            calls.append(("sync",))
+            return 0
+
+        def st_device_free(self, ptr, stream):
+            calls.append(("free", ptr))
+            return 0
+
+    class Library:
+        def st_program_run(self, handle, ins, n_in, outs, n_out, stream):
+            calls.append(("run", [ins[i].data for i in range(n_in)], [outs[i].data for i in range(n_out)],
+                          stream.value))
+            return 0
+
+    monkeypatch.setattr(loader, "runtime", lambda: Runtime())
+    prog = object.__new__(loader.PackagedProgram)
+    prog.name, prog.device, prog._handle, prog.library = "p", 0, 1, Library()
+    prog.inputs = [{"name": "x", "dtype": "float32", "shape": [4, 8]}, {"name": "i", "dtype": "int64", "shape": [4]}]
+    prog.outputs = [{"name": "y", "dtype": "bfloat16", "shape": [4, 3]}]
+    assert prog.prepare() >= 0
+    allocs = [c for c in calls if c[0] == "alloc"]
+    assert [c[1] for c in allocs] == [128, 32, 24]
+    memsets = [c for c in calls if c[0] == "memset"]
+    assert [(c[2], c[3]) for c in memsets] == [(0, 128), (0, 32), (0, 24)]
+    run = next(c for c in calls if c[0] == "run")
+    ptrs = [c[1] for c in memsets]
+    assert run[1] == ptrs[:2] and run[2] == ptrs[2:] and not run[3]
+    assert sorted(c[1] for c in calls if c[0] == "free") == sorted(ptrs)
+    assert calls.index(run) < min(calls.index(c) for c in calls if c[0] == "free")
+    prog._handle = None  # nothing to destroy

@@ -145,6 +145,7 @@ class Program:
 
         inst = self.instance(device, prepare=False)
         t0 = time.perf_counter()
+        rt.set_device(device)  # the buffers on the instance's device
         ins = [rt.DeviceTensor(list(s.shape), s.dtype) for s in self.inputs]
         zeros = np.zeros(max([t.nbytes for t in ins] + [1]), np.uint8)
         for t in ins:

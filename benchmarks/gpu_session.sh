@@ -314,7 +314,7 @@ fi
 if want readme_llm; then
   rl_install 'server/*.whl' || exit 1
   model=$(python3 -c 'from stitchcuda.llm import default_test_model; print(default_test_model())') || exit 1
-  setsid python3 -m stitchcuda.llm.serve --model "$model" --n_ctx 4096 --host 127.0.0.1 --port 8080 > "$OUT/server.log" 2>&1 &
+  setsid python3 -m stitchcuda.ship.serve --model "$model" --n_ctx 4096 --host 127.0.0.1 --port 8080 > "$OUT/server.log" 2>&1 &
   for _ in $(seq 90); do python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:8080/v1/models", timeout=1)' \
     2>/dev/null && break; sleep 1; done
   (cd "$F" && timeout 540 python3 benchmarks/readme_examples.py --llm-server --match "--llm http" \

@@ -35,7 +35,7 @@ GRAPH = "%addmm = aten.addmm(%b, %x, %w)\n%gelu = aten.gelu(%addmm)\n%sum_1 = at
 
 # llama_cpp.server, with the model loaded as the in-process client loads it (safe_cpu_buffers): the
 # README's command
-SERVE = ["-m", "stitchcuda.llm.serve"]
+SERVE = ["-m", "stitchcuda.ship.serve"]
 
 
 def _in_ci() -> bool:
@@ -231,10 +231,10 @@ def test_addresses(monkeypatch):
 
 @pytest.mark.parametrize("module", ["uvicorn", "opentelemetry"])
 def test_the_server_command_names_a_missing_module_in_one_line(monkeypatch, capsys, module):
-    """`python -m stitchcuda.llm.serve` without a module the server needs (uvicorn of the extra;
+    """`python -m stitchcuda.ship.serve` without a module the server needs (uvicorn of the extra;
     opentelemetry, which fastapi 0.165 imports without depending on it): exit 3, one line naming it."""
     pytest.importorskip("llama_cpp")
-    from stitchcuda.llm import serve
+    from stitchcuda.ship import serve
 
     monkeypatch.setitem(sys.modules, module, None)  # import of it raises ImportError(name=module)
     for m in [m for m in sys.modules if m.startswith(("llama_cpp.server", "fastapi"))]:

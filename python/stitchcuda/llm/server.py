@@ -156,7 +156,7 @@ class Endpoint:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise ServerError(f"--llm {self.url}: no server answers there ({reason}); start it first, e.g. "
-                              f"python -m stitchcuda.llm.serve --model MODEL.gguf --n_ctx 4096 --port PORT") from None
+                              f"python -m stitchcuda.ship.serve --model MODEL.gguf --n_ctx 4096 --port PORT") from None
         except ValueError:
             raise ServerError(f"--llm {self.url}: the server's answer to {path} is not JSON; "
                               "is it an OpenAI-compatible API (…/v1)?") from None

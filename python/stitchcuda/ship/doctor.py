@@ -148,7 +148,7 @@ def _llm_file() -> Check:
             ep.check()
         except Exception as e:  # noqa: BLE001 - the check's finding, in one line
             return Check("LLM server", "missing", str(e).split("\n")[0].replace(f"--llm {path}: ", f"{path}: "),
-                         "start the server (python -m stitchcuda.llm.serve --model MODEL.gguf --n_ctx 4096 --port PORT)", "llm")
+                         "start the server (python -m stitchcuda.ship.serve --model MODEL.gguf --n_ctx 4096 --port PORT)", "llm")
         return Check("LLM server", "ok", f"{path}: {ep.model()} (grammars honoured)", "", "llm")
     p = Path(path).expanduser()
     if not p.is_file():

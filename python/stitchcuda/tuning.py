@@ -27,12 +27,18 @@ from .loader import TUNING_FILE as FILE
 from .loader import TUNING_HEAD, TUNING_IDENTITY, identity_line, parse_tuning, take_tuning
 
 
+def identity_of(device_part: str) -> str:
+    """The identity line for a runtime's ``st_tuning_identity`` text, with this installation's runtime."""
+    from .paths import LIB_DIR
+
+    return identity_line(device_part, Path(LIB_DIR) / "libstitchrt.so")
+
+
 def identity() -> str:
     """What this process's choices hold for (the current device; needs a CUDA device)."""
     from . import _rt as rt
-    from .paths import LIB_DIR
 
-    return identity_line(rt.tuning_identity(), Path(LIB_DIR) / "libstitchrt.so")
+    return identity_of(rt.tuning_identity())
 
 
 def render(choices: str, ident: str) -> str:
@@ -79,4 +85,4 @@ def load(folder: str | Path) -> tuple[int, str]:
     return take_tuning(Path(folder), identity, rt.tuning_import)
 
 
-__all__ = ["FILE", "identity", "render", "merge_into", "save", "load"]
+__all__ = ["FILE", "identity_of", "identity", "render", "merge_into", "save", "load"]

@@ -791,21 +791,20 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   size_t n_words = 0;
   const int64_t* words = key_words(key, &n_words);
   TunedChoice known;
+  if (tune && cands.size() > 1) {
+    // Grow the workspace once for every candidate, not step by step while timing them; with a choice
+    // imported too, so that later plans rank their candidates under the same workspace as in the
+    // process that timed them.
+    int64_t ws_max = 0;
+    for (auto& c : cands) ws_max = std::max(ws_max, c->workspace);
+    ctx.workspace_at_least(static_cast<size_t>(ws_max), nullptr);
+  }
   // A choice carried from another process (stitchrt/tuning.h) instead of timing, when the ranked
   // list it indexes is as long as it was (an index past its end: timed as without it).
   if (tune && cands.size() > 1 && tuning_lookup('c', words, n_words, &known) &&
       known.index < static_cast<int64_t>(cands.size())) {
     best = static_cast<size_t>(known.index);
-    // the workspace grown as far as timing would have grown it: later plans rank their candidates under
-    // the same workspace as in the process that timed them
-    int64_t ws_max = 0;
-    for (auto& c : cands) ws_max = std::max(ws_max, c->workspace);
-    ctx.workspace_at_least(static_cast<size_t>(ws_max), nullptr);
   } else if (tune && cands.size() > 1) {
-    // Grow the workspace once for every candidate, not step by step while timing them.
-    int64_t ws_max = 0;
-    for (auto& c : cands) ws_max = std::max(ws_max, c->workspace);
-    ctx.workspace_at_least(static_cast<size_t>(ws_max), nullptr);
     Timer timer(ctx, stream);
     timer.warm([&] { run_plan(ctx, *cands[0], a, stream); });
     for (size_t i = 0; i < cands.size(); ++i) cands[i]->ms = timer.median([&] { run_plan(ctx, *cands[i], a, stream); });

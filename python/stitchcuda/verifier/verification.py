@@ -497,12 +497,10 @@ def _finish(run: _Run, result: VerificationResult, *, table: TimingTable | None 
 def _write_tuning(folder: Path, tuning: dict[str, str]) -> None:
     """The GEMM algorithms and convolution engines the timed calls chose, merged into the folder's tuning
     file (:mod:`stitchcuda.tuning`): the program's next process, and its wheel, start with them."""
-    from ..loader import identity_line
-    from ..paths import LIB_DIR
-    from ..tuning import merge_into
+    from ..tuning import identity_of, merge_into
 
     try:
-        merge_into(folder, tuning["text"], identity_line(tuning["identity"], Path(LIB_DIR) / "libstitchrt.so"))
+        merge_into(folder, tuning["text"], identity_of(tuning["identity"]))
     except OSError:
         pass  # an optimisation for later processes: a folder that cannot take it loses only that
 

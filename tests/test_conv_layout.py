@@ -136,3 +136,73 @@ def test_channels_last_pooling_matches_pytorch(mode):
     (pool,) = [t.params for t in plan.tasks if isinstance(t.params, P.PoolSpec)]
     assert pool.channels_last and pool.x.ndim == 5
     assert _simulated_error(model, x, plan, cap) < 1e-2
+
+
+class ConvTail(nn.Module):
+    """conv -> hardswish -> (max pool -> mish): a region that ends in an elementwise group, or in
+    a pool whose hooks are functions of one tensor made of several-operand nodes."""
+
+    def __init__(self, pool: bool):
+        super().__init__()
+        self.conv = nn.Conv2d(5, 12, 3)
+        self.pool = pool
+
+    def forward(self, x):
+        y = self.conv(x) - 0.25
+        y = y * torch.clamp(y + 3, 0, 6) / 6  # hardswish written out: x * clamp(...) has two operands
+        if self.pool:
+            y = F.max_pool2d(y, 2)
+        return y * torch.tanh(F.softplus(y))  # mish: exp, log1p, gt, where, tanh, mul
+
+
+def test_a_group_ending_the_region_writes_the_output_layout_itself():
+    """The group reads the convolution's channels-last result and writes the channels-first graph
+    output in one pass (the template's tiled path), with no converting copy after it."""
+    torch.manual_seed(2)
+    model = ConvTail(pool=False)
+    x = torch.randn(2, 5, 13, 11)
+    plan, cap = _plan(model, x, "tf32")
+    (conv,) = _convs(plan)
+    assert conv.params.channels_last
+    last = plan.run_tasks[-1]
+    assert isinstance(last.params, P.EwSpec), [t.name for t in plan.run_tasks]
+    assert not L.is_channels_last(last.params.out) and any(L.is_channels_last(v) for v in last.params.inputs)
+    assert not any(isinstance(t.params, P.CopySpec) and t.name.startswith("output_") for t in plan.run_tasks)
+    assert _simulated_error(model, x, plan, cap) < 1e-2
+
+
+def test_several_operand_hooks_fuse_into_the_pool():
+    """hardswish before the pool and mish after it become its prologue and epilogue hooks: the
+    convolution's result is read once, by the pool."""
+    torch.manual_seed(3)
+    model = ConvTail(pool=True)
+    x = torch.randn(2, 5, 13, 11)
+    for policy, tol in (("tf32", 1e-2), ("fp32", 1e-4)):
+        plan, cap = _plan(model, x, policy)
+        (pool,) = [t for t in plan.tasks if isinstance(t.params, P.PoolSpec)]
+        ew = [t for t in plan.run_tasks if isinstance(t.params, P.EwSpec)]
+        assert not ew, f"{policy}: {[t.covers for t in ew]} left out of the pool's hooks"
+        assert len(pool.params.prologue) >= 5 and len(pool.params.epilogue) >= 5
+        assert _simulated_error(model, x, plan, cap) < tol, policy
+
+
+def test_a_hook_takes_no_second_source():
+    """x * w after a pool, w another input of the same shape, is not a function of the pool's
+    result alone: it stays out of the hook (and the plan stays right)."""
+
+    class TwoSources(nn.Module):
+        def forward(self, x, w):
+            y = F.max_pool2d(x, 2)
+            return y * torch.sigmoid(y) * w
+
+    torch.manual_seed(4)
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(2, 3, 4, 4)
+    cap = frontend.capture(TwoSources(), [x, w], "two", supported_ops=ops.supported())
+    plan = P.plan(cap.graph, "fp32")
+    (pool,) = [t for t in plan.tasks if isinstance(t.params, P.PoolSpec)]
+    covered = set(pool.covers)
+    muls = [n.name for n in cap.graph.nodes if n.op.endswith("mul.Tensor")]
+    assert muls and muls[-1] not in covered, "the product with w has a second source"
+    out = simulate(plan, cap.weights, [x, w])[0].double()
+    y = F.max_pool2d(x.double(), 2)
+    assert torch.allclose(out, y * torch.sigmoid(y) * w.double(), atol=1e-5)

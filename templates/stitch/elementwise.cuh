@@ -21,11 +21,15 @@
 //     dims, in 32-bit arithmetic when every offset fits in 31 bits, else 64-bit; a chunk is VEC
 //     elements of the innermost dim when out and each input are contiguous along it or broadcast
 //     along it (bias / per-channel operands), with aligned pointers and strides, else 1 element.
+//   - Tiled path when out is contiguous along one dim (a) and an input along another (b), both
+//     spanning >= 8 elements (a layout change: channels-last in, channels-first out, or back):
+//     32 x 32 tiles of (a, b); every input contiguous along b goes through shared memory (read
+//     along b), the others are read directly, and out is written along a — reads and writes both
+//     coalesced, where the strided path would stride every warp's loads by the other layout.
 //
 // launch_strided_copy<Tin, Tout>(in, out, EwLayout<1>, stream): out[idx . out_stride] =
-//   in[idx . in_stride[0]] with conversion. When the dim contiguous in out (stride 1) is not
-//   the one contiguous in in and both span >= 8 elements, 32 x 32 tiles go through shared
-//   memory (a transpose: reads and writes both coalesced); otherwise the strided path above.
+//   in[idx . in_stride[0]] with conversion: launch_elementwise of the identity (a layout change
+//   takes the tiled path above).
 // launch_permute(in, in_shape, in_stride, ndim, perm, out, stream): out = in.permute(perm)
 //   materialised contiguous (out shape[i] = in_shape[perm[i]]).
 #pragma once
@@ -276,6 +280,124 @@ cudaError_t ew_launch_strided(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int
   return cudaGetLastError();
 }
 
+// ---- tiled path (a layout change) --------------------------------------------------------------
+
+// Tiles of 32 x 32 over (a, b): out has stride 1 along a; each input has strides in_sa / in_sb
+// along them; bit k of `staged`: input k has stride 1 along b and is read through shared memory.
+// The other dims are batch dims (innermost first).
+template <int NIN>
+struct EwTileParams {
+  int64_t na, nb;
+  int64_t out_sb;
+  int64_t in_sa[NIN], in_sb[NIN];
+  int nbatch;
+  int64_t bshape[kEwMaxDims], bout[kEwMaxDims], bin[NIN][kEwMaxDims];
+  int64_t batch;
+  unsigned staged;
+};
+
+template <class T>
+__device__ __forceinline__ float ew_load_one(const void* p, int64_t off) {
+  return ew_to_float(static_cast<const T*>(p)[off]);
+}
+
+template <class F, class TOut, class... TIn, size_t... K>
+__device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(TIn)>& ptr,
+                                             const EwTileParams<sizeof...(TIn)>& p,
+                                             float (*tile)[32][33], int64_t t, int64_t ta_n, int64_t tb_n,
+                                             std::index_sequence<K...>*) {
+  constexpr int NIN = sizeof...(TIn);
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t ta = t % ta_n;
+  const int64_t rest = t / ta_n;
+  const int64_t tb = rest % tb_n;
+  int64_t bi = rest / tb_n, out_off = 0;
+  int64_t off[NIN];
+#pragma unroll
+  for (int k = 0; k < NIN; ++k) off[k] = 0;
+  for (int d = 0; d < p.nbatch; ++d) {
+    const int64_t c = bi % p.bshape[d];
+    bi /= p.bshape[d];
+    out_off += c * p.bout[d];
+#pragma unroll
+    for (int k = 0; k < NIN; ++k) off[k] += c * p.bin[k][d];
+  }
+  {  // the staged inputs, read along b
+    const int64_t b = tb * 32 + tx;
+#pragma unroll
+    for (int j = ty; j < 32; j += 8) {
+      const int64_t a = ta * 32 + j;
+      if (a < p.na && b < p.nb)
+        (((p.staged >> K) & 1u ? (void)(tile[K][j][tx] = ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b))
+                               : (void)0),
+         ...);
+    }
+  }
+  __syncthreads();
+  const int64_t a = ta * 32 + tx;
+#pragma unroll
+  for (int j = ty; j < 32; j += 8) {
+    const int64_t b = tb * 32 + j;
+    if (a < p.na && b < p.nb) {
+      float v[NIN];
+      ((v[K] = (p.staged >> K) & 1u ? tile[K][tx][j]
+                                    : ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b * p.in_sb[K])),
+       ...);
+      static_cast<TOut*>(ptr.out)[out_off + a + b * p.out_sb] = ew_from_float<TOut>(f(v));
+    }
+  }
+  __syncthreads();
+}
+
+template <class F, class TOut, class... TIn>
+__global__ void __launch_bounds__(256)
+ew_tile_kernel(F f, EwPtrs<sizeof...(TIn)> ptr, EwTileParams<sizeof...(TIn)> p) {
+  using Seq = std::make_index_sequence<sizeof...(TIn)>;
+  __shared__ float tile[sizeof...(TIn)][32][33];
+  const int64_t ta_n = ceil_div<int64_t>(p.na, 32), tb_n = ceil_div<int64_t>(p.nb, 32);
+  const int64_t total = ta_n * tb_n * p.batch;
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x)
+    ew_tile_body<F, TOut, TIn...>(f, ptr, p, tile, t, ta_n, tb_n, static_cast<Seq*>(nullptr));
+}
+
+// The tiled launch when out is contiguous along one dim and some input along another (both
+// spanning >= 8); false when the layout is not such a change.
+template <class F, class TOut, class... TIn>
+bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const int64_t* shape,
+                     const int64_t (*st)[kEwMaxDims], cudaStream_t stream) {
+  constexpr int NIN = sizeof...(TIn);
+  int da = -1, db = -1;
+  for (int d = 0; d < m; ++d)
+    if (st[0][d] == 1) da = d;
+  if (da < 0 || shape[da] < 8) return false;
+  for (int k = 0; k < NIN && db < 0; ++k)
+    for (int d = 0; d < m; ++d)
+      if (d != da && st[k + 1][d] == 1 && shape[d] >= 8) db = d;
+  if (db < 0) return false;
+  EwTileParams<NIN> p{};
+  p.na = shape[da];
+  p.nb = shape[db];
+  p.out_sb = st[0][db];
+  for (int k = 0; k < NIN; ++k) {
+    p.in_sa[k] = st[k + 1][da];
+    p.in_sb[k] = st[k + 1][db];
+    if (p.in_sb[k] == 1) p.staged |= 1u << k;
+  }
+  p.batch = 1;
+  for (int d = m - 1; d >= 0; --d) {  // innermost first
+    if (d == da || d == db) continue;
+    p.bshape[p.nbatch] = shape[d];
+    p.bout[p.nbatch] = st[0][d];
+    for (int k = 0; k < NIN; ++k) p.bin[k][p.nbatch] = st[k + 1][d];
+    p.batch *= shape[d];
+    ++p.nbatch;
+  }
+  const int64_t tiles = ceil_div<int64_t>(p.na, 32) * ceil_div<int64_t>(p.nb, 32) * p.batch;
+  const unsigned blocks = unsigned(tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20));
+  ew_tile_kernel<F, TOut, TIn...><<<blocks, dim3(32, 8), 0, stream>>>(f, ptr, p);
+  return true;
+}
+
 }  // namespace detail
 
 // Launch out = f(in...) over `layout` on `stream`; returns the launch status.
@@ -331,6 +453,8 @@ cudaError_t launch_elementwise(const F& f, TOut* out, const EwLayout<sizeof...(T
     return cudaGetLastError();
   }
 
+  if (detail::ew_launch_tiled<F, TOut, TIn...>(f, ptr, m, shape, st, stream)) return cudaGetLastError();
+
   // Innermost dim in 16-byte chunks when out and every input not broadcast along it are
   // contiguous there, its size and all other strides are multiples of VEC, pointers aligned.
   constexpr int VEC = 16 / detail::MaxSize<TOut, TIn...>::value;
@@ -368,95 +492,12 @@ struct Copy1 {
   __device__ float operator()(const float* a) const { return a[0]; }
 };
 
-// in is [batch..., a, b] with b contiguous; out has a contiguous. 32 x 32 tiles, 32 x 8 threads.
-template <class Tin, class Tout>
-struct TransposeParams {
-  const Tin* in;
-  Tout* out;
-  int64_t na, nb;
-  int64_t in_sa;   // in's stride along a (its stride along b is 1)
-  int64_t out_sb;  // out's stride along b (its stride along a is 1)
-  int nbatch;
-  int64_t bshape[kEwMaxDims], bin[kEwMaxDims], bout[kEwMaxDims];  // innermost first
-  int64_t batch;
-};
-
-template <class Tin, class Tout>
-__global__ void __launch_bounds__(256) transpose_tile_kernel(TransposeParams<Tin, Tout> p) {
-  __shared__ float tile[32][33];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t ta_n = ceil_div<int64_t>(p.na, 32), tb_n = ceil_div<int64_t>(p.nb, 32);
-  const int64_t total = ta_n * tb_n * p.batch;
-  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-    const int64_t ta = t % ta_n;
-    const int64_t rest = t / ta_n;
-    const int64_t tb = rest % tb_n;
-    int64_t bi = rest / tb_n, in_off = 0, out_off = 0;
-    for (int d = 0; d < p.nbatch; ++d) {
-      const int64_t c = bi % p.bshape[d];
-      bi /= p.bshape[d];
-      in_off += c * p.bin[d];
-      out_off += c * p.bout[d];
-    }
-    const int64_t b = tb * 32 + tx;
-#pragma unroll
-    for (int j = ty; j < 32; j += 8) {
-      const int64_t a = ta * 32 + j;
-      if (a < p.na && b < p.nb) tile[j][tx] = ew_to_float(p.in[in_off + a * p.in_sa + b]);
-    }
-    __syncthreads();
-    const int64_t a = ta * 32 + tx;
-#pragma unroll
-    for (int j = ty; j < 32; j += 8) {
-      const int64_t bb = tb * 32 + j;
-      if (a < p.na && bb < p.nb) p.out[out_off + bb * p.out_sb + a] = ew_from_float<Tout>(tile[tx][j]);
-    }
-    __syncthreads();
-  }
-}
-
 }  // namespace detail
 
 // out[idx . out_stride] = in[idx . in_stride[0]] over layout's shape, converting Tin -> Tout.
 template <class Tin, class Tout>
 cudaError_t launch_strided_copy(const Tin* in, Tout* out, const EwLayout<1>& layout,
                                 cudaStream_t stream) {
-  if (layout.ndim < 0 || layout.ndim > kEwMaxDims || !in || !out) return cudaErrorInvalidValue;
-  int64_t n = 1;
-  for (int d = 0; d < layout.ndim; ++d) n *= layout.shape[d];
-  if (n <= 0) return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
-
-  const int64_t* strides[2] = {layout.out_stride, layout.in_stride[0]};
-  int64_t shape[kEwMaxDims];
-  int64_t st[2][kEwMaxDims];
-  const int m = detail::ew_coalesce<2>(layout.ndim, layout.shape, strides, shape, st);
-  int da = -1, db = -1;  // dims contiguous in out / in
-  for (int d = 0; d < m; ++d) {
-    if (st[0][d] == 1) da = d;
-    if (st[1][d] == 1) db = d;
-  }
-  if (da >= 0 && db >= 0 && da != db && shape[da] >= 8 && shape[db] >= 8) {
-    detail::TransposeParams<Tin, Tout> p{};
-    p.in = in;
-    p.out = out;
-    p.na = shape[da];
-    p.nb = shape[db];
-    p.in_sa = st[1][da];
-    p.out_sb = st[0][db];
-    p.batch = 1;
-    for (int d = m - 1; d >= 0; --d) {  // innermost first
-      if (d == da || d == db) continue;
-      p.bshape[p.nbatch] = shape[d];
-      p.bout[p.nbatch] = st[0][d];
-      p.bin[p.nbatch] = st[1][d];
-      p.batch *= shape[d];
-      ++p.nbatch;
-    }
-    const int64_t tiles = ceil_div<int64_t>(p.na, 32) * ceil_div<int64_t>(p.nb, 32) * p.batch;
-    const unsigned blocks = unsigned(tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20));
-    detail::transpose_tile_kernel<Tin, Tout><<<blocks, dim3(32, 8), 0, stream>>>(p);
-    return cudaGetLastError();
-  }
   return launch_elementwise(detail::Copy1{}, out, layout, stream, in);
 }
 

@@ -346,6 +346,26 @@ def test_ew_fma4(ew_lib, dtype):
     _close(out, ref, _tol(dtype), f"seed={seed}")
 
 
+@pytest.mark.parametrize("out_layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
+def test_ew_layout_change(ew_lib, dtype, out_layout):
+    """A layout change in one elementwise launch (the tiled path): a channels-last input, a
+    per-channel operand, a channels-first input and a scalar, written in either layout; odd
+    extents leave partial tiles on both tile dims."""
+    seed = _seed()
+    shape = (3, 37, 11, 13)
+    a = _randn(*shape, dtype=dtype).to(memory_format=torch.channels_last)
+    b, c, d = _randn(37, 1, 1, dtype=dtype), _randn(*shape, dtype=dtype), _randn(dtype=dtype)
+    out = torch.full(shape, NAN, device="cuda", dtype=dtype)
+    if out_layout == "channels_last":
+        out = out.to(memory_format=torch.channels_last)
+    _run(ew_lib.ew_fma4, DT_CODE[dtype], a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(),
+         out.data_ptr(), 4, _i64(shape), _i64(out.stride()),
+         *[_i64(_bcast_strides(t, shape)) for t in (a, b, c, d)], _stream())
+    ref = a.double() * b.double() + c.double() - d.double()
+    _close(out, ref, _tol(dtype), f"{out_layout} seed={seed}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
 def test_ew_where(ew_lib, dtype):
     seed = _seed()

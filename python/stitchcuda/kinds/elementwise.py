@@ -211,11 +211,12 @@ def lower(lw, pr: EwProto, pre: list) -> None:
         if t in lw.materialized and lw.shape(t) == shape and all(
                 w.buffer != v.buffer or (w.offset == v.offset and w.strides == v.strides) for w in ins):
             cands.append(t)
-    # A channels-last group does not write a target in another layout (a graph output, channels
-    # first): reading one layout while writing another, every warp's loads would stride by the
-    # channel count. It writes channels-last, and the conversion is a tiled transposing copy.
+    # A channels-last group writes a target in another layout (a graph output, channels first)
+    # itself: the template's tiled path reads one layout and writes the other, both coalesced, in
+    # the one pass a group and a converting copy after it would take two for. A target with no
+    # unit-stride dim (nothing for the tiles to write along) gets a fresh channels-last buffer.
     vo = lw.out_view(pr, out_t, lambda tv: len(L.coalesce(tv.shape, tv.strides)[0]) <= 6 and
-                     (order is None or L.is_dense_in(tv, order)), inplace=cands, order=order)
+                     (order is None or L.is_dense_in(tv, order) or _unit_stride(tv)), inplace=cands, order=order)
     if not ins:
         # A constant: the template needs one input to drive it; it reads (and ignores) one
         # element of the output.
@@ -233,6 +234,11 @@ def lower(lw, pr: EwProto, pre: list) -> None:
     reads = ins if leaves else []
     lw.add(pr, pr.name, spec, reads, [vo], touched=list(pr.ins) + leaves + [out_t] +
            [o.name for nd in nodes for o in nd.outputs])
+
+
+def _unit_stride(v: View) -> bool:
+    """Whether ``v`` is contiguous along some dim of more than one element."""
+    return any(st == 1 and n > 1 for n, st in zip(v.shape, v.strides))
 
 
 # ---------------------------------------------------------------------- cost, interpret, render

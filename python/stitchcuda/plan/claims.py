@@ -71,42 +71,97 @@ class Claims:
     # ------------------------------------------------------------------ hooks and elementwise groups
 
     def hooks(self, n: Node, x: str, out: str) -> tuple[list[str], str, list[str], str]:
-        """The unary elementwise nodes right before ``n`` on its input ``x`` (its prologue hook,
-        in order) and right after its output ``out`` (its epilogue hook): (prologue node names,
-        the tensor the prologue reads, epilogue node names, the tensor the epilogue writes)."""
-        ix = self.ix
-        pro: list[Node] = []
-        t = x
-        if n.name not in self.unfuse:
-            while True:
-                p = ix.producer.get(t)
-                if p is None or not self.free(p) or not self.hookable(p) or ix.only_user(t) is None:
-                    break
-                pro.append(p)
-                t = p.inputs[0]
-        pro.reverse()
-        x = t if pro else x
-        epi: list[str] = []
-        t = out
-        while True:
-            u = ix.only_user(t)
-            if u is None or not self.free(u) or not self.hookable(u):
-                break
-            epi.append(u.name)
-            t = u.outputs[0].name
-        return [p.name for p in pro], x, epi, t
+        """The elementwise nodes right before ``n`` on its input ``x`` (its prologue hook) and right
+        after its output ``out`` (its epilogue hook): (prologue node names, the tensor the prologue
+        reads, epilogue node names, the tensor the epilogue writes). A hook is a function of one
+        tensor: its nodes may take several operands (hardswish's ``x * clamp(x + 3, 0, 6)``, mish's
+        ``x * tanh(softplus(x))``) so long as every operand comes from the hook or its one source."""
+        pro, src = self._prologue(x) if n.name not in self.unfuse else ([], x)
+        epi, last = self._epilogue(out)
+        return pro, src, epi, last
 
-    def hookable(self, node: Node) -> bool:
-        """An elementwise node with exactly one tensor operand and a float result."""
-        if ops.kind(node.op) != "elementwise" or node.op in (A + "where.self", A + "scalar_tensor.default",
-                                                             A + "full.default"):
+    def _hook_node(self, node: Node | None, shape: tuple[int, ...]) -> bool:
+        """A node a hook may take: free, elementwise, not kept apart, one result computed from
+        tensors, every one of them (and the result) of ``shape``."""
+        if node is None or ops.kind(node.op) != "elementwise" or node.op.startswith("stitch.") or \
+                node.name in self.unfuse or not self.free(node) or len(node.outputs) != 1 or not node.inputs:
             return False
-        if node.op.startswith("stitch.") or len(node.inputs) != 1 or node.name in self.unfuse:
-            return False
-        out = node.outputs[0]
-        if out.dtype != "float32" or self.ix.spec(node.inputs[0]).dtype != "float32":
-            return False
-        return self.ix.shape(node.inputs[0]) == out.shape
+        return all(tuple(self.ix.shape(t)) == shape for t in [*node.inputs, node.outputs[0].name])
+
+    def _sources(self, members: Sequence[Node]) -> list[str]:
+        """The tensors ``members`` read that none of them produces."""
+        made = {m.outputs[0].name for m in members}
+        return list(dict.fromkeys(t for m in members for t in m.inputs if t not in made))
+
+    def _prologue(self, x: str) -> tuple[list[str], str]:
+        """The largest hook before a reader of ``x``: grown back from ``x``'s producer through every
+        node whose users are all in the hook, then cut to the longest prefix with one float source."""
+        ix = self.ix
+        shape = tuple(ix.shape(x))
+        p0 = ix.producer.get(x)
+        if ix.only_user(x) is None or ix.spec(x).dtype != "float32" or not self._hook_node(p0, shape):
+            return [], x
+        order, members = [p0], {p0.name}
+        grew = True
+        while grew:
+            grew = False
+            for m in list(order):
+                for t in dict.fromkeys(m.inputs):
+                    p = ix.producer.get(t)
+                    if p is not None and p.name not in members and self._hook_node(p, shape) and \
+                            t not in ix.graph_outputs and all(u.name in members for u in ix.users[t]):
+                        order.append(p)
+                        members.add(p.name)
+                        grew = True
+        for k in range(len(order), 0, -1):  # every prefix keeps its members' users inside it
+            src = self._sources(order[:k])
+            if len(src) == 1 and ix.spec(src[0]).dtype == "float32":
+                return sorted((m.name for m in order[:k]), key=lambda nm: ix.pos[nm]), src[0]
+        return [], x
+
+    def _epilogue(self, out: str) -> tuple[list[str], str]:
+        """The largest hook after a writer of ``out``: grown forward through every node that reads
+        only ``out`` and the hook, then cut to the longest prefix that reads all of ``out``'s uses
+        and has one result used outside it."""
+        ix = self.ix
+        shape = tuple(ix.shape(out))
+        if out in ix.graph_outputs or not ix.users.get(out) or ix.spec(out).dtype != "float32":
+            return [], out
+        order: list[Node] = []
+        members: set[str] = set()
+        grew = True
+        while grew:
+            grew = False
+            for t in [out] + [m.outputs[0].name for m in order]:
+                for u in ix.users.get(t, []):
+                    if u.name not in members and self._hook_node(u, shape) and \
+                            all(a == out or (ix.producer.get(a) is not None and ix.producer[a].name in members)
+                                for a in u.inputs):
+                        order.append(u)
+                        members.add(u.name)
+                        grew = True
+        for k in range(len(order), 0, -1):
+            sink = self._epilogue_sink(order[:k], out)
+            if sink is not None:
+                return sorted((m.name for m in order[:k]), key=lambda nm: ix.pos[nm]), sink
+        return [], out
+
+    def _epilogue_sink(self, members: Sequence[Node], out: str) -> str | None:
+        """The one result of ``members`` read outside them (or returned), when they read all of
+        ``out``'s uses and every other result of theirs is read only by them; else None."""
+        ix = self.ix
+        names = {m.name for m in members}
+        if not all(u.name in names for u in ix.users[out]):
+            return None
+        sinks = []
+        for m in members:
+            t = m.outputs[0].name
+            us = ix.users.get(t, [])
+            if t in ix.graph_outputs or any(u.name not in names for u in us):
+                sinks.append(t)
+            elif not us:
+                return None
+        return sinks[0] if len(sinks) == 1 and ix.spec(sinks[0]).dtype == "float32" else None
 
     def pull_ew_group(self, root: Node, outside_ok: set[str], limit: int) -> list[str]:
         """Elementwise nodes feeding ``root`` that no one else needs, root included, in order.

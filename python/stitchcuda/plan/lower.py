@@ -93,16 +93,18 @@ class Lowerer:
         return ops.lower(node, operands, lambda i: self.spec(node.inputs[i]).dtype, self.ix.args, base)
 
     def hook(self, names: Sequence[str]) -> tuple[EwInstr, ...]:
-        """The instructions of a reduction's unary prologue / epilogue nodes, on input ``a0``."""
+        """The instructions of a reduction's prologue / epilogue hook (nodes in run order, the last
+        one's result the hook's), on input ``a0``: the one tensor the nodes read that none of them
+        makes (see ``Claims.hooks``)."""
         instrs: list[EwInstr] = []
-        ref = "a0"
+        refs: dict[str, str] = {}
         for nm in names:
             nd = self.ix.nodes[nm]
-            new = self.lower_ew(nd, {nd.inputs[0]: ref}, len(instrs))
+            new = self.lower_ew(nd, {t: refs.get(t, "a0") for t in nd.inputs}, len(instrs))
             if new is None:
                 raise self.fail(nd, "no elementwise translation")
             instrs.extend(new)
-            ref = f"t{len(instrs) - 1}"
+            refs[nd.outputs[0].name] = f"t{len(instrs) - 1}"
         return tuple(instrs)
 
     # ------------------------------------------------------------------ views

@@ -81,7 +81,10 @@ def _nvcc_release() -> str:
 def _headers_hash() -> str:
     h = hashlib.sha256()
     root = Path(INCLUDE_DIR)
-    for p in sorted(root.rglob("*")):
+    # os.walk follows a linked folder (rglob does not before Python 3.13): a header reached through
+    # a link still changes the key.
+    files = sorted(Path(d) / f for d, _, fs in os.walk(root, followlinks=True) for f in fs)
+    for p in files:
         if p.is_file():
             h.update(str(p.relative_to(root)).encode())
             h.update(p.read_bytes())

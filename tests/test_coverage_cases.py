@@ -98,6 +98,12 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "adaptive_avg1d": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool1d(x, 5)), [_x(2, 3, 17)])),
     "adaptive_avg3d": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool3d(x, (2, 3, 3))), [_x(2, 3, 5, 8, 9)])),
     "global_avg": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool2d(x, 1).flatten(1)), [_x(2, 6, 9, 10)])),
+    # overlapping windows (stride 1): pool.cuh's rows path shares input rows between outputs;
+    # row counts not a multiple of its four rows a thread
+    "maxpool2d_overlap": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 4, 1, 1)), [_x(2, 3, 10, 9)])),
+    "maxpool2d_dilated_stride1": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 3, 1, 1, dilation=2)),
+                                                   [_x(2, 3, 11, 7)])),
+    "avgpool2d_overlap_pad": ("pool", lambda: (Fn(lambda s, x: F.avg_pool2d(x, 4, 1, 2)), [_x(2, 3, 9, 10)])),
     "pool_hooks": ("pool", lambda: (Fn(lambda s, x: torch.relu(F.max_pool2d(torch.tanh(x), 2)) * 2), [_x(2, 6, 9, 10)])),
     "pool_permuted": ("pool", lambda: (Fn(lambda s, x: F.avg_pool2d(x.permute(0, 3, 1, 2), 2)), [_x(2, 8, 6, 5)])),
     # norms
@@ -130,6 +136,13 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "logcumsumexp": ("scan", lambda: (Fn(lambda s, x: torch.logcumsumexp(x, 1)), [_x(5, 16)])),
     "cummax": ("scan", lambda: (Fn(lambda s, x: torch.cummax(x, 1).values), [_x(5, 16)])),
     "cumsum_int": ("scan", lambda: (Fn(lambda s, i: torch.cumsum(i, 1)), [_i(9, 5, 16)])),
+    # rows of >= 4096: scan.cuh's tiled path (aligned rows; a partial last tile), and an odd row
+    # length that is not 16-byte aligned (the two-pass path)
+    "cumsum_long": ("scan", lambda: (Fn(lambda s, x: torch.cumsum(x * torch.sigmoid(x), 1) * 0.5), [_x(3, 9000)])),
+    "cumsum_long_odd": ("scan", lambda: (Fn(lambda s, x: torch.cumsum(x, 1)), [_x(3, 4101)])),
+    "cummax_long": ("scan", lambda: (Fn(lambda s, x: torch.cummax(x, 1).values), [_x(2, 9000)])),
+    "logcumsumexp_long": ("scan", lambda: (Fn(lambda s, x: torch.logcumsumexp(x, 1)), [_x(2, 8192)])),
+    "cumsum_int_long": ("scan", lambda: (Fn(lambda s, i: torch.cumsum(i, 1)), [_i(9, 2, 5000)])),
     # arg reductions and max / min over a dim
     "argmax_middle": ("arg", lambda: (Fn(lambda s, x: x.argmax(1)), [_x(2, 6, 9, 10)])),
     "argmin_keepdim": ("arg", lambda: (Fn(lambda s, x: x.argmin(2, keepdim=True)), [_x(2, 6, 9, 10)])),
@@ -200,6 +213,12 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "depthwise_separable_swish": ("conv", _seeded(lambda: (
         Fn(lambda s, x: (lambda y: y * torch.sigmoid(y))(s.pw(s.dw(x))), dw=nn.Conv2d(8, 8, 3, padding=1, groups=8),
            pw=nn.Conv2d(8, 16, 1)), [_x(2, 8, 10, 10)]))),
+    # depthwise.cuh's rows path (channels-first: fp32) with stride, dilation and padding, and a
+    # filter wider than its eight taps a row
+    "depthwise_strided_dilated": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=8)), [_x(2, 8, 13, 11)]))),
+    "depthwise_wide": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 4, (2, 9), padding=(1, 4), groups=4, bias=False)), [_x(2, 4, 7, 30)]))),
     "conv1d_tanh_gelu_tanh": ("conv", _seeded(lambda: (
         Fn(lambda s, x: F.gelu(torch.tanh(s.c(x)), approximate="tanh"), c=nn.Conv1d(4, 6, 5, stride=2, padding=2)),
         [_x(3, 4, 33)]))),

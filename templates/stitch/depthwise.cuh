@@ -10,10 +10,14 @@
 //   - out[n, c, i, j] = act(bias[c] + sum over taps (a, b) inside the input of
 //       x[n, c, i * stride_h - pad_h + a * dil_h, j * stride_w - pad_w + b * dil_w] * w[c, a, b]),
 //     taps outside the input count as zero (PyTorch's zero padding); math in fp32.
-//   - One thread per output element, grid-stride. When out's channel stride is 1 (channels-last)
-//     consecutive threads take consecutive channels, else consecutive columns: either way the
-//     loads of a tap and the stores are coalesced across a warp. The weights, a few hundred
-//     bytes per channel, are read through L1.
+//   - When out's channel stride is 1 (channels-last): one thread per output element, consecutive
+//     threads on consecutive channels. Otherwise (kw <= kDwMaxKw): one thread per kDwRows
+//     consecutive output rows of one column, consecutive threads on consecutive columns, walking
+//     the input rows those outputs cover once each (a row's kw taps loaded once, then multiplied
+//     into every output whose window holds it: a stride-1 3x3 filter loads 4.5 taps an output,
+//     not 9); wider filters, one thread per output. Either way the loads of a tap and the stores
+//     are coalesced across a warp. The weights, a few hundred bytes per channel, are read
+//     through L1.
 // Depthwise convolutions move far more bytes than they compute (k*k multiply-adds per element):
 // this kernel aims at the bandwidth floor, where cuDNN's engines convert layouts or run an
 // implicit GEMM with one useful channel per group.
@@ -81,6 +85,64 @@ __global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tou
   }
 }
 
+constexpr int kDwRows = 4;
+constexpr int kDwMaxKw = 8;
+
+// Channels-first: kDwRows output rows of one column per thread (kw <= kDwMaxKw); I as above.
+template <class I, class Tin, class Tout, class Act>
+__global__ void __launch_bounds__(256) depthwise_rows_kernel(DepthwiseParams<Tin, Tout> p, I total, Act act) {
+  constexpr int R = kDwRows;
+  const I grid = I(gridDim.x) * I(blockDim.x);
+  const I channels = I(p.channels), ohb_n = I((p.oh + R - 1) / R), ow_n = I(p.ow);
+  const int h = int(p.h), w_in = int(p.w_in), oh = int(p.oh), kw = p.kw, sh = p.stride_h, dh = p.dil_h;
+  const int reach = (p.kh - 1) * dh;
+  for (I idx = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); idx < total; idx += grid) {
+    I t = idx;
+    const I j = t % ow_n;
+    t /= ow_n;
+    const int i0 = int(t % ohb_n) * R;
+    t /= ohb_n;
+    const I c = t % channels;
+    const I n = t / channels;
+    const Tin* xc = p.x + int64_t(n) * p.x_stride[0] + int64_t(c) * p.x_stride[1];
+    const Tin* wc = p.w + int64_t(c) * p.kh * kw;
+    const float b0 = p.bias ? to_float(p.bias[c]) : 0.f;
+    float acc[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q) acc[q] = b0;
+    const int c0 = int(j) * p.stride_w - p.pad_w;
+    const int first = i0 * sh - p.pad_h;
+    const int r_lo = first < 0 ? 0 : first;
+    const int last = first + (R - 1) * sh + reach;
+    const int r_hi = last < h - 1 ? last : h - 1;
+    for (int r = r_lo; r <= r_hi; ++r) {
+      const Tin* row = xc + int64_t(r) * p.x_stride[2];
+      float xv[kDwMaxKw];
+      unsigned inside = 0;  // taps of the row inside the input (the others are skipped, as zeros)
+#pragma unroll
+      for (int b = 0; b < kDwMaxKw; ++b) {
+        const int col = c0 + b * p.dil_w;
+        const bool in = b < kw && col >= 0 && col < w_in;
+        xv[b] = in ? to_float(row[int64_t(col) * p.x_stride[3]]) : 0.f;
+        inside |= unsigned(in) << b;
+      }
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        const int tap = r - (first + q * sh);
+        if (i0 + q >= oh || tap < 0 || tap > reach || (dh != 1 && tap % dh != 0)) continue;
+        const Tin* wr = wc + (dh == 1 ? tap : tap / dh) * kw;
+#pragma unroll
+        for (int b = 0; b < kDwMaxKw; ++b)
+          if (inside >> b & 1u) acc[q] = fmaf(xv[b], to_float(__ldg(wr + b)), acc[q]);
+      }
+    }
+    Tout* out = p.out + int64_t(n) * p.out_stride[0] + int64_t(c) * p.out_stride[1] + int64_t(j) * p.out_stride[3];
+#pragma unroll
+    for (int q = 0; q < R; ++q)
+      if (i0 + q < oh) out[int64_t(i0 + q) * p.out_stride[2]] = from_float<Tout>(act(acc[q]));
+  }
+}
+
 }  // namespace detail
 
 template <class Tin, class Tout, class Act = Identity>
@@ -93,7 +155,18 @@ cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t s
   const int64_t want = ceil_div<int64_t>(total, 256);
   const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
   const bool fast_channels = p.out_stride[1] == 1 && p.channels > 1;
-  if (total <= INT_MAX && p.h <= INT_MAX / 2 && p.w_in <= INT_MAX / 2) {
+  const bool small = total <= INT_MAX && p.h <= INT_MAX / 2 && p.w_in <= INT_MAX / 2;
+  if (!fast_channels && p.kw <= detail::kDwMaxKw) {
+    const int64_t work = p.batch * p.channels * ceil_div<int64_t>(p.oh, detail::kDwRows) * p.ow;
+    const int64_t w2 = ceil_div<int64_t>(work, 256);
+    const unsigned b2 = unsigned(w2 < (int64_t(1) << 20) ? w2 : (int64_t(1) << 20));
+    if (small)
+      detail::depthwise_rows_kernel<int32_t><<<b2, 256, 0, stream>>>(p, int32_t(work), act);
+    else
+      detail::depthwise_rows_kernel<int64_t><<<b2, 256, 0, stream>>>(p, work, act);
+    return cudaGetLastError();
+  }
+  if (small) {
     if (fast_channels)
       detail::depthwise_kernel<true, int32_t><<<blocks, 256, 0, stream>>>(p, int32_t(total), act);
     else

@@ -15,7 +15,8 @@
 //     so that y = x * scale + shift is the normalised, affine output (fp32 scale / shift).
 //   - workspace holds rows * splits * 3 floats; each row is cut into `splits` pieces (pass 1, one
 //     group of lanes per piece: `group` lanes, a power of two up to 32, or a block of 256), whose
-//     (count, mean, m2) pass 2 merges, one thread per row. cols >= 1.
+//     (count, mean, m2) pass 2 merges, one thread per row. cols >= 1. Where x and ldi are 16-byte
+//     aligned the pieces are whole 16-byte packs, each pack's moments merged into the lane's.
 // Group norm is groups = G, cpg = C / G; instance norm is one channel per group (cpg = 1) over
 // x viewed as [N * C, H * W].
 #pragma once
@@ -30,7 +31,8 @@ constexpr int kGroupStatsThreads = 256;
 
 namespace detail {
 
-template <class Tin>
+// VEC > 1: x, ldi and every piece's start aligned to VEC elements (16 bytes).
+template <class Tin, int VEC>
 __global__ void __launch_bounds__(kGroupStatsThreads)
 group_stats_partial(const Tin* x, int64_t ldi, int64_t units, int64_t splits, int64_t cols, int64_t per,
                     int group, float* ws) {
@@ -46,7 +48,23 @@ group_stats_partial(const Tin* x, int64_t ldi, int64_t units, int64_t splits, in
     const int64_t c0 = s * per;
     const int64_t c1 = c0 + per < cols ? c0 + per : cols;
     const Tin* row = x + r * ldi;
-    for (int64_t c = c0 + lane; c < c1; c += group) {
+    int64_t c = c0;
+    if (VEC > 1) {  // whole packs: each one's moments, merged (one division a pack, 16-byte loads)
+      const int64_t packs = c1 > c0 ? (c1 - c0) / VEC : 0;
+      for (int64_t k = lane; k < packs; k += group) {
+        const Pack<Tin, VEC> pk = load_pack<Tin, VEC>(row + c0 + k * VEC);
+        float v[VEC], sum = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = to_float(pk.v[e]), sum += v[e];
+        const float pm = sum * (1.f / VEC);
+        float q = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) q += (v[e] - pm) * (v[e] - pm);
+        m = MomentsOp{}(m, Moments{float(VEC), pm, q});
+      }
+      c = c0 + packs * VEC;
+    }
+    for (c += lane; c < c1; c += group) {  // the rest, one element at a time (Welford)
       const float v = to_float(row[c]);
       m.n += 1.f;
       const float d = v - m.mean;
@@ -92,15 +110,22 @@ cudaError_t launch_group_stats(const Tin* x, int64_t ldi, int64_t rows, int64_t 
   if (rows <= 0) return cudaSuccess;
   if (cols < 1 || groups < 1 || cpg < 1 || splits < 1 || !x || !scale || !shift || !workspace)
     return cudaErrorInvalidValue;
-  const int64_t per = ceil_div<int64_t>(cols, splits);
+  constexpr int VEC = 16 / sizeof(Tin);
+  // Pieces of whole 16-byte packs where the rows allow (the last piece may be short or empty).
+  const bool vec = aligned_to(x, 16) && (rows == 1 || ldi % VEC == 0) && cols >= int64_t(VEC) * splits;
+  const int64_t per = vec ? ceil_div<int64_t>(ceil_div<int64_t>(cols, splits), VEC) * VEC : ceil_div<int64_t>(cols, splits);
   const int64_t units = rows * splits;
   // Lanes per piece: enough to cover it in a few loads each, one block at most.
   int group = next_pow2(int(per < kGroupStatsThreads ? per : kGroupStatsThreads));
   if (group > 32) group = kGroupStatsThreads;
   const int64_t blocks = group > 32 ? units : ceil_div<int64_t>(units, kGroupStatsThreads / group);
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
-  detail::group_stats_partial<Tin><<<unsigned(blocks), kGroupStatsThreads, 0, stream>>>(
-      x, ldi, units, splits, cols, per, group, workspace);
+  if (vec)
+    detail::group_stats_partial<Tin, VEC><<<unsigned(blocks), kGroupStatsThreads, 0, stream>>>(
+        x, ldi, units, splits, cols, per, group, workspace);
+  else
+    detail::group_stats_partial<Tin, 1><<<unsigned(blocks), kGroupStatsThreads, 0, stream>>>(
+        x, ldi, units, splits, cols, per, group, workspace);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   detail::group_stats_finish<TW><<<unsigned(ceil_div<int64_t>(rows, 256)), 256, 0, stream>>>(

@@ -15,7 +15,11 @@
 //   - Max: the largest tap (a NaN tap wins, as in PyTorch); -inf for an empty window.
 //     Avg: the sum over the valid taps divided by `divisor` when > 0, else by the window clipped to
 //     the padded input (count_include_pad; PyTorch's pool_size) or by the number of valid taps.
-//   - Math in fp32; one thread per output element (grid-stride), taps read through L1/L2.
+//   - Math in fp32. Fixed windows: one thread per kPoolRows consecutive output rows of one column
+//     (grid-stride), walking the input rows their windows cover once each: a row's taps are
+//     reduced once and merged into every output whose window holds it (a stride-1 window of k
+//     rows shares k - 1 rows with the next). Adaptive windows: one thread per output element.
+//     Taps read through L1/L2.
 //
 // launch_pool_channels_last<MODE, Tin, Tout, Pro, Epi>(PoolClParams<Tin, Tout>, stream, pro, epi)
 //   The same pooling over in [batch, channels, d, h, w] and out [batch, channels, od, oh, ow] (element
@@ -130,6 +134,78 @@ __global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, I to
   }
 }
 
+constexpr int kPoolRows = 4;
+
+template <PoolMode MODE>
+__device__ __forceinline__ float pool_merge(float acc, float v) {
+  if constexpr (MODE == PoolMode::Max) return (v > acc || v != v) ? (acc != acc ? acc : v) : acc;
+  else return acc + v;
+}
+
+// Fixed windows (not adaptive): kPoolRows output rows per thread; I as below.
+template <PoolMode MODE, class I, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(256) pool_rows_kernel(PoolParams<Tin, Tout> p, I total, Pro pro, Epi epi) {
+  constexpr int R = kPoolRows;
+  const float kInit = MODE == PoolMode::Max ? -CUDART_INF_F : 0.f;
+  const I grid = I(gridDim.x) * I(blockDim.x);
+  const I ow_n = I(p.out_size[2]), oh_n = I(p.out_size[1]), od_n = I(p.out_size[0]);
+  const I ohb_n = (oh_n + R - 1) / R;
+  const int64_t sh = p.stride[1], ph = p.pad[1], dh = p.dilation[1], reach = int64_t(p.kernel[1] - 1) * dh;
+  const int64_t rows = p.in_size[1];
+  for (I idx = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); idx < total; idx += grid) {
+    I t = idx;
+    const I ow = t % ow_n;
+    t /= ow_n;
+    const I oh0 = (t % ohb_n) * R;
+    t /= ohb_n;
+    const I od = t % od_n;
+    const I pl = t / od_n;
+    const PoolWindow wd = pool_window(p, 0, od), ww = pool_window(p, 2, ow);
+    const Tin* base = p.in + int64_t(pl) * p.in_stride[0];
+    float acc[R];
+    int held[R];  // input rows inside each output's window
+#pragma unroll
+    for (int j = 0; j < R; ++j) acc[j] = kInit, held[j] = 0;
+    const int64_t first = int64_t(oh0) * sh - ph;
+    const int64_t r_lo = first < 0 ? 0 : first;
+    const int64_t last = (int64_t(oh0) + R - 1) * sh - ph + reach;
+    const int64_t r_hi = last < rows - 1 ? last : rows - 1;
+    for (int64_t r = r_lo; r <= r_hi; ++r) {
+      unsigned hold = 0;
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const int64_t tap = r - (first + j * sh);
+        if (oh0 + j < oh_n && tap >= 0 && tap <= reach && (dh == 1 || tap % dh == 0)) hold |= 1u << j;
+      }
+      if (!hold) continue;
+      float v = kInit;
+      for (int64_t d = wd.lo; d < wd.hi; d += wd.step) {
+        const Tin* row = base + d * p.in_stride[1] + r * p.in_stride[2];
+        for (int64_t w = ww.lo; w < ww.hi; w += ww.step) v = pool_merge<MODE>(v, pro(to_float(row[w * p.in_stride[3]])));
+      }
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+        if (hold >> j & 1u) acc[j] = pool_merge<MODE>(acc[j], v), ++held[j];
+    }
+    const int64_t taps_dw = (wd.hi > wd.lo ? (wd.hi - wd.lo + wd.step - 1) / wd.step : 0) *
+                            (ww.hi > ww.lo ? (ww.hi - ww.lo + ww.step - 1) / ww.step : 0);
+    Tout* out = p.out + int64_t(pl) * p.out_stride[0] + int64_t(od) * p.out_stride[1] + int64_t(ow) * p.out_stride[3];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if (oh0 + j >= oh_n) break;
+      float r = acc[j];
+      if constexpr (MODE == PoolMode::Avg) {
+        const PoolWindow wh = pool_window(p, 1, int64_t(oh0) + j);
+        const int64_t div = p.divisor > 0 ? p.divisor
+                            : p.count_include_pad ? wd.padded * wh.padded * ww.padded
+                                                  : taps_dw * held[j];
+        r = acc[j] / float(div);
+      }
+      out[(int64_t(oh0) + j) * p.out_stride[2]] = from_float<Tout>(epi(r));
+    }
+  }
+}
+
 // I: the index type of the output walk (int32_t when the output has fewer than 2^31 elements:
 // 64-bit division is what such a kernel would otherwise spend its time on).
 template <PoolMode MODE, class I, class Tin, class Tout, class Pro, class Epi>
@@ -206,14 +282,19 @@ template <PoolMode MODE, class Tin, class Tout, class Pro = Identity, class Epi 
 cudaError_t launch_pool(const PoolParams<Tin, Tout>& p, cudaStream_t stream, const Pro& pro = Pro{},
                         const Epi& epi = Epi{}) {
   if (!p.in || !p.out || !detail::pool_args_ok(p)) return cudaErrorInvalidValue;
-  const int64_t total = p.planes * p.out_size[0] * p.out_size[1] * p.out_size[2];
-  if (total <= 0) return cudaSuccess;
+  if (p.planes * p.out_size[0] * p.out_size[1] * p.out_size[2] <= 0) return cudaSuccess;
+  const int64_t rows = p.adaptive ? p.out_size[1] : ceil_div<int64_t>(p.out_size[1], detail::kPoolRows);
+  const int64_t total = p.planes * p.out_size[0] * rows * p.out_size[2];
   const int64_t want = ceil_div<int64_t>(total, 256);
   const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
-  if (total <= INT_MAX)
+  if (p.adaptive && total <= INT_MAX)
     detail::pool_kernel<MODE, int32_t, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, int32_t(total), pro, epi);
-  else
+  else if (p.adaptive)
     detail::pool_kernel<MODE, int64_t, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, total, pro, epi);
+  else if (total <= INT_MAX)
+    detail::pool_rows_kernel<MODE, int32_t, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, int32_t(total), pro, epi);
+  else
+    detail::pool_rows_kernel<MODE, int64_t, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, total, pro, epi);
   return cudaGetLastError();
 }
 

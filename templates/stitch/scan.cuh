@@ -11,11 +11,15 @@
 //     by the thread that writes it.
 //   - fp32 accumulation; Max / Min let a NaN win (PyTorch's cummax); LogSumExp is
 //     m + log(exp(a - m) + exp(b - m)) with m = max(a, b).
-//   - inner == 1: one block per row of n, its warps each scanning a contiguous piece 32
-//     elements at a time (coalesced): pass 1 reduces each piece, the pieces' totals are scanned
-//     in shared memory, pass 2 scans each piece again from its carry (a second read of the row,
-//     mostly from L2). inner > 1: one thread per (outer, inner) column, walking n (coalesced
-//     along inner).
+//   - inner == 1, rows contiguous and 16-byte aligned, forward, n >= 4096: one block of 256
+//     threads per row, the row in tiles of 256 x 16 elements; each thread loads 16 consecutive
+//     elements in 16-byte packs and scans them in registers, the threads' totals are scanned by
+//     warp shuffles and shared memory, and the running total is carried from tile to tile: every
+//     element read once and written once. Other rows (inner == 1): one block per row, its warps
+//     each scanning a contiguous piece 32 elements at a time: pass 1 reduces each piece, the
+//     pieces' totals are scanned in shared memory, pass 2 scans each piece again from its carry
+//     (a second read of the row). inner > 1: one thread per (outer, inner) column, walking n
+//     (coalesced along inner).
 //
 // launch_arg_reduce<OP, Tin, Pro>(ArgParams<Tin>, stream, pro)
 //   OP    ArgOp::{Max, Min}. out[o, i] (int64) = the index along red of the first maximum
@@ -116,6 +120,59 @@ __global__ void __launch_bounds__(1024) scan_rows_kernel(ScanParams<Tin, Tout> p
   }
 }
 
+constexpr int kScanItems = 16;  // elements per thread per tile of the tiled row scan
+
+// One block of 256 threads per row (see the contract: contiguous, aligned, forward).
+template <ScanOp OP, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(256) scan_rows_tiled_kernel(ScanParams<Tin, Tout> p, Pro pro, Epi epi) {
+  constexpr int E = kScanItems, WARPS = 8;
+  __shared__ float totals[WARPS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t row = blockIdx.x; row < p.outer; row += gridDim.x) {
+    const Tin* x = p.in + row * p.in_so;
+    Tout* y = p.out + row * p.out_so;
+    float carry = scan_identity<OP>();
+    for (int64_t base = 0; base < p.n; base += int64_t(32 * WARPS) * E) {
+      const int64_t k0 = base + int64_t(threadIdx.x) * E;
+      const bool full = k0 + E <= p.n;
+      float v[E];
+      if (full) {
+        const Pack<Tin, E> pk = load_pack<Tin, E>(x + k0);
+#pragma unroll
+        for (int e = 0; e < E; ++e) v[e] = pro(any_to_float(pk.v[e]));
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) v[e] = k0 + e < p.n ? pro(any_to_float(x[k0 + e])) : scan_identity<OP>();
+      }
+#pragma unroll
+      for (int e = 1; e < E; ++e) v[e] = scan_combine<OP>(v[e - 1], v[e]);
+      const float incl = warp_inclusive_scan<OP>(v[E - 1]);  // this thread's total, lanes before it included
+      if (lane == 31) totals[warp] = incl;
+      const float prev = __shfl_up_sync(0xffffffffu, incl, 1);
+      __syncthreads();
+      float before = carry, next = carry;  // what precedes this thread; the carry into the next tile
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) {
+        if (w < warp) before = scan_combine<OP>(before, totals[w]);
+        next = scan_combine<OP>(next, totals[w]);
+      }
+      if (lane > 0) before = scan_combine<OP>(before, prev);
+      __syncthreads();  // totals is the next tile's
+      carry = next;
+      if (full) {
+        Pack<Tout, E> o;
+#pragma unroll
+        for (int e = 0; e < E; ++e) o.v[e] = any_from_float<Tout>(epi(scan_combine<OP>(before, v[e])));
+        store_pack<Tout, E>(y + k0, o);
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e)
+          if (k0 + e < p.n) y[k0 + e] = any_from_float<Tout>(epi(scan_combine<OP>(before, v[e])));
+      }
+    }
+  }
+}
+
 // One thread per (outer, inner) column (inner > 1).
 template <ScanOp OP, class Tin, class Tout, class Pro, class Epi>
 __global__ void __launch_bounds__(256) scan_columns_kernel(ScanParams<Tin, Tout> p, Pro pro, Epi epi) {
@@ -140,7 +197,13 @@ cudaError_t launch_scan(const ScanParams<Tin, Tout>& p, cudaStream_t stream, con
                         const Epi& epi = Epi{}) {
   if (p.outer <= 0 || p.n <= 0 || p.inner <= 0) return cudaSuccess;
   if (!p.in || !p.out) return cudaErrorInvalidValue;
-  if (p.inner == 1) {
+  const bool rows_aligned = p.outer == 1 || ((p.in_so * int64_t(sizeof(Tin))) % 16 == 0 &&
+                                              (p.out_so * int64_t(sizeof(Tout))) % 16 == 0);
+  if (p.inner == 1 && p.n >= 4096 && p.in_sn == 1 && p.out_sn == 1 && !p.reverse && rows_aligned &&
+      aligned_to(p.in, 16) && aligned_to(p.out, 16)) {
+    const unsigned blocks = unsigned(p.outer < (int64_t(1) << 20) ? p.outer : (int64_t(1) << 20));
+    detail::scan_rows_tiled_kernel<OP, Tin, Tout, Pro, Epi><<<blocks, 256, 0, stream>>>(p, pro, epi);
+  } else if (p.inner == 1) {
     // Each warp scans at least 256 elements of its row; up to 8 warps per row.
     const int64_t w = ceil_div<int64_t>(p.n, 256);
     const int warps = int(w < 8 ? w : 8);

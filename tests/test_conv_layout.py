@@ -206,3 +206,40 @@ def test_a_hook_takes_no_second_source():
     out = simulate(plan, cap.weights, [x, w])[0].double()
     y = F.max_pool2d(x.double(), 2)
     assert torch.allclose(out, y * torch.sigmoid(y) * w.double(), atol=1e-5)
+
+
+def test_a_lone_pointwise_convolution_is_a_gemm_under_tensor_cores():
+    """A 1x1 convolution with no convolution beside it is a batched GEMM on its own channels-first
+    layout under tf32 (no conversion in or out); one inside a convolution region stays cuDNN's,
+    channels-last."""
+
+    class Lone(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(6, 10, 1, bias=False)
+
+        def forward(self, x):
+            return self.c(torch.tanh(x)) * 2.0
+
+    class Region(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv2d(6, 6, 3, padding=1)
+            self.c = nn.Conv2d(6, 10, 1, bias=False)
+
+        def forward(self, x):
+            return self.c(torch.tanh(self.a(x)))
+
+    torch.manual_seed(5)
+    x = torch.randn(2, 6, 7, 9)
+    lone = Lone()
+    plan, cap = _plan(lone, x, "tf32")
+    assert not _convs(plan), [t.name for t in plan.run_tasks]
+    assert any(isinstance(t.params, P.GemmSpec) for t in plan.run_tasks)
+    assert not any(isinstance(t.params, P.CopySpec) for t in plan.run_tasks), "no layout conversion"
+    assert _simulated_error(lone, x, plan, cap) < 1e-2
+    model = Region()
+    plan, cap = _plan(model, x, "tf32")
+    convs = _convs(plan)
+    assert len(convs) == 2 and all(t.params.channels_last for t in convs)
+    assert _simulated_error(model, x, plan, cap) < 1e-2

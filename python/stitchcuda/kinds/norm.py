@@ -122,6 +122,7 @@ class GroupStatsProto(Proto):
     cpg: int = 1
     scale: str = ""
     shift: str = ""
+    rank: int = 0  # x's dims
 
 
 # ---------------------------------------------------------------------- claim
@@ -209,7 +210,8 @@ def _group_stats(cx, n: Node, x: str, w: str | None, b: str | None, samples: int
     ins = tuple(t for t in (x, w, b) if t)
     phase = "create" if all(t in ix.const for t in ins) else "run"
     cx.claim(GroupStatsProto(f"{n.name}_stats", (n.name,), (scale, shift), ins, phase, x=x, weight=w, bias=b,
-                             eps=eps, samples=samples, groups=groups, cpg=cpg, scale=scale, shift=shift))
+                             eps=eps, samples=samples, groups=groups, cpg=cpg, scale=scale, shift=shift,
+                             rank=len(xs)))
     # The statistics task reads x too: the norm node stays among x's users (see batch_norm).
     syn = Node(f"{n.name}_affine", "stitch.affine_channel", (x, scale, shift), (n.outputs[0],), (), n.source)
     ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.5, takes_from=n.name, take_inputs=[])
@@ -403,8 +405,16 @@ def render_group(t, g: GroupStatsSpec, n, fn: str) -> tuple[list[str], list[str]
 BN_STATS = TaskKind("bn_stats", BnStatsSpec, "custom_kernel", cost_bn, interpret_bn, render_bn,
                     lowers=((BnStatsProto, lower_bn),), claims=(ClaimRule("match", 30, claim),),
                     writes=frozenset({"scale", "shift"}))
+def group_layouts(pr: GroupStatsProto) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Group statistics read rows of unit stride: x's producer is asked to write it contiguous (an
+    elementwise group after a channels-last convolution then changes the layout in its own pass,
+    where a copy would take one more)."""
+    return ((pr.x, tuple(range(pr.rank))),) if pr.phase == "run" and pr.rank else ()
+
+
 GROUP_STATS = TaskKind("group_stats", GroupStatsSpec, "reduction_template", cost_group, interpret_group,
-                       render_group, lowers=((GroupStatsProto, lower_group),), writes=frozenset({"scale", "shift"}))
+                       render_group, lowers=((GroupStatsProto, lower_group),), writes=frozenset({"scale", "shift"}),
+                       layouts=group_layouts)
 
 __all__ = ["BnStatsSpec", "GroupStatsSpec", "BnStatsProto", "GroupStatsProto", "bn_by_planes", "group_splits",
            "BN_STATS", "GROUP_STATS"]

@@ -31,9 +31,11 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          the output's traffic again). A convolution followed directly by an
                          activation keeps cuDNN, which fuses the activation; one with a bias
                          too (the runtime's GEMM epilogue adds a bias per column, not per
-                         output channel). Only where convolutions stay channels-first (no tensor
-                         cores: fp32): channels-last, cuDNN's 1×1 convolution is that GEMM already,
-                         on the layout its neighbours use.
+                         output channel). Under a policy with tensor cores convolutions run
+                         channels-last, where cuDNN's 1×1 convolution is that GEMM already on the
+                         layout its neighbours use: there it is taken only for a convolution no
+                         other convolution reaches through elementwise and layout ops (its input
+                         and output channels-first anyway: the product skips converting both).
 ``fold_batch_norm``      ``bn_eval(conv(x, W, b)) = conv(x, W·s, (b - μ)·s + β)`` with ``s = γ / sqrt(σ² + ε)``
                          per output channel: an inference-mode batch norm after a convolution
                          becomes the convolution's own weights (computed once, at create), so
@@ -418,16 +420,56 @@ ALWAYS: tuple[Rewrite, ...] = (
     Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
     Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),
 )
-#: Of those, the ones taken only where convolutions stay channels-first (no tensor cores).
-CHANNELS_FIRST_ONLY = frozenset({"pointwise_conv_as_gemm"})
+
+
+def _near_conv(graph: Graph, n: Node) -> bool:
+    """Whether another convolution reaches ``n``'s input or output through elementwise and
+    layout ops (so that ``n`` would sit in a channels-last region under tensor cores)."""
+    producer = {o.name: m for m in graph.nodes for o in m.outputs}
+    passes = ("elementwise", "view")
+
+    def conv(m: Node) -> bool:
+        return m is not n and m.op == A + "convolution.default"
+
+    seen: set[str] = set()
+    todo = [n.inputs[0]]
+    while todo:
+        m = producer.get(todo.pop())
+        if m is None or m.name in seen:
+            continue
+        seen.add(m.name)
+        if conv(m):
+            return True
+        if ops.kind(m.op) in passes:
+            todo.extend(m.inputs)
+    todo = [n.outputs[0].name]
+    while todo:
+        for m in _users(graph, todo.pop()):
+            if m.name in seen:
+                continue
+            seen.add(m.name)
+            if conv(m):
+                return True
+            if ops.kind(m.op) in passes:
+                todo.extend(o.name for o in m.outputs)
+    return False
+
+
+def _find_lone_pointwise_convs(graph: Graph) -> list[Node]:
+    return [n for n in _find_pointwise_convs(graph) if not _near_conv(graph, n)]
+
+
+#: The variants of rewrites of ALWAYS taken under a policy with tensor cores (convolutions
+#: channels-last): a 1×1 convolution becomes a GEMM only away from other convolutions.
+UNDER_TENSOR_CORES = {"pointwise_conv_as_gemm": Rewrite("pointwise_conv_as_gemm", _find_lone_pointwise_convs,
+                                                        _apply_pointwise_conv)}
 
 
 def apply_always(graph: Graph, tensor_cores: bool = False) -> Graph:
     """``graph`` with the rewrites of :data:`ALWAYS` applied (under a policy with
-    ``tensor_cores``, not those of :data:`CHANNELS_FIRST_ONLY`)."""
+    ``tensor_cores``, those of :data:`UNDER_TENSOR_CORES` in their place)."""
     for rw in ALWAYS:
-        if not (tensor_cores and rw.name in CHANNELS_FIRST_ONLY):
-            graph = rw.apply(graph)
+        graph = (UNDER_TENSOR_CORES.get(rw.name, rw) if tensor_cores else rw).apply(graph)
     return graph
 
 
@@ -447,4 +489,4 @@ def apply_rewrites(graph: Graph, names: Sequence[str]) -> Graph:
     return graph
 
 
-__all__ = ["Rewrite", "REWRITES", "ALWAYS", "CHANNELS_FIRST_ONLY", "apply_rewrites", "apply_always"]
+__all__ = ["Rewrite", "REWRITES", "ALWAYS", "UNDER_TENSOR_CORES", "apply_rewrites", "apply_always"]

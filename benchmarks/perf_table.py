@@ -6,11 +6,16 @@ fewest bytes being every input and weight read once and every output written onc
 captured again here, on the CPU, nothing drawn). Prints one row per problem of the suite, in the
 suite's order, those without a result included, then the geometric means over the timed ones.
 
-    python benchmarks/perf_table.py RESULTS_DIR --suite shared/kernelbench/perf.jsonl \
+    python benchmarks/perf_table.py RESULTS_DIR --suite shared/kernelbench/perf.txt \
         [--bandwidth 2.85e12] [--peak 394e12]
 
-The defaults are the H100 ceilings ``stitchcuda bench`` measured (MEASURING.md): 2.85 TB/s copy
-bandwidth, 394 TFLOP/s TF32 dense.
+A suite is a .jsonl of problems, or a .txt of LEVEL:ID (the performance set, perf.txt) whose
+problems are read from ``all.jsonl`` beside it; ``--make-suite OUT.jsonl`` writes that .jsonl (the
+suite ``stitchcuda bench`` takes) and exits.
+
+The ceilings are those each result was timed under (``stitchcuda bench`` measures the device's copy
+bandwidth and records its dense rate at the policy), unless given; without either, the H100's
+(MEASURING.md): 2.85 TB/s copy bandwidth, 394 TFLOP/s TF32 dense.
 """
 
 from __future__ import annotations
@@ -23,7 +28,22 @@ import tempfile
 from pathlib import Path
 
 BASELINES = (("eager_fp32", "eager fp32"), ("eager_policy", "eager policy"),
-             ("compile_fp32", "compile fp32"), ("compile_policy", "compile policy"))
+             ("compile_fp32", "compile fp32"), ("compile_policy", "compile policy"),
+             ("compile_autotune", "max-autotune policy"))
+
+
+def suite_problems(suite: Path) -> list[dict]:
+    """The problems of a .jsonl suite, or of a .txt list of LEVEL:ID (from all.jsonl beside it)."""
+    if suite.suffix != ".txt":
+        return [json.loads(line) for line in suite.read_text().splitlines() if line.strip()]
+    every = {}
+    for line in (suite.parent / "all.jsonl").read_text().splitlines():
+        if line.strip():
+            p = json.loads(line)
+            every[(p["level"], p["problem_id"])] = p
+    ids = [tok for line in suite.read_text().splitlines() if not line.lstrip().startswith("#")
+           for tok in line.split()]
+    return [every[(int(i.split(":")[0]), int(i.split(":")[1]))] for i in ids]
 
 
 def fewest_bytes(source: str, name: str, precision: str) -> int:
@@ -46,11 +66,21 @@ def geomean(xs: list[float]) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path)
+    ap.add_argument("results", type=Path, nargs="?")
     ap.add_argument("--suite", type=Path, required=True)
-    ap.add_argument("--bandwidth", type=float, default=2.85e12)
-    ap.add_argument("--peak", type=float, default=394e12)
+    ap.add_argument("--make-suite", type=Path, help="write the suite as a .jsonl here and exit")
+    ap.add_argument("--bandwidth", type=float, default=None,
+                    help="bytes/s (default: the ceilings each result was timed under, else 2.85e12)")
+    ap.add_argument("--peak", type=float, default=None,
+                    help="FLOP/s at the policy (default: as --bandwidth, else 394e12)")
     a = ap.parse_args(argv)
+    problems = suite_problems(a.suite)
+    if a.make_suite:
+        a.make_suite.write_text("".join(json.dumps(p) + "\n" for p in problems))
+        print(f"{len(problems)} problems written to {a.make_suite}")
+        return 0
+    if a.results is None:
+        ap.error("a results folder is needed (or --make-suite)")
     rows = {}
     for line in (a.results / "results.jsonl").read_text().splitlines():
         if line.strip():
@@ -61,10 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * len(head))
     ratios: dict[str, list[float]] = {k: [] for k, _ in BASELINES}
     gaps = []
-    for line in a.suite.read_text().splitlines():
-        if not line.strip():
-            continue
-        p = json.loads(line)
+    for p in problems:
         key = (p["level"], p["problem_id"])
         label = f"{p['level']}:{p['problem_id']} {p['name'].split('_', 1)[1][:34]}"
         r = rows.get(key)
@@ -74,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         ms = (r.get("ms") or {})
         prog = ms.get("program")
         floor_s = None
+        ceil = r.get("ceilings") or {}
+        bandwidth = a.bandwidth or ceil.get("bandwidth") or 2.85e12
+        peak = a.peak or ceil.get("peak") or 394e12
         try:
             nbytes = fewest_bytes(p["source"], p["name"], r.get("precision", "tf32"))
-            floor_s = max((r.get("flops") or 0) / a.peak, nbytes / a.bandwidth)
+            floor_s = max((r.get("flops") or 0) / peak, nbytes / bandwidth)
         except Exception as e:  # noqa: BLE001 - a floor that cannot be counted is left blank, said why
             print(f"{label}: no floor ({type(e).__name__}: {e})", file=sys.stderr)
         cells = [label, r["status"], f"{prog:.3f}" if prog else "", f"{floor_s * 1e3:.3f}" if floor_s else "",

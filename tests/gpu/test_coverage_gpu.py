@@ -48,10 +48,13 @@ def _check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str) -> None:
     if not ref.is_floating_point():
         assert torch.equal(out.to(ref.dtype), ref), f"{what}: integer / boolean result differs"
         return
-    o, r = out.double().reshape(-1), ref.double().reshape(-1)
-    assert not (torch.isnan(o) & ~torch.isnan(r)).any(), f"{what}: NaN where the reference has none (unwritten?)"
-    excess = ((o - r).abs() - (tol + tol * r.abs())).nan_to_num(nan=0.0).max().item()
-    assert excess <= 0, f"{what}: error over tolerance {tol} (max excess {excess:.3e})"
+    flat_o, flat_r = out.reshape(-1), ref.reshape(-1)
+    chunk = 1 << 27  # compared in float64 a piece at a time: a 7.5 GB output would need 30 GB at once
+    for i in range(0, flat_o.numel(), chunk):
+        o, r = flat_o[i:i + chunk].double(), flat_r[i:i + chunk].double()
+        assert not (torch.isnan(o) & ~torch.isnan(r)).any(), f"{what}: NaN where the reference has none (unwritten?)"
+        excess = ((o - r).abs() - (tol + tol * r.abs())).nan_to_num(nan=0.0).max().item()
+        assert excess <= 0, f"{what}: error over tolerance {tol} (max excess {excess:.3e}, elements {i}...)"
 
 
 def _run(model: torch.nn.Module, draw, policy: str, name: str, tmp_path, trials: int = 3) -> None:

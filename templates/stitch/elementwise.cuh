@@ -370,9 +370,11 @@ bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const
   for (int d = 0; d < m; ++d)
     if (st[0][d] == 1) da = d;
   if (da < 0 || shape[da] < 8) return false;
+  // An input laid out otherwise: unit stride along another dim, not broadcast along da (a
+  // per-channel operand, stride 1 along the channels and 0 along da, is no layout change).
   for (int k = 0; k < NIN && db < 0; ++k)
     for (int d = 0; d < m; ++d)
-      if (d != da && st[k + 1][d] == 1 && shape[d] >= 8) db = d;
+      if (d != da && st[k + 1][d] == 1 && st[k + 1][da] != 0 && shape[d] >= 8) db = d;
   if (db < 0) return false;
   EwTileParams<NIN> p{};
   p.na = shape[da];
@@ -381,7 +383,7 @@ bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const
   for (int k = 0; k < NIN; ++k) {
     p.in_sa[k] = st[k + 1][da];
     p.in_sb[k] = st[k + 1][db];
-    if (p.in_sb[k] == 1) p.staged |= 1u << k;
+    if (p.in_sb[k] == 1 && p.in_sa[k] != 0) p.staged |= 1u << k;
   }
   p.batch = 1;
   for (int d = m - 1; d >= 0; --d) {  // innermost first

@@ -21,11 +21,12 @@
 //     dims, in 32-bit arithmetic when every offset fits in 31 bits, else 64-bit; a chunk is VEC
 //     elements of the innermost dim when out and each input are contiguous along it or broadcast
 //     along it (bias / per-channel operands), with aligned pointers and strides, else 1 element.
-//   - Tiled path when out is contiguous along one dim (a) and an input along another (b), both
-//     spanning >= 8 elements (a layout change: channels-last in, channels-first out, or back):
-//     32 x 32 tiles of (a, b); every input contiguous along b goes through shared memory (read
-//     along b), the others are read directly, and out is written along a — reads and writes both
-//     coalesced, where the strided path would stride every warp's loads by the other layout.
+//   - Tiled path when out is contiguous along one dim (a) and an input, not broadcast along a,
+//     along another (b), both spanning >= 8 elements (a layout change: channels-last in,
+//     channels-first out, or back; a per-channel operand is not one): 32 x 32 tiles of (a, b);
+//     every such input goes through shared memory (read along b), the others are read directly,
+//     and out is written along a — reads and writes both coalesced, where the strided path would
+//     stride every warp's loads by the other layout.
 //
 // launch_strided_copy<Tin, Tout>(in, out, EwLayout<1>, stream): out[idx . out_stride] =
 //   in[idx . in_stride[0]] with conversion: launch_elementwise of the identity (a layout change

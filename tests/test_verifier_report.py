@@ -487,3 +487,18 @@ def test_roofline_classification():
     assert by["tiny_a"].bound == "latency"
     assert prof.launches == 5 and prof.kernels[0].name.startswith("sm90_xmma")
     assert sum(k.share for k in prof.kernels) == pytest.approx(1.0)
+
+
+def test_a_timed_result_carries_the_machine_ceilings_without_a_profile(monkeypatch):
+    """stitchcuda bench --no-profile: a timed result still records the bandwidth and rate its floor
+    is counted at (this GPU's measured ceilings), and a result with no timings records none."""
+    import dataclasses as dc
+
+    from stitchcuda.ship import suite
+
+    rep = dc.replace(_report(), ceilings=None)
+    monkeypatch.setattr(suite, "_machine", [H100_SXM])
+    rec = suite.record_from_report(type("P", (), {"id": "x"})(), rep)
+    assert rec["ceilings"]["bandwidth"] == H100_SXM.bandwidth and rec["ceilings"]["peak"] == H100_SXM.peak(rep.precision)
+    rec = suite.record_from_report(type("P", (), {"id": "x"})(), dc.replace(rep, timings=None))
+    assert "ceilings" not in rec

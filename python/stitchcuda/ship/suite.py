@@ -132,10 +132,29 @@ def record_from_report(problem: SuiteProblem, report: Any, manifest: Any = None,
         ops = manifest.reference_ops or manifest.tasks
         rec["flops"] = int(sum(o.flops for o in ops))
         rec["bytes"] = int(sum(o.bytes for o in ops))
-    c = report.ceilings
+    c = report.ceilings or (_this_machine() if t is not None else None)
     if c is not None:
         rec["ceilings"] = {"name": c.name, "bandwidth": c.bandwidth, "peak": c.peak(report.precision)}
     return rec
+
+
+_machine: list[Any] = []
+
+
+def _this_machine() -> Any:
+    """This GPU's measured ceilings (measured once and cached, see :mod:`stitchcuda.device`), so
+    that a timed result carries the floor's bandwidth and rate when it was not profiled; None
+    without a GPU or when they cannot be measured."""
+    if not _machine:
+        try:
+            import torch
+
+            from ..device import device_ceilings
+
+            _machine.append(device_ceilings(torch.cuda.current_device()) if torch.cuda.is_available() else None)
+        except Exception:  # noqa: BLE001 - a result without ceilings is still a result
+            _machine.append(None)
+    return _machine[0]
 
 
 #: Where a worker tells the runner what stage its problem is in (set by the worker's main).

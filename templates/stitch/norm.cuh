@@ -15,8 +15,9 @@
 //     so that y = x * scale + shift is the normalised, affine output (fp32 scale / shift).
 //   - workspace holds rows * splits * 3 floats; each row is cut into `splits` pieces (pass 1, one
 //     group of lanes per piece: `group` lanes, a power of two up to 32, or a block of 256), whose
-//     (count, mean, m2) pass 2 merges, one thread per row. cols >= 1. Where x and ldi are 16-byte
-//     aligned the pieces are whole 16-byte packs, each pack's moments merged into the lane's.
+//     (count, mean, m2) pass 2 merges, one thread per (row, channel). cols >= 1. Where x and ldi
+//     are 16-byte aligned the pieces are whole 16-byte packs, each pack's moments merged into the
+//     lane's.
 // Group norm is groups = G, cpg = C / G; instance norm is one channel per group (cpg = 1) over
 // x viewed as [N * C, H * W].
 #pragma once
@@ -81,11 +82,15 @@ group_stats_partial(const Tin* x, int64_t ldi, int64_t units, int64_t splits, in
   }
 }
 
+// One thread per (row, channel of the row): each merges its row's pieces (a few, read through
+// L1) and writes one scale and one shift, so that consecutive threads write consecutive
+// channels (a thread per row writing its cpg channels strided every warp's stores by cpg).
 template <class TW>
 __global__ void group_stats_finish(const float* ws, int64_t rows, int64_t splits, int64_t groups, int64_t cpg,
                                    const TW* weight, const TW* bias, float eps, float* scale, float* shift) {
-  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cpg) return;
+  const int64_t r = i / cpg, j = i - r * cpg;
   Moments m{0.f, 0.f, 0.f};
   for (int64_t s = 0; s < splits; ++s) {
     const float* q = ws + (r * splits + s) * 3;
@@ -93,12 +98,10 @@ __global__ void group_stats_finish(const float* ws, int64_t rows, int64_t splits
   }
   const float rstd = rsqrtf(m.m2 / m.n + eps);
   const int64_t g = r % groups, sample = r / groups, channels = groups * cpg;
-  for (int64_t j = 0; j < cpg; ++j) {
-    const int64_t c = g * cpg + j;
-    const float a = (weight ? to_float(weight[c]) : 1.f) * rstd;
-    scale[sample * channels + c] = a;
-    shift[sample * channels + c] = (bias ? to_float(bias[c]) : 0.f) - m.mean * a;
-  }
+  const int64_t c = g * cpg + j;
+  const float a = (weight ? to_float(weight[c]) : 1.f) * rstd;
+  scale[sample * channels + c] = a;
+  shift[sample * channels + c] = (bias ? to_float(bias[c]) : 0.f) - m.mean * a;
 }
 
 }  // namespace detail
@@ -128,8 +131,10 @@ cudaError_t launch_group_stats(const Tin* x, int64_t ldi, int64_t rows, int64_t 
         x, ldi, units, splits, cols, per, group, workspace);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  detail::group_stats_finish<TW><<<unsigned(ceil_div<int64_t>(rows, 256)), 256, 0, stream>>>(
-      workspace, rows, splits, groups, cpg, weight, bias, eps, scale, shift);
+  const int64_t fin = ceil_div<int64_t>(rows * cpg, 256);
+  if (fin > INT_MAX) return cudaErrorInvalidConfiguration;
+  detail::group_stats_finish<TW><<<unsigned(fin), 256, 0, stream>>>(workspace, rows, splits, groups, cpg, weight,
+                                                                     bias, eps, scale, shift);
   return cudaGetLastError();
 }
 

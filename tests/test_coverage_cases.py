@@ -110,6 +110,11 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "groupnorm": ("norm", lambda: (Fn(lambda s, x: s.gn(x), gn=nn.GroupNorm(3, 6)), [_x(2, 6, 9, 10)])),
     "groupnorm_2d_swish": ("norm", lambda: (Fn(lambda s, x: (lambda y: torch.sigmoid(y) * y)(s.gn(x)),
                                                gn=nn.GroupNorm(4, 16)), [_x(5, 16)])),
+    # a GEMM's output in groups of 32 channels (rows of 32 elements: 16-byte packs, eight lanes a
+    # row; the second pass a thread per channel), and groups of 6 (rows not whole packs)
+    "groupnorm_2d_packed": ("norm", lambda: (Fn(lambda s, x: torch.sigmoid(s.gn(s.lin(x))), lin=nn.Linear(24, 128),
+                                                gn=nn.GroupNorm(4, 128)), [_x(7, 24)])),
+    "groupnorm_2d_odd": ("norm", lambda: (Fn(lambda s, x: s.gn(x), gn=nn.GroupNorm(3, 18)), [_x(5, 18)])),
     "groupnorm_long_rows": ("norm", lambda: (Fn(lambda s, x: s.gn(x), gn=nn.GroupNorm(2, 4)), [_x(2, 4, 70, 80)])),
     "instancenorm": ("norm", lambda: (Fn(lambda s, x: F.instance_norm(x)), [_x(2, 6, 9, 10)])),
     "instancenorm_affine": ("norm", lambda: (Fn(lambda s, x: s.n(x), n=nn.InstanceNorm2d(6, affine=True)),

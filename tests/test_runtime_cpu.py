@@ -147,6 +147,21 @@ def test_c_abi_gemm_argument_errors(lib, over, message):
     assert message in msg
 
 
+@pytest.mark.parametrize("over,message", [
+    (dict(policy=ST_POLICY_BF16), "the policy must be fp32 (the precision it stands in for), got bf16"),
+    (dict(lda=15), "lda=15 is smaller than a row of a (16)"),
+    (dict(beta=1.0), "beta != 0 needs c"),
+])
+def test_c_abi_split_tf32_gemm_argument_errors(lib, over, message):
+    """The split-TF32 GEMM is an fp32 GEMM's arguments, judged as st_gemm judges them, before
+    any device work."""
+    lib.st_gemm_split_tf32.argtypes = [ctypes.POINTER(GemmArgs), ctypes.c_void_p]
+    status = lib.st_gemm_split_tf32(ctypes.byref(valid_args(**over)), None)
+    msg = lib.st_last_error().decode()
+    assert status == ST_ERR_INVALID_ARGUMENT, msg
+    assert message in msg
+
+
 def test_c_abi_valid_gemm_without_gpu_is_no_device(lib):
     if not NO_GPU:
         pytest.skip("a GPU is present")

@@ -116,6 +116,34 @@ def test_gemm_views_and_broadcast_batch():
     assert out.shape == (64, 16)
 
 
+@pytest.mark.parametrize("case", ["plain", "transposed_b_bias_relu", "batched_broadcast_b_residual"])
+def test_split_tf32_gemm_is_fp32_grade(case):
+    """The split-TF32 GEMM's error against float64 is fp32's order, far below TF32's, through a
+    transposed operand, a bias and activation, a broadcast batch and a residual (beta * C)."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+    m, n, k = 257, 129, 1031
+    batched = case.startswith("batched")
+    a = torch.randn((3, m, k) if batched else (m, k), device="cuda", generator=g)
+    w = torch.randn(n, k, device="cuda", generator=g)
+    b = w.t() if case.startswith("transposed") else w.t().contiguous()
+    epilogue = "bias_relu" if "bias" in case else "none"
+    bias = torch.randn(n, device="cuda", generator=g) if "bias" in case else None
+    c = torch.randn((3, m, n) if batched else (m, n), device="cuda", generator=g) if "residual" in case else None
+    beta = 0.5 if c is not None else 0.0
+    kw = dict(epilogue=epilogue, bias=bias, c=c, beta=beta, stream=stream_int())
+    ref = a.double() @ b.double() + (bias.double() if bias is not None else 0.0)
+    ref = (ref.clamp_min(0.0) if epilogue == "bias_relu" else ref) + (beta * c.double() if c is not None else 0.0)
+
+    def err(out) -> float:
+        return ((torch.from_dlpack(out).double() - ref).abs().max() / ref.abs().max()).item()
+
+    split = err(rt.gemm_split_tf32(a, b, **kw))
+    fp32 = err(rt.gemm(a, b, policy="fp32", **kw))
+    tf32 = err(rt.gemm(a, b, policy="tf32", **kw))
+    assert split <= 4 * fp32 + 1e-7, f"{case}: split {split:.2e}, fp32 {fp32:.2e}"
+    assert split * 50 < tf32, f"{case}: split {split:.2e}, tf32 {tf32:.2e}"
+
+
 def test_plan_cache_hits_and_cached_call_matches():
     s = torch.cuda.Stream()
     sid = s.cuda_stream

@@ -158,6 +158,13 @@ typedef struct st_gemm_args {
 
 ST_API st_status st_gemm(const st_gemm_args* args, void* stream);
 
+/* The same product at fp32-grade accuracy on TF32 tensor cores (split TF32, "3xTF32"): each
+ * operand split into a TF32 big part and a TF32 remainder, and out = A_s B_b + A_b B_s + A_b B_b as
+ * three TF32 GEMMs accumulated in fp32 (beta * C on the first, the epilogue on the last). args is
+ * an fp32 GEMM (policy ST_POLICY_FP32, float32 operands); the splits take 2 x (|A| + |B|) floats of
+ * stream-ordered scratch per call. */
+ST_API st_status st_gemm_split_tf32(const st_gemm_args* args, void* stream);
+
 /* ---------------------------------------------------------------- fused epilogue ops */
 
 /* The operations of the mixed-precision epilogue kernel (templates/stitch/epilogue.cuh), for

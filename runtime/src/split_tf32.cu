@@ -19,10 +19,17 @@ namespace st {
 
 namespace {
 
+// x rounded to TF32 (10 mantissa bits, to nearest, ties away), kept in an fp32 register.
 __device__ __forceinline__ float tf32_round(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return __uint_as_float(r);
+#else  // (no TF32 cores before sm_80: the same rounding by hand, for a build that targets them too)
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf / NaN unchanged
+  return __uint_as_float((u + 0x1000u) & 0xffffe000u);
+#endif
 }
 
 // src: `items` matrices of rows x cols (row stride ld, item stride `stride`) -> big / small, dense

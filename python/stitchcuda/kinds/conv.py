@@ -13,9 +13,10 @@ ends (the layout a consumer needs, usually fused into the elementwise pass after
 elementwise groups, batch-norm statistics, pooling and joins keep the layout (see *place*, which
 asks the producer of a channels-last convolution's input to write it so). Under fp32 the
 channels-first SIMT engines are the fast ones and the layout stays. A ``strategy`` constraint
-(``channels_first`` / ``channels_last``) overrides the choice. A 1x1 convolution that no other
-convolution reaches is not one here: it is rewritten to a batched GEMM on its own layout
-(``pointwise_conv_as_gemm``, plan/rewrite.py), under every policy.
+(``channels_first`` / ``channels_last``) overrides the choice. A 1x1 convolution without bias or
+activation is not one here where its layout is channels-first anyway (under fp32; under tensor cores
+where no other convolution reaches it): it is rewritten to a batched GEMM on its own layout
+(``pointwise_conv_as_gemm``, plan/rewrite.py).
 
 Lowering: the dense operands st_conv takes, all in one layout and one storage type (the policy's)
 (strategy ``cudnn_conv``: the runtime's cuDNN plan, cached by shape, on the runtime's per-stream

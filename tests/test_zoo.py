@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -72,3 +73,22 @@ def test_zoo_model_compiles(records, model):
     assert r["stage"] in ("compiled", "coded"), f"{model} stopped at {r['stage']}: {r['error']}"
     if r["stage"] == "coded":
         pytest.skip("no nvcc: captured, planned and coded only")
+
+
+def test_a_zoo_model_capture_failure_names_the_op_the_module_and_the_line():
+    """An op stitchcuda had no implementation of, in a model of the zoo: the error names the op,
+    the module it runs in and the source line (here in transformers' own code), as the README says."""
+    pytest.importorskip("transformers")
+    from stitchcuda import frontend, ops
+    from stitchcuda.aten import UnsupportedOpError
+
+    spec = importlib.util.spec_from_file_location("zoo_electra", ZOO / "electra_small.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.batch_size, mod.seq_len = 2, 16  # the error does not depend on the size
+    without_gelu = {op for op in ops.supported() if "gelu" not in op}
+    with pytest.raises(UnsupportedOpError) as e:
+        frontend.capture(mod.Model(), mod.get_inputs(), "electra_small", supported_ops=without_gelu)
+    first = str(e.value).splitlines()[1]
+    assert "aten.gelu.default" in first and "intermediate" in first, first
+    assert re.search(r"\w+\.py line \d+: ", first), first

@@ -89,6 +89,10 @@ def test_a_zoo_model_capture_failure_names_the_op_the_module_and_the_line():
     without_gelu = {op for op in ops.supported() if "gelu" not in op}
     with pytest.raises(UnsupportedOpError) as e:
         frontend.capture(mod.Model(), mod.get_inputs(), "electra_small", supported_ops=without_gelu)
-    first = str(e.value).splitlines()[1]
+    lines = str(e.value).splitlines()
+    first = lines[1]
     assert "aten.gelu.default" in first and "intermediate" in first, first
     assert re.search(r"\w+\.py line \d+: ", first), first
+    # twelve layers reach the same line: one line of the message, the other eleven counted
+    assert len(lines) == 2 and first.endswith("(and 11 more places reaching this line)"), lines
+    assert len(e.value.ops) == 12

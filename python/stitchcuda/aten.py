@@ -162,11 +162,19 @@ class UnsupportedOpError(CaptureError):
         self.ops = list(ops)
         self.graph = graph
         lines = [f"reference {name!r} uses what stitchcuda does not support yet (there is no PyTorch fallback):"]
-        seen: set[tuple[str, str]] = set()
+        # One line per operator and source line: the same line reached from many modules (every
+        # layer of a transformer) is one line, the first module named and the others counted.
+        first: dict[tuple[str, str, str], int] = {}
+        more: dict[int, int] = {}
         for u in self.ops:
-            if (u.op, u.where) not in seen:  # one line per operator and place
-                seen.add((u.op, u.where))
+            key = (u.op, u.reason, u.where.rsplit("), ", 1)[-1])
+            if key not in first:
+                first[key] = len(lines)
                 lines.append("  " + u.describe())
+            elif lines[first[key]] != "  " + u.describe():
+                more[first[key]] = more.get(first[key], 0) + 1
+        for i, n in more.items():
+            lines[i] += f" (and {n} more place{'s' if n > 1 else ''} reaching this line)"
         super().__init__("\n".join(lines))
 
 

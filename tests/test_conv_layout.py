@@ -221,14 +221,15 @@ def test_a_lone_pointwise_convolution_is_a_gemm_under_tensor_cores():
         def forward(self, x):
             return self.c(torch.tanh(x)) * 2.0
 
-    class Region(nn.Module):
+    class Region(nn.Module):  # MobileNet's inverted residual: a 1x1 convolution after conv, BN, ReLU6
         def __init__(self):
             super().__init__()
             self.a = nn.Conv2d(6, 6, 3, padding=1)
+            self.bn = nn.BatchNorm2d(6)
             self.c = nn.Conv2d(6, 10, 1, bias=False)
 
         def forward(self, x):
-            return self.c(torch.tanh(self.a(x)))
+            return self.c(F.relu6(self.bn(self.a(x))))
 
     torch.manual_seed(5)
     x = torch.randn(2, 6, 7, 9)

@@ -34,8 +34,9 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          output channel). Under a policy with tensor cores convolutions run
                          channels-last, where cuDNN's 1×1 convolution is that GEMM already on the
                          layout its neighbours use: there it is taken only for a convolution no
-                         other convolution reaches through elementwise and layout ops (its input
-                         and output channels-first anyway: the product skips converting both).
+                         other convolution reaches through elementwise and layout ops, norms,
+                         pooling or joins (its input and output channels-first anyway: the
+                         product skips converting both).
 ``fold_batch_norm``      ``bn_eval(conv(x, W, b)) = conv(x, W·s, (b - μ)·s + β)`` with ``s = γ / sqrt(σ² + ε)``
                          per output channel: an inference-mode batch norm after a convolution
                          becomes the convolution's own weights (computed once, at create), so
@@ -423,10 +424,11 @@ ALWAYS: tuple[Rewrite, ...] = (
 
 
 def _near_conv(graph: Graph, n: Node) -> bool:
-    """Whether another convolution reaches ``n``'s input or output through elementwise and
-    layout ops (so that ``n`` would sit in a channels-last region under tensor cores)."""
+    """Whether another convolution reaches ``n``'s input or output through the ops a
+    channels-last region keeps its layout through (elementwise, layout ops, norms, pooling, joins):
+    then ``n`` sits in that region under tensor cores, and a GEMM there would convert around it."""
     producer = {o.name: m for m in graph.nodes for o in m.outputs}
-    passes = ("elementwise", "view")
+    passes = ("elementwise", "view", "batch_norm", "group_norm", "pool", "cat")
 
     def conv(m: Node) -> bool:
         return m is not n and m.op == A + "convolution.default"

@@ -91,6 +91,13 @@ __device__ __forceinline__ PoolWindow pool_window(const P& p, int j, int64_t o) 
   return {lo, hi, d, padded_end - start};
 }
 
+// One tap v into the window's running value: the largest (a NaN wins, as in PyTorch), or the sum.
+template <PoolMode MODE>
+__device__ __forceinline__ float pool_merge(float acc, float v) {
+  if constexpr (MODE == PoolMode::Max) return (v > acc || v != v) ? (acc != acc ? acc : v) : acc;
+  else return acc + v;
+}
+
 template <PoolMode MODE, class I, class Tin, class Tout, class Pro, class Epi>
 __global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, I total, Pro pro, Epi epi) {
   const I grid = I(gridDim.x) * I(blockDim.x);
@@ -111,12 +118,7 @@ __global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, I to
       for (int64_t h = wh.lo; h < wh.hi; h += wh.step) {
         const Tin* row = base + d * p.in_stride[1] + h * p.in_stride[2];
         for (int64_t w = ww.lo; w < ww.hi; w += ww.step) {
-          const float v = pro(to_float(row[w * p.in_stride[3]]));
-          if constexpr (MODE == PoolMode::Max) {
-            if (v > acc || v != v) acc = acc != acc ? acc : v;
-          } else {
-            acc += v;
-          }
+          acc = pool_merge<MODE>(acc, pro(to_float(row[w * p.in_stride[3]])));
           ++count;
         }
       }
@@ -135,12 +137,6 @@ __global__ void __launch_bounds__(256) pool_kernel(PoolParams<Tin, Tout> p, I to
 }
 
 constexpr int kPoolRows = 4;
-
-template <PoolMode MODE>
-__device__ __forceinline__ float pool_merge(float acc, float v) {
-  if constexpr (MODE == PoolMode::Max) return (v > acc || v != v) ? (acc != acc ? acc : v) : acc;
-  else return acc + v;
-}
 
 // Fixed windows (not adaptive): kPoolRows output rows per thread; I as below.
 template <PoolMode MODE, class I, class Tin, class Tout, class Pro, class Epi>
@@ -230,12 +226,7 @@ __global__ void __launch_bounds__(256) pool_cl_kernel(PoolClParams<Tin, Tout> p,
       for (int64_t h = wh.lo; h < wh.hi; h += wh.step) {
         const Tin* row = base + d * p.in_stride[2] + h * p.in_stride[3];
         for (int64_t w = ww.lo; w < ww.hi; w += ww.step) {
-          const float v = pro(to_float(row[w * p.in_stride[4]]));
-          if constexpr (MODE == PoolMode::Max) {
-            if (v > acc || v != v) acc = acc != acc ? acc : v;
-          } else {
-            acc += v;
-          }
+          acc = pool_merge<MODE>(acc, pro(to_float(row[w * p.in_stride[4]])));
           ++count;
         }
       }

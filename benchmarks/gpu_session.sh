@@ -273,17 +273,22 @@ if want kernels; then  # templates on the GPU: elementwise layout changes, copie
   pt kernels_ew 240 tests/gpu/test_templates_gpu.py -k "ew_ or permute or strided_copy"
   pt kernels_cov 420 tests/gpu/test_coverage_gpu.py -k "pool or cum or scan or depthwise or norm or conv or L1-35 or L1-42 or L1-89"
 fi
+perf_run() {  # perf_run TAG STITCHCUDA DIR [VAR=value ...]: the performance set by that command into DIR
+  # (resumable), VARs set for the bench only; perf$TAG.log, perf_table$TAG.md, results$TAG.jsonl under $OUT
+  local tag=$1 bin=$2 dir=$3; shift 3
+  python3 benchmarks/perf_table.py --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" --make-suite /tmp/perf.jsonl
+  # shellcheck disable=SC2086
+  (cd /tmp && env "$@" timeout "${PERF_LIMIT:-560}" "$bin" bench /tmp/perf.jsonl --precision "${PERF_POLICY:-tf32}" \
+    --out "$dir" --no-profile --no-sanitizer --trials 3 ${PERF_ARGS:-}) > "$OUT/perf$tag.log" 2>&1
+  echo "perf$tag: exit $? — $(grep -c . "$dir/results.jsonl" 2>/dev/null) results"
+  python3 benchmarks/perf_table.py "$dir" --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" \
+    > "$OUT/perf_table$tag.md" 2> "$OUT/perf_table$tag.err"
+  cp "$dir/results.jsonl" "$OUT/results$tag.jsonl" 2>/dev/null; tail -4 "$OUT/perf_table$tag.md"
+}
 if want perf; then  # the performance set at the policy against every baseline; resumable in $PERF_DIR
   PERF_DIR=${PERF_DIR:-/tmp/perf-${PERF_POLICY:-tf32}}
   log "the performance set (${PERF_POLICY:-tf32}) in $PERF_DIR ${PERF_ARGS:-}"
-  python3 benchmarks/perf_table.py --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" --make-suite /tmp/perf.jsonl
-  # shellcheck disable=SC2086
-  timeout "${PERF_LIMIT:-560}" stitchcuda bench /tmp/perf.jsonl --precision "${PERF_POLICY:-tf32}" --out "$PERF_DIR" \
-    --no-profile --no-sanitizer --trials 3 ${PERF_ARGS:-} > "$OUT/perf.log" 2>&1
-  echo "perf: exit $? — $(grep -c . "$PERF_DIR/results.jsonl" 2>/dev/null) results"
-  python3 benchmarks/perf_table.py "$PERF_DIR" --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" \
-    > "$OUT/perf_table.md" 2> "$OUT/perf_table.err"
-  cp "$PERF_DIR/results.jsonl" "$OUT/" 2>/dev/null; tail -4 "$OUT/perf_table.md"
+  perf_run "" stitchcuda "$PERF_DIR"
 fi
 if want splittf32; then  # the split-TF32 GEMM: its GPU test, then error and speed beside fp32 and TF32
   log "split-TF32 GEMM"
@@ -314,16 +319,8 @@ if want perfbefore; then  # the same problems at an earlier commit, same machine
       python3 -m pip install --no-build-isolation --no-deps -q --target "$bsite" "$bdir" > /tmp/install-$b.log 2>&1 \
       || { tail -20 /tmp/install-$b.log; exit 1; }
   fi
-  python3 benchmarks/perf_table.py --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" --make-suite /tmp/perf.jsonl
-  PERF_DIR=${PERF_DIR:-/tmp/perf-${PERF_POLICY:-tf32}}-$b
-  # shellcheck disable=SC2086
-  (cd /tmp && PYTHONPATH=$bsite${PYTHONPATH:+:$PYTHONPATH} STITCHCUDA_CACHE=/tmp/stitchcuda-cache-$b \
-    timeout "${PERF_LIMIT:-560}" "$bsite/bin/stitchcuda" bench /tmp/perf.jsonl --precision "${PERF_POLICY:-tf32}" \
-    --out "$PERF_DIR" --no-profile --no-sanitizer --trials 3 ${PERF_ARGS:-}) > "$OUT/perf-$b.log" 2>&1
-  echo "perf at $b: exit $? — $(grep -c . "$PERF_DIR/results.jsonl" 2>/dev/null) results"
-  python3 benchmarks/perf_table.py "$PERF_DIR" --suite "$STITCHCUDA_SHARED/kernelbench/perf.txt" \
-    > "$OUT/perf_table-$b.md" 2> "$OUT/perf_table-$b.err"
-  cp "$PERF_DIR/results.jsonl" "$OUT/results-$b.jsonl" 2>/dev/null; tail -4 "$OUT/perf_table-$b.md"
+  perf_run "-$b" "$bsite/bin/stitchcuda" "${PERF_DIR:-/tmp/perf-${PERF_POLICY:-tf32}}-$b" \
+    PYTHONPATH="$bsite${PYTHONPATH:+:$PYTHONPATH}" STITCHCUDA_CACHE="/tmp/stitchcuda-cache-$b"
 fi
 if want suite; then
   log "the dev set through stitchcuda bench (tf32); resumable in /tmp/suite-tf32"

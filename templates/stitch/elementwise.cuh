@@ -12,8 +12,9 @@
 //   - out[idx . out_stride] = f({in_k[idx . in_stride[k]]}) for every index of the shape.
 //   - out must not overlap an input unless it is that input with the same strides.
 //   - Math in fp32, one rounding to TOut.
-//   - Before launch, size-1 dims are dropped and dims that are contiguous in every tensor are
-//     merged, so a caller may pass the unfolded view.
+//   - Before launch, dims are put in the output's memory order (largest stride first), size-1
+//     dims are dropped and dims that are contiguous in every tensor are merged, so a caller may
+//     pass the unfolded view in any dim order.
 //   - Fast path when out is contiguous and every input is either contiguous with the output's
 //     shape or a single broadcast scalar (all strides 0): no index math, and 16-byte accesses
 //     (VEC = 16 / largest element size) when every such pointer is aligned to its pack; a
@@ -23,10 +24,11 @@
 //     along it (bias / per-channel operands), with aligned pointers and strides, else 1 element.
 //   - Tiled path when out is contiguous along one dim (a) and an input, not broadcast along a,
 //     along another (b), both spanning >= 8 elements (a layout change: channels-last in,
-//     channels-first out, or back; a per-channel operand is not one): 32 x 32 tiles of (a, b);
-//     every such input goes through shared memory (read along b), the others are read directly,
-//     and out is written along a — reads and writes both coalesced, where the strided path would
-//     stride every warp's loads by the other layout.
+//     channels-first out, or back; a per-channel operand is not one): tiles of 2048 elements
+//     over (a, b), each side a power of two >= 8 that follows its extent (8 channels make a
+//     side of 8); every such input goes through shared memory (read along b), the others are
+//     read directly, and out is written along a — reads and writes both coalesced, where the
+//     strided path would stride every warp's loads by the other layout.
 //
 // launch_strided_copy<Tin, Tout>(in, out, EwLayout<1>, stream): out[idx . out_stride] =
 //   in[idx . in_stride[0]] with conversion: launch_elementwise of the identity (a layout change
@@ -283,17 +285,27 @@ cudaError_t ew_launch_strided(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int
 
 // ---- tiled path (a layout change) --------------------------------------------------------------
 
-// Tiles of 32 x 32 over (a, b): out has stride 1 along a; each input has strides in_sa / in_sb
-// along them; bit k of `staged`: input k has stride 1 along b and is read through shared memory.
-// The other dims are batch dims (innermost first).
+// Tiles of ta x tb elements (ta * tb == kEwTile, each a power of two >= 8) over (a, b): out has
+// stride 1 along a; each input has strides in_sa / in_sb along them; bit k of `staged`: input k
+// has stride 1 along b and is read through shared memory. The tile's sides follow the extents, so
+// a side of 8 channels fills its lanes (a 32 x 32 tile over 8 channels left three quarters of the
+// block idle). Blocks walk tiles as (x: along a, y: along b, z: batch), so a tile's place needs no
+// division; the batch dims (innermost first) are decomposed once a tile, in 32 bits.
+constexpr int kEwTile = 2048;
+constexpr int kEwTileThreads = 256;
+constexpr int kEwTileSmem = 2304;  // floats per staged input: ta * row stride, at most 256 * 9
+
 template <int NIN>
 struct EwTileParams {
   int64_t na, nb;
   int64_t out_sb;
   int64_t in_sa[NIN], in_sb[NIN];
   int nbatch;
-  int64_t bshape[kEwMaxDims], bout[kEwMaxDims], bin[NIN][kEwMaxDims];
-  int64_t batch;
+  uint32_t bshape[kEwMaxDims];
+  int64_t bout[kEwMaxDims], bin[NIN][kEwMaxDims];
+  int64_t batch, tiles_a, tiles_b;
+  int lta, ltb;     // log2 of the tile's sides
+  int row;          // shared row stride (floats): conflict-free in both phases
   unsigned staged;
 };
 
@@ -302,63 +314,77 @@ __device__ __forceinline__ float ew_load_one(const void* p, int64_t off) {
   return ew_to_float(static_cast<const T*>(p)[off]);
 }
 
+// One tile: the staged inputs read along b into shared memory (e = lane order along b), then
+// every element computed and written along a (e = lane order along a).
 template <class F, class TOut, class... TIn, size_t... K>
 __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(TIn)>& ptr,
-                                             const EwTileParams<sizeof...(TIn)>& p,
-                                             float (*tile)[32][33], int64_t t, int64_t ta_n, int64_t tb_n,
+                                             const EwTileParams<sizeof...(TIn)>& p, float* tile,
+                                             int64_t ta, int64_t tb, int64_t bi,
                                              std::index_sequence<K...>*) {
   constexpr int NIN = sizeof...(TIn);
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t ta = t % ta_n;
-  const int64_t rest = t / ta_n;
-  const int64_t tb = rest % tb_n;
-  int64_t bi = rest / tb_n, out_off = 0;
+  constexpr int kPer = kEwTile / kEwTileThreads;
+  const int tid = threadIdx.x;
+  const int mta = (1 << p.lta) - 1, mtb = (1 << p.ltb) - 1;
+  int64_t out_off = 0;
   int64_t off[NIN];
 #pragma unroll
   for (int k = 0; k < NIN; ++k) off[k] = 0;
+  uint32_t rest = uint32_t(bi);
   for (int d = 0; d < p.nbatch; ++d) {
-    const int64_t c = bi % p.bshape[d];
-    bi /= p.bshape[d];
-    out_off += c * p.bout[d];
+    const uint32_t q = rest / p.bshape[d];
+    const uint32_t c = rest - q * p.bshape[d];
+    rest = q;
+    out_off += int64_t(c) * p.bout[d];
 #pragma unroll
-    for (int k = 0; k < NIN; ++k) off[k] += c * p.bin[k][d];
+    for (int k = 0; k < NIN; ++k) off[k] += int64_t(c) * p.bin[k][d];
   }
-  {  // the staged inputs, read along b
-    const int64_t b = tb * 32 + tx;
+  const int64_t a0 = ta << p.lta, b0 = tb << p.ltb;
+  if (p.staged) {
 #pragma unroll
-    for (int j = ty; j < 32; j += 8) {
-      const int64_t a = ta * 32 + j;
+    for (int i = 0; i < kPer; ++i) {
+      const int e = tid + i * kEwTileThreads;
+      const int la = e >> p.ltb, lb = e & mtb;
+      const int64_t a = a0 + la, b = b0 + lb;
       if (a < p.na && b < p.nb)
-        (((p.staged >> K) & 1u ? (void)(tile[K][j][tx] = ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b))
+        (((p.staged >> K) & 1u ? (void)(tile[K * kEwTileSmem + la * p.row + lb] =
+                                            ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b))
                                : (void)0),
          ...);
     }
+    __syncthreads();
   }
-  __syncthreads();
-  const int64_t a = ta * 32 + tx;
 #pragma unroll
-  for (int j = ty; j < 32; j += 8) {
-    const int64_t b = tb * 32 + j;
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid + i * kEwTileThreads;
+    const int la = e & mta, lb = e >> p.lta;
+    const int64_t a = a0 + la, b = b0 + lb;
     if (a < p.na && b < p.nb) {
       float v[NIN];
-      ((v[K] = (p.staged >> K) & 1u ? tile[K][tx][j]
-                                    : ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b * p.in_sb[K])),
+      ((v[K] = (p.staged >> K) & 1u
+                   ? tile[K * kEwTileSmem + la * p.row + lb]
+                   : ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b * p.in_sb[K])),
        ...);
       static_cast<TOut*>(ptr.out)[out_off + a + b * p.out_sb] = ew_from_float<TOut>(f(v));
     }
   }
-  __syncthreads();
+  if (p.staged) __syncthreads();
 }
 
 template <class F, class TOut, class... TIn>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kEwTileThreads)
 ew_tile_kernel(F f, EwPtrs<sizeof...(TIn)> ptr, EwTileParams<sizeof...(TIn)> p) {
   using Seq = std::make_index_sequence<sizeof...(TIn)>;
-  __shared__ float tile[sizeof...(TIn)][32][33];
-  const int64_t ta_n = ceil_div<int64_t>(p.na, 32), tb_n = ceil_div<int64_t>(p.nb, 32);
-  const int64_t total = ta_n * tb_n * p.batch;
-  for (int64_t t = blockIdx.x; t < total; t += gridDim.x)
-    ew_tile_body<F, TOut, TIn...>(f, ptr, p, tile, t, ta_n, tb_n, static_cast<Seq*>(nullptr));
+  extern __shared__ float tile[];
+  for (int64_t bi = blockIdx.z; bi < p.batch; bi += gridDim.z)
+    for (int64_t tb = blockIdx.y; tb < p.tiles_b; tb += gridDim.y)
+      for (int64_t ta = blockIdx.x; ta < p.tiles_a; ta += gridDim.x)
+        ew_tile_body<F, TOut, TIn...>(f, ptr, p, tile, ta, tb, bi, static_cast<Seq*>(nullptr));
+}
+
+inline int ew_log2_ceil(int64_t n) {
+  int l = 0;
+  while ((int64_t(1) << l) < n) ++l;
+  return l;
 }
 
 // The tiled launch when out is contiguous along one dim and some input along another (both
@@ -389,15 +415,45 @@ bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const
   p.batch = 1;
   for (int d = m - 1; d >= 0; --d) {  // innermost first
     if (d == da || d == db) continue;
-    p.bshape[p.nbatch] = shape[d];
+    p.bshape[p.nbatch] = uint32_t(shape[d]);
     p.bout[p.nbatch] = st[0][d];
     for (int k = 0; k < NIN; ++k) p.bin[k][p.nbatch] = st[k + 1][d];
     p.batch *= shape[d];
     ++p.nbatch;
   }
-  const int64_t tiles = ceil_div<int64_t>(p.na, 32) * ceil_div<int64_t>(p.nb, 32) * p.batch;
-  const unsigned blocks = unsigned(tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20));
-  ew_tile_kernel<F, TOut, TIn...><<<blocks, dim3(32, 8), 0, stream>>>(f, ptr, p);
+  if (p.batch >= (int64_t(1) << 32)) return false;  // batch index in 32 bits
+  // Sides: a up to 64 (its extent rounded up), b the rest of the tile, unless b is the short
+  // side (then b its extent, a the rest); a side of 8 channels is a side of 8.
+  const int ltile = ew_log2_ceil(kEwTile);
+  int lta = ew_log2_ceil(p.na);
+  lta = lta < 3 ? 3 : lta > 6 ? 6 : lta;
+  int ltb = ltile - lta;
+  const int lnb = ew_log2_ceil(p.nb);
+  if (lnb < ltb) {
+    ltb = lnb < 3 ? 3 : lnb;
+    lta = ltile - ltb;
+  }
+  p.lta = lta;
+  p.ltb = ltb;
+  const int ta = 1 << lta, tb = 1 << ltb;
+  // Row stride: the write phase reads a column (lanes along a, 32 / ta rows of b when ta < 32),
+  // the read phase a row (lanes along b): ta < 32 needs row == 32 / ta (mod 32), else odd.
+  p.row = ta < 32 ? tb + 32 / ta : tb + 1;
+  p.tiles_a = ceil_div<int64_t>(p.na, ta);
+  p.tiles_b = ceil_div<int64_t>(p.nb, tb);
+  const int64_t cap_x = int64_t(1) << 30, cap_yz = 65535;
+  const dim3 grid(unsigned(p.tiles_a < cap_x ? p.tiles_a : cap_x),
+                  unsigned(p.tiles_b < cap_yz ? p.tiles_b : cap_yz),
+                  unsigned(p.batch < cap_yz ? p.batch : cap_yz));
+  int nstaged = 0;
+  for (int k = 0; k < NIN; ++k) nstaged = (p.staged >> k) & 1u ? k + 1 : nstaged;
+  const size_t smem = size_t(nstaged) * kEwTileSmem * sizeof(float);
+  if (smem > 48 * 1024) {
+    if (cudaFuncSetAttribute(ew_tile_kernel<F, TOut, TIn...>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(smem)) != cudaSuccess)
+      return false;
+  }
+  ew_tile_kernel<F, TOut, TIn...><<<grid, kEwTileThreads, smem, stream>>>(f, ptr, p);
   return true;
 }
 
@@ -422,12 +478,30 @@ cudaError_t launch_elementwise(const F& f, TOut* out, const EwLayout<sizeof...(T
     if (!ptr.in[k]) return cudaErrorInvalidValue;
   if (!out) return cudaErrorInvalidValue;
 
+  // Dims in the output's memory order (largest stride first; a stable sort keeps ties in
+  // place): a channels-last tensor described in logical NCHW order then walks its channels
+  // innermost, so a channel slice (a join along channels) copies in runs, not one element per
+  // lane at the channel stride.
+  int order[kEwMaxDims];
+  for (int d = 0; d < layout.ndim; ++d) {
+    int j = d;
+    while (j > 0 && layout.out_stride[order[j - 1]] < layout.out_stride[d]) {
+      order[j] = order[j - 1];
+      --j;
+    }
+    order[j] = d;
+  }
+  int64_t oshape[kEwMaxDims], ost[NT][kEwMaxDims];
+  for (int d = 0; d < layout.ndim; ++d) {
+    oshape[d] = layout.shape[order[d]];
+    ost[0][d] = layout.out_stride[order[d]];
+    for (int k = 0; k < NIN; ++k) ost[k + 1][d] = layout.in_stride[k][order[d]];
+  }
   const int64_t* strides[NT];
-  strides[0] = layout.out_stride;
-  for (int k = 0; k < NIN; ++k) strides[k + 1] = layout.in_stride[k];
+  for (int t = 0; t < NT; ++t) strides[t] = ost[t];
   int64_t shape[kEwMaxDims];
   int64_t st[NT][kEwMaxDims];
-  const int m = detail::ew_coalesce<NT>(layout.ndim, layout.shape, strides, shape, st);
+  const int m = detail::ew_coalesce<NT>(layout.ndim, oshape, strides, shape, st);
 
   // Contiguous (one dim of stride 1, or none left) or a broadcast scalar (every stride 0).
   auto contiguous = [&](int t) { return m == 0 || (m == 1 && st[t][0] == 1); };

@@ -366,6 +366,32 @@ def test_ew_layout_change(ew_lib, dtype, out_layout):
     _close(out, ref, _tol(dtype), f"{out_layout} seed={seed}")
 
 
+#: (shape, why): the tile's sides follow the extents (a side of 8 channels, a short batch of
+#: rows, both sides long, partial tiles on both, a channel count that is no power of two).
+LAYOUT_SHAPES = [((2, 8, 33, 35), "8 channels"), ((3, 16, 9, 130), "16 channels"),
+                 ((2, 64, 5, 7), "64 channels, short planes"), ((1, 9, 300, 2), "9 channels"),
+                 ((4, 200, 3, 3), "200 channels, 9-element planes"), ((2, 32, 64, 64), "full tiles")]
+
+
+@pytest.mark.parametrize("out_layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("shape,why", LAYOUT_SHAPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=DT_IDS.get)
+def test_ew_layout_change_tile_sides(ew_lib, dtype, shape, why, out_layout):
+    """The tiled layout change over shapes whose sides pick every tile shape: inputs in both
+    layouts (one of them staged whichever layout out takes), a per-channel operand, a scalar."""
+    seed = _seed()
+    a = _randn(*shape, dtype=dtype).to(memory_format=torch.channels_last)
+    b, c, d = _randn(shape[1], 1, 1, dtype=dtype), _randn(*shape, dtype=dtype), _randn(dtype=dtype)
+    out = torch.full(shape, NAN, device="cuda", dtype=dtype)
+    if out_layout == "channels_last":
+        out = out.to(memory_format=torch.channels_last)
+    _run(ew_lib.ew_fma4, DT_CODE[dtype], a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(),
+         out.data_ptr(), 4, _i64(shape), _i64(out.stride()),
+         *[_i64(_bcast_strides(t, shape)) for t in (a, b, c, d)], _stream())
+    ref = a.double() * b.double() + c.double() - d.double()
+    _close(out, ref, _tol(dtype), f"{why} {out_layout} seed={seed}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
 def test_ew_where(ew_lib, dtype):
     seed = _seed()
@@ -465,6 +491,23 @@ def test_strided_copy(ew_lib, din, dout, case):
     _run(ew_lib.strided_copy, DT_CODE[din], DT_CODE[dout], x.data_ptr(), out.data_ptr(), 3,
          _i64(shape), _i64(x.stride()), _i64(out.stride()), _stream())
     assert torch.equal(out, x.to(dout))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=DT_IDS.get)
+def test_strided_copy_channel_slice(ew_lib, dtype):
+    """A join along channels in channels-last memory, described in logical (N, C, H, W) order:
+    each input copied into its channel slice of the output (the dims are walked in the output's
+    memory order, channels innermost)."""
+    _seed()
+    parts = [_randn(3, c, 7, 9, dtype=dtype).to(memory_format=torch.channels_last) for c in (24, 16, 5)]
+    out = torch.full((3, 45, 7, 9), NAN, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    lo = 0
+    for x in parts:
+        dst = out[:, lo:lo + x.shape[1]]
+        _run(ew_lib.strided_copy, DT_CODE[dtype], DT_CODE[dtype], x.data_ptr(), dst.data_ptr(), 4,
+             _i64(x.shape), _i64(x.stride()), _i64(dst.stride()), _stream())
+        lo += x.shape[1]
+    assert torch.equal(out, torch.cat(parts, dim=1))
 
 
 # ---- attention --------------------------------------------------------------------------------

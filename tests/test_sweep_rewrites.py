@@ -435,11 +435,67 @@ def test_fold_batch_norm(broken):
     _sweep("fold_batch_norm", conv_then_eval_bn, broken, 6 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- conv_bias_into_elementwise
+
+BIAS_GUARDS = ("forward", "no_bias", "activation", "shared", "returned")
+
+
+@st.composite
+def transposed_conv_then_elementwise(draw, broken: str | None):
+    """A transposed convolution (1-3 spatial dims, grouped or not) with a bias, read once by an
+    elementwise op (a clamp, a scale, an add of another tensor); or one guard away: a forward
+    convolution, no bias, a fusable activation as the reader, a second reader, the convolution's
+    output returned."""
+    nsp = draw(st.integers(1, 3))
+    groups = draw(st.integers(1, 2))
+    cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+    k, stride = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    size = tuple(draw(st.integers(2, 5)) for _ in range(nsp))
+    op = draw(st.sampled_from(["clamp", "scale", "add"]))
+    transposed = broken != "forward"
+    Conv = ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d) if transposed else
+            (nn.Conv1d, nn.Conv2d, nn.Conv3d))[nsp - 1]
+
+    def make_conv():
+        return Conv(cin, cout, k, stride=stride, groups=groups, bias=broken != "no_bias")
+
+    inputs = [T((2, cin) + size)]
+
+    def fn(s, x):
+        y = s.conv(x)
+        if broken == "activation":
+            z = torch.relu(y)
+        elif op == "clamp":
+            z = torch.clamp(y, -0.5, 0.5)
+        elif op == "scale":
+            z = y * 1.5
+        else:
+            z = y + y.detach().flip(-1)  # (an add of another full-size tensor: y read twice)
+        if broken == "shared":
+            return z, y.amax(1)
+        if broken == "returned":
+            return z, y
+        return z
+
+    # (an add of y to itself reads y twice: the rule wants one reader)
+    fires = broken is None and op != "add"
+    params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, kernel=k, stride=stride, op=op)
+    case = Case("aten.convolution.default", params, fn, tuple(inputs), (("conv", make_conv),),
+                policy=draw(st.sampled_from(["fp32", "tf32"])), kinds=("Conv", "Depthwise", "Gemm"),
+                data_seed=draw(seeds()))
+    return _expect("conv_bias_into_elementwise", case, fires, broken if broken else (None if fires else "two readers"))
+
+
+@pytest.mark.parametrize("broken", (None,) + BIAS_GUARDS)
+def test_conv_bias_into_elementwise(broken):
+    _sweep("conv_bias_into_elementwise", transposed_conv_then_elementwise, broken, 6 if broken is None else 2)
+
+
 def test_every_rewrite_is_swept():
     """A rewrite added to either table needs a sweep here."""
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",
                                              "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
-                                             "drop_identities"}
+                                             "drop_identities", "conv_bias_into_elementwise"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

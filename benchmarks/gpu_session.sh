@@ -21,6 +21,7 @@
 #                                                               # PERF_ARGS='--baselines max-autotune', PERF_DIR)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perfbefore      # the same at PERF_BEFORE=<commit>, same machine
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh layout          # layout changes, joins, channels-last pools: tests, speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh engines         # each convolution's engine, ours beside PyTorch's
 #                                                               # and torch.compile's (ENGINE_IDS)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
@@ -298,6 +299,14 @@ if want splittf32; then  # the split-TF32 GEMM: its GPU test, then error and spe
   timeout 200 python3 benchmarks/split_tf32.py > "$OUT/split_tf32.md" 2>&1; echo "split_tf32 exit $?"
   timeout 200 python3 benchmarks/split_tf32.py --scale-rows --sizes 1024,4096,8192 >> "$OUT/split_tf32.md" 2>&1
   cat "$OUT/split_tf32.md"
+fi
+if want layout; then  # the elementwise layout-change tiles, joins, channels-last pools: GPU tests, then their speed
+  log "layout changes: template tests, programs with pools / joins / transposed convolutions, speed"
+  pt layout_ew 240 tests/gpu/test_templates_gpu.py -k "ew_ or permute or strided_copy"
+  pt layout_cov 300 tests/gpu/test_coverage_gpu.py \
+    -k "conv_transpose or conv_pools or conv_into_cat or maxpool2d_ceil or avgpool2d_ceil or pool_hooks or conv_bn_relu"
+  timeout 200 python3 benchmarks/bench_templates.py --only elementwise --reps 20 > "$OUT/bench_ew.md" 2>&1
+  echo "bench_templates exit $?"; tail -22 "$OUT/bench_ew.md"
 fi
 if want engines; then  # every convolution of ENGINE_IDS alone: our engine beside PyTorch's, then torch.compile's kernels
   log "convolution engines: ${ENGINE_IDS:=2:21,2:73,2:2,1:63,1:50}"

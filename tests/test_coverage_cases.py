@@ -247,6 +247,16 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
         [_x(4, 3, 8, 8)]))),
     "conv_output_and_activation": ("conv", _seeded(lambda: (
         Fn(lambda s, x: (lambda y: (y, F.relu(y), y.mean()))(s.c(x)), c=nn.Conv2d(3, 4, 3)), [_x(2, 3, 6, 6)]))),
+    # a transposed convolution's bias handed to the clamp after it (rewrite conv_bias_into_elementwise)
+    "conv_transpose_bias_clamp": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: torch.clamp(s.c(x), -0.2, 0.3) * 2.0, c=nn.ConvTranspose2d(5, 8, 3, stride=2, padding=1,
+                                                                                  output_padding=1)),
+        [_x(2, 5, 6, 7)]))),
+    # pooling inside a channels-last region (tensor cores): four channels a thread (8 channels)
+    # and one (6), max with ceil mode then average
+    "conv_pools_channels_last": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (F.avg_pool2d(F.max_pool2d(F.relu(s.a(x)), 3, 2, ceil_mode=True), 2),
+                         F.max_pool2d(s.b(x), 2)), a=nn.Conv2d(3, 8, 3), b=nn.Conv2d(3, 6, 3)), [_x(2, 3, 12, 11)]))),
 }
 
 FAMILIES = sorted({f for f, _ in CASES.values()})

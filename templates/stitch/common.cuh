@@ -74,12 +74,14 @@ __host__ __device__ inline bool aligned_to(const void* p, int bytes) {
   return (reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes)) == 0;
 }
 
-// 2^x by the special-function unit (ex2.approx.ftz: ~2 ulp; 0 for -inf). Callers scale by
-// log2(e): exp(x - m) == fast_exp2((x - m) * kLog2e), relative error ~ |x - m| * 2^-24.
+// 2^x by the special-function unit (ex2.approx: ~2 ulp; 0 for -inf). Callers scale by
+// log2(e): exp(x - m) == fast_exp2((x - m) * kLog2e), relative error ~ |x - m| * 2^-24. Not the
+// .ftz form: a result below 2^-126 (a softmax probability under 1e-38) stays subnormal, as in
+// PyTorch, instead of flushing to zero.
 constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 

@@ -160,6 +160,21 @@ def test_row_reduce(reduce_lib, op, dtype, rows, cols):
     _row_case(reduce_lib, op, dtype, rows, cols)
 
 
+@pytest.mark.parametrize("cols", [5, 1000, 4097])
+def test_softmax_keeps_subnormal_probabilities(reduce_lib, cols):
+    """A probability below 2^-126 stays subnormal, as in PyTorch (the exponential's .ftz form
+    flushed it to zero): logits 0 and -90 give exp(-90) = 8.2e-40 over the row's sum."""
+    x = torch.zeros(4, cols, device="cuda")
+    x[:, 1::2] = -90.0
+    out = torch.full_like(x, NAN)
+    _run(reduce_lib.row_reduce, OP_CODE["softmax"], DT_CODE[torch.float32], x.data_ptr(), cols, out.data_ptr(), cols,
+         None, None, 4, cols, EPS, 0, 0, _stream())
+    ref = torch.softmax(x.double(), -1)
+    tiny = out[:, 1::2]
+    assert (tiny > 0).all(), f"subnormal probabilities flushed: {int((tiny == 0).sum())} zeros"
+    assert torch.allclose(tiny.double(), ref[:, 1::2], rtol=1e-3, atol=0), (tiny[0, :3], ref[0, 1:6:2])
+
+
 @pytest.mark.parametrize("cols", [7, 1000, 4097])
 @pytest.mark.parametrize("op", ROW_OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)

@@ -26,8 +26,10 @@ namespace stitch {
 
 // Batch statistics, pass 1: x viewed as [n, c, s]; block (32, 8) covers 32 channels (lanes
 // along c) of one slice of the n * s reduced rows. Each thread sums (v - shift) and its square over
-// its rows, shift = the slice's first value of the channel (no division per element, and the
-// data's offset cancels: the shifted-data algorithm); the sums become a (count, mean, m2) state,
+// its rows (every 8th, walked by (sample, position) counters: no 64-bit division a row, which is
+// what the kernel spent its time on over NHWC data; four loads in flight), shift = the slice's
+// first value of the channel (no division per element, and the data's offset cancels: the
+// shifted-data algorithm); the sums become a (count, mean, m2) state,
 // the 8 row lanes are merged (Chan et al.) and the slice's state per channel written to
 // part[(slice * c + channel) * 3].
 template <class T>
@@ -41,15 +43,37 @@ __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, 
   const int64_t r1 = r0 + rows_per_split < n * s ? r0 + rows_per_split : n * s;
   float cnt = 0.f, mean = 0.f, m2 = 0.f;
   if (ch < c && r0 < r1) {
-    const int64_t i0 = s == 1 ? r0 : r0 / s;
-    const float shift = to_float(x[i0 * sn + ch * sc + (r0 - i0 * s) * ss]);
+    const int64_t i0 = r0 / s;
+    const T* xc = x + ch * sc;
+    const float shift = to_float(xc[i0 * sn + (r0 - i0 * s) * ss]);
     float sum = 0.f, sq = 0.f;
     int64_t count = 0;
-    for (int64_t r = r0 + ty; r < r1; r += 8) {
-      const int64_t i = s == 1 ? r : r / s;
-      const float v = to_float(x[i * sn + ch * sc + (r - i * s) * ss]) - shift;
-      sum += v;
-      sq = fmaf(v, v, sq);
+    // Row r = i * s + j walked by its (i, j) — no division a row — four loads in flight.
+    int64_t r = r0 + ty, i = r / s, j = r - i * s;
+    auto next = [&]() {
+      j += 8;
+      while (j >= s) j -= s, ++i;
+    };
+    for (; r + 24 < r1; r += 32) {
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        v[u] = to_float(xc[i * sn + j * ss]);
+        next();
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float d = v[u] - shift;
+        sum += d;
+        sq = fmaf(d, d, sq);
+      }
+      count += 4;
+    }
+    for (; r < r1; r += 8) {
+      const float d = to_float(xc[i * sn + j * ss]) - shift;
+      next();
+      sum += d;
+      sq = fmaf(d, d, sq);
       ++count;
     }
     cnt = float(count);

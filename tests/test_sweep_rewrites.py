@@ -435,6 +435,90 @@ def test_fold_batch_norm(broken):
     _sweep("fold_batch_norm", conv_then_eval_bn, broken, 6 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- fold_channel_affine
+
+AFFINE_GUARDS = ("transposed", "shared", "returned", "input_operand", "per_pixel", "divided_by_y", "bf16")
+
+
+@st.composite
+def conv_then_channel_affine(draw, broken: str | None):
+    """A convolution (1-3 spatial dims, grouped or not, bias or not) followed by a chain of one to
+    three of + - × ÷ with a per-channel weight or a number, then maybe an activation; or one guard
+    away: a transposed convolution, the convolution's output also read or returned, the operand an
+    input of the program, an operand that varies per pixel, a weight divided by the convolution,
+    bf16 weights."""
+    nsp = draw(st.integers(1, 3))
+    groups = draw(st.integers(1, 2))
+    cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+    k, stride = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    bias = draw(st.booleans())
+    # (per_pixel: at least two output pixels along every dim, else one value a pixel is one value)
+    size = tuple(draw(st.integers(k + stride if broken == "per_pixel" else k, 6)) for _ in range(nsp))
+    chain = draw(st.lists(st.tuples(st.sampled_from(["add", "sub", "mul", "div"]),
+                                    st.sampled_from(["channel", "one", "number"])), min_size=1, max_size=3))
+    if not bias:  # (a number added to a convolution without bias is left: it would need a bias made)
+        chain = [(op, "channel" if op in ("add", "sub") and kind != "channel" else kind) for op, kind in chain]
+    act = draw(st.sampled_from(["none", "relu", "sigmoid"]))
+    dtype = "bfloat16" if broken == "bf16" else "float32"
+    transposed = broken == "transposed"
+    Conv = ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d) if transposed else
+            (nn.Conv1d, nn.Conv2d, nn.Conv3d))[nsp - 1]
+    cshape = (cout,) + (1,) * nsp
+
+    def make_conv():
+        return Conv(cin, cout, k, stride=stride, groups=groups, bias=bias).to(getattr(torch, dtype))
+
+    def make_params():
+        m = nn.Module()
+        for i, (op, kind) in enumerate(chain):
+            shape = cshape if kind == "channel" else (1,)
+            v = torch.empty(shape).uniform_(0.5, 1.5) * (1 if op in ("mul", "div") else 0.0) + \
+                (torch.empty(shape).uniform_(-1, 1) if op in ("add", "sub") else 0.0)
+            m.register_parameter(f"p{i}", nn.Parameter(v.to(getattr(torch, dtype))))
+        out = tuple((d - k) // stride + 1 for d in size)
+        m.pixels = nn.Parameter(torch.empty((1, 1) + out).uniform_(0.5, 1.5).to(getattr(torch, dtype)))
+        return m
+
+    inputs = [T((2, cin) + size, dtype)]
+    if broken == "input_operand":
+        inputs.append(T(cshape, dtype))
+
+    def fn(s, x, *extra):
+        y = s.conv(x)
+        z = y
+        for i, (op, kind) in enumerate(chain):
+            p = getattr(s.params, f"p{i}")
+            if i == 0 and broken == "input_operand":
+                p = extra[0]
+            elif i == 0 and broken == "per_pixel":
+                p = s.params.pixels  # (a weight, but one value a pixel, not a channel)
+            if kind == "number" and not (i == 0 and broken in ("input_operand", "per_pixel")):
+                p = 1.25 if op in ("mul", "div") else 0.375
+            if i == 0 and broken == "divided_by_y":
+                z = p / z
+                continue
+            z = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+                 "div": lambda a, b: a / b}[op](z, p)
+        z = {"none": lambda t: t, "relu": torch.relu, "sigmoid": torch.sigmoid}[act](z)
+        if broken == "shared":
+            return z, y.amax(1)
+        if broken == "returned":
+            return z, y
+        return z
+
+    params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, kernel=k, stride=stride, bias=bias,
+                  chain=chain, act=act)
+    case = Case("aten.convolution.default", params, fn, tuple(inputs),
+                (("conv", make_conv), ("params", make_params)), policy=draw(st.sampled_from(["fp32", "fp32", "tf32"])),
+                kinds=("Conv", "Depthwise", "Gemm"), data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0)
+    return _expect("fold_channel_affine", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + AFFINE_GUARDS)
+def test_fold_channel_affine(broken):
+    _sweep("fold_channel_affine", conv_then_channel_affine, broken, 8 if broken is None else 2)
+
+
 # ---------------------------------------------------------------------- conv_bias_into_elementwise
 
 BIAS_GUARDS = ("forward", "no_bias", "activation", "shared", "returned")
@@ -495,7 +579,8 @@ def test_every_rewrite_is_swept():
     """A rewrite added to either table needs a sweep here."""
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",
                                              "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
-                                             "drop_identities", "conv_bias_into_elementwise"}
+                                             "drop_identities", "conv_bias_into_elementwise",
+                                             "fold_channel_affine"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

@@ -52,6 +52,14 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          of its own over the whole output (ConvTranspose2d + bias + clamp: 1.5 ms
                          of 6.5 on an H100). Forward engines fuse it; there the bias stays (an
                          add with a second operand would also keep a pool's hook from the chain).
+``fold_channel_affine``  ``conv(x, W, b) ⊙ p = conv(x, W ⊙ p, b ⊙ p)`` for ⊙ one of ``+ - × ÷`` and
+                         ``p`` a weight with one value per output channel (or one value): the
+                         add / scale after a convolution (``x + self.bias``, ``x * self.scale``,
+                         ``x / 2``) becomes the convolution's weights and bias (at create), so an
+                         activation after it fuses into the convolution and the pass is gone. A
+                         chain folds one op at a time (after ``fold_batch_norm``). Taken when the
+                         op is the convolution's only reader, every operand but the input is a
+                         weight (not transposed convolutions).
 ``gather_of_log_softmax``  ``gather(log_softmax(x, d), i, d) = gather(x, i, d) - logsumexp(x, d)``
                          (cross entropy and NLL losses as PyTorch decomposes them): the row
                          reduction writes one value per row instead of the whole log-probability
@@ -421,6 +429,118 @@ def _apply_fold_batch_norm(graph: Graph, place) -> Graph:
     return _replace(graph, [conv, bn], new)
 
 
+# ---------------------------------------------------------------------- fold_channel_affine
+
+_AFFINE_OPS = (A + "add.Tensor", A + "sub.Tensor", A + "mul.Tensor", A + "div.Tensor")
+
+
+def _channel_operand(graph: Graph, y: TensorSpec, u: Node) -> tuple[str, str | float] | None:
+    """How ``u`` (add / sub / mul / div reading ``y``) combines ``y`` with a per-output-channel
+    constant: (op, weight tensor or Python scalar), with ``y`` on the left (``p + y`` and
+    ``p * y`` commute; ``p - y`` and ``p / y`` are not this form). None otherwise."""
+    if u.op not in _AFFINE_OPS or u.outputs[0].dtype != "float32" or tuple(u.outputs[0].shape) != tuple(y.shape):
+        return None
+    op = u.op[len(A):].split(".")[0]
+    alpha = u.attr("alpha") if u.has_attr("alpha") else 1
+    if len(u.inputs) == 1:
+        other = u.attr("other")
+        if u.inputs[0] != y.name or isinstance(other, bool) or not isinstance(other, (int, float)):
+            return None
+        return op, float(other) * (float(alpha) if op in ("add", "sub") else 1.0)
+    if len(u.inputs) != 2 or alpha != 1 or u.inputs[0] == u.inputs[1]:
+        return None
+    if u.inputs[0] == y.name:
+        p = u.inputs[1]
+    elif op in ("add", "mul"):
+        p = u.inputs[0]
+    else:
+        return None
+    if p not in _of_weights(graph) or graph.spec(p).dtype != "float32":
+        return None
+    ps = tuple(graph.spec(p).shape)
+    if len(ps) > len(y.shape):
+        return None
+    full = (1,) * (len(y.shape) - len(ps)) + ps  # p broadcast against y: only its channel dim may exceed 1
+    if any(d != 1 for i, d in enumerate(full) if i != 1) or full[1] not in (1, y.shape[1]):
+        return None
+    return op, p
+
+
+def _of_weights(graph: Graph) -> set[str]:
+    """The tensors computed from weights alone (the weights too): what a create-time task makes."""
+    known = {s.name for s in graph.weights}
+    for n in graph.nodes:
+        if n.inputs and all(t in known for t in n.inputs) and not n.op.startswith(A + "rand"):
+            known.update(o.name for o in n.outputs)
+    return known
+
+
+def _find_conv_then_channel_affine(graph: Graph) -> list[tuple[Node, Node]]:
+    weights = _of_weights(graph)
+    out = []
+    for conv in graph.nodes:
+        if conv.op != A + "convolution.default" or conv.attr("transposed"):
+            continue
+        y = conv.outputs[0]
+        users = _users(graph, y.name)
+        if len(users) != 1 or y.name in graph.outputs or y.dtype != "float32":
+            continue
+        if not all(t in weights and graph.spec(t).dtype == "float32" for t in conv.inputs[1:]):
+            continue  # (folding computes new weights once, at create: every operand must be a weight)
+        how = _channel_operand(graph, y, users[0])
+        if how is None or (how[0] in ("add", "sub") and len(conv.inputs) < 3 and not isinstance(how[1], str)):
+            continue  # (a scalar added to a convolution without bias would need a bias tensor made)
+        if how[0] in ("add", "sub") and len(conv.inputs) < 3 and graph.spec(how[1]).shape.count(1) == \
+                len(graph.spec(how[1]).shape) and y.shape[1] != 1:
+            continue  # (likewise one value broadcast over the channels)
+        out.append((conv, users[0]))
+    return out
+
+
+def _apply_fold_channel_affine(graph: Graph, place) -> Graph:
+    conv, u = place
+    y = conv.outputs[0]
+    op, p = _channel_operand(graph, y, u)
+    x, w = conv.inputs[0], conv.inputs[1]
+    b = conv.inputs[2] if len(conv.inputs) > 2 else None
+    ws = graph.spec(w).shape
+    c = y.shape[1]
+    node = _NewNodes(graph, u.name, u.source)
+    new = node.nodes
+
+    def per_channel(t: str, shape: Sequence[int]) -> str:
+        n = 1
+        for d in graph.spec(t).shape:
+            n *= d
+        return node(A + "view.default", [t], tuple(shape) if n > 1 else (1,) * len(shape),
+                    (("size", tuple(shape) if n > 1 else (1,) * len(shape)),))
+
+    wshape = (c,) + (1,) * (len(ws) - 1)
+    if op in ("mul", "div"):
+        ew, eb = A + f"{op}.Tensor", A + f"{op}.Tensor"
+        if isinstance(p, str):
+            w2 = node(ew, [w, per_channel(p, wshape)], ws)
+            b2 = node(eb, [b, per_channel(p, (c,))], (c,)) if b is not None else None
+        else:
+            w2 = node(ew, [w], ws, (("other", p),))
+            b2 = node(eb, [b], (c,), (("other", p),)) if b is not None else None
+    else:
+        w2 = w
+        if isinstance(p, str):
+            pc = per_channel(p, (c,))
+            if b is None:
+                b2 = pc if op == "add" else node(A + "neg.default", [pc], (c,))
+            else:
+                b2 = node(A + f"{op}.Tensor", [b, pc], (c,), (("alpha", 1),))
+        else:
+            b2 = node(A + f"{op}.Tensor", [b], (c,), (("other", p), ("alpha", 1)))
+    # The convolution keeps its node name and writes the folded op's result tensor.
+    attrs = tuple((k, v) for k, v in conv.attrs if k != "bias") + (() if b2 is not None else (("bias", None),))
+    new.append(Node(conv.name, conv.op, (x, w2) + ((b2,) if b2 is not None else ()), (u.outputs[0],), attrs,
+                    conv.source))
+    return _replace(graph, [conv, u], new)
+
+
 # ---------------------------------------------------------------------- conv_bias_into_elementwise
 
 #: Elementwise ops a convolution's epilogue computes after its bias (kinds/conv.py claims them).
@@ -469,6 +589,7 @@ def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:
 ALWAYS: tuple[Rewrite, ...] = (
     # (first: a folded convolution gains a bias, and is no longer a bare 1x1 product for the next two)
     Rewrite("fold_batch_norm", _find_conv_then_eval_bn, _apply_fold_batch_norm),
+    Rewrite("fold_channel_affine", _find_conv_then_channel_affine, _apply_fold_channel_affine),
     Rewrite("pool_before_pointwise_conv", _find_pool_after_pointwise, _apply_pool_before_pointwise),
     Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
     Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),

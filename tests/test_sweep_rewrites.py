@@ -437,7 +437,7 @@ def test_fold_batch_norm(broken):
 
 # ---------------------------------------------------------------------- fold_channel_affine
 
-AFFINE_GUARDS = ("transposed", "shared", "returned", "input_operand", "per_pixel", "divided_by_y", "bf16")
+AFFINE_GUARDS = ("grouped_transposed", "shared", "returned", "input_operand", "per_pixel", "divided_by_y", "bf16")
 
 
 @st.composite
@@ -448,7 +448,7 @@ def conv_then_channel_affine(draw, broken: str | None):
     input of the program, an operand that varies per pixel, a weight divided by the convolution,
     bf16 weights."""
     nsp = draw(st.integers(1, 3))
-    groups = draw(st.integers(1, 2))
+    groups = 2 if broken == "grouped_transposed" else draw(st.integers(1, 2))
     cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
     k, stride = draw(st.integers(1, 3)), draw(st.integers(1, 2))
     bias = draw(st.booleans())
@@ -460,7 +460,7 @@ def conv_then_channel_affine(draw, broken: str | None):
         chain = [(op, "channel" if op in ("add", "sub") and kind != "channel" else kind) for op, kind in chain]
     act = draw(st.sampled_from(["none", "relu", "sigmoid"]))
     dtype = "bfloat16" if broken == "bf16" else "float32"
-    transposed = broken == "transposed"
+    transposed = broken == "grouped_transposed" or (groups == 1 and draw(st.booleans()))
     Conv = ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d) if transposed else
             (nn.Conv1d, nn.Conv2d, nn.Conv3d))[nsp - 1]
     cshape = (cout,) + (1,) * nsp
@@ -475,7 +475,7 @@ def conv_then_channel_affine(draw, broken: str | None):
             v = torch.empty(shape).uniform_(0.5, 1.5) * (1 if op in ("mul", "div") else 0.0) + \
                 (torch.empty(shape).uniform_(-1, 1) if op in ("add", "sub") else 0.0)
             m.register_parameter(f"p{i}", nn.Parameter(v.to(getattr(torch, dtype))))
-        out = tuple((d - k) // stride + 1 for d in size)
+        out = tuple((d - 1) * stride + k if transposed else (d - k) // stride + 1 for d in size)
         m.pixels = nn.Parameter(torch.empty((1, 1) + out).uniform_(0.5, 1.5).to(getattr(torch, dtype)))
         return m
 
@@ -521,7 +521,7 @@ def test_fold_channel_affine(broken):
 
 # ---------------------------------------------------------------------- conv_bias_into_elementwise
 
-BIAS_GUARDS = ("forward", "no_bias", "activation", "shared", "returned")
+BIAS_GUARDS = ("forward", "no_bias", "activation", "shared", "returned", "hooked")
 
 
 @st.composite
@@ -529,7 +529,7 @@ def transposed_conv_then_elementwise(draw, broken: str | None):
     """A transposed convolution (1-3 spatial dims, grouped or not) with a bias, read once by an
     elementwise op (a clamp, a scale, an add of another tensor); or one guard away: a forward
     convolution, no bias, a fusable activation as the reader, a second reader, the convolution's
-    output returned."""
+    output returned, the chain ending in a reduction (its hook)."""
     nsp = draw(st.integers(1, 3))
     groups = draw(st.integers(1, 2))
     cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
@@ -555,6 +555,8 @@ def transposed_conv_then_elementwise(draw, broken: str | None):
             z = y * 1.5
         else:
             z = y + y.detach().flip(-1)  # (an add of another full-size tensor: y read twice)
+        if broken == "hooked":  # the chain ends in a reduction, whose prologue hook takes it
+            return z.mean(-1)
         if broken == "shared":
             return z, y.amax(1)
         if broken == "returned":

@@ -50,8 +50,10 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          elementwise pass adds it for free (one value a channel). cuDNN's
                          transposed (dgrad) engines fuse no bias, so the runtime ran it as a pass
                          of its own over the whole output (ConvTranspose2d + bias + clamp: 1.5 ms
-                         of 6.5 on an H100). Forward engines fuse it; there the bias stays (an
-                         add with a second operand would also keep a pool's hook from the chain).
+                         of 6.5 on an H100). Forward engines fuse it; there the bias stays. Not
+                         taken where the elementwise chain ends in a pool or a reduction, whose
+                         prologue hook takes it (a hook is a function of one tensor, not an add of
+                         the bias).
 ``fold_channel_affine``  ``conv(x, W, b) ⊙ p = conv(x, W ⊙ p, b ⊙ p)`` for ⊙ one of ``+ - × ÷`` and
                          ``p`` a weight with one value per output channel (or one value): the
                          add / scale after a convolution (``x + self.bias``, ``x * self.scale``,
@@ -59,7 +61,7 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          activation after it fuses into the convolution and the pass is gone. A
                          chain folds one op at a time (after ``fold_batch_norm``). Taken when the
                          op is the convolution's only reader, every operand but the input is a
-                         weight (not transposed convolutions).
+                         weight (transposed convolutions of one group too).
 ``gather_of_log_softmax``  ``gather(log_softmax(x, d), i, d) = gather(x, i, d) - logsumexp(x, d)``
                          (cross entropy and NLL losses as PyTorch decomposes them): the row
                          reduction writes one value per row instead of the whole log-probability
@@ -479,8 +481,8 @@ def _find_conv_then_channel_affine(graph: Graph) -> list[tuple[Node, Node]]:
     weights = _of_weights(graph)
     out = []
     for conv in graph.nodes:
-        if conv.op != A + "convolution.default" or conv.attr("transposed"):
-            continue
+        if conv.op != A + "convolution.default" or (conv.attr("transposed") and int(conv.attr("groups") or 1) != 1):
+            continue  # (a grouped transposed weight interleaves its output channels over the groups)
         y = conv.outputs[0]
         users = _users(graph, y.name)
         if len(users) != 1 or y.name in graph.outputs or y.dtype != "float32":
@@ -515,7 +517,8 @@ def _apply_fold_channel_affine(graph: Graph, place) -> Graph:
         return node(A + "view.default", [t], tuple(shape) if n > 1 else (1,) * len(shape),
                     (("size", tuple(shape) if n > 1 else (1,) * len(shape)),))
 
-    wshape = (c,) + (1,) * (len(ws) - 1)
+    # output channels: a forward weight's dim 0, a transposed one's dim 1 (one group)
+    wshape = (1, c) + (1,) * (len(ws) - 2) if conv.attr("transposed") else (c,) + (1,) * (len(ws) - 1)
     if op in ("mul", "div"):
         ew, eb = A + f"{op}.Tensor", A + f"{op}.Tensor"
         if isinstance(p, str):
@@ -562,10 +565,28 @@ def _find_conv_bias_before_elementwise(graph: Graph) -> list[tuple[Node, Node]]:
             continue
         if u.op in _CONV_EPILOGUE_ACTS and u.inputs == (y.name,):
             continue  # the activation fuses into the convolution, after its bias
+        if _ends_in_a_hook(graph, u):
+            continue
         if graph.spec(conv.inputs[2]).dtype != "float32":
             continue
         out.append((conv, u))
     return out
+
+
+def _ends_in_a_hook(graph: Graph, u: Node) -> bool:
+    """Whether the chain of elementwise nodes from ``u`` (each the only reader of the last) ends
+    in an op that is not elementwise: a pool's or a reduction's prologue hook then takes the chain,
+    and a hook takes functions of one tensor only — not an add of the bias."""
+    n = u
+    for _ in range(len(graph.nodes)):
+        t = n.outputs[0].name
+        users = _users(graph, t)
+        if t in graph.outputs or len(users) != 1:
+            return False
+        n = users[0]
+        if ops.kind(n.op) != "elementwise":
+            return True
+    return False
 
 
 def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:

@@ -72,6 +72,7 @@ Applied to every graph (:func:`apply_always`), not asked for:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -436,9 +437,9 @@ def _apply_fold_batch_norm(graph: Graph, place) -> Graph:
 _AFFINE_OPS = (A + "add.Tensor", A + "sub.Tensor", A + "mul.Tensor", A + "div.Tensor")
 
 
-def _channel_operand(graph: Graph, y: TensorSpec, u: Node) -> tuple[str, str | float] | None:
+def _channel_operand(graph: Graph, y: TensorSpec, u: Node, consts: set[str]) -> tuple[str, str | float] | None:
     """How ``u`` (add / sub / mul / div reading ``y``) combines ``y`` with a per-output-channel
-    constant: (op, weight tensor or Python scalar), with ``y`` on the left (``p + y`` and
+    constant: (op, tensor of ``consts`` or Python scalar), with ``y`` on the left (``p + y`` and
     ``p * y`` commute; ``p - y`` and ``p / y`` are not this form). None otherwise."""
     if u.op not in _AFFINE_OPS or u.outputs[0].dtype != "float32" or tuple(u.outputs[0].shape) != tuple(y.shape):
         return None
@@ -457,7 +458,7 @@ def _channel_operand(graph: Graph, y: TensorSpec, u: Node) -> tuple[str, str | f
         p = u.inputs[0]
     else:
         return None
-    if p not in _of_weights(graph) or graph.spec(p).dtype != "float32":
+    if p not in consts or graph.spec(p).dtype != "float32":
         return None
     ps = tuple(graph.spec(p).shape)
     if len(ps) > len(y.shape):
@@ -469,16 +470,17 @@ def _channel_operand(graph: Graph, y: TensorSpec, u: Node) -> tuple[str, str | f
 
 
 def _of_weights(graph: Graph) -> set[str]:
-    """The tensors computed from weights alone (the weights too): what a create-time task makes."""
+    """The tensors computed from weights alone (the weights too): what a create-time task makes
+    (random draws are the graph's inputs, never a node's)."""
     known = {s.name for s in graph.weights}
     for n in graph.nodes:
-        if n.inputs and all(t in known for t in n.inputs) and not n.op.startswith(A + "rand"):
+        if n.inputs and all(t in known for t in n.inputs):
             known.update(o.name for o in n.outputs)
     return known
 
 
 def _find_conv_then_channel_affine(graph: Graph) -> list[tuple[Node, Node]]:
-    weights = _of_weights(graph)
+    consts = _of_weights(graph)
     out = []
     for conv in graph.nodes:
         if conv.op != A + "convolution.default" or (conv.attr("transposed") and int(conv.attr("groups") or 1) != 1):
@@ -487,14 +489,15 @@ def _find_conv_then_channel_affine(graph: Graph) -> list[tuple[Node, Node]]:
         users = _users(graph, y.name)
         if len(users) != 1 or y.name in graph.outputs or y.dtype != "float32":
             continue
-        if not all(t in weights and graph.spec(t).dtype == "float32" for t in conv.inputs[1:]):
+        if not all(t in consts and graph.spec(t).dtype == "float32" for t in conv.inputs[1:]):
             continue  # (folding computes new weights once, at create: every operand must be a weight)
-        how = _channel_operand(graph, y, users[0])
-        if how is None or (how[0] in ("add", "sub") and len(conv.inputs) < 3 and not isinstance(how[1], str)):
-            continue  # (a scalar added to a convolution without bias would need a bias tensor made)
-        if how[0] in ("add", "sub") and len(conv.inputs) < 3 and graph.spec(how[1]).shape.count(1) == \
-                len(graph.spec(how[1]).shape) and y.shape[1] != 1:
-            continue  # (likewise one value broadcast over the channels)
+        how = _channel_operand(graph, y, users[0], consts)
+        if how is None:
+            continue
+        op, p = how
+        if op in ("add", "sub") and len(conv.inputs) < 3 and \
+                (not isinstance(p, str) or math.prod(graph.spec(p).shape) != y.shape[1]):
+            continue  # (one value added to a convolution without bias would need a bias tensor made)
         out.append((conv, users[0]))
     return out
 
@@ -502,7 +505,7 @@ def _find_conv_then_channel_affine(graph: Graph) -> list[tuple[Node, Node]]:
 def _apply_fold_channel_affine(graph: Graph, place) -> Graph:
     conv, u = place
     y = conv.outputs[0]
-    op, p = _channel_operand(graph, y, u)
+    op, p = _channel_operand(graph, y, u, _of_weights(graph))
     x, w = conv.inputs[0], conv.inputs[1]
     b = conv.inputs[2] if len(conv.inputs) > 2 else None
     ws = graph.spec(w).shape
@@ -511,22 +514,20 @@ def _apply_fold_channel_affine(graph: Graph, place) -> Graph:
     new = node.nodes
 
     def per_channel(t: str, shape: Sequence[int]) -> str:
-        n = 1
-        for d in graph.spec(t).shape:
-            n *= d
-        return node(A + "view.default", [t], tuple(shape) if n > 1 else (1,) * len(shape),
-                    (("size", tuple(shape) if n > 1 else (1,) * len(shape)),))
+        """``t`` viewed as ``shape`` (one value: all ones, broadcast)."""
+        size = tuple(shape) if math.prod(graph.spec(t).shape) > 1 else (1,) * len(shape)
+        return node(A + "view.default", [t], size, (("size", size),))
 
     # output channels: a forward weight's dim 0, a transposed one's dim 1 (one group)
     wshape = (1, c) + (1,) * (len(ws) - 2) if conv.attr("transposed") else (c,) + (1,) * (len(ws) - 1)
     if op in ("mul", "div"):
-        ew, eb = A + f"{op}.Tensor", A + f"{op}.Tensor"
+        scale = A + f"{op}.Tensor"
         if isinstance(p, str):
-            w2 = node(ew, [w, per_channel(p, wshape)], ws)
-            b2 = node(eb, [b, per_channel(p, (c,))], (c,)) if b is not None else None
+            w2 = node(scale, [w, per_channel(p, wshape)], ws)
+            b2 = node(scale, [b, per_channel(p, (c,))], (c,)) if b is not None else None
         else:
-            w2 = node(ew, [w], ws, (("other", p),))
-            b2 = node(eb, [b], (c,), (("other", p),)) if b is not None else None
+            w2 = node(scale, [w], ws, (("other", p),))
+            b2 = node(scale, [b], (c,), (("other", p),)) if b is not None else None
     else:
         w2 = w
         if isinstance(p, str):

@@ -252,6 +252,11 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
         Fn(lambda s, x: torch.clamp(s.c(x), -0.2, 0.3) * 2.0, c=nn.ConvTranspose2d(5, 8, 3, stride=2, padding=1,
                                                                                   output_padding=1)),
         [_x(2, 5, 6, 7)]))),
+    # group norm reading a channels-last convolution's result in place (tensor cores), with a
+    # weight, a bias and an activation after; several splits of each sample's positions
+    "conv_groupnorm_channels_last": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: torch.sigmoid(s.gn(s.c(x))), c=nn.Conv2d(3, 12, 3), gn=nn.GroupNorm(3, 12)),
+        [_x(3, 3, 40, 37)]))),
     # pooling inside a channels-last region (tensor cores): four channels a thread (8 channels)
     # and one (6), max with ceil mode then average
     "conv_pools_channels_last": ("conv", _seeded(lambda: (

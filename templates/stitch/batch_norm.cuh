@@ -4,7 +4,7 @@
 // Training mode (batch statistics), two passes over x viewed as [n, c, s] (strides sn, sc, ss):
 //   pass 1, per slice of the n * s reduced rows, a Welford state (count, mean, m2) per channel into
 //     part[(slice * c + channel) * 3]:
-//       bn_partial_kernel<T><<<(ceil(c / 32), splits), (32, 8)>>>(x, n, c, s, sn, sc, ss, rows_per_split, part)
+//       bn_partial_kernel<T><<<(ceil(c / 32), splits), (32, 8)>>>(x, n, c, s, sn, sc, ss, rows_per_split, part, 0)
 //         (lanes along c: NHWC, or few elements per plane), or
 //       bn_plane_partial_kernel<T><<<(c, splits), 256>>>(x, n, c, s, sn, sc, per, part)
 //         (each channel's elements in contiguous runs of s >= 64: NCHW; `per` elements a slice);
@@ -35,7 +35,11 @@ namespace stitch {
 template <class T>
 __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, int64_t c, int64_t s, int64_t sn,
                                                          int64_t sc, int64_t ss, int64_t rows_per_split,
-                                                         float* part) {
+                                                         float* part, int64_t zstride) {
+  // grid z: independent tensors zstride elements apart, each with its own splits * c states
+  // (norm.cuh's channels-last group statistics: one per sample); z = 0 for batch norm
+  x += int64_t(blockIdx.z) * zstride;
+  part += int64_t(blockIdx.z) * gridDim.y * c * 3;
   __shared__ float sh[3][8][33];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t ch = int64_t(blockIdx.x) * 32 + tx;

@@ -20,10 +20,15 @@
 //     lane's.
 // Group norm is groups = G, cpg = C / G; instance norm is one channel per group (cpg = 1) over
 // x viewed as [N * C, H * W].
+//
+// launch_group_stats_cl<Tin, TW>(x, samples, s, sn, ss, groups, cpg, weight, bias, eps, scale,
+//                                shift, workspace, splits, stream)
+//   The same scale and shift from channels-last x (see its comment below).
 #pragma once
 
 #include <climits>
 
+#include "stitch/batch_norm.cuh"
 #include "stitch/reduce.cuh"
 
 namespace stitch {
@@ -104,7 +109,53 @@ __global__ void group_stats_finish(const float* ws, int64_t rows, int64_t splits
   shift[sample * channels + c] = (bias ? to_float(bias[c]) : 0.f) - m.mean * a;
 }
 
+// Channels-last statistics, pass 2: one thread per (sample, channel) merges its group's
+// splits x cpg states (batch_norm.cuh's partial kernel wrote them per (sample, split, channel)).
+template <class TW>
+__global__ void group_stats_cl_finish(const float* ws, int64_t samples, int64_t splits, int64_t groups, int64_t cpg,
+                                      const TW* weight, const TW* bias, float eps, float* scale, float* shift) {
+  const int64_t channels = groups * cpg;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= samples * channels) return;
+  const int64_t sample = i / channels, c = i - sample * channels, c0 = c - c % cpg;
+  Moments m{0.f, 0.f, 0.f};
+  for (int64_t k = 0; k < splits; ++k) {
+    const float* q = ws + ((sample * splits + k) * channels + c0) * 3;
+    for (int64_t j = 0; j < cpg; ++j) m = MomentsOp{}(m, Moments{q[3 * j], q[3 * j + 1], q[3 * j + 2]});
+  }
+  const float a = (weight ? to_float(weight[c]) : 1.f) * rsqrtf(m.m2 / m.n + eps);
+  scale[i] = a;
+  shift[i] = (bias ? to_float(bias[c]) : 0.f) - m.mean * a;
+}
+
 }  // namespace detail
+
+// The same statistics over channels-last x: sample n's channel c at position j (of s) is
+// x[n * sn + c + j * ss] (unit channel stride). Pass 1 is batch statistics' lanes-along-channels
+// kernel, one grid layer a sample (32 channels of a position a warp's load, coalesced), each
+// sample's positions cut into `splits` pieces; workspace holds samples * splits * channels * 3
+// floats. samples <= 65535 (a grid layer each). No copy of x into rows first: after a
+// channels-last convolution that copy was a full pass over the tensor.
+template <class Tin, class TW>
+cudaError_t launch_group_stats_cl(const Tin* x, int64_t samples, int64_t s, int64_t sn, int64_t ss, int64_t groups,
+                                  int64_t cpg, const TW* weight, const TW* bias, float eps, float* scale,
+                                  float* shift, float* workspace, int64_t splits, cudaStream_t stream) {
+  if (samples <= 0) return cudaSuccess;
+  if (s < 1 || groups < 1 || cpg < 1 || splits < 1 || !x || !scale || !shift || !workspace)
+    return cudaErrorInvalidValue;
+  if (samples > 65535) return cudaErrorInvalidConfiguration;
+  const int64_t channels = groups * cpg;
+  const dim3 grid(unsigned(ceil_div<int64_t>(channels, 32)), unsigned(splits), unsigned(samples));
+  bn_partial_kernel<Tin><<<grid, dim3(32, 8), 0, stream>>>(x, 1, channels, s, 0, 1, ss, ceil_div<int64_t>(s, splits),
+                                                           workspace, sn);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  const int64_t fin = ceil_div<int64_t>(samples * channels, 256);
+  if (fin > INT_MAX) return cudaErrorInvalidConfiguration;
+  detail::group_stats_cl_finish<TW><<<unsigned(fin), 256, 0, stream>>>(workspace, samples, splits, groups, cpg, weight,
+                                                                       bias, eps, scale, shift);
+  return cudaGetLastError();
+}
 
 template <class Tin, class TW>
 cudaError_t launch_group_stats(const Tin* x, int64_t ldi, int64_t rows, int64_t cols, int64_t groups,

@@ -75,7 +75,12 @@ class GroupStatsSpec:
     elements each). Per (sample, channel): ``scale = weight[c] * rsqrt(var + eps)``, ``shift =
     bias[c] - mean * scale`` (fp32, biased variance over the row) into ``scale`` / ``shift``
     ([samples * groups * cpg]). Group norm, and instance norm (one channel per group). A row is
-    cut into ``splits`` pieces whose Welford partials go through ``workspace``."""
+    cut into ``splits`` pieces whose Welford partials go through ``workspace``.
+
+    ``channels_last``: x is read in place instead, sample n's channel c at position j (of ``s``)
+    at ``n * sn + c + j * ss`` (``ldi`` unused): batch statistics' lanes-along-channels kernel per
+    sample, each sample's positions cut into ``splits`` pieces (``workspace``: samples * splits *
+    channels * 3 floats)."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "group_stats")
 
@@ -93,6 +98,10 @@ class GroupStatsSpec:
     shift: View
     workspace: View | None = None
     splits: int = 1
+    channels_last: bool = False
+    s: int = 0
+    sn: int = 0
+    ss: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,6 @@ class GroupStatsProto(Proto):
     cpg: int = 1
     scale: str = ""
     shift: str = ""
-    rank: int = 0  # x's dims
 
 
 # ---------------------------------------------------------------------- claim
@@ -210,8 +218,7 @@ def _group_stats(cx, n: Node, x: str, w: str | None, b: str | None, samples: int
     ins = tuple(t for t in (x, w, b) if t)
     phase = "create" if all(t in ix.const for t in ins) else "run"
     cx.claim(GroupStatsProto(f"{n.name}_stats", (n.name,), (scale, shift), ins, phase, x=x, weight=w, bias=b,
-                             eps=eps, samples=samples, groups=groups, cpg=cpg, scale=scale, shift=shift,
-                             rank=len(xs)))
+                             eps=eps, samples=samples, groups=groups, cpg=cpg, scale=scale, shift=shift))
     # The statistics task reads x too: the norm node stays among x's users (see batch_norm).
     syn = Node(f"{n.name}_affine", "stitch.affine_channel", (x, scale, shift), (n.outputs[0],), (), n.source)
     ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.5, takes_from=n.name, take_inputs=[])
@@ -274,6 +281,17 @@ def _bn_splits(rows: int, c: int, planes: bool) -> int:
 #: reduce.cuh's kRowSplitMinCols and kRowMaxSplits: a layer / rms norm row this long may split.
 
 
+def _channels_last(vx: View, samples: int) -> tuple[int, int, int] | None:
+    """(positions, sample stride, position stride) when x [samples, C, ...] has unit channel
+    stride and its positions fold into one strided dim (channels-last); None otherwise."""
+    if len(vx.shape) < 3 or vx.strides[1] != 1 or vx.shape[1] < 2 or not 1 <= samples <= 65535:
+        return None
+    sp = L.collapse(vx.shape[2:], vx.strides[2:])
+    if sp is None or sp[0] < 2:
+        return None
+    return sp[0], vx.strides[0], sp[1]
+
+
 def lower_group(lw, pr: GroupStatsProto, pre: list) -> None:
     vx = lw.read(pr.x, pre, pr.phase)
     c = pr.groups * pr.cpg
@@ -281,6 +299,10 @@ def lower_group(lw, pr: GroupStatsProto, pre: list) -> None:
     cols = vx.numel // rows if rows else 0
     v2 = L.reshape(vx, (rows, cols)) if vx.numel else None
     rc = L.rows_cols(v2, 1) if v2 is not None else None
+    cl = _channels_last(vx, pr.samples) if rc is None and vx.dtype in FLOAT_DTYPES else None
+    if cl is not None:  # read in place, lanes along the channels
+        _lower_group_cl(lw, pr, pre, vx, cl)
+        return
     if rc is None or vx.dtype not in FLOAT_DTYPES:
         cc = lw.copy_contiguous(pr.x, vx, pre, pr.phase, why="group statistics read rows with unit stride",
                                 dtype=vx.dtype if vx.dtype in FLOAT_DTYPES else "float32")
@@ -288,13 +310,7 @@ def lower_group(lw, pr: GroupStatsProto, pre: list) -> None:
         rc = L.rows_cols(v2, 1)
     _, _, ldi = rc
 
-    def vec(t: str | None) -> View | None:
-        return lw.channel_vector(t, c, pre, pr.phase)
-
-    w, b = vec(pr.weight), vec(pr.bias)
-    if w is not None and b is not None and w.dtype != b.dtype:
-        cc = lw.copy_contiguous(pr.bias, b, pre, pr.phase, why="bias in the weight's dtype", dtype=w.dtype)
-        b = L.reshape(lw.views[cc], (c,))
+    w, b = _group_vectors(lw, pr, pre)
     scale = lw.out_view(pr, pr.scale, lambda tv: False)
     shift = lw.out_view(pr, pr.shift, lambda tv: False)
     splits = group_splits(rows, cols)
@@ -305,6 +321,42 @@ def lower_group(lw, pr: GroupStatsProto, pre: list) -> None:
     spec = GroupStatsSpec("group_stats", v2, ldi, rows, cols, pr.groups, pr.cpg, w, b, float(pr.eps),
                           L.reshape(scale, (n,)), L.reshape(shift, (n,)), ws, splits)
     lw.add(pr, pr.name, spec, [v2, w, b], [scale, shift, ws], touched=list(pr.ins))
+
+
+def _group_vectors(lw, pr: GroupStatsProto, pre: list) -> tuple[View | None, View | None]:
+    """The weight and bias as channel vectors, in one dtype."""
+    c = pr.groups * pr.cpg
+    w = lw.channel_vector(pr.weight, c, pre, pr.phase)
+    b = lw.channel_vector(pr.bias, c, pre, pr.phase)
+    if w is not None and b is not None and w.dtype != b.dtype:
+        cc = lw.copy_contiguous(pr.bias, b, pre, pr.phase, why="bias in the weight's dtype", dtype=w.dtype)
+        b = L.reshape(lw.views[cc], (c,))
+    return w, b
+
+
+def _lower_group_cl(lw, pr: GroupStatsProto, pre: list, vx: View, cl: tuple[int, int, int]) -> None:
+    s, sn, ss = cl
+    c = pr.groups * pr.cpg
+    w, b = _group_vectors(lw, pr, pre)
+    scale = lw.out_view(pr, pr.scale, lambda tv: False)
+    shift = lw.out_view(pr, pr.shift, lambda tv: False)
+    splits = group_cl_splits(pr.samples, c, s)
+    size = pr.samples * splits * c * 3
+    wt = lw.alloc.add_tensor(f"{pr.scale}_ws", (size,), "float32")
+    ws = lw.alloc.fresh(wt, "float32", (size,), pr.phase)
+    lw.views[wt] = ws
+    n = pr.samples * c
+    spec = GroupStatsSpec("group_stats", vx, 0, pr.samples * pr.groups, vx.numel // max(1, pr.samples * pr.groups),
+                          pr.groups, pr.cpg, w, b, float(pr.eps), L.reshape(scale, (n,)), L.reshape(shift, (n,)), ws,
+                          splits, channels_last=True, s=s, sn=sn, ss=ss)
+    lw.add(pr, pr.name, spec, [vx, w, b], [scale, shift, ws], touched=list(pr.ins))
+
+
+def group_cl_splits(samples: int, channels: int, s: int) -> int:
+    """Pieces of each sample's positions in the channels-last statistics: about 1024 blocks in all
+    (32 channels a block), none under 512 positions."""
+    tiles = -(-channels // 32)
+    return max(1, min(-(-1024 // (tiles * samples)), s // 512))
 
 
 def group_splits(rows: int, cols: int) -> int:
@@ -350,7 +402,11 @@ def interpret_group(mem, g: GroupStatsSpec) -> None:
     import torch
 
     assert g.rows <= 0 or g.cols >= 1, "norm.cuh: launch_group_stats refuses cols < 1"
-    x = mem.read(g.x, (g.rows, g.cols), (g.ldi, 1))
+    if g.channels_last:  # x[n * sn + c + j * ss] -> rows of (sample, group), channel-major within
+        samples, c = g.rows // g.groups, g.groups * g.cpg
+        x = mem.read(g.x, (samples, g.groups, g.cpg, g.s), (g.sn, g.cpg, 1, g.ss)).reshape(g.rows, g.cpg * g.s)
+    else:
+        x = mem.read(g.x, (g.rows, g.cols), (g.ldi, 1))
     mean = x.mean(1)
     var = ((x - mean[:, None]) ** 2).mean(1)
     rstd = torch.rsqrt(var + g.eps)
@@ -386,7 +442,7 @@ def render_bn(t, b: BnStatsSpec, n, fn: str) -> tuple[list[str], list[str]]:
     else:
         first = [f"  const dim3 grid({(b.c + 31) // 32}, {b.splits});",
                  f"  stitch::bn_partial_kernel<<<grid, dim3(32, 8), 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
-                 f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws});"]
+                 f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws}, 0);"]
     return cxx.include("batch_norm.cuh"), first + [
         f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));',
         f"  stitch::bn_finish_kernel<<<{b.c}, 128, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, "
@@ -396,6 +452,11 @@ def render_bn(t, b: BnStatsSpec, n, fn: str) -> tuple[list[str], list[str]]:
 def render_group(t, g: GroupStatsSpec, n, fn: str) -> tuple[list[str], list[str]]:
     tw = ctype((g.weight or g.bias or g.scale).dtype)
     null = f"static_cast<const {tw}*>(nullptr)"
+    if g.channels_last:
+        call = (f"stitch::launch_group_stats_cl<{ctype(g.x.dtype)}, {tw}>({n('x')}, {g.rows // g.groups}, {g.s}, "
+                f"{g.sn}, {g.ss}, {g.groups}, {g.cpg}, {n.opt('weight', null)}, {n.opt('bias', null)}, "
+                f"{cxx.flit(g.eps)}, {n('scale')}, {n('shift')}, {n('workspace')}, {g.splits}, stream)")
+        return cxx.include("norm.cuh"), cxx.call(t.name, call)
     call = (f"stitch::launch_group_stats<{ctype(g.x.dtype)}, {tw}>({n('x')}, {g.ldi}, {g.rows}, {g.cols}, "
             f"{g.groups}, {g.cpg}, {n.opt('weight', null)}, {n.opt('bias', null)}, {cxx.flit(g.eps)}, {n('scale')}, "
             f"{n('shift')}, {n('workspace')}, {g.splits}, stream)")
@@ -405,16 +466,8 @@ def render_group(t, g: GroupStatsSpec, n, fn: str) -> tuple[list[str], list[str]
 BN_STATS = TaskKind("bn_stats", BnStatsSpec, "custom_kernel", cost_bn, interpret_bn, render_bn,
                     lowers=((BnStatsProto, lower_bn),), claims=(ClaimRule("match", 30, claim),),
                     writes=frozenset({"scale", "shift"}))
-def group_layouts(pr: GroupStatsProto) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Group statistics read rows of unit stride: x's producer is asked to write it contiguous (an
-    elementwise group after a channels-last convolution then changes the layout in its own pass,
-    where a copy would take one more)."""
-    return ((pr.x, tuple(range(pr.rank))),) if pr.phase == "run" and pr.rank else ()
-
-
 GROUP_STATS = TaskKind("group_stats", GroupStatsSpec, "reduction_template", cost_group, interpret_group,
-                       render_group, lowers=((GroupStatsProto, lower_group),), writes=frozenset({"scale", "shift"}),
-                       layouts=group_layouts)
+                       render_group, lowers=((GroupStatsProto, lower_group),), writes=frozenset({"scale", "shift"}))
 
 __all__ = ["BnStatsSpec", "GroupStatsSpec", "BnStatsProto", "GroupStatsProto", "bn_by_planes", "group_splits",
            "BN_STATS", "GROUP_STATS"]

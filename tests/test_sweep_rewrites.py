@@ -435,6 +435,54 @@ def test_fold_batch_norm(broken):
     _sweep("fold_batch_norm", conv_then_eval_bn, broken, 6 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- instance_norm_as_group_norm
+
+INSTANCE_GUARDS = ("other_view", "shared", "returned", "bf16")
+
+
+@st.composite
+def instance_norm_decomposed(draw, broken: str | None):
+    """F.instance_norm as PyTorch decomposes it — x [N, C, ...] viewed as [1, N*C, ...], batch
+    statistics with the weight and bias repeated N times (or none), viewed back — then a scale;
+    or one guard away: the view not [1, N*C, ...] (channels and a spatial dim merged), the view
+    read by another op too, the normalised view returned, bf16 data."""
+    nsp = draw(st.integers(1, 3))
+    n, c = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    size = tuple(draw(st.integers(2, 5)) for _ in range(nsp))
+    affine = draw(st.booleans())
+    dtype = "bfloat16" if broken == "bf16" else "float32"
+
+    def make_params():
+        m = nn.Module()
+        m.w = nn.Parameter(torch.empty(c).uniform_(0.5, 1.5).to(getattr(torch, dtype)))
+        m.b = nn.Parameter(torch.empty(c).uniform_(-1, 1).to(getattr(torch, dtype)))
+        return m
+
+    def fn(s, x):
+        shape = (1, n * c * size[0]) + size[1:] if broken == "other_view" else (1, n * c) + size
+        v = x.reshape(shape)
+        k = shape[1] // c
+        w, b = (s.p.w.repeat(k), s.p.b.repeat(k)) if affine else (None, None)
+        y = F.batch_norm(v, None, None, w, b, training=True)
+        z = y.reshape(x.shape) * 1.5
+        if broken == "shared":
+            return z, v.amax(1)
+        if broken == "returned":
+            return z, y
+        return z
+
+    params = dict(broken=broken, nsp=nsp, n=n, c=c, affine=affine)
+    case = Case("aten._native_batch_norm_legit.no_stats", params, fn, (T((n, c) + size, dtype),),
+                (("p", make_params),), policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()),
+                tol=3e-2 if dtype == "bfloat16" else 0.0)
+    return _expect("instance_norm_as_group_norm", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + INSTANCE_GUARDS)
+def test_instance_norm_as_group_norm(broken):
+    _sweep("instance_norm_as_group_norm", instance_norm_decomposed, broken, 6 if broken is None else 2)
+
+
 # ---------------------------------------------------------------------- fold_channel_affine
 
 AFFINE_GUARDS = ("grouped_transposed", "shared", "returned", "input_operand", "per_pixel", "divided_by_y", "bf16")
@@ -582,7 +630,7 @@ def test_every_rewrite_is_swept():
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",
                                              "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
                                              "drop_identities", "conv_bias_into_elementwise",
-                                             "fold_channel_affine"}
+                                             "fold_channel_affine", "instance_norm_as_group_norm"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

@@ -86,11 +86,13 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
     # The library choices' new nodes (<node>__rw<k>) stand for the reference node they came from;
     # the nodes of a rewrite the constraints asked for keep their own names (the loop reads them).
     reference_nodes = {n.name for n in graph.nodes}
-    graph = apply_always(graph, pol.tensor_cores)
+    several: dict[str, tuple[str, ...]] = {}  # a new node standing for several reference nodes
+    graph = apply_always(graph, pol.tensor_cores, several)
     chosen = {n.name: n.name.rsplit("__rw", 1)[0] for n in graph.nodes if n.name not in reference_nodes}
     graph = apply_rewrites(graph, constraints.rewrites)
     ix = GraphIndex(graph)
     ix.synthetic_cover.update((n, [origin]) for n, origin in chosen.items() if origin in reference_nodes)
+    ix.synthetic_cover.update((n, list(old)) for n, old in several.items() if n in ix.nodes)
     fused = fuse(match(ix, pol.name, constraints, ceil), constraints, ceil)
 
     alloc = _buffers.Alloc(fused)

@@ -54,6 +54,14 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          taken where the elementwise chain ends in a pool or a reduction, whose
                          prologue hook takes it (a hook is a function of one tensor, not an add of
                          the bias).
+``instance_norm_as_group_norm``  ``view(bn(view(x, [1, N·C, …])), [N, C, …])`` with batch
+                         statistics (F.instance_norm as PyTorch decomposes it, weight and bias
+                         repeated N times) is group norm with one channel a group on ``x`` itself:
+                         the same statistics per (sample, channel), the same biased variance. The
+                         [1, N·C, …] view of a channels-last tensor is no strided view (it was a
+                         copy of the whole tensor), and elementwise groups do not cross views (the
+                         op after the norm was a pass of its own). Taken when the views and the
+                         norm read and feed only each other and the statistics are unused.
 ``fold_channel_affine``  ``conv(x, W, b) ⊙ p = conv(x, W ⊙ p, b ⊙ p)`` for ⊙ one of ``+ - × ÷`` and
                          ``p`` a weight with one value per output channel (or one value): the
                          add / scale after a convolution (``x + self.bias``, ``x * self.scale``,
@@ -87,17 +95,24 @@ class Rewrite:
     name: str
     find: Callable[[Graph], list]            # the places it applies
     apply_one: Callable[[Graph, object], Graph]
+    #: for a place, {new node: the reference nodes it stands for} where a node stands for several
+    #: (by default a new node ``<node>__rw<k>`` stands for ``<node>``, and a kept name for itself)
+    covers: Callable[[object], dict[str, tuple[str, ...]]] | None = None
 
     def applies(self, graph: Graph) -> bool:
         return bool(self.find(graph))
 
-    def apply(self, graph: Graph) -> Graph:
+    def apply(self, graph: Graph, covers: dict[str, tuple[str, ...]] | None = None) -> Graph:
+        """``graph`` rewritten at every place; ``covers`` (when given) gains what :attr:`covers` says."""
         # Rewrite one place at a time: each rewrite changes the graph the next is found in.
         for _ in range(len(graph.nodes)):
             places = self.find(graph)
             if not places:
                 break
             graph = self.apply_one(graph, places[0])
+            if covers is not None and self.covers is not None:
+                for node, old in self.covers(places[0]).items():
+                    covers[node] = tuple(dict.fromkeys(covers.get(node, ()) + old))
         return graph
 
 
@@ -432,6 +447,63 @@ def _apply_fold_batch_norm(graph: Graph, place) -> Graph:
     return _replace(graph, [conv, bn], new)
 
 
+# ---------------------------------------------------------------------- instance_norm_as_group_norm
+
+_BN_NO_STATS = A + "_native_batch_norm_legit.no_stats"
+_VIEWS = (A + "view.default", A + "reshape.default", A + "_unsafe_view.default")
+
+
+def _find_instance_norms(graph: Graph) -> list[tuple[Node, Node, Node]]:
+    """(view in, batch norm, view out) of F.instance_norm as PyTorch decomposes it: x [N, C, ...]
+    viewed as [1, N*C, ...], batch-normalised with batch statistics, viewed back."""
+    out = []
+    for bn in graph.nodes:
+        if bn.op != _BN_NO_STATS or not bn.inputs:
+            continue
+        vin = graph.producer(bn.inputs[0])
+        if vin is None or vin.op not in _VIEWS:
+            continue
+        x0, y = graph.spec(vin.inputs[0]), bn.outputs[0]
+        if len(x0.shape) < 3 or x0.dtype != "float32" or tuple(y.shape) != (1, x0.shape[0] * x0.shape[1]) + \
+                tuple(x0.shape[2:]) or len(_users(graph, vin.outputs[0].name)) != 1:
+            continue
+        users = _users(graph, y.name)
+        if len(users) != 1 or users[0].op not in _VIEWS or y.name in graph.outputs or \
+                tuple(users[0].outputs[0].shape) != tuple(x0.shape):
+            continue
+        if any(_users(graph, o.name) or o.name in graph.outputs for o in bn.outputs[1:]):
+            continue
+        if any(_affine_source(graph, t, x0.shape[0], x0.shape[1]) is None for t in bn.inputs[1:]):
+            continue
+        out.append((vin, bn, users[0]))
+    return out
+
+
+def _affine_source(graph: Graph, t: str, n: int, c: int) -> str | None:
+    """The [C] tensor an instance norm's weight / bias [N*C] repeats N times, or None."""
+    rep = graph.producer(t)
+    if rep is None or rep.op != A + "repeat.default" or tuple(rep.attr("repeats") or ()) != (n,):
+        return None
+    return rep.inputs[0] if tuple(graph.spec(rep.inputs[0]).shape) == (c,) else None
+
+
+def _apply_instance_norm(graph: Graph, place) -> Graph:
+    vin, bn, vout = place
+    x0 = graph.spec(vin.inputs[0])
+    n, c = x0.shape[0], x0.shape[1]
+    hxw = math.prod(x0.shape[2:])
+    affine = [_affine_source(graph, t, n, c) for t in bn.inputs[1:]]
+    given = {k for k, v in bn.attrs if k in ("weight", "bias") and v is None}
+    wb = iter(affine)
+    w, b = (None if k in given else next(wb, None) for k in ("weight", "bias"))
+    names = _fresh(graph, bn.name)
+    outs = (vout.outputs[0], TensorSpec(names(), (n, c), "float32"), TensorSpec(names(), (n, c), "float32"))
+    gn = Node(bn.name, A + "native_group_norm.default", tuple(t for t in (x0.name, w, b) if t), outs,
+              (("N", n), ("C", c), ("HxW", hxw), ("group", c), ("eps", float(bn.attr("eps")))) +
+              tuple((k, None) for k in ("weight", "bias") if (w if k == "weight" else b) is None), bn.source)
+    return _replace(graph, [vin, bn, vout], [gn])
+
+
 # ---------------------------------------------------------------------- fold_channel_affine
 
 _AFFINE_OPS = (A + "add.Tensor", A + "sub.Tensor", A + "mul.Tensor", A + "div.Tensor")
@@ -609,6 +681,8 @@ def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:
 
 #: Library choices made on every graph (module docstring), in order.
 ALWAYS: tuple[Rewrite, ...] = (
+    Rewrite("instance_norm_as_group_norm", _find_instance_norms, _apply_instance_norm,
+            lambda place: {place[1].name: tuple(n.name for n in place)}),
     # (first: a folded convolution gains a bias, and is no longer a bare 1x1 product for the next two)
     Rewrite("fold_batch_norm", _find_conv_then_eval_bn, _apply_fold_batch_norm),
     Rewrite("fold_channel_affine", _find_conv_then_channel_affine, _apply_fold_channel_affine),
@@ -663,11 +737,12 @@ UNDER_TENSOR_CORES = {"pointwise_conv_as_gemm": Rewrite("pointwise_conv_as_gemm"
                                                         _apply_pointwise_conv)}
 
 
-def apply_always(graph: Graph, tensor_cores: bool = False) -> Graph:
+def apply_always(graph: Graph, tensor_cores: bool = False, covers: dict[str, tuple[str, ...]] | None = None) -> Graph:
     """``graph`` with the rewrites of :data:`ALWAYS` applied (under a policy with
-    ``tensor_cores``, those of :data:`UNDER_TENSOR_CORES` in their place)."""
+    ``tensor_cores``, those of :data:`UNDER_TENSOR_CORES` in their place); ``covers`` gains the
+    nodes that stand for several reference nodes (:attr:`Rewrite.covers`)."""
     for rw in ALWAYS:
-        graph = (UNDER_TENSOR_CORES.get(rw.name, rw) if tensor_cores else rw).apply(graph)
+        graph = (UNDER_TENSOR_CORES.get(rw.name, rw) if tensor_cores else rw).apply(graph, covers)
     return graph
 
 

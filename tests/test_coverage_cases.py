@@ -257,6 +257,13 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "conv_groupnorm_channels_last": ("conv", _seeded(lambda: (
         Fn(lambda s, x: torch.sigmoid(s.gn(s.c(x))), c=nn.Conv2d(3, 12, 3), gn=nn.GroupNorm(3, 12)),
         [_x(3, 3, 40, 37)]))),
+    # means over a channels-last tensor's positions (a global average pool, kept dims and not;
+    # an amax over two of three positions) read it in place as [samples, positions, channels]
+    "conv_spatial_means_channels_last": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (lambda y: (y.mean((2, 3)), y.mean((2, 3), keepdim=True) * 2, torch.relu(y).sum((2, 3))))(
+            s.c(x)), c=nn.Conv2d(3, 12, 3)), [_x(3, 3, 11, 10)]))),
+    "conv3d_amax_channels_last": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x).amax((3, 4)), c=nn.Conv3d(2, 8, 2)), [_x(2, 2, 4, 5, 6)]))),
     # pooling inside a channels-last region (tensor cores): four channels a thread (8 channels)
     # and one (6), max with ceil mode then average
     "conv_pools_channels_last": ("conv", _seeded(lambda: (

@@ -338,6 +338,11 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
         vx = L.unsqueeze(vx, vx.ndim)
         k = 1
     rc = L.rows_cols(vx, k)
+    if rc is None and not writes_row and perm is None and op in _AXIS_OPS and vx.dtype in FLOAT_DTYPES:
+        middle = _middle_axis(vx, k)
+        if middle is not None:  # the reduced dims sit between kept ones in memory (channels-last)
+            _lower_as_axis(lw, pr, pre, vx, k, middle, pro, epi)
+            return
     if rc is None or vx.dtype not in FLOAT_DTYPES:
         # (integer and boolean tensors are reduced as float32: exact counts below 2^24)
         c = lw.copy_contiguous(x_t, vx, pre, pr.phase, why=f"{op} reads rows with unit stride",
@@ -419,6 +424,91 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
             src = L.permute(src, L.inverse_permutation(perm))
         lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), src, dst, pr.phase,
                                           note="writes the rows back in the reference's layout"))
+
+
+#: The ops reduce.cuh's axis kernel computes.
+_AXIS_OPS = ("sum", "mean", "max", "min")
+
+
+def _middle_axis(vx: View, k: int) -> tuple[int, ...] | None:
+    """A reduction over x's last ``k`` dims whose memory order puts them between kept dims —
+    kept dims of larger strides first (in their logical order), then the reduced ones, then kept
+    dims of smaller strides (channels-last x reduced over its positions): the permutation of
+    x's dims into [outer..., reduced..., inner...]; None when the strides are not so ordered."""
+    nd = len(vx.shape)
+    kept, red = range(nd - k), range(nd - k, nd)
+    big = [d for d in red if vx.shape[d] > 1]
+    if not big:
+        return None
+    lo, hi = min(vx.strides[d] for d in big), max(vx.strides[d] for d in big)
+    outer, inner = [], []
+    for d in kept:
+        if vx.shape[d] == 1:
+            (inner if inner else outer).append(d)
+        elif vx.strides[d] > hi and not inner:
+            outer.append(d)
+        elif vx.strides[d] < lo:
+            inner.append(d)
+        else:
+            return None
+    if not any(vx.shape[d] > 1 for d in inner):
+        return None  # (no kept dim inside: rows, which rows_cols would have taken)
+    order = tuple(outer) + tuple(red) + tuple(inner)
+    xp = L.permute(vx, order)
+    cuts = (0, len(outer), len(outer) + k, nd)
+    if any(L.collapse(xp.shape[a:b], xp.strides[a:b]) is None for a, b in zip(cuts, cuts[1:])):
+        return None
+    return order
+
+
+def _lower_as_axis(lw, pr, pre: list, vx: View, k: int, order: tuple[int, ...], pro, epi) -> None:
+    """The reduction as reduce.cuh's axis kernel over x permuted to [outer, reduced, inner]; the
+    kept dims keep their logical order (outer ones first), so the output is [outer, inner]."""
+    from .axis import AxisSpec, _axis_workspace_floats
+
+    nd = len(vx.shape)
+    n_outer = order.index(nd - k)
+    xp = L.permute(vx, order)
+
+    def groups(v: View):
+        return (L.collapse(v.shape[:n_outer], v.strides[:n_outer]),
+                L.collapse(v.shape[n_outer:n_outer + k], v.strides[n_outer:n_outer + k]),
+                L.collapse(v.shape[n_outer + k:], v.strides[n_outer + k:]))
+
+    (outer, so), (red, sr), (inner, si) = groups(xp)  # (_middle_axis checked they collapse)
+
+    def out_groups(v: View):
+        if len(v.shape) == nd:  # keepdim: the reduced dims are ones
+            v = L.permute(v, order)
+            shape, strides = v.shape[:n_outer] + v.shape[n_outer + k:], v.strides[:n_outer] + v.strides[n_outer + k:]
+        else:
+            shape, strides = v.shape, v.strides
+        return L.collapse(shape[:n_outer], strides[:n_outer]), L.collapse(shape[n_outer:], strides[n_outer:])
+
+    vo = lw.out_view(pr, pr.out, lambda tv: all(g is not None for g in out_groups(tv)) and tv.dtype in FLOAT_DTYPES)
+    post = None
+    if vo.dtype not in FLOAT_DTYPES or any(g is None for g in out_groups(vo)):
+        tmp = lw.alloc.add_tensor(f"{pr.out}_f32", vo.shape, "float32")
+        post = (lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase), vo)
+        lw.views[tmp] = post[0]
+        vo = post[0]
+    (_, out_so), (_, out_si) = out_groups(vo)
+    if inner <= 1:
+        si, out_si = 1, 1
+    if outer <= 1:
+        so, out_so = 0, 0
+    ws_floats = _axis_workspace_floats(outer, red, inner, si, so, sr, xp.itemsize)
+    ws = None
+    if ws_floats:
+        wt = lw.alloc.add_tensor(f"{pr.out}_ws", (ws_floats,), "float32")
+        ws = lw.alloc.fresh(wt, "float32", (ws_floats,), pr.phase)
+        lw.views[wt] = ws
+    spec = AxisSpec("axis", pr.op, xp, outer, red, inner, so, sr, si, vo, out_so, out_si, ws, ws_floats, pro, epi)
+    lw.add(pr, pr.name, spec, [xp], [vo] + ([ws] if ws else []), touched=list(pr.ins) + [pr.out, pr.x] +
+           list(pr.pro + pr.epi) + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
+    if post is not None:
+        lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
+                               note="writes the result in the reference's layout and dtype"))
 
 
 def _shift_instr(i: EwInstr, by: int) -> EwInstr:

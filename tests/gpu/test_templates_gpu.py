@@ -172,7 +172,8 @@ def test_softmax_keeps_subnormal_probabilities(reduce_lib, cols):
     ref = torch.softmax(x.double(), -1)
     tiny = out[:, 1::2]
     assert (tiny > 0).all(), f"subnormal probabilities flushed: {int((tiny == 0).sum())} zeros"
-    assert torch.allclose(tiny.double(), ref[:, 1::2], rtol=1e-3, atol=0), (tiny[0, :3], ref[0, 1:6:2])
+    # (subnormals are spaced 2^-149 apart: a few of those, beside the relative error)
+    assert torch.allclose(tiny.double(), ref[:, 1::2], rtol=1e-3, atol=4 * 2.0 ** -149), (tiny[0, :3], ref[0, 1:6:2])
 
 
 @pytest.mark.parametrize("cols", [7, 1000, 4097])

@@ -353,27 +353,19 @@ __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(
     }
     __syncthreads();
   }
-  // Every operand of the thread's elements first, then the results: a store between loads
-  // would order each next load after it (out may alias an input), one latency an element.
-  float v[kPer][NIN];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = tid + i * kEwTileThreads;
     const int la = e & mta, lb = e >> p.lta;
     const int64_t a = a0 + la, b = b0 + lb;
-    if (a < p.na && b < p.nb)
-      ((v[i][K] = (p.staged >> K) & 1u
-                      ? tile[K * kEwTileSmem + la * p.row + lb]
-                      : ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b * p.in_sb[K])),
+    if (a < p.na && b < p.nb) {
+      float v[NIN];
+      ((v[K] = (p.staged >> K) & 1u
+                   ? tile[K * kEwTileSmem + la * p.row + lb]
+                   : ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b * p.in_sb[K])),
        ...);
-  }
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = tid + i * kEwTileThreads;
-    const int la = e & mta, lb = e >> p.lta;
-    const int64_t a = a0 + la, b = b0 + lb;
-    if (a < p.na && b < p.nb)
-      static_cast<TOut*>(ptr.out)[out_off + a + b * p.out_sb] = ew_from_float<TOut>(f(v[i]));
+      static_cast<TOut*>(ptr.out)[out_off + a + b * p.out_sb] = ew_from_float<TOut>(f(v));
+    }
   }
   if (p.staged) __syncthreads();
 }

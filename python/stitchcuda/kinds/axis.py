@@ -79,7 +79,6 @@ def lower_axis(lw, pr: AxisProto, pre: list) -> None:
                                dtype=None if vx.dtype in FLOAT_DTYPES else "float32")
         vx = lw.views[c]
         gs = groups(vx)
-    (outer, so), (red, sr), (inner, si) = gs
     xs = vx.shape
     ow = d0
 
@@ -88,10 +87,21 @@ def lower_axis(lw, pr: AxisProto, pre: list) -> None:
             return L.collapse(v.shape[:d0], v.strides[:d0]), L.collapse(v.shape[d1:], v.strides[d1:])
         return L.collapse(v.shape[:ow], v.strides[:ow]), L.collapse(v.shape[ow:], v.strides[ow:])
 
+    emit_axis(lw, pr, vx, gs, out_groups, pro, epi, list(pr.ins) + [out_t, x_t])
+
+
+def emit_axis(lw, pr, vx: View, gs, out_groups, pro, epi, touched: list[str]) -> None:
+    """The axis task of ``pr`` over x ``vx`` whose dim groups ``gs`` are ((outer, stride), (red,
+    stride), (inner, stride)); ``out_groups(view)`` gives an output layout's (outer, inner) groups
+    (None where one does not collapse). The result is written where a reader wants it when that
+    layout collapses so, else into a float32 buffer copied (and cast) after."""
+    out_t = pr.out
+    (outer, so), (red, sr), (inner, si) = gs
     vo = lw.out_view(pr, out_t, lambda tv: all(g is not None for g in out_groups(tv)) and
                         tv.dtype in FLOAT_DTYPES)
     post = None
-    if vo.dtype not in FLOAT_DTYPES:  # an integer result: reduced in float32, then cast
+    if vo.dtype not in FLOAT_DTYPES or any(g is None for g in out_groups(vo)):
+        # an integer result (reduced in float32, then cast), or a layout the groups do not fit
         tmp = lw.alloc.add_tensor(f"{out_t}_f32", vo.shape, "float32")
         post = (lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase), vo)
         lw.views[tmp] = post[0]
@@ -109,11 +119,10 @@ def lower_axis(lw, pr: AxisProto, pre: list) -> None:
         lw.views[wt] = ws
     spec = AxisSpec("axis", pr.op, vx, outer, red, inner, so, sr, si, vo, out_so, out_si, ws, ws_floats,
                     pro, epi)
-    lw.add(pr, pr.name, spec, [vx], [vo] + ([ws] if ws else []),
-              touched=list(pr.ins) + [out_t, x_t])
+    lw.add(pr, pr.name, spec, [vx], [vo] + ([ws] if ws else []), touched=touched)
     if post is not None:
         lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
-                                     note="casts the float32 result to the reference's dtype"))
+                                     note="writes the float32 result in the reference's dtype and layout"))
 
 
 def _axis_workspace_floats(outer: int, red: int, inner: int, si: int, so: int, sr: int, itemsize: int) -> int:

@@ -27,7 +27,7 @@ from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
 from . import cxx
-from .axis import AxisProto
+from .axis import AxisProto, emit_axis
 from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, reduction_hooks, view_bytes
 
 A = ops.A
@@ -464,8 +464,6 @@ def _middle_axis(vx: View, k: int) -> tuple[int, ...] | None:
 def _lower_as_axis(lw, pr, pre: list, vx: View, k: int, order: tuple[int, ...], pro, epi) -> None:
     """The reduction as reduce.cuh's axis kernel over x permuted to [outer, reduced, inner]; the
     kept dims keep their logical order (outer ones first), so the output is [outer, inner]."""
-    from .axis import AxisSpec, _axis_workspace_floats
-
     nd = len(vx.shape)
     n_outer = order.index(nd - k)
     xp = L.permute(vx, order)
@@ -475,8 +473,6 @@ def _lower_as_axis(lw, pr, pre: list, vx: View, k: int, order: tuple[int, ...], 
                 L.collapse(v.shape[n_outer:n_outer + k], v.strides[n_outer:n_outer + k]),
                 L.collapse(v.shape[n_outer + k:], v.strides[n_outer + k:]))
 
-    (outer, so), (red, sr), (inner, si) = groups(xp)  # (_middle_axis checked they collapse)
-
     def out_groups(v: View):
         if len(v.shape) == nd:  # keepdim: the reduced dims are ones
             v = L.permute(v, order)
@@ -485,30 +481,9 @@ def _lower_as_axis(lw, pr, pre: list, vx: View, k: int, order: tuple[int, ...], 
             shape, strides = v.shape, v.strides
         return L.collapse(shape[:n_outer], strides[:n_outer]), L.collapse(shape[n_outer:], strides[n_outer:])
 
-    vo = lw.out_view(pr, pr.out, lambda tv: all(g is not None for g in out_groups(tv)) and tv.dtype in FLOAT_DTYPES)
-    post = None
-    if vo.dtype not in FLOAT_DTYPES or any(g is None for g in out_groups(vo)):
-        tmp = lw.alloc.add_tensor(f"{pr.out}_f32", vo.shape, "float32")
-        post = (lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase), vo)
-        lw.views[tmp] = post[0]
-        vo = post[0]
-    (_, out_so), (_, out_si) = out_groups(vo)
-    if inner <= 1:
-        si, out_si = 1, 1
-    if outer <= 1:
-        so, out_so = 0, 0
-    ws_floats = _axis_workspace_floats(outer, red, inner, si, so, sr, xp.itemsize)
-    ws = None
-    if ws_floats:
-        wt = lw.alloc.add_tensor(f"{pr.out}_ws", (ws_floats,), "float32")
-        ws = lw.alloc.fresh(wt, "float32", (ws_floats,), pr.phase)
-        lw.views[wt] = ws
-    spec = AxisSpec("axis", pr.op, xp, outer, red, inner, so, sr, si, vo, out_so, out_si, ws, ws_floats, pro, epi)
-    lw.add(pr, pr.name, spec, [xp], [vo] + ([ws] if ws else []), touched=list(pr.ins) + [pr.out, pr.x] +
-           list(pr.pro + pr.epi) + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
-    if post is not None:
-        lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
-                               note="writes the result in the reference's layout and dtype"))
+    # (_middle_axis checked that the groups collapse)
+    emit_axis(lw, pr, xp, groups(xp), out_groups, pro, epi, list(pr.ins) + [pr.out, pr.x] + list(pr.pro + pr.epi) +
+              [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
 
 
 def _shift_instr(i: EwInstr, by: int) -> EwInstr:

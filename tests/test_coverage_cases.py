@@ -75,6 +75,28 @@ class _RelativeBias(nn.Module):
         return x @ (16 * torch.sigmoid(bias))
 
 
+class _DenseBlock(nn.Module):
+    """DenseNet's block: each layer reads the join of every earlier feature map (one growing list
+    joined again and again: the joins share one buffer, each part written once)."""
+
+    def __init__(self, c: int = 4, growth: int = 3, layers: int = 3):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.BatchNorm2d(c + i * growth), nn.ReLU(),
+                                                  nn.Conv2d(c + i * growth, growth, 3, padding=1))
+                                    for i in range(layers))
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(torch.cat(features, 1)))
+        return torch.cat(features, 1)
+
+
+def _prefix_joins(s, x):
+    a, b, c = torch.tanh(x), x * 2, torch.sigmoid(x)
+    return torch.cat([a, b, c], 1), torch.cat([a, b], 1) + 1  # the shorter join after the longer
+
+
 def _two_convs(s, x):
     return torch.cat([s.a(x), s.b(x)], 1)  # each convolution's result in a slot of the concatenation
 
@@ -247,6 +269,10 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
         [_x(4, 3, 8, 8)]))),
     "conv_output_and_activation": ("conv", _seeded(lambda: (
         Fn(lambda s, x: (lambda y: (y, F.relu(y), y.mean()))(s.c(x)), c=nn.Conv2d(3, 4, 3)), [_x(2, 3, 6, 6)]))),
+    # joins of a growing list (the front of each the earlier join), and two independent joins
+    # of which one is the front of the other, computed in the other order
+    "dense_block_joins": ("conv", _seeded(lambda: (_DenseBlock(), [_x(2, 4, 6, 7)]))),
+    "prefix_joins": ("pointwise", lambda: (Fn(_prefix_joins), [_x(2, 3, 5)])),
     # a transposed convolution's bias handed to the clamp after it (rewrite conv_bias_into_elementwise)
     "conv_transpose_bias_clamp": ("conv", _seeded(lambda: (
         Fn(lambda s, x: torch.clamp(s.c(x), -0.2, 0.3) * 2.0, c=nn.ConvTranspose2d(5, 8, 3, stride=2, padding=1,

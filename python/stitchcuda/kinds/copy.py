@@ -108,16 +108,23 @@ def lower_cat(lw, pr: CatProto, pre: list) -> None:
         dst = L.slice_(vo, dim, off, off + size)
         off += size
         vx = lw.read(x, pre, pr.phase)
-        if vx.buffer == dst.buffer and vx.offset == dst.offset and L.same_strides(vx.shape, vx.strides, dst.strides):
+        if _same_place(vx, dst):
             continue  # its producer wrote it in place
+        if any(_same_place(v, dst) for v in lw.joined.get(x, ())):
+            continue  # an earlier join of the chain (placement: the front of this one) copied it there
         items.append(copy_item(vx, dst))
         reads.append(vx)
+        lw.joined.setdefault(x, []).append(dst)
     if items:
         lw.add(pr, pr.name, CopySpec("copy", tuple(items)), reads, [vo], touched=list(pr.ins) + [out_t])
     else:
         # every part was written in place: the producers' tasks cover the cat
         lw.cats_in_place.append((pr.nodes[0], list(pr.parts)))
         lw.views[out_t] = vo
+
+
+def _same_place(a: View, b: View) -> bool:
+    return a.buffer == b.buffer and a.offset == b.offset and L.same_strides(a.shape, a.strides, b.strides)
 
 
 def lower_scatter(lw, pr: ScatterProto, pre: list) -> None:

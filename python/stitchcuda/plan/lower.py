@@ -69,6 +69,7 @@ class Lowerer:
         self.copies: dict[str, str] = {}  # view-failed tensor -> its contiguous copy
         self.touched: list[set[str]] = []  # per task of self.tasks, the tensors it touches
         self.cats_in_place: list[tuple[str, list[str]]] = []  # (cat node, parts) written in their slots
+        self.joined: dict[str, list[View]] = {}  # tensor -> the join slots an earlier cat copied it into
         self.inplace_used: set[str] = set()
         self.rank = 0
 

@@ -103,22 +103,33 @@ def targets(fused: Fused, alloc: Alloc, tensors: Tensors, storage_of) -> Targets
                 continue
             s = ix.spec(t)
             target[t] = alloc.fresh(t, fused.tensor_storage(t, storage_of), s.shape, "run", order)
+    later_cats: list[tuple[int, tuple[str, ...], View]] = []  # (dim, parts, target) of cats placed
     for n in reversed(g.nodes):
         if n.op == ops.CAT and n.name in fused.claimed:
             out = n.outputs[0].name
+            dim = L.norm_dim(int(n.attr("dim") or 0), len(ix.shape(out)))
+            parts = fused.protos[fused.claimed[n.name]].parts  # (without the legacy empty ones)
             if out not in target:
                 if fused.protos[fused.claimed[n.name]].phase != "run":
                     continue
-                # The cat's own buffer, so that its parts can be written into their slots (laid out
-                # as its parts are: channels-last parts join channels-last).
-                s = ix.spec(out)
-                target[out] = alloc.fresh(out, fused.tensor_storage(out, storage_of), s.shape, "run",
-                                          order_of(out))
+                wider = next((tv2 for d2, p2, tv2 in later_cats if d2 == dim and len(p2) > len(parts) and
+                              tuple(p2[:len(parts)]) == tuple(parts)), None)
+                if wider is not None:
+                    # The same parts, first, of a later join (DenseNet's torch.cat(features) as the
+                    # list grows): this join is the front of that one's buffer, each part written
+                    # once for every join of the chain (lower_cat copies a part only where no
+                    # earlier join did).
+                    target[out] = L.slice_(wider, dim, 0, ix.shape(out)[dim])
+                else:
+                    # The cat's own buffer, so that its parts can be written into their slots (laid
+                    # out as its parts are: channels-last parts join channels-last).
+                    s = ix.spec(out)
+                    target[out] = alloc.fresh(out, fused.tensor_storage(out, storage_of), s.shape, "run",
+                                              order_of(out))
             tv = target[out]
-            dim = L.norm_dim(int(n.attr("dim") or 0), len(tv.shape))
+            later_cats.append((dim, tuple(parts), tv))
             off = 0
             counts: dict[str, int] = defaultdict(int)
-            parts = fused.protos[fused.claimed[n.name]].parts  # (without the legacy empty ones)
             for x in parts:
                 counts[x] += 1
             for x in parts:

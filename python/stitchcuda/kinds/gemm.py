@@ -41,6 +41,9 @@ class GemmSpec:
     out is m x n with leading dim ldo; strides between batch items (0: broadcast).
     ``epilogue`` is cuBLASLt's (``none``, ``bias``, ``relu``, ``gelu``, ``bias_relu``,
     ``bias_gelu``), ``chain`` the runtime's epilogue ops applied after it, in place.
+    ``split_tf32``: an fp32 task of a TF32 program (the loop's precision repair raised it) computed
+    as three TF32 products of split operands (st_gemm_split_tf32: fp32-grade error, 4-5x fp32's
+    against float64 where TF32's is 15-60x more, at tensor-core speed) instead of on the SIMT units.
     """
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "gemm")
@@ -72,6 +75,7 @@ class GemmSpec:
     chain: tuple[EpOp, ...] = ()
     residual: View | None = None
     ldr: int = 0
+    split_tf32: bool = False
 
 
 @dataclass(frozen=True)
@@ -379,12 +383,17 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
         res_v, ldr = rv, rc[2]
     if chain and batch > 1 and mo.batch_stride != M * mo.ld:
         raise AssertionError("batched epilogue needs a dense batch")
+    # A task the constraints raised to fp32 in a TF32 program: the split product (no chained
+    # epilogue: st_gemm_split_tf32 takes cuBLASLt's own, on its last product).
+    split = policy == "fp32" and get_policy(lw.f.policy).tf32 and not chain and \
+        all(v.dtype == "float32" for v in (a_view, vb2, out_view))
     spec = GemmSpec("gemm", policy, M, n, kk, batch, a_view, ma.ld, ma.batch_stride, ma.trans,
                     vb2, mb.ld, mb.batch_stride, mb.trans, out_view, mo.ld, mo.batch_stride if batch > 1 else 0,
                     alpha=alpha, beta=beta, c=c_v, ldc=ldc, stride_c=stride_c, bias=bias_v, epilogue=epilogue,
-                    chain=tuple(chain), residual=res_v, ldr=ldr)
+                    chain=tuple(chain), residual=res_v, ldr=ldr, split_tf32=split)
     reads = [a_view, vb2, bias_v, c_v, res_v]
-    lw.add(pr, pr.name, spec, reads, [out_view], touched=list(pr.ins) + [out_t])
+    lw.add(pr, pr.name, spec, reads, [out_view], touched=list(pr.ins) + [out_t],
+           note="fp32-grade: three TF32 products of split operands" if split else "")
 
 
 # ---------------------------------------------------------------------- cost, interpret, render
@@ -393,7 +402,7 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
 def cost(spec: GemmSpec, ceil) -> tuple[float, float, float]:
     flops = 2.0 * spec.m * spec.n * spec.k * spec.batch + spec.m * spec.n * spec.batch * (len(spec.chain) + 1)
     nbytes = sum(view_bytes(v) for v in (spec.a, spec.b, spec.c, spec.bias, spec.residual)) + view_bytes(spec.out)
-    return flops, nbytes, ceil.gemm_peak(spec.policy)
+    return flops, nbytes, ceil.gemm_peak("tf32") / 3 if spec.split_tf32 else ceil.gemm_peak(spec.policy)
 
 
 def interpret(mem, g: GemmSpec) -> None:
@@ -448,7 +457,7 @@ def render(t, g: GemmSpec, n, fn: str) -> tuple[list[str], list[str]]:
         lines.append(f"  g.bias = {n('bias')};")
     lines.append(f"  g.alpha = {cxx.flit(g.alpha)}; g.beta = {cxx.flit(g.beta)};")
     if not g.chain:
-        lines.append("  return st_gemm(&g, stream);")
+        lines.append(f"  return {'st_gemm_split_tf32' if g.split_tf32 else 'st_gemm'}(&g, stream);")
         return [], lines
     chain = ", ".join(f"{{ST_EP_{e.kind}, {cxx.flit(e.a)}, {cxx.flit(e.b)}}}" for e in g.chain)
     lines.append(f"  const st_ep_op ops[] = {{{chain}}};")

@@ -1,0 +1,99 @@
+"""A GEMM the precision repair raises to fp32 inside a TF32 program runs as the split-TF32 product
+(CPU: plan, Coder, plan interpreter, nvcc).
+
+The loop's precision repair raises the nodes of rounding tasks to fp32 through constraints. In a
+TF32 program such a GEMM becomes three TF32 products of split operands (``st_gemm_split_tf32``,
+fp32-grade error at tensor-core speed: BENCHMARKS.md) where the fp32 GEMM ran on the SIMT units;
+an fp32 program keeps exact fp32 GEMMs, and a GEMM with a chained epilogue keeps the fp32 path
+(the split call takes cuBLASLt's own epilogue only).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from stitchcuda import code as C
+from stitchcuda import frontend, ops
+from stitchcuda import plan as P
+from stitchcuda.pipeline import model_weights
+from tests.plan_sim import simulate
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(24, 32)
+        self.b = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+class Chained(nn.Module):
+    """A GEMM whose epilogue is a chain of the runtime's ops (a scale and a tanh after the bias)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(24, 32)
+
+    def forward(self, x):
+        return torch.tanh(self.a(x) * 0.5)
+
+
+def _plan(model, x, policy, raise_all: bool):
+    cap = frontend.capture(model, [x], "m", supported_ops=ops.supported())
+    gemm_nodes = [n.name for n in cap.graph.nodes if n.op in (ops.A + "linear.default", ops.A + "addmm.default",
+                                                              ops.A + "mm.default")]
+    assert gemm_nodes, [n.op for n in cap.graph.nodes]
+    constraints = P.Constraints.of(precision={n: "fp32" for n in gemm_nodes}) if raise_all else None
+    return P.plan(cap.graph, policy, constraints=constraints), cap
+
+
+def _gemms(plan):
+    return [t for t in plan.run_tasks if isinstance(t.params, P.GemmSpec)]
+
+
+def test_a_raised_gemm_in_a_tf32_program_is_the_split_product():
+    torch.manual_seed(0)
+    model, x = Mlp(), torch.randn(5, 24)
+    plan, cap = _plan(model, x, "tf32", raise_all=True)
+    gemms = _gemms(plan)
+    assert gemms and all(t.params.policy == "fp32" and t.params.split_tf32 for t in gemms), \
+        [(t.name, t.params.policy, t.params.split_tf32) for t in gemms]
+    assert all("TF32 products" in t.note for t in gemms)
+    src = C.code(plan, cap.graph, None, arch="sm_90").program_cu
+    assert src.count("st_gemm_split_tf32(&g, stream)") == len(gemms)
+    assert P.Plan.from_json(plan.to_json()).to_json() == plan.to_json()
+    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])[0].double()
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x.double())
+    assert torch.allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy,raise_all", [("tf32", False), ("fp32", False), ("fp32", True)])
+def test_no_split_product_where_nothing_was_raised_or_the_program_is_fp32(policy, raise_all):
+    torch.manual_seed(0)
+    plan, cap = _plan(Mlp(), torch.randn(5, 24), policy, raise_all)
+    gemms = _gemms(plan)
+    assert gemms and not any(t.params.split_tf32 for t in gemms)
+    assert "st_gemm_split_tf32" not in C.code(plan, cap.graph, None, arch="sm_90").program_cu
+
+
+def test_a_raised_gemm_with_a_chained_epilogue_keeps_the_fp32_gemm():
+    torch.manual_seed(0)
+    plan, cap = _plan(Chained(), torch.randn(5, 24), "tf32", raise_all=True)
+    gemms = _gemms(plan)
+    assert gemms and all(t.params.chain for t in gemms), [t.params.chain for t in gemms]
+    assert not any(t.params.split_tf32 for t in gemms)
+
+
+def test_the_split_program_compiles(nvcc, tmp_path):
+    from stitchcuda import build as B
+
+    plan, cap = _plan(Mlp(), torch.randn(5, 24), "tf32", raise_all=True)
+    r = B.build(C.code(plan, cap.graph, None, arch="sm_90").program_cu, arch="sm_90", cache=tmp_path)
+    assert r.ok, r.compile.output[:2000] if r.compile else r.message

@@ -86,6 +86,7 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
     # The library choices' new nodes (<node>__rw<k>) stand for the reference node they came from;
     # the nodes of a rewrite the constraints asked for keep their own names (the loop reads them).
     reference_nodes = {n.name for n in graph.nodes}
+    reference_order = {n.name: (i, n.op) for i, n in enumerate(graph.nodes)}
     several: dict[str, tuple[str, ...]] = {}  # a new node standing for several reference nodes
     graph = apply_always(graph, pol.tensor_cores, several)
     chosen = {n.name: n.name.rsplit("__rw", 1)[0] for n in graph.nodes if n.name not in reference_nodes}
@@ -117,13 +118,18 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
     merged: dict[str, NodeCost] = {}
     for n in graph.nodes:
         c = node_cost(n, ix, pol.name, ceil)
-        name = ix.expand([n.name])[0]
+        stands_for = ix.expand([n.name])
+        name = n.name if n.name in stands_for else stands_for[0]
         prev = merged.get(name)
         if prev is not None:  # the op named is the one of the node that kept the reference's name
             c = NodeCost(name, c.op if n.name == name else prev.op, prev.flops + c.flops, prev.bytes + c.bytes,
                          prev.time_s + c.time_s, max((prev, c), key=lambda x: x.time_s).bound)
         merged[name] = dataclasses.replace(c, node=name)
-    node_costs = tuple(merged.values())
+        for other in stands_for:  # the other nodes it stands for (views it absorbed): no cost of their own
+            if other != name and other in reference_order and other not in merged:
+                merged[other] = NodeCost(other, reference_order[other][1], 0, 0, 0.0, c.bound)
+    # (in the reference's order: a rewrite may put the node standing for several where the last was)
+    node_costs = tuple(sorted(merged.values(), key=lambda c: reference_order.get(c.node, (len(reference_order),))[0]))
     return Plan(name=graph.name, policy=pol.name, ceilings=ceil, inputs=tuple(inputs), outputs=tuple(outputs),
                 weights=tuple(weights), buffers=bufs, tasks=tuple(tasks), node_costs=node_costs,
                 arena_bytes=_schedule.arena_bytes(bufs), cuda_graph=bool(graphed), notes=tuple(notes),

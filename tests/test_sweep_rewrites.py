@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 import pytest
 import torch
@@ -48,6 +49,22 @@ def _sweep(name: str, strategy, broken: str | None, n: int) -> None:
 
     run.__name__ = f"{name}_{broken or 'holds'}"  # (the seed is drawn from the name)
     sweep(n)(given(case=strategy(broken))(run))()
+
+
+def _conv_class(nsp: int, transposed: bool) -> type[nn.Module]:
+    """nn.Conv{1,2,3}d, or its transposed twin."""
+    return ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d) if transposed else
+            (nn.Conv1d, nn.Conv2d, nn.Conv3d))[nsp - 1]
+
+
+def _guarded(broken: str | None, z, y, other: Callable[[], torch.Tensor]):
+    """A case's result with its "shared" / "returned" guard broken: ``other()`` (another op reading
+    y, traced only then) or y itself returned beside z; else z."""
+    if broken == "shared":
+        return z, other()
+    if broken == "returned":
+        return z, y
+    return z
 
 
 # ---------------------------------------------------------------------- pool_before_pointwise_conv
@@ -110,8 +127,7 @@ def pool_after_conv(draw, broken: str | None):
         cout = groups * draw(st.integers(1, 4))
         assume(cin <= area * cout)
     dtype = "bfloat16" if broken == "dtype" else "float32"
-    Conv = (nn.Conv2d, nn.Conv3d)[nsp - 2] if broken != "transposed" else (nn.ConvTranspose2d, nn.ConvTranspose3d)[
-        nsp - 2]
+    Conv = _conv_class(nsp, broken == "transposed")
     kw = dict(stride=conv_s, padding=conv_p, dilation=conv_d, groups=groups, bias=bias)
     pool_f = (F.avg_pool2d, F.avg_pool3d)[nsp - 2]
     pkw = dict(stride=stride, padding=padding, ceil_mode=ceil, count_include_pad=cip, divisor_override=divisor)
@@ -125,11 +141,7 @@ def pool_after_conv(draw, broken: str | None):
     def fn(s, x):
         y = s.conv(view(x, how))
         z = {"none": lambda t: t, "relu": torch.relu, "scale": lambda t: t * 0.5}[after](pool_f(y, k, **pkw))
-        if broken == "shared":
-            return z, y.sum((2, 3))
-        if broken == "returned":
-            return z, y
-        return z
+        return _guarded(broken, z, y, lambda: y.sum((2, 3)))
 
     params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, conv_bias=bias, pool_kernel=k, **pkw,
                   input=size, after=after)
@@ -175,8 +187,7 @@ def pointwise_conv(draw, broken: str | None):
     act = draw(st.sampled_from(sorted(_WHOLE_ACTS)))
     reader = "activation" if broken == "activation" else draw(
         st.sampled_from(["none", "scale", "activation_and_returned", "activation_twice"]))
-    Conv = (nn.Conv1d, nn.Conv2d, nn.Conv3d)[nsp - 1] if broken != "transposed" else \
-        (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)[nsp - 1]
+    Conv = _conv_class(nsp, broken == "transposed")
     kw = dict(stride=cs, padding=cp, dilation=cd, groups=groups, bias=bias)
     x, how = draw(laid_out((draw(st.integers(1, 2)), cin) + size, dtype,
                            layouts=("contiguous", "contiguous", "permuted", "strided")))
@@ -255,11 +266,7 @@ def reduce_after_linear(draw, broken: str | None):
         else:
             y = s.fc(x)
         z = reduce(y)
-        if broken == "shared":
-            return z, y.amax(-1)
-        if broken == "returned":
-            return z, y
-        return z
+        return _guarded(broken, z, y, lambda: y.amax(-1))
 
     params = dict(broken=broken, lead=lead, k=k, n=n, bias=bias, reduction=red, keepdim=keep, dim=dim)
     case = Case("", params, fn, tuple(inputs), (("fc", lambda: nn.Linear(k, n, bias=bias).to(getattr(torch, dtype))),),
@@ -352,11 +359,7 @@ def gather_of_log_softmax(draw, broken: str | None):
     def fn(s, x, i):
         y = F.log_softmax(view(x, how_x) * 2, spelled)
         z = torch.gather(y, gd, i) * sign
-        if broken == "shared":
-            return z, y.amax(d)
-        if broken == "returned":
-            return z, y
-        return z
+        return _guarded(broken, z, y, lambda: y.amax(d))
 
     params = dict(broken=broken, shape=shape, dim=d, gather_dim=gd, picks=picks, index=ishape, dtype=dtype)
     case = Case("", params, fn, (x, idx), data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0,
@@ -389,8 +392,7 @@ def conv_then_eval_bn(draw, broken: str | None):
     act = draw(st.sampled_from(["none", "relu", "silu"]))
     dtype = "bfloat16" if broken == "bf16" else "float32"
     transposed = broken == "transposed"
-    Conv = ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d) if transposed else
-            (nn.Conv1d, nn.Conv2d, nn.Conv3d))[nsp - 1]
+    Conv = _conv_class(nsp, transposed)
     BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)[nsp - 1]
 
     def make_conv():
@@ -416,11 +418,7 @@ def conv_then_eval_bn(draw, broken: str | None):
         y = s.conv(x)
         z = F.batch_norm(y, stats[0], stats[1], training=False) if broken == "input_stats" else s.bn(y)
         z = activation(z)
-        if broken == "shared":
-            return z, y.amax(1)
-        if broken == "returned":
-            return z, y
-        return z
+        return _guarded(broken, z, y, lambda: y.amax(1))
 
     params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, kernel=k, stride=stride,
                   padding=padding, bias=bias, affine=affine, act=act)
@@ -465,11 +463,7 @@ def instance_norm_decomposed(draw, broken: str | None):
         w, b = (s.p.w.repeat(k), s.p.b.repeat(k)) if affine else (None, None)
         y = F.batch_norm(v, None, None, w, b, training=True)
         z = y.reshape(x.shape) * 1.5
-        if broken == "shared":
-            return z, v.amax(1)
-        if broken == "returned":
-            return z, y
-        return z
+        return _guarded(broken, z, y, lambda: v.amax(1))
 
     params = dict(broken=broken, nsp=nsp, n=n, c=c, affine=affine)
     case = Case("aten._native_batch_norm_legit.no_stats", params, fn, (T((n, c) + size, dtype),),
@@ -509,8 +503,7 @@ def conv_then_channel_affine(draw, broken: str | None):
     act = draw(st.sampled_from(["none", "relu", "sigmoid"]))
     dtype = "bfloat16" if broken == "bf16" else "float32"
     transposed = broken == "grouped_transposed" or (groups == 1 and draw(st.booleans()))
-    Conv = ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d) if transposed else
-            (nn.Conv1d, nn.Conv2d, nn.Conv3d))[nsp - 1]
+    Conv = _conv_class(nsp, transposed)
     cshape = (cout,) + (1,) * nsp
 
     def make_conv():
@@ -548,11 +541,7 @@ def conv_then_channel_affine(draw, broken: str | None):
             z = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
                  "div": lambda a, b: a / b}[op](z, p)
         z = {"none": lambda t: t, "relu": torch.relu, "sigmoid": torch.sigmoid}[act](z)
-        if broken == "shared":
-            return z, y.amax(1)
-        if broken == "returned":
-            return z, y
-        return z
+        return _guarded(broken, z, y, lambda: y.amax(1))
 
     params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, kernel=k, stride=stride, bias=bias,
                   chain=chain, act=act)
@@ -585,8 +574,7 @@ def transposed_conv_then_elementwise(draw, broken: str | None):
     size = tuple(draw(st.integers(2, 5)) for _ in range(nsp))
     op = draw(st.sampled_from(["clamp", "scale", "add"]))
     transposed = broken != "forward"
-    Conv = ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d) if transposed else
-            (nn.Conv1d, nn.Conv2d, nn.Conv3d))[nsp - 1]
+    Conv = _conv_class(nsp, transposed)
 
     def make_conv():
         return Conv(cin, cout, k, stride=stride, groups=groups, bias=broken != "no_bias")
@@ -605,11 +593,7 @@ def transposed_conv_then_elementwise(draw, broken: str | None):
             z = y + y.detach().flip(-1)  # (an add of another full-size tensor: y read twice)
         if broken == "hooked":  # the chain ends in a reduction, whose prologue hook takes it
             return z.mean(-1)
-        if broken == "shared":
-            return z, y.amax(1)
-        if broken == "returned":
-            return z, y
-        return z
+        return _guarded(broken, z, y, lambda: y.amax(1))
 
     # (an add of y to itself reads y twice: the rule wants one reader)
     fires = broken is None and op != "add"

@@ -697,7 +697,6 @@ def _near_conv(graph: Graph, n: Node) -> bool:
     """Whether another convolution reaches ``n``'s input or output through the ops a
     channels-last region keeps its layout through (elementwise, layout ops, norms, pooling, joins):
     then ``n`` sits in that region under tensor cores, and a GEMM there would convert around it."""
-    producer = {o.name: m for m in graph.nodes for o in m.outputs}
     passes = ("elementwise", "view", "batch_norm", "group_norm", "pool", "cat")
 
     def conv(m: Node) -> bool:
@@ -706,7 +705,7 @@ def _near_conv(graph: Graph, n: Node) -> bool:
     seen: set[str] = set()
     todo = [n.inputs[0]]
     while todo:
-        m = producer.get(todo.pop())
+        m = graph.producer(todo.pop())
         if m is None or m.name in seen:
             continue
         seen.add(m.name)

@@ -169,6 +169,19 @@ def bench_elementwise(lib, reps):
             nbytes = 2 * x.numel() * x.element_size()
             row(f"permute{perm} {NAMES[dtype]}", str(shape), ours, theirs,
                 nbytes / ours[0] / 1e6, nbytes / theirs[0] / 1e6, "GB/s")
+        # a norm's apply after a channels-last convolution: NHWC in, a per-channel operand, NCHW out
+        x = torch.randn(128, 126, 126, 64, device="cuda", dtype=dtype).permute(0, 3, 1, 2)
+        shape = tuple(x.shape)
+        bias = torch.randn(64, 1, 1, device="cuda", dtype=dtype)
+        out = torch.empty(shape, device="cuda", dtype=dtype)
+        args = (DT[dtype], x.data_ptr(), bias.data_ptr(), out.data_ptr(), 4, i64(shape), i64(out.stride()),
+                i64(x.stride()), i64(bias.expand(shape).stride()))
+        check(lib.ew_add(*args, stream()))
+        ours = timeit(lambda: lib.ew_add(*args, stream()), reps)
+        theirs = timeit(lambda: torch.add(x, bias, out=out), reps)
+        nbytes = 2 * x.numel() * x.element_size()
+        row(f"add per-channel NHWC->NCHW {NAMES[dtype]}", str(shape), ours, theirs, nbytes / ours[0] / 1e6,
+            nbytes / theirs[0] / 1e6, "GB/s")
         # a join along channels in channels-last memory: each part into its channel slice
         parts = [torch.randn(64, 64, 126, 126, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
                  for _ in range(2)]

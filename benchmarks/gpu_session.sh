@@ -22,6 +22,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perfbefore      # the same at PERF_BEFORE=<commit>, same machine
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh layout          # layout changes, joins, channels-last pools: tests, speed
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh ncu             # Nsight Compute sections of NCU_KERNEL in NCU_IDS
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh engines         # each convolution's engine, ours beside PyTorch's
 #                                                               # and torch.compile's (ENGINE_IDS)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
@@ -322,6 +323,19 @@ if want profiles; then  # per-task CUPTI times of the problems furthest from tor
       STITCHCUDA_KERNELBENCH=$STITCHCUDA_SHARED/kernelbench/all.jsonl timeout 150 stitchcuda profile "$d" --runs 10 \
       >> "$OUT/profile_${id/:/_}.txt" 2>&1)
     echo "profile $id: exit $?"
+  done
+fi
+if want ncu; then  # Nsight Compute's sections for the kernels matching NCU_KERNEL (a regex) in NCU_IDS' programs
+  log "ncu: ${NCU_KERNEL:=ew_tile} in ${NCU_IDS:=2:73 2:21}"
+  sed -n "/^RUNNER = r'''/,/^'''/p" benchmarks/ncu_counts.py | sed '1d;$d' > /tmp/ncu_runner.py
+  for id in $NCU_IDS; do
+    d=/tmp/prof/${id/:/_}
+    [ -f "$d/manifest.json" ] || (cd /tmp && STITCHCUDA_KERNELBENCH=$STITCHCUDA_SHARED/kernelbench/all.jsonl timeout 120 \
+      stitchcuda build "kernelbench:$id" --precision "${PERF_POLICY:-tf32}" --out "$d" > /dev/null 2>&1)
+    timeout 240 ncu --profile-from-start off --graph-profiling node --replay-mode kernel -k "regex:$NCU_KERNEL" \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section Occupancy --section LaunchStats python3 /tmp/ncu_runner.py "$d" > "$OUT/ncu_${id/:/_}.txt" 2>&1
+    echo "ncu $id: exit $?"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy" "$OUT/ncu_${id/:/_}.txt" | head -12
   done
 fi
 if want perfbefore; then  # the same problems at an earlier commit, same machine: a before / after in one session

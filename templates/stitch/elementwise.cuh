@@ -309,14 +309,43 @@ struct EwTileParams {
   unsigned staged;
 };
 
+// A read through the read-only (non-coherent) path: the tiled path's inputs are never its output
+// (a layout change cannot run in place), so these loads may be scheduled past the tile's stores.
 template <class T>
-__device__ __forceinline__ float ew_load_one(const void* p, int64_t off) {
-  return ew_to_float(static_cast<const T*>(p)[off]);
+__device__ __forceinline__ float ew_load_nc(const T* p) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "element size");
+  using Bits = std::conditional_t<sizeof(T) == 1, unsigned char,
+               std::conditional_t<sizeof(T) == 2, unsigned short,
+               std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>>>;
+  const Bits bits = __ldg(reinterpret_cast<const Bits*>(p));
+  T x;
+  memcpy(&x, &bits, sizeof(T));
+  return ew_to_float(x);
+}
+
+// Input K's staging: its kPer elements of this thread loaded first, then stored to shared memory
+// (kPer loads in flight a thread, not one). kFull: the tile lies inside the extents.
+template <bool kFull, class T>
+__device__ __forceinline__ void ew_tile_stage(float* slot, const T* src, int64_t step, int sa, int row,
+                                              bool b_in, int64_t a_left) {
+  constexpr int kPer = kEwTile / kEwTileThreads;
+  float r[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    r[i] = kFull || (b_in && i * sa < a_left) ? ew_load_nc(src + i * step) : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    if (kFull || (b_in && i * sa < a_left)) slot[i * sa * row] = r[i];
 }
 
 // One tile: the staged inputs read along b into shared memory (e = lane order along b), then
-// every element computed and written along a (e = lane order along a).
-template <class F, class TOut, class... TIn, size_t... K>
+// every element computed and written along a (e = lane order along a). A side is at most 256 and
+// divides the block, so in either phase a thread keeps its place along one side for all its
+// elements and steps along the other by (block / that side): addresses are a base and a step per
+// input, added, not multiplied out per element. kFull (the tile inside the extents, all but the
+// edge tiles): no bounds tests, so the compiler may overlap the elements' loads; every load is on
+// the read-only path, which no store of the tile can alias.
+template <bool kFull, class F, class TOut, class... TIn, size_t... K>
 __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(TIn)>& ptr,
                                              const EwTileParams<sizeof...(TIn)>& p, float* tile,
                                              int64_t ta, int64_t tb, int64_t bi,
@@ -340,31 +369,38 @@ __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(
   }
   const int64_t a0 = ta << p.lta, b0 = tb << p.ltb;
   if (p.staged) {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = tid + i * kEwTileThreads;
-      const int la = e >> p.ltb, lb = e & mtb;
-      const int64_t a = a0 + la, b = b0 + lb;
-      if (a < p.na && b < p.nb)
-        (((p.staged >> K) & 1u ? (void)(tile[K * kEwTileSmem + la * p.row + lb] =
-                                            ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b))
-                               : (void)0),
-         ...);
-    }
+    // read phase: lane order along b; this thread's b fixed, a stepping by block / tb
+    const int lb = tid & mtb, la0 = tid >> p.ltb, sa = kEwTileThreads >> p.ltb;
+    const bool b_in = b0 + lb < p.nb;
+    const int64_t a_left = p.na - a0 - la0;
+    (((p.staged >> K) & 1u
+          ? ew_tile_stage<kFull>(tile + K * kEwTileSmem + la0 * p.row + lb,
+                                 static_cast<const TIn*>(ptr.in[K]) + off[K] + (a0 + la0) * p.in_sa[K] + b0 + lb,
+                                 int64_t(sa) * p.in_sa[K], sa, p.row, b_in, a_left)
+          : (void)0),
+     ...);
     __syncthreads();
   }
+  // write phase: lane order along a; this thread's a fixed, b stepping by block / ta
+  const int la = tid & mta, lb0 = tid >> p.lta, sb = kEwTileThreads >> p.lta;
+  const int64_t a = a0 + la;
+  const void* src[NIN] = {static_cast<const void*>(static_cast<const TIn*>(ptr.in[K]) + off[K] +
+                                                   a * p.in_sa[K] + (b0 + lb0) * p.in_sb[K])...};
+  const int64_t step[NIN] = {int64_t(sb) * p.in_sb[K]...};
+  TOut* dst = static_cast<TOut*>(ptr.out) + out_off + a + (b0 + lb0) * p.out_sb;
+  const int64_t dstep = int64_t(sb) * p.out_sb;
+  const int64_t b_left = p.nb - b0 - lb0;
+  if (kFull || a < p.na) {
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = tid + i * kEwTileThreads;
-    const int la = e & mta, lb = e >> p.lta;
-    const int64_t a = a0 + la, b = b0 + lb;
-    if (a < p.na && b < p.nb) {
-      float v[NIN];
-      ((v[K] = (p.staged >> K) & 1u
-                   ? tile[K * kEwTileSmem + la * p.row + lb]
-                   : ew_load_one<TIn>(ptr.in[K], off[K] + a * p.in_sa[K] + b * p.in_sb[K])),
-       ...);
-      static_cast<TOut*>(ptr.out)[out_off + a + b * p.out_sb] = ew_from_float<TOut>(f(v));
+    for (int i = 0; i < kPer; ++i) {
+      if (kFull || i * sb < b_left) {
+        const int lb = lb0 + i * sb;
+        float v[NIN];
+        ((v[K] = (p.staged >> K) & 1u ? tile[K * kEwTileSmem + la * p.row + lb]
+                                      : ew_load_nc(static_cast<const TIn*>(src[K]) + i * step[K])),
+         ...);
+        dst[i * dstep] = ew_from_float<TOut>(f(v));
+      }
     }
   }
   if (p.staged) __syncthreads();
@@ -377,8 +413,12 @@ ew_tile_kernel(F f, EwPtrs<sizeof...(TIn)> ptr, EwTileParams<sizeof...(TIn)> p) 
   extern __shared__ float tile[];
   for (int64_t bi = blockIdx.z; bi < p.batch; bi += gridDim.z)
     for (int64_t tb = blockIdx.y; tb < p.tiles_b; tb += gridDim.y)
-      for (int64_t ta = blockIdx.x; ta < p.tiles_a; ta += gridDim.x)
-        ew_tile_body<F, TOut, TIn...>(f, ptr, p, tile, ta, tb, bi, static_cast<Seq*>(nullptr));
+      for (int64_t ta = blockIdx.x; ta < p.tiles_a; ta += gridDim.x) {
+        if (((ta + 1) << p.lta) <= p.na && ((tb + 1) << p.ltb) <= p.nb)
+          ew_tile_body<true, F, TOut, TIn...>(f, ptr, p, tile, ta, tb, bi, static_cast<Seq*>(nullptr));
+        else
+          ew_tile_body<false, F, TOut, TIn...>(f, ptr, p, tile, ta, tb, bi, static_cast<Seq*>(nullptr));
+      }
 }
 
 inline int ew_log2_ceil(int64_t n) {

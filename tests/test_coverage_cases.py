@@ -120,6 +120,16 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "adaptive_avg1d": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool1d(x, 5)), [_x(2, 3, 17)])),
     "adaptive_avg3d": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool3d(x, (2, 3, 3))), [_x(2, 3, 5, 8, 9)])),
     "global_avg": ("pool", lambda: (Fn(lambda s, x: F.adaptive_avg_pool2d(x, 1).flatten(1)), [_x(2, 6, 9, 10)])),
+    # 2-d windows take pool.cuh's tiled path: outputs spanning several tiles with edge tiles in both
+    # dims (64 x 32 outputs a tile), stride 2 with ceil mode, dilation with hooks around the pool
+    "pool_tiles_max": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 4, 1, 1)), [_x(2, 3, 70, 133)])),
+    "pool_tiles_avg": ("pool", lambda: (Fn(lambda s, x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                                     count_include_pad=False)), [_x(2, 3, 67, 131)])),
+    "pool_tiles_dilated": ("pool", lambda: (Fn(lambda s, x: torch.relu(F.max_pool2d(torch.sigmoid(x), 3, 1, 1,
+                                                                                    dilation=2)) * 3),
+                                            [_x(1, 4, 45, 90)])),
+    # a window too large for a tile: the rows path (as 3-d windows)
+    "maxpool2d_wide_window": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 40)), [_x(1, 2, 80, 81)])),
     # overlapping windows (stride 1): pool.cuh's rows path shares input rows between outputs;
     # row counts not a multiple of its four rows a thread
     "maxpool2d_overlap": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 4, 1, 1)), [_x(2, 3, 10, 9)])),

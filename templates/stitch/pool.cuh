@@ -20,6 +20,12 @@
 //     reduced once and merged into every output whose window holds it (a stride-1 window of k
 //     rows shares k - 1 rows with the next). Adaptive windows: one thread per output element.
 //     Taps read through L1/L2.
+//   - 1-d / 2-d fixed windows (no depth window) whose input tile fits shared memory take a tiled
+//     path instead: a block stages the input under a tile of outputs once (hook applied, padding
+//     as the merge's identity), reduces each staged row across the window's columns, then those
+//     row results down the window's rows; every input element is read from memory once (plus the
+//     tile's halo) and the taps from shared memory, where the rows path read each element about
+//     kernel-width times through L1 with 64-bit index arithmetic a tap.
 //
 // launch_pool_channels_last<MODE, Tin, Tout, Pro, Epi>(PoolClParams<Tin, Tout>, stream, pro, epi)
 //   The same pooling over in [batch, channels, d, h, w] and out [batch, channels, od, oh, ow] (element
@@ -205,6 +211,101 @@ __global__ void __launch_bounds__(256) pool_rows_kernel(PoolParams<Tin, Tout> p,
   }
 }
 
+// ---- tiled path: 1-d / 2-d fixed windows through shared memory --------------------------------
+
+constexpr int kPoolTileThreads = 256;
+constexpr int kPoolTileSmemFloats = 12 * 1024;  // 48 KB: the staged input and the row results
+
+struct PoolTileShape {
+  int tw, th;  // outputs a tile: columns, rows
+  int iw, ih;  // staged input: columns, rows
+};
+
+// The tile for p, or {0, ...} when even the smallest does not fit shared memory.
+template <class P>
+inline PoolTileShape pool_tile_shape(const P& p) {
+  for (int tw : {64, 32})
+    for (int th : {32, 16, 8}) {
+      const int64_t iw = int64_t(tw - 1) * p.stride[2] + int64_t(p.kernel[2] - 1) * p.dilation[2] + 1;
+      const int64_t ih = int64_t(th - 1) * p.stride[1] + int64_t(p.kernel[1] - 1) * p.dilation[1] + 1;
+      if (iw * ih + ih * tw <= kPoolTileSmemFloats) return {tw, th, int(iw), int(ih)};
+    }
+  return {0, 0, 0, 0};
+}
+
+// Taps of o's window inside [0, n) along one dim, and its extent clipped to the padded input.
+__device__ __forceinline__ void pool_tile_count(int64_t o, int64_t n, int k, int s, int pad, int d,
+                                                int64_t& valid, int64_t& padded) {
+  const int64_t start = o * s - pad, last = start + int64_t(k - 1) * d;
+  int64_t lo = start, hi = last + 1;
+  if (lo < 0) lo += ((-lo + d - 1) / d) * d;
+  if (hi > n) hi = n;
+  valid = hi > lo ? (hi - lo + d - 1) / d : 0;
+  padded = (last + 1 < n + pad ? last + 1 : n + pad) - start;
+}
+
+// grid: x tiles along w, y tiles along h, z planes (grid-stride). Shared memory: the staged input
+// (ih x iw) then the row results (ih x tw).
+template <PoolMode MODE, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(kPoolTileThreads) pool_tile_kernel(PoolParams<Tin, Tout> p, PoolTileShape t,
+                                                                     Pro pro, Epi epi) {
+  extern __shared__ float smem[];
+  float* in_s = smem;
+  float* row_s = smem + t.ih * t.iw;
+  const float kInit = MODE == PoolMode::Max ? -CUDART_INF_F : 0.f;
+  const int kh = p.kernel[1], kw = p.kernel[2], sh = p.stride[1], sw = p.stride[2];
+  const int dh = p.dilation[1], dw = p.dilation[2];
+  const int64_t H = p.in_size[1], W = p.in_size[2], OH = p.out_size[1], OW = p.out_size[2];
+  const int64_t oh0 = int64_t(blockIdx.y) * t.th, ow0 = int64_t(blockIdx.x) * t.tw;
+  const int64_t ih0 = oh0 * sh - p.pad[1], iw0 = ow0 * sw - p.pad[2];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kWarps = kPoolTileThreads / 32;
+  for (int64_t pl = blockIdx.z; pl < p.planes; pl += gridDim.z) {
+    const Tin* base = p.in + pl * p.in_stride[0];
+    // stage: a warp a row, lanes along its columns
+    for (int r = warp; r < t.ih; r += kWarps) {
+      const int64_t ih = ih0 + r;
+      const bool row_in = ih >= 0 && ih < H;
+      const Tin* src = base + ih * p.in_stride[2];
+      for (int c = lane; c < t.iw; c += 32) {
+        const int64_t iw = iw0 + c;
+        in_s[r * t.iw + c] = row_in && iw >= 0 && iw < W ? pro(to_float(src[iw * p.in_stride[3]])) : kInit;
+      }
+    }
+    __syncthreads();
+    // each staged row across the window's columns, for every output column of the tile
+    for (int r = warp; r < t.ih; r += kWarps)
+      for (int c = lane; c < t.tw; c += 32) {
+        const float* src = in_s + r * t.iw + c * sw;
+        float v = kInit;
+        for (int j = 0; j < kw; ++j) v = pool_merge<MODE>(v, src[j * dw]);
+        row_s[r * t.tw + c] = v;
+      }
+    __syncthreads();
+    // those results down the window's rows, lanes along the output's columns
+    for (int r = warp; r < t.th; r += kWarps) {
+      const int64_t oh = oh0 + r;
+      if (oh >= OH) break;
+      for (int c = lane; c < t.tw; c += 32) {
+        const int64_t ow = ow0 + c;
+        if (ow >= OW) break;
+        const float* src = row_s + r * sh * t.tw + c;
+        float v = kInit;
+        for (int i = 0; i < kh; ++i) v = pool_merge<MODE>(v, src[i * dh * t.tw]);
+        if constexpr (MODE == PoolMode::Avg) {
+          int64_t vh, ph_, vw, pw_;
+          pool_tile_count(oh, H, kh, sh, p.pad[1], dh, vh, ph_);
+          pool_tile_count(ow, W, kw, sw, p.pad[2], dw, vw, pw_);
+          const int64_t div = p.divisor > 0 ? p.divisor : p.count_include_pad ? ph_ * pw_ : vh * vw;
+          v = v / float(div);
+        }
+        p.out[pl * p.out_stride[0] + oh * p.out_stride[2] + ow * p.out_stride[3]] = from_float<Tout>(epi(v));
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // I: the index type of the output walk (int32_t when the output has fewer than 2^31 elements:
 // 64-bit division is what such a kernel would otherwise spend its time on).
 template <PoolMode MODE, class I, int VEC, class Tin, class Tout, class Pro, class Epi>
@@ -306,6 +407,17 @@ cudaError_t launch_pool(const PoolParams<Tin, Tout>& p, cudaStream_t stream, con
                         const Epi& epi = Epi{}) {
   if (!p.in || !p.out || !detail::pool_args_ok(p)) return cudaErrorInvalidValue;
   if (p.planes * p.out_size[0] * p.out_size[1] * p.out_size[2] <= 0) return cudaSuccess;
+  if (!p.adaptive && p.in_size[0] == 1 && p.out_size[0] == 1 && p.kernel[0] == 1) {
+    const detail::PoolTileShape t = detail::pool_tile_shape(p);
+    const int64_t tiles_w = ceil_div<int64_t>(p.out_size[2], t.tw > 0 ? t.tw : 1);
+    const int64_t tiles_h = ceil_div<int64_t>(p.out_size[1], t.th > 0 ? t.th : 1);
+    if (t.tw > 0 && tiles_w < (int64_t(1) << 31) && tiles_h < 65536) {
+      const size_t smem = size_t(t.ih) * (t.iw + t.tw) * sizeof(float);  // at most 48 KB
+      const dim3 grid(unsigned(tiles_w), unsigned(tiles_h), unsigned(p.planes < 65535 ? p.planes : 65535));
+      detail::pool_tile_kernel<MODE, Tin, Tout, Pro, Epi><<<grid, detail::kPoolTileThreads, smem, stream>>>(p, t, pro, epi);
+      return cudaGetLastError();
+    }
+  }
   const int64_t rows = p.adaptive ? p.out_size[1] : ceil_div<int64_t>(p.out_size[1], detail::kPoolRows);
   const int64_t total = p.planes * p.out_size[0] * rows * p.out_size[2];
   const int64_t want = ceil_div<int64_t>(total, 256);

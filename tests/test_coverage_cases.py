@@ -254,6 +254,14 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     # filter wider than its eight taps a row
     "depthwise_strided_dilated": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=8)), [_x(2, 8, 13, 11)]))),
+    # its tiled path (square 3 / 5 / 7 filters): outputs over several 64 x 32 tiles with edges, stride 2
+    # with a 5x5 filter and an activation after it; a 3x5 filter stays on the rows path
+    "depthwise_tiles_3x3": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.relu(s.c(x)), c=nn.Conv2d(4, 4, 3, padding=1, groups=4)), [_x(1, 4, 70, 133)]))),
+    "depthwise_tiles_5x5_s2": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.Conv2d(6, 6, 5, stride=2, padding=2, groups=6)), [_x(2, 6, 75, 140)]))),
+    "depthwise_rows_3x5": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 4, (3, 5), padding=(1, 2), groups=4)), [_x(2, 4, 9, 12)]))),
     "depthwise_wide": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 4, (2, 9), padding=(1, 4), groups=4, bias=False)), [_x(2, 4, 7, 30)]))),
     "conv1d_tanh_gelu_tanh": ("conv", _seeded(lambda: (

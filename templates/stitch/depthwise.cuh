@@ -18,6 +18,12 @@
 //     not 9); wider filters, one thread per output. Either way the loads of a tap and the stores
 //     are coalesced across a warp. The weights, a few hundred bytes per channel, are read
 //     through L1.
+//   - Square 3x3, 5x5 and 7x7 filters with out not channels-last take a tiled path first when the
+//     input under a 64 x 32 tile of outputs fits shared memory: a block stages it once (zeros
+//     as padding), holds its channel's filter in registers (the filter's size a compile-time
+//     constant, so every tap unrolls), and each thread computes eight rows of one column from
+//     shared memory: one global load an input element (plus the tile's halo) where the rows path
+//     made 4.5 input and 9 filter loads an output through L1.
 // Depthwise convolutions move far more bytes than they compute (k*k multiply-adds per element):
 // this kernel aims at the bandwidth floor, where cuDNN's engines convert layouts or run an
 // implicit GEMM with one useful channel per group.
@@ -143,6 +149,79 @@ __global__ void __launch_bounds__(256) depthwise_rows_kernel(DepthwiseParams<Tin
   }
 }
 
+// ---- tiled path: square 3x3 / 5x5 / 7x7 filters, outputs not channels-last ---------------------
+
+constexpr int kDwTileW = 64, kDwTileH = 32, kDwTileRows = 8;  // 256 threads: 64 columns x 4 x 8 rows
+constexpr int kDwTileSmemFloats = 12 * 1024;                    // 48 KB
+
+template <int K>
+inline bool depthwise_tile_fits(int64_t sh, int64_t sw, int64_t dh, int64_t dw, int& ih, int& iw) {
+  const int64_t h = (kDwTileH - 1) * sh + (K - 1) * dh + 1, w = (kDwTileW - 1) * sw + (K - 1) * dw + 1;
+  ih = int(h), iw = int(w);
+  return h * w <= kDwTileSmemFloats;
+}
+
+// grid: x tiles along the output's columns, y along its rows, z planes (batch x channels,
+// grid-stride). Thread: column tid % 64, rows (tid / 64) * 8 .. + 7 of the tile.
+template <int K, class Tin, class Tout, class Act>
+__global__ void __launch_bounds__(256) depthwise_tile_kernel(DepthwiseParams<Tin, Tout> p, int ih_n, int iw_n,
+                                                             Act act) {
+  extern __shared__ float xs[];
+  const int sh = p.stride_h, sw = p.stride_w, dh = p.dil_h, dw = p.dil_w;
+  const int64_t oi0 = int64_t(blockIdx.y) * kDwTileH, oj0 = int64_t(blockIdx.x) * kDwTileW;
+  const int64_t r0 = oi0 * sh - p.pad_h, c0 = oj0 * sw - p.pad_w;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int col = threadIdx.x % kDwTileW, row0 = (threadIdx.x / kDwTileW) * kDwTileRows;
+  for (int64_t plane = blockIdx.z; plane < p.batch * p.channels; plane += gridDim.z) {
+    const int64_t n = plane / p.channels, c = plane - n * p.channels;
+    const Tin* xc = p.x + n * p.x_stride[0] + c * p.x_stride[1];
+    for (int r = warp; r < ih_n; r += 8) {  // stage: a warp a row, lanes along its columns
+      const int64_t gr = r0 + r;
+      const bool row_in = gr >= 0 && gr < p.h;
+      for (int q = lane; q < iw_n; q += 32) {
+        const int64_t gc = c0 + q;
+        xs[r * iw_n + q] = row_in && gc >= 0 && gc < p.w_in ? to_float(xc[gr * p.x_stride[2] + gc * p.x_stride[3]]) : 0.f;
+      }
+    }
+    float wk[K * K];
+    const Tin* wc = p.w + c * K * K;
+#pragma unroll
+    for (int t = 0; t < K * K; ++t) wk[t] = to_float(__ldg(wc + t));
+    const float b0 = p.bias ? to_float(p.bias[c]) : 0.f;
+    __syncthreads();
+    const int64_t oj = oj0 + col;
+    if (oj < p.ow) {
+      Tout* out = p.out + n * p.out_stride[0] + c * p.out_stride[1] + oj * p.out_stride[3];
+#pragma unroll 1
+      for (int q = 0; q < kDwTileRows; ++q) {
+        const int64_t oi = oi0 + row0 + q;
+        if (oi < p.oh) {
+          const float* base = xs + (row0 + q) * sh * iw_n + col * sw;
+          float acc = b0;
+#pragma unroll
+          for (int a = 0; a < K; ++a)
+#pragma unroll
+            for (int b = 0; b < K; ++b) acc = fmaf(base[a * dh * iw_n + b * dw], wk[a * K + b], acc);
+          out[oi * p.out_stride[2]] = from_float<Tout>(act(acc));
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <int K, class Tin, class Tout, class Act>
+inline bool depthwise_tiled(const DepthwiseParams<Tin, Tout>& p, cudaStream_t stream, const Act& act) {
+  int ih = 0, iw = 0;
+  if (!depthwise_tile_fits<K>(p.stride_h, p.stride_w, p.dil_h, p.dil_w, ih, iw)) return false;
+  const int64_t tx = ceil_div<int64_t>(p.ow, kDwTileW), ty = ceil_div<int64_t>(p.oh, kDwTileH);
+  if (tx >= (int64_t(1) << 31) || ty >= 65536) return false;
+  const int64_t planes = p.batch * p.channels;
+  const dim3 grid(unsigned(tx), unsigned(ty), unsigned(planes < 65535 ? planes : 65535));
+  depthwise_tile_kernel<K><<<grid, 256, size_t(ih) * iw * sizeof(float), stream>>>(p, ih, iw, act);
+  return true;
+}
+
 }  // namespace detail
 
 template <class Tin, class Tout, class Act = Identity>
@@ -156,6 +235,12 @@ cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t s
   const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
   const bool fast_channels = p.out_stride[1] == 1 && p.channels > 1;
   const bool small = total <= INT_MAX && p.h <= INT_MAX / 2 && p.w_in <= INT_MAX / 2;
+  if (!fast_channels && p.kh == p.kw && (p.kh == 3 || p.kh == 5 || p.kh == 7)) {
+    const bool tiled = p.kh == 3   ? detail::depthwise_tiled<3>(p, stream, act)
+                       : p.kh == 5 ? detail::depthwise_tiled<5>(p, stream, act)
+                                   : detail::depthwise_tiled<7>(p, stream, act);
+    if (tiled) return cudaGetLastError();
+  }
   if (!fast_channels && p.kw <= detail::kDwMaxKw) {
     const int64_t work = p.batch * p.channels * ceil_div<int64_t>(p.oh, detail::kDwRows) * p.ow;
     const int64_t w2 = ceil_div<int64_t>(work, 256);

@@ -54,6 +54,10 @@ class GeneraliseError(ArgumentError):
     """Plans at different values of a symbol that no plan over the symbol reproduces."""
 
 
+class ParameterShapeError(GeneraliseError):
+    """A symbol that changes the shape of a parameter: no bucketing helps."""
+
+
 # ---------------------------------------------------------------------- the symbols
 
 
@@ -484,9 +488,7 @@ def _fit_bucket(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], at:
     """The bucket over the box ``ranges``: every number fitted over a grid of the box (both ends and
     ``extra`` values between, a symbol), each fit exact at every grid point; GeneraliseError names
     the first number no polynomial reproduces."""
-    grids = {n: _grid(lo, hi, extra) for n, (lo, hi) in ranges.items()}
-    points = [dict(zip(names, combo)) for combo in itertools.product(*(grids[n] for n in names))]
-    plans = [(v, at(v)) for v in points]
+    plans = [(v, at(v)) for v in _points(names, ranges, extra)]
     largest_v = {n: hi for n, (lo, hi) in ranges.items()}
     largest = at(largest_v)
     skel = skeleton_key(largest)
@@ -503,6 +505,9 @@ def _fit_bucket(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], at:
         if all(y == y_top for _, y in used):
             continue
         active = [n for n in names if len({v[n] for v, _ in used}) > 1]
+        if path[0] == "weights":
+            raise ParameterShapeError(f"weight {largest['weights'][path[1]]['name']}'s shape changes with "
+                                  f"{', '.join(active)}: a dynamic dimension must leave the parameters alone")
         poly = fit(active, used)
         if poly is None:
             shown = ", ".join(f"{y} at {_fmt(v)}" for v, y in used[:4])
@@ -559,6 +564,8 @@ def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3) 
             try:
                 _fit_bucket([n], {n: (lo, hi)}, lambda v: at({**top, **v}), extra)
                 return True
+            except ParameterShapeError:
+                raise
             except GeneraliseError:
                 return False
 
@@ -566,7 +573,28 @@ def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3) 
 
     buckets = [_fit_bucket(names, dict(zip(names, box)), at, extra)
                for box in itertools.product(*(per_symbol[n] for n in names))]
+    first = buckets[0].largest.get("weights", [])
+    for b in buckets[1:]:
+        for w, v in zip(first, b.largest.get("weights", [])):
+            if w != v:
+                raise ParameterShapeError(f"weight {w.get('name')}'s shape changes with {', '.join(names)}: a dynamic "
+                                          "dimension must leave the parameters alone")
     return SymbolicPlan(tuple(bindings), buckets)
+
+
+def _points(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], extra: int) -> list[dict[str, int]]:
+    """Where a bucket is fitted and checked: every corner of its box (what a multilinear term needs),
+    each symbol's ``extra`` interior values with the others at their largest, and the box's middle;
+    each point beyond the corners is a check the fit must pass."""
+    corners = [dict(zip(names, c)) for c in itertools.product(*({ranges[n][0], ranges[n][1]} for n in names))]
+    hi = {n: ranges[n][1] for n in names}
+    inner = [{**hi, n: v} for n in names for v in _grid(*ranges[n], extra)]
+    middle = [{n: (ranges[n][0] + ranges[n][1]) // 2 for n in names}]
+    out: list[dict[str, int]] = []
+    for v in corners + inner + middle:
+        if v not in out:
+            out.append(v)
+    return out
 
 
 def _grid(lo: int, hi: int, extra: int) -> list[int]:

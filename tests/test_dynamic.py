@@ -1,0 +1,247 @@
+"""Dynamic dimensions, the planner's part (CPU): a plan over symbols, checked by the plan interpreter.
+
+Each reference is planned over a range of its batch (and sequence) size by :func:`stitchcuda.dynamic.
+plan_over`; the symbolic plan is then instantiated at values inside the range — several that no
+fit was made from among them — and (1) run by the plan interpreter against the reference model at
+that shape in float64, and (2) compared with the plan the planner makes for that shape directly:
+every number the same, but for the arena (sized for the bucket's largest shape), the costs, and
+strides along dimensions of extent 1 (which no kernel reads). Guards: a shape out of range, two
+inputs that disagree on one symbol, a divisibility the plan needs — each a one-line error naming
+the input, the dimension and the symbol.
+"""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+
+import pytest
+import torch
+
+from stitchcuda import dynamic as D
+from stitchcuda import pipeline
+from stitchcuda import plan as P
+from tests.plan_sim import simulate
+
+MLP = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1 = nn.Linear(d, h)
+        self.ln = nn.LayerNorm(h)
+        self.fc2 = nn.Linear(h, d)
+
+    def forward(self, x):
+        y = self.fc2(torch.relu(self.ln(self.fc1(x))))
+        return y - y.mean(dim=0, keepdim=True)   # a mean over the dynamic dimension: 1 / batch
+
+batch_size = 8
+d = 16
+h = 32
+
+def get_inputs():
+    return [torch.randn(batch_size, d)]
+
+def get_init_inputs():
+    return [d, h]
+'''
+
+CONV = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv2d(3, c, 3, padding=1)
+        self.bn = nn.BatchNorm2d(c)           # training mode: statistics over the batch too
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(c * 4 * 4, 10)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn(self.conv(x))))
+        return self.fc(y.flatten(1))
+
+batch_size = 4
+c = 8
+
+def get_inputs():
+    return [torch.randn(batch_size, 3, 8, 8)]
+
+def get_init_inputs():
+    return [c]
+'''
+
+SEQ = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x, bias):
+        y = self.proj(x) + bias
+        w = torch.softmax(y, dim=1)           # over the sequence
+        return (w * y).sum(1) + x.mean(1)
+
+batch_size = 3
+seq_len = 10
+d = 8
+
+def get_inputs():
+    return [torch.randn(batch_size, seq_len, d), torch.randn(batch_size, 1, d)]
+
+def get_init_inputs():
+    return [d]
+'''
+
+
+def _write(tmp_path, name: str, text: str):
+    path = tmp_path / f"{name}.py"
+    path.write_text(text)
+    return path
+
+
+def _plan_direct(ref, sym: D.SymbolicPlan, values, precision):
+    sizes = {b.dim.variable: values[b.dim.name] for b in sym.bindings}
+    with D.Sizes(ref.module, sizes):
+        problem = pipeline.capture_problem(ref, precision=precision, weights=True, compiling=False)
+        return problem, problem.plan().to_dict()
+
+
+def _same_but_arena_and_costs(got: dict, want: dict) -> list[str]:
+    assert D.skeleton_key(got) == D.skeleton_key(want)
+    a, b = dict(D._leaves(got)), dict(D._leaves(want))
+    return [f"{'/'.join(map(str, k))}: {a[k]} != {b[k]}" for k in b
+            if a[k] != b[k] and not D._is_arena_offset(k) and not D._dont_care(b, k)]
+
+
+def _check_at(ref, sym, values, precision="fp32"):
+    """The symbolic plan at ``values``: as the planner's own, and right in the interpreter."""
+    problem, direct = _plan_direct(ref, sym, values, precision)
+    got = sym.instantiate(values)
+    assert _same_but_arena_and_costs(got, direct) == []
+    sizes = {b.dim.variable: values[b.dim.name] for b in sym.bindings}
+    with D.Sizes(ref.module, sizes):
+        model, inputs = ref.instantiate(seed=0)
+    plan = P.Plan.from_dict(got)
+    outs = simulate(plan, problem.weights, list(inputs))
+    model = copy.deepcopy(model).double()
+    with torch.no_grad():
+        want = model(*[x.double() for x in inputs])
+    want = want if isinstance(want, (tuple, list)) else [want]
+    for o, w in zip(outs, want):
+        assert tuple(o.shape) == tuple(w.shape)
+        assert not torch.isnan(o).any(), "output not fully written"
+        err = ((o.double() - w).abs() / (1 + w.abs())).max().item()
+        assert err < 1e-4, f"{D._fmt(values)}: error {err:.2e}"
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory):
+    path = _write(tmp_path_factory.mktemp("dyn"), "mlp", MLP)
+    ref, _, _ = pipeline.load_source(path, None)
+    return ref, D.plan_over(ref, ["batch=1:24"])
+
+
+def test_batch_of_an_mlp_is_one_plan_right_at_every_batch(mlp):
+    ref, sym = mlp
+    assert [p.axis for p in sym.bindings[0].places] == [0] and sym.bindings[0].dim.variable == "batch_size"
+    assert len(sym.buckets) <= 2, sym.describe()
+    for batch in (1, 2, 5, 7, 13, 19, 24):
+        _check_at(ref, sym, {"batch": batch})
+
+
+def test_a_conv_net_with_batch_statistics_over_a_dynamic_batch(tmp_path):
+    ref, _, _ = pipeline.load_source(_write(tmp_path, "conv", CONV), None)
+    sym = D.plan_over(ref, {"batch": (2, 9)})
+    for batch in (2, 3, 6, 9):
+        _check_at(ref, sym, {"batch": batch})
+
+
+def test_batch_and_sequence_together(tmp_path):
+    ref, _, _ = pipeline.load_source(_write(tmp_path, "seq", SEQ), None)
+    sym = D.plan_over(ref, ["batch=1:5", "seq=2:20"])
+    assert {b.dim.name: [(p.index, p.axis) for p in b.places] for b in sym.bindings} == \
+        {"batch": [(0, 0), (1, 0)], "seq": [(0, 1)]}
+    for values in ({"batch": 1, "seq": 2}, {"batch": 3, "seq": 11}, {"batch": 4, "seq": 17}, {"batch": 5, "seq": 20}):
+        _check_at(ref, sym, values)
+
+
+def test_guards_name_the_input_the_dimension_and_the_symbol(mlp):
+    _, sym = mlp
+    assert sym.values_of([(7, 16)]) == {"batch": 7}
+    with pytest.raises(D.DynamicShapeError) as e:
+        sym.values_of([(25, 16)])
+    msg = str(e.value)
+    assert "\n" not in msg and "x dimension 0 (batch) is 25" in msg and "1..24" in msg
+    with pytest.raises(D.DynamicShapeError):
+        sym.instantiate({"batch": 0})
+
+
+def test_two_inputs_that_disagree_on_a_symbol(tmp_path):
+    ref, _, _ = pipeline.load_source(_write(tmp_path, "seq", SEQ), None)
+    bindings = D.bind(ref, D.parse_dynamic(["batch=1:5"]), ["x", "bias"])
+    sym = D.SymbolicPlan(bindings, [D.Bucket({"batch": (1, 5)}, {})])
+    with pytest.raises(D.DynamicShapeError, match=r"batch: x dimension 0 is 3 but bias dimension 0 is 4"):
+        sym.values_of([(3, 10, 8), (4, 1, 8)])
+
+
+def test_a_divisibility_the_plan_needs_is_a_guard():
+    # a number that is seq / 4 at every sample is fitted with a fractional coefficient: the plan
+    # serves multiples of 4 only, and says so
+    samples = [({"seq": s}, s // 4) for s in (4, 8, 12, 20)]
+    poly = D.fit(["seq"], samples)
+    assert poly is not None and poly.divisors() == {"seq": 4}
+    bindings = (D.Binding(D.Dim("seq", 4, 20, "seq_len"), (D.Place(0, "tokens", 1),)),)
+    sym = D.SymbolicPlan(bindings, [D.Bucket({"seq": (4, 20)}, {}, {}, {"seq": 4})])
+    assert sym.values_of([(2, 12)]) == {"seq": 12}
+    with pytest.raises(D.DynamicShapeError, match=r"^tokens dimension 1 \(seq\) is 13: this program needs seq a "
+                                                   r"multiple of 4 there$"):
+        sym.values_of([(2, 13)])
+
+
+def test_fits_are_exact_or_refused():
+    p = D.fit(["b", "s"], [({"b": b, "s": s}, 3 * b * s + 7 * b + 2) for b in (1, 2, 5) for s in (3, 4, 9)])
+    assert p is not None and p({"b": 11, "s": 13}) == 3 * 11 * 13 + 7 * 11 + 2
+    assert ((("b", "s"), Fraction(3))) in p.terms
+    # a step (a count of 32-wide blocks) is no polynomial over a range that crosses a step
+    assert D.fit(["s"], [({"s": s}, -(-s // 32)) for s in (16, 40, 64, 100)]) is None
+    r = D.fit(["n"], [({"n": n}, 1.0 / (49 * n)) for n in (1, 3, 8)])
+    assert r is not None and r.inverse and r({"n": 6}) == pytest.approx(1 / 294)
+
+
+def test_plan_decisions_that_depend_on_the_shape_are_buckets():
+    # a structure that changes at 17: two buckets, split exactly there by bisection
+    def plan_at(v):
+        n = v["n"]
+        kind = "small" if n <= 16 else "large"
+        return {"tasks": [{"name": "t", "strategy": kind, "params": {"shape": [n, 4], "strides": [4, 1]}}],
+                "buffers": [], "arena_bytes": 64 * n}
+    bindings = (D.Binding(D.Dim("n", 1, 40, "n"), (D.Place(0, "x", 0),)),)
+    sym = D.generalise(bindings, plan_at)
+    assert [b.ranges["n"] for b in sym.buckets] == [(1, 16), (17, 40)]
+    assert sym.instantiate({"n": 23})["tasks"][0]["params"]["shape"] == [23, 4]
+    assert sym.instantiate({"n": 23})["arena_bytes"] == 64 * 40   # sized for the bucket's largest
+
+
+def test_specs_that_do_not_parse_or_name_nothing(mlp):
+    ref, _ = mlp
+    for bad, pattern in [("batch", "NAME=MIN:MAX"), ("batch=4:2", "1 <= MIN <= MAX"), ("batch=0:3", "1 <= MIN")]:
+        with pytest.raises(D.DynamicSpecError, match=pattern):
+            D.parse_dynamic([bad])
+    with pytest.raises(D.DynamicSpecError, match="no module-level integer 'tokens'"):
+        D.bind(ref, D.parse_dynamic(["tokens=1:8"]))
+    with pytest.raises(D.DynamicSpecError, match="no input dimension follows h"):
+        D.bind(ref, D.parse_dynamic(["h=8:16"]))
+
+
+def test_a_symbol_that_changes_the_parameters_is_refused(mlp):
+    ref, _ = mlp
+    with pytest.raises(D.GeneraliseError, match=r"weight fc1.weight's shape changes with d"):
+        D.plan_over(ref, ["d=8:16"])

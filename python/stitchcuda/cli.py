@@ -124,6 +124,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", type=checks.arch, help="target, e.g. sm_90 (default: the GPU's, else $STITCHCUDA_ARCH or sm_90)")
     p.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building the model (default 0)")
     p.add_argument("--no-compile", action="store_true", help="write the folder only")
+    p.add_argument("--dynamic", action="append", metavar="NAME=MIN:MAX", default=None,
+                   help="serve this dimension over a range (a module-level size of the reference, e.g. "
+                        "batch=2:64; repeatable): one program for every shape in range")
 
     p = add("optimize", "the loop: build, verify, then repair / optimize / replan until the budget ends", commands.optimize,
             "stitchcuda optimize models/gemm_row_sum.py --precision tf32 --budget 3m", commands.check_optimize)

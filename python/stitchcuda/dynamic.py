@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -360,6 +361,11 @@ class Bucket:
     largest: dict[str, Any]                 # the plan at the box's largest values
     fitted: dict[tuple, Poly] = field(default_factory=dict)
     divisors: dict[str, int] = field(default_factory=dict)
+    fitted_over: dict[str, tuple[int, int]] | None = None  # the box the fit was made on, where it is smaller
+
+    @property
+    def fit_ranges(self) -> dict[str, tuple[int, int]]:
+        return self.fitted_over or self.ranges
 
     def holds(self, values: Mapping[str, int]) -> bool:
         return all(lo <= values[s] <= hi for s, (lo, hi) in self.ranges.items())
@@ -539,12 +545,19 @@ def _split_by_fit(lo: int, hi: int, fits: Callable[[int, int], bool]) -> list[tu
     return out
 
 
-def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3) -> SymbolicPlan:
+def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3,
+               accept: Callable[[Mapping[str, int], dict[str, Any]], bool] | None = None) -> SymbolicPlan:
     """The plan over the bindings' symbols from ``plan_at(values)`` (a plan dict at those values).
 
     Each symbol's interval is cut, with the other symbols at their largest values, where the plan's
     structure changes and then where a number stops being one polynomial; the buckets are the boxes
-    of those intervals, each fitted and checked on its own grid (:func:`_fit_bucket`)."""
+    of those intervals, each fitted and checked on its own grid (:func:`_fit_bucket`).
+
+    ``accept(values, plan)``: whether a plan instantiated outside the box it was fitted on is right
+    at ``values`` (the plan interpreter against the reference). A bucket of one value at the bottom
+    of a symbol's range (batch 1, where the planner drops the dimension: another structure, the
+    same answer) joins the bucket above it when ``accept`` says that bucket's plan is right there at
+    every corner of the other symbols; one bucket serves both."""
     names = [b.dim.name for b in bindings]
     top = {b.dim.name: b.dim.hi for b in bindings}
     cache: dict[tuple, Mapping[str, Any]] = {}
@@ -573,6 +586,9 @@ def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3) 
 
     buckets = [_fit_bucket(names, dict(zip(names, box)), at, extra)
                for box in itertools.product(*(per_symbol[n] for n in names))]
+    if accept is not None:
+        for n in names:
+            buckets = _join_bottom(buckets, n, names, accept)
     first = buckets[0].largest.get("weights", [])
     for b in buckets[1:]:
         for w, v in zip(first, b.largest.get("weights", [])):
@@ -580,6 +596,28 @@ def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3) 
                 raise ParameterShapeError(f"weight {w.get('name')}'s shape changes with {', '.join(names)}: a dynamic "
                                           "dimension must leave the parameters alone")
     return SymbolicPlan(tuple(bindings), buckets)
+
+
+def _join_bottom(buckets: list[Bucket], n: str, names: Sequence[str],
+                 accept: Callable[[Mapping[str, int], dict[str, Any]], bool]) -> list[Bucket]:
+    """Each bucket of one value of ``n`` at the bottom of its range joined to the bucket above it
+    where that bucket's plan is accepted there (:func:`generalise`)."""
+    out = list(buckets)
+    for single in buckets:
+        lo, hi = single.ranges[n]
+        if lo != hi:
+            continue
+        others = {m: single.ranges[m] for m in names if m != n}
+        above = next((b for b in out if b.ranges[n][0] == lo + 1 and all(b.ranges[m] == r for m, r in others.items())),
+                     None)
+        if above is None or single not in out:
+            continue
+        corners = [dict(zip(others, c), **{n: lo}) for c in itertools.product(*({a, b} for a, b in others.values()))]
+        if all(accept(v, above.instantiate(v)) for v in corners):
+            above.fitted_over = dict(above.fit_ranges)
+            above.ranges = {**above.ranges, n: (lo, above.ranges[n][1])}
+            out.remove(single)
+    return out
 
 
 def _points(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], extra: int) -> list[dict[str, int]]:
@@ -610,25 +648,393 @@ def _grid(lo: int, hi: int, extra: int) -> list[int]:
 # ---------------------------------------------------------------------- from a reference
 
 
+class _Problems:
+    """A reference captured at values of its dynamic dimensions (each once), its plans there, and
+    whether a plan is right there (the plan interpreter against the reference in float64)."""
+
+    def __init__(self, ref: Any, bindings: Sequence[Binding], precision: str, *, seed: int = 0,
+                 arch: str | None = None, compiling: bool = False, constraints: Any = None,
+                 progress: Callable[[str], None] | None = None):
+        self.ref, self.bindings, self.precision, self.seed = ref, tuple(bindings), precision, seed
+        self.arch, self.compiling, self.constraints = arch, compiling, constraints
+        self.say = progress or (lambda text: None)
+        self.cache: dict[tuple, Any] = {}
+
+    def sizes(self, values: Mapping[str, int]) -> Sizes:
+        return Sizes(self.ref.module, {b.dim.variable: values[b.dim.name] for b in self.bindings})
+
+    def at(self, values: Mapping[str, int], weights: bool = False):
+        from . import pipeline
+
+        key = (tuple(values[b.dim.name] for b in self.bindings), weights)
+        if key not in self.cache:
+            with self.sizes(values):
+                self.cache[key] = pipeline.capture_problem(self.ref, precision=self.precision, weights=weights,
+                                                           seed=self.seed, arch=self.arch, compiling=self.compiling)
+        return self.cache[key]
+
+    def plan_at(self, values: Mapping[str, int]) -> Mapping[str, Any]:
+        self.say(f"plan at {_fmt(values)}")
+        return self.at(values).plan(self.constraints).to_dict()
+
+    def accept(self, values: Mapping[str, int], plan: dict[str, Any], tol: float = 1e-4) -> bool:
+        import copy
+
+        import torch
+
+        from . import plan as P
+        from .check.interp import simulate
+
+        with self.sizes(values):
+            model, inputs = self.ref.instantiate(seed=self.seed)
+        try:
+            outs = simulate(P.Plan.from_dict(plan), self.at(values, weights=True).weights,
+                            [x for x in inputs if isinstance(x, torch.Tensor)])
+        except Exception:  # noqa: BLE001 - a plan the interpreter cannot run there is not right there
+            return False
+        with torch.no_grad():
+            want = copy.deepcopy(model).double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                                   else x for x in inputs])
+        want = list(want) if isinstance(want, (tuple, list)) else [want]
+        for o, w in zip(outs, want):
+            if tuple(o.shape) != tuple(w.shape):
+                return False
+            o, w = o.double(), w.double()
+            if torch.isnan(o).any() and not torch.isnan(w).any():
+                return False
+            if ((o - w).abs() / (1 + w.abs())).nan_to_num(0.0).max().item() > tol:
+                return False
+        return True
+
+
 def plan_over(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, int]], *, precision: str = "fp32",
-              constraints: Any = None, progress: Callable[[str], None] | None = None) -> SymbolicPlan:
+              constraints: Any = None, seed: int = 0,
+              progress: Callable[[str], None] | None = None) -> SymbolicPlan:
     """Capture and plan ``reference`` (a path, ``kernelbench:L:ID`` or a Reference) at sample values of
     its dynamic dimensions and generalise (the module docstring). Needs PyTorch; compiles nothing."""
     from . import pipeline
 
     ref, _, _ = pipeline.load_source(reference, None)
-    bindings = bind(ref, parse_dynamic(dims))
-    say = progress or (lambda text: None)
+    problems = _Problems(ref, bind(ref, parse_dynamic(dims)), precision, seed=seed, constraints=constraints,
+                         progress=progress)
+    return _named(generalise(problems.bindings, problems.plan_at, accept=problems.accept))
 
-    def plan_at(values: Mapping[str, int]) -> Mapping[str, Any]:
-        sizes = {b.dim.variable: values[b.dim.name] for b in bindings}
-        say(f"plan at {_fmt(values)}")
-        with Sizes(ref.module, sizes):
-            problem = pipeline.capture_problem(ref, precision=precision, weights=False, compiling=False)
-            return problem.plan(constraints).to_dict()
 
-    sym = generalise(bindings, plan_at)
+def _named(sym: SymbolicPlan) -> SymbolicPlan:
+    """The bindings' places named after the plan's inputs."""
     names = [d["name"] for d in sym.buckets[-1].largest["inputs"]]
     sym.bindings = tuple(Binding(b.dim, tuple(Place(p.index, names[p.index] if p.index < len(names) else p.input,
                                                     p.axis) for p in b.places)) for b in sym.bindings)
     return sym
+
+
+# ---------------------------------------------------------------------- programs over symbols
+
+_SEGMENT = re.compile(r'R"(?P<d>\w*)\((?s:.*?)\)(?P=d)"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*(?s:.*?)\*/')
+_NUMBER = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][-+]?\d+)?f?|\d+[eE][-+]?\d+f?|\d+)(?![\w.])")
+_PROSE_NUMBER = re.compile(r"(?<!\w)(?<!\d\.)\d+(?:\.\d+)?(?!\w)")  # in strings and comments: "0..255", "1.5 ms"
+
+
+def _tokens(src: str) -> list[tuple[str, str]]:
+    """program.cu as (context, text) tokens: ``text`` between numbers, and numbers in ``code``,
+    ``raw`` (a raw string: the manifest's JSON), ``string`` or ``comment`` context."""
+    out: list[tuple[str, str]] = []
+
+    def split(text: str, ctx: str) -> None:
+        pos = 0
+        for m in (_NUMBER if ctx == "code" else _PROSE_NUMBER).finditer(text):
+            out.append(("text", text[pos:m.start()]))
+            out.append((ctx, m.group(0)))
+            pos = m.end()
+        out.append(("text", text[pos:]))
+
+    pos = 0
+    for m in _SEGMENT.finditer(src):
+        split(src[pos:m.start()], "code")
+        seg = m.group(0)
+        ctx = "raw" if seg.startswith('R"') else "string" if seg[0] in "\"'" else "comment"
+        split(seg, ctx)
+        pos = m.end()
+    split(src[pos:], "code")
+    return out
+
+
+def _number(text: str) -> int | float:
+    t = text[:-1] if text.endswith("f") else text
+    return float(t) if any(c in t for c in ".eE") else int(t)
+
+
+def _c_expr(poly: Poly, index: Mapping[str, int]) -> str:
+    """``poly`` as C++ over ``st_dyn[k]`` (int64_t; a fractional coefficient divides last: exact under
+    the divisibility guard that coefficient made)."""
+    parts = []
+    for mono, c in poly.terms:
+        if c == 0:
+            continue
+        factors = [f"st_dyn[{index[s]}]" for s in mono]
+        coef = [] if c.numerator == 1 and factors else [f"int64_t({c.numerator})"]
+        body = " * ".join([*coef, *factors])
+        parts.append(f"({body}) / {c.denominator}" if c.denominator != 1 else body)
+    expr = " + ".join(parts) or "int64_t(0)"
+    if poly.inverse:
+        return f"(1.0 / double({expr}))"
+    return expr if len(parts) == 1 and " " not in expr else f"({expr})"
+
+
+def _text_expr(poly: Poly) -> str:
+    return str(poly).replace(" * ", "*")
+
+
+@dataclass(frozen=True)
+class DynamicSource:
+    """A program over symbols: its source, and each input's and output's shape as expressions."""
+
+    program_cu: str
+    inputs: tuple[tuple[int | str, ...], ...]
+    outputs: tuple[tuple[int | str, ...], ...]
+
+
+def generalise_source(sym: SymbolicPlan, render_at: Callable[[Mapping[str, int]], str], *,
+                      extra: int = 3, checks: int = 2) -> tuple[str, dict[str, int]]:
+    """program.cu over the symbols of a one-bucket plan: the Coder's program rendered at the bucket's
+    fit points (from :meth:`SymbolicPlan.instantiate`), then every number that differs between the
+    renders fitted as in :func:`_fit_bucket` and written as an expression of the run's symbols (C++
+    ``st_dyn[k]``; in the manifest's JSON a quoted expression, in strings and comments the
+    expression's text). Every render must be the same text but for numbers; a number no polynomial
+    reproduces is a GeneraliseError naming its line; the fit is then checked against the Coder's own
+    program at ``checks`` random values it was not made from. Returns the source and what each symbol
+    must be a multiple of for its numbers to be whole (the bucket's guards and the code's own)."""
+    if len(sym.buckets) != 1:
+        raise GeneraliseError(f"{len(sym.buckets)} buckets ({'; '.join(_box(b) for b in sym.buckets)}): a program "
+                              "over several buckets is not generated yet; narrow the range to one of them")
+    bucket = sym.buckets[0]
+    names = list(sym.names)
+    index = {n: k for k, n in enumerate(names)}
+    points = _points(names, bucket.fit_ranges, extra)
+    renders = [(v, _tokens(render_at(v))) for v in points]
+    top = {n: hi for n, (lo, hi) in bucket.fit_ranges.items()}
+    base = next(t for v, t in renders if v == top)
+    for v, toks in renders:
+        bad = next((i for i, (a, b) in enumerate(zip(toks, base))
+                    if a[0] != b[0] or (a[0] == "text" and a[1] != b[1])), None)
+        if bad is not None or len(toks) != len(base):
+            i = bad if bad is not None else min(len(toks), len(base)) - 1
+            line = 1 + sum(t.count("\n") for _, t in base[:i])
+            show = lambda ts: "".join(t for _, t in ts[max(0, i - 3):i + 2]).strip().replace("\n", " | ")[:160]
+            raise GeneraliseError(f"program.cu at {_fmt(v)} differs from the one at {_fmt(top)} in more than its "
+                                  f"numbers (line {line}: {show(toks)!r} against {show(base)!r}): the Coder made "
+                                  "another choice there")
+    out: list[str] = []
+    need = dict(bucket.divisors)
+    polys: dict[int, Poly] = {}
+    line = 1
+    for i, (ctx, text) in enumerate(base):
+        if ctx == "text" or all(toks[i][1] == text for _, toks in renders):
+            out.append(text)
+            line += text.count("\n")
+            continue
+        samples = [(v, _number(toks[i][1])) for v, toks in renders]
+        active = [n for n in names if len({v[n] for v, _ in samples}) > 1]
+        poly = fit(active, samples)
+        if poly is None:
+            shown = ", ".join(f"{y} at {_fmt(v)}" for v, y in samples[:4])
+            raise GeneraliseError(f"program.cu line {line}: {text} is no polynomial of {', '.join(active)} "
+                                  f"({shown}, ...)")
+        polys[i] = poly
+        for sym_name, q in poly.divisors().items():
+            need[sym_name] = math.lcm(need.get(sym_name, 1), q)
+        if ctx == "code":
+            expr = _c_expr(poly, index)
+            out.append(f"static_cast<float>{expr}" if text.endswith("f") and poly.is_float else expr)
+        elif ctx == "raw":
+            out.append(f'"{_text_expr(poly)}"')
+        else:
+            out.append(_text_expr(poly))
+    # checked where nothing was fitted: the Coder's own program at values between the fit points has
+    # every number the fitted expressions give there (a guard-breaking value is not a check)
+    rng = random.Random(0)
+    for _ in range(checks):
+        v = {n: rng.randint(lo, hi) for n, (lo, hi) in bucket.fit_ranges.items()}
+        if any(v[n] % q for n, q in need.items()) or v in points:
+            continue
+        toks = _tokens(render_at(v))
+        if len(toks) != len(base) or any(a[0] != b[0] or (a[0] == "text" and a[1] != b[1]) for a, b in zip(toks, base)):
+            raise GeneraliseError(f"program.cu at {_fmt(v)} differs from the fitted one in more than its numbers")
+        for i, (ctx, text) in enumerate(base):
+            if ctx == "text":
+                continue
+            got = _number(toks[i][1])
+            want = polys[i](v) if i in polys else _number(text)
+            if not (math.isclose(got, want, rel_tol=1e-6) if isinstance(want, float) else got == want):
+                line = 1 + sum(t.count("\n") for _, t in base[:i])
+                raise GeneraliseError(f"program.cu line {line}: {toks[i][1]} at {_fmt(v)}, but the fit gives {want}")
+    return "".join(out), need
+
+
+def _box(b: Bucket) -> str:
+    return ", ".join(f"{s} {lo}..{hi}" for s, (lo, hi) in b.ranges.items())
+
+
+def _glue(src: str, sym: SymbolicPlan, input_names: Sequence[str], name: str, divisors: Mapping[str, int]) -> str:
+    """The run-time part of a program over symbols: ``st_dyn`` (the symbols' values, the largest
+    while the program is created), set and checked at the top of ``st_program_run`` from the inputs'
+    shapes (one-line errors naming the input, the dimension and the symbol), and the symbols in the
+    CUDA graph key, so each shape captures and replays its own graph."""
+    n = len(sym.bindings)
+    tops = ", ".join(str(b.dim.hi) for b in sym.bindings)
+    names = ", ".join(b.dim.name for b in sym.bindings)
+    decl = (f"\nnamespace {{\n\n// The dynamic dimensions of a run ({names}): read from the inputs' shapes and checked by\n"
+            f"// st_program_run before anything else; their largest values while the program is created.\n"
+            f"constexpr int kDynSyms = {n};\nconstexpr int64_t kDynLargest[{n}] = {{{tops}}};\n"
+            f"thread_local int64_t st_dyn[{n}] = {{{tops}}};\n\n}}  // namespace\n")
+    at = src.find("\nnamespace {\n")  # the first: after the program's includes, before any use
+    if at < 0:
+        raise GeneraliseError("program.cu has no anonymous namespace to put the dynamic dimensions before")
+    src = src[:at] + decl + src[at:]
+
+    def edit(old: str, new: str) -> None:
+        nonlocal src
+        if src.count(old) != 1:
+            raise GeneraliseError(f"program.cu: expected one {old.strip()!r} to extend for dynamic dimensions")
+        src = src.replace(old, new)
+
+    edit("  if (!out) return fail(ST_ERR_INVALID_ARGUMENT, ",
+         "  for (int k = 0; k < kDynSyms; ++k) st_dyn[k] = kDynLargest[k];  // created at the largest shape\n"
+         "  if (!out) return fail(ST_ERR_INVALID_ARGUMENT, ")
+    edit("constexpr int kGraphKeys = kNumInputs + kNumOutputs + 1;",
+         "constexpr int kGraphKeys = kNumInputs + kNumOutputs + kDynSyms + 1;")
+    edit("  for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];\n",
+         "  for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];\n"
+         "  for (int k = 0; k < kDynSyms; ++k)  // a shape is a graph of its own\n"
+         "    key[kNumInputs + kNumOutputs + k] = reinterpret_cast<const void*>(static_cast<intptr_t>(st_dyn[k]));\n")
+    lines = ["  // dynamic dimensions: each read where it sits, checked against its other places, its range and",
+             "  // what it must be a multiple of", "  char dyn_msg[320];"]
+    for k, b in enumerate(sym.bindings):
+        d, first = b.dim, b.places[0]
+        where = f"input {first.index} '{input_names[first.index]}' dimension {first.axis} ({d.name})"
+        lines += [
+            f"  if (n_in > {first.index} && in[{first.index}].ndim <= {first.axis})",
+            f"    return fail(ST_ERR_INVALID_ARGUMENT, \"{name}: run: input {first.index} '{input_names[first.index]}' "
+            f"has too few dimensions: dimension {first.axis} is {d.name}\");",
+            f"  st_dyn[{k}] = in[{first.index}].shape[{first.axis}];",
+            f"  if (st_dyn[{k}] < {d.lo} || st_dyn[{k}] > {d.hi}) {{",
+            f"    std::snprintf(dyn_msg, sizeof dyn_msg, \"{name}: run: {where} is %lld: this program serves "
+            f"{d.name} {d.lo}..{d.hi}\", static_cast<long long>(st_dyn[{k}]));",
+            "    return fail(ST_ERR_INVALID_ARGUMENT, dyn_msg);", "  }"]
+        q = divisors.get(d.name, 1)
+        if q > 1:
+            lines += [f"  if (st_dyn[{k}] % {q} != 0) {{",
+                      f"    std::snprintf(dyn_msg, sizeof dyn_msg, \"{name}: run: {where} is %lld: this program needs "
+                      f"{d.name} a multiple of {q}\", static_cast<long long>(st_dyn[{k}]));",
+                      "    return fail(ST_ERR_INVALID_ARGUMENT, dyn_msg);", "  }"]
+        for p in b.places[1:]:
+            lines += [
+                f"  if (in[{p.index}].ndim <= {p.axis} || in[{p.index}].shape[{p.axis}] != st_dyn[{k}]) {{",
+                f"    std::snprintf(dyn_msg, sizeof dyn_msg, \"{name}: run: {d.name}: input {first.index} "
+                f"'{input_names[first.index]}' dimension {first.axis} is %lld but input {p.index} "
+                f"'{input_names[p.index]}' dimension {p.axis} is %lld (both are {d.name})\", "
+                f"static_cast<long long>(st_dyn[{k}]), static_cast<long long>(in[{p.index}].ndim > {p.axis} ? "
+                f"in[{p.index}].shape[{p.axis}] : -1));",
+                "    return fail(ST_ERR_INVALID_ARGUMENT, dyn_msg);", "  }"]
+    run = src.find("ST_API st_status st_program_run(")
+    first_check = src.find("  const int64_t si0[] =", run)
+    if run < 0 or first_check < 0:
+        raise GeneraliseError("program.cu: st_program_run's input checks not found")
+    src = src[:first_check] + "\n".join(lines) + "\n" + src[first_check:]
+    if "#include <cstdio>" not in src:
+        src = src.replace("#include <cstdint>\n", "#include <cstdint>\n#include <cstdio>\n", 1)
+    return src
+
+
+def _at_create(plan: dict[str, Any], largest: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` as a program over symbols runs it: the tasks of the create phase and the constants
+    they fill as at the largest shape (the symbols' values while the program is created)."""
+    out = json.loads(json.dumps(plan))
+    out["tasks"] = [lt if lt.get("phase") == "create" else t for t, lt in zip(out["tasks"], largest["tasks"])]
+    out["buffers"] = [lb if lb.get("kind") == "const" else b for b, lb in zip(out["buffers"], largest["buffers"])]
+    return out
+
+
+def _check_create(sym: SymbolicPlan, problems: "_Problems") -> None:
+    """A create-phase task or constant whose numbers depend on the symbols runs once, at the largest
+    shape: served only where the plan interpreter finds every run right with those constants (a
+    causal mask's block map broadcast over the batch, say), at the bucket's corners and middle."""
+    bucket = sym.buckets[0]
+    tasks, buffers = bucket.largest["tasks"], bucket.largest["buffers"]
+    moved = sorted({tasks[p[1]]["name"] for p in bucket.fitted if p[0] == "tasks" and tasks[p[1]].get("phase") == "create"}
+                   | {buffers[p[1]]["name"] for p in bucket.fitted if p[0] == "buffers"
+                      and buffers[p[1]].get("kind") == "const"})
+    if not moved:
+        return
+    names = list(sym.names)
+    box = bucket.ranges
+    points = [dict(zip(names, c)) for c in itertools.product(*({lo, hi} for lo, hi in (box[n] for n in names)))]
+    points.append({n: (box[n][0] + box[n][1]) // 2 for n in names})
+    for v in points:
+        if not problems.accept(v, _at_create(bucket.instantiate(v), bucket.largest)):
+            raise GeneraliseError(f"{', '.join(moved)} (made once, when the program is created) depend on "
+                                  f"{', '.join(names)} and are not right at {_fmt(v)} as made at the largest shape")
+
+
+def _shape_exprs(bucket: Bucket, key: str) -> tuple[tuple[int | str, ...], ...]:
+    out = []
+    for i, spec in enumerate(bucket.largest[key]):
+        dims = []
+        for j, x in enumerate(spec["shape"]):
+            poly = bucket.fitted.get((key, i, "shape", j))
+            dims.append(x if poly is None else _text_expr(poly))
+        out.append(tuple(dims))
+    return tuple(out)
+
+
+def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, int]], *, precision: str = "fp32",
+                  out: Any, arch: str | None = None, seed: int = 0, compile: bool = True, cache: Any = None,
+                  progress: Callable[[str], None] | None = None):
+    """A program folder serving the dynamic dimensions ``dims`` (``["batch=1:64"]``): the plan over
+    symbols (:func:`generalise`), its program (:func:`generalise_source` and the run-time glue), the
+    manifest's ``dynamic`` block, weights drawn once (no dimension may change them), compiled.
+    Returns the pipeline's BuildOutcome; the folder's ``plan.json`` is the plan at the largest shape
+    and ``plan.dynamic.txt`` says how the plan depends on the symbols."""
+    import dataclasses as dc
+
+    from . import code as coder
+    from . import manifest as mf
+    from . import pipeline
+    from . import plan as P
+
+    ref, _, text = pipeline.load_source(reference, None)
+    say = progress or (lambda stage: None)
+    problems = _Problems(ref, bind(ref, parse_dynamic(dims)), precision, seed=seed, arch=arch, compiling=compile)
+    problem_at = problems.at
+
+    say("plan")
+    sym = _named(generalise(problems.bindings, problems.plan_at, accept=problems.accept))
+    top = {b.dim.name: b.dim.hi for b in sym.bindings}
+    input_names = [x["name"] for x in sym.buckets[-1].largest["inputs"]]
+    if len(sym.buckets) != 1:
+        raise GeneraliseError(f"{len(sym.buckets)} buckets ({'; '.join(_box(b) for b in sym.buckets)}): a program "
+                              "over several buckets is not generated yet; narrow the range to one of them")
+    bucket = sym.buckets[0]
+    _check_create(sym, problems)
+
+    def render_at(values: Mapping[str, int]) -> str:
+        return problem_at(values).code(P.Plan.from_dict(sym.instantiate(values))).program_cu
+
+    say("code")
+    name = bucket.largest["name"]
+    src, divisors = generalise_source(sym, render_at)
+    src = _glue(src, sym, input_names, name, divisors)
+    final = problem_at(top, weights=True)
+    plan = P.Plan.from_dict(sym.instantiate(top))
+    ps = final.code(plan)
+    dyn = mf.Dynamic(
+        tuple(mf.DynamicDim(b.dim.name, b.dim.lo, b.dim.hi, tuple((p.input, p.axis) for p in b.places),
+                            divisors.get(b.dim.name, 1)) for b in sym.bindings),
+        _shape_exprs(bucket, "inputs"), _shape_exprs(bucket, "outputs"))
+    manifest = dc.replace(ps.manifest, source_hash=mf.hash_source(src), dynamic=dyn,
+                          generator=f"{ps.manifest.generator}, over {', '.join(str(b.dim) for b in sym.bindings)}")
+    outcome = pipeline.write_program(plan, coder.ProgramSource(src, manifest, ps.weights), final.weights, out,
+                                     reference_text=text, compile=compile, cache=cache, progress=progress)
+    if outcome.ok:
+        (outcome.directory / "plan.dynamic.txt").write_text(sym.describe() + "\n", encoding="utf-8")
+    return outcome

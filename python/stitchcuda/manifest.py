@@ -36,13 +36,15 @@ problem (``run/mlp/manifest.json: inputs[0].shape: expected a list of non-negati
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import json
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from . import dtypes as _dtypes
 from .errors import ArgumentError
@@ -190,6 +192,97 @@ class ReferenceOp:
         return dataclasses.asdict(self)
 
 
+class ShapeError(ArgumentError):
+    """Tensors whose shapes a dynamic program does not serve (a range or divisibility guard)."""
+
+
+def eval_dim(expr: int | str, values: Mapping[str, int]) -> int:
+    """A dimension of a dynamic shape at the symbols' ``values``: an integer, or an expression of
+    the symbols with integers, ``+ - * /`` and parentheses (``4*batch*seq + 2``); ``/`` divides
+    exactly (the program's divisibility guards make it so)."""
+    if isinstance(expr, int):
+        return expr
+    node = ast.parse(expr, mode="eval").body
+
+    def ev(n: ast.AST) -> Fraction:
+        if isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool):
+            return Fraction(n.value)
+        if isinstance(n, ast.Name) and n.id in values:
+            return Fraction(values[n.id])
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            a, b = ev(n.left), ev(n.right)
+            return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(n.op)) if not isinstance(n.op, ast.Div) \
+                else a / b
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        raise ValueError(f"not a dimension expression: {expr!r}")
+
+    v = ev(node)
+    if v.denominator != 1:
+        raise ShapeError(f"{expr} is not a whole number at " + ", ".join(f"{k}={x}" for k, x in values.items()))
+    return int(v)
+
+
+@dataclass(frozen=True)
+class DynamicDim:
+    """A dimension the program serves over a range: where it sits (input name, axis), its range,
+    and what it must be a multiple of."""
+
+    name: str
+    min: int
+    max: int
+    places: tuple[tuple[str, int], ...]
+    multiple_of: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "min": self.min, "max": self.max, "places": [list(p) for p in self.places],
+                **({"multiple_of": self.multiple_of} if self.multiple_of != 1 else {})}
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """A dynamic program's dimensions, and its inputs' and outputs' shapes over them (an integer or
+    an expression a dimension; the tensors' own ``shape`` is the largest)."""
+
+    dims: tuple[DynamicDim, ...]
+    inputs: tuple[tuple[int | str, ...], ...]
+    outputs: tuple[tuple[int | str, ...], ...]
+
+    def values(self, names: Sequence[str], shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+        """The dimensions' values read from input shapes (inputs named ``names``); ShapeError of one
+        line naming the input, the dimension and the symbol when a guard does not hold."""
+        at = {n: i for i, n in enumerate(names)}
+        out: dict[str, int] = {}
+        for d in self.dims:
+            first: tuple[str, int, int] | None = None
+            for inp, axis in d.places:
+                shape = shapes[at[inp]]
+                if axis >= len(shape):
+                    raise ShapeError(f"input '{inp}' has {len(shape)} dimension(s); dimension {axis} is {d.name}")
+                v = int(shape[axis])
+                if first is not None and v != first[2]:
+                    raise ShapeError(f"{d.name}: input '{first[0]}' dimension {first[1]} is {first[2]} but input "
+                                     f"'{inp}' dimension {axis} is {v} (both are {d.name})")
+                first = first or (inp, axis, v)
+            assert first is not None
+            inp, axis, v = first
+            if not d.min <= v <= d.max:
+                raise ShapeError(f"input '{inp}' dimension {axis} ({d.name}) is {v}: this program serves "
+                                 f"{d.name} {d.min}..{d.max}")
+            if v % d.multiple_of:
+                raise ShapeError(f"input '{inp}' dimension {axis} ({d.name}) is {v}: this program needs {d.name} a "
+                                 f"multiple of {d.multiple_of}")
+            out[d.name] = v
+        return out
+
+    def shape(self, dims: Sequence[int | str], values: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(eval_dim(x, values) for x in dims)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dims": [d.to_dict() for d in self.dims], "inputs": [list(s) for s in self.inputs],
+                "outputs": [list(s) for s in self.outputs]}
+
+
 @dataclass(frozen=True)
 class Manifest:
     name: str
@@ -208,6 +301,7 @@ class Manifest:
     version: int = FORMAT_VERSION
     generator: str = ""  # what wrote program.cu (the Coder, or a person)
     state: tuple[CarriedState, ...] = ()
+    dynamic: Dynamic | None = None  # dimensions served over a range (None: the shapes above only)
 
     # -------------------------------------------------------------- provenance
 
@@ -244,6 +338,7 @@ class Manifest:
             "reference_ops": [o.to_dict() for o in self.reference_ops],
             **({"state": [st.to_dict() for st in self.state]} if self.state else {}),
             **({"generator": self.generator} if self.generator else {}),
+            **({"dynamic": self.dynamic.to_dict()} if self.dynamic else {}),
         }
 
     def to_json(self) -> str:
@@ -506,10 +601,56 @@ class _ManifestReader:
                     for i, v in enumerate(self.array(d.get("reference_ops", []), "reference_ops")))
         _unique((o.node for o in ops), "reference_ops", "node", self)
 
+        dynamic = self.dynamic(d["dynamic"], inputs, outputs) if "dynamic" in d else None
         return Manifest(name=name, precision=precision, arch=arch, source_hash=source_hash,
                         reference=reference, inputs=inputs, outputs=outputs, weights=weights,
                         lifted_random=lifted, tasks=tasks, reference_ops=ops, state=state,
-                        generator=self.string(d.get("generator", ""), "generator", nonempty=False))
+                        generator=self.string(d.get("generator", ""), "generator", nonempty=False),
+                        dynamic=dynamic)
+
+    def dynamic(self, v: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> Dynamic:
+        d = self.obj(v, "dynamic")
+        names = {t.name: t for t in inputs}
+        dims = []
+        for i, e in enumerate(self.array(self.req(d, "dims", "dynamic"), "dynamic.dims")):
+            w = f"dynamic.dims[{i}]"
+            e = self.obj(e, w)
+            lo, hi = self.count(self.req(e, "min", w), f"{w}.min"), self.count(self.req(e, "max", w), f"{w}.max")
+            if not 1 <= lo <= hi:
+                raise self.fail(w, f"expected 1 <= min <= max, got {lo}..{hi}")
+            places = []
+            for j, pl in enumerate(self.array(self.req(e, "places", w), f"{w}.places")):
+                if not (isinstance(pl, list) and len(pl) == 2 and pl[0] in names and isinstance(pl[1], int)
+                        and 0 <= pl[1] < len(names[pl[0]].shape)):
+                    raise self.fail(f"{w}.places[{j}]", f"expected [input name, axis], got {_show(pl)}")
+                places.append((pl[0], pl[1]))
+            if not places:
+                raise self.fail(f"{w}.places", "a dynamic dimension sits somewhere in the inputs")
+            dims.append(DynamicDim(self.string(self.req(e, "name", w), f"{w}.name"), lo, hi, tuple(places),
+                                   self.count(e.get("multiple_of", 1), f"{w}.multiple_of") or 1))
+        symbols = {x.name: x.max for x in dims}
+
+        def shapes(key: str, specs: tuple[TensorSpec, ...]) -> tuple[tuple[int | str, ...], ...]:
+            raw = self.array(self.req(d, key, "dynamic"), f"dynamic.{key}")
+            if len(raw) != len(specs):
+                raise self.fail(f"dynamic.{key}", f"expected {len(specs)} shape(s), got {len(raw)}")
+            out = []
+            for i, (sh, spec) in enumerate(zip(raw, specs)):
+                w = f"dynamic.{key}[{i}]"
+                if not isinstance(sh, list) or len(sh) != len(spec.shape):
+                    raise self.fail(w, f"expected {len(spec.shape)} dimension(s), got {_show(sh)}")
+                for x, largest in zip(sh, spec.shape):
+                    try:
+                        ok = eval_dim(x, symbols) == largest
+                    except (ValueError, SyntaxError, ShapeError):
+                        ok = False
+                    if isinstance(x, bool) or not isinstance(x, (int, str)) or not ok:
+                        raise self.fail(w, f"{_show(x)} is not an expression of {', '.join(symbols)} that is "
+                                           f"{largest} at their largest")
+                out.append(tuple(sh))
+            return tuple(out)
+
+        return Dynamic(tuple(dims), shapes("inputs", inputs), shapes("outputs", outputs))
 
 
 def _unique(names, where: str, what: str, p: _ManifestReader) -> None:
@@ -604,7 +745,7 @@ def load_program_dir(path: str | Path, *, require_weights: bool = False) -> Prog
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "ABI_VERSION", "PRECISIONS", "DTYPE_SIZES", "KNOWN_STRATEGIES",
     "PROGRAM_SOURCE", "MANIFEST_FILE", "WEIGHTS_FILE", "LIBRARY_FILE",
-    "ManifestError", "TensorSpec", "KernelBenchRef", "ReferenceSource", "RandomInput", "CarriedState", "TaskRecord",
-    "ReferenceOp", "Manifest", "ProgramDir",
+    "ManifestError", "ShapeError", "Dynamic", "DynamicDim", "eval_dim", "TensorSpec", "KernelBenchRef",
+    "ReferenceSource", "RandomInput", "CarriedState", "TaskRecord", "ReferenceOp", "Manifest", "ProgramDir",
     "hash_source", "same_hash", "load_program_dir", "check_weights_file",
 ]

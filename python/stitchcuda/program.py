@@ -57,8 +57,8 @@ def _is_numpy(x: Any) -> bool:
     return type(x).__module__.split(".")[0] == "numpy"
 
 
-def _spec(t: mf.TensorSpec) -> str:
-    return f"{t.dtype}[{', '.join(map(str, t.shape))}]"
+def _spec(t: mf.TensorSpec, shape: Sequence[int] | None = None) -> str:
+    return f"{t.dtype}[{', '.join(map(str, t.shape if shape is None else shape))}]"
 
 
 class Program:
@@ -162,14 +162,31 @@ class Program:
         if len(tensors) != len(specs):
             names = ", ".join(f"{s.name}: {_spec(s)}" for s in specs)
             raise ProgramError(f"{self.manifest.name}: expected {len(specs)} input(s) ({names}), got {len(tensors)}")
-        for i, (t, s) in enumerate(zip(tensors, specs)):
+        want = [tuple(s.shape) for s in specs]
+        dyn = self.manifest.dynamic
+        if dyn is not None and all(getattr(t, "shape", None) is not None for t in tensors):
+            try:
+                values = dyn.values([s.name for s in specs], [tuple(int(d) for d in t.shape) for t in tensors])
+            except mf.ShapeError as e:
+                raise ProgramError(f"{self.manifest.name}: {e}") from None
+            want = [dyn.shape(dims, values) for dims in dyn.inputs]
+        for i, (t, s, w) in enumerate(zip(tensors, specs, want)):
             shape = getattr(t, "shape", None)
             dtype = _dtype_name(t)
-            if shape is not None and tuple(int(d) for d in shape) != tuple(s.shape) or \
+            if shape is not None and tuple(int(d) for d in shape) != w or \
                     dtype is not None and dtype != s.dtype:
                 got = f"{dtype or '?'}[{', '.join(map(str, shape)) if shape is not None else '?'}]"
-                raise ProgramError(f"{self.manifest.name}: input {i} '{s.name}': expected {_spec(s)}, got {got} "
-                                   "(a program is specialised to the shapes it was built for)")
+                raise ProgramError(f"{self.manifest.name}: input {i} '{s.name}': expected {_spec(s, w)}, got {got} "
+                                   "(a program is specialised to the shapes it was built for"
+                                   + (", but for its dynamic dimensions)" if dyn is not None else ")"))
+
+    def output_shapes(self, tensors: Sequence[Any]) -> list[tuple[int, ...]]:
+        """The outputs' shapes for these inputs (the manifest's, or over a dynamic program's dimensions)."""
+        dyn = self.manifest.dynamic
+        if dyn is None:
+            return [tuple(s.shape) for s in self.outputs]
+        values = dyn.values([s.name for s in self.inputs], [tuple(int(d) for d in t.shape) for t in tensors])
+        return [dyn.shape(dims, values) for dims in dyn.outputs]
 
     def __call__(self, *tensors: Any, out: Sequence[Any] | None = None, stream: int | None = None,
                  device: int | None = None):
@@ -187,17 +204,17 @@ class Program:
             outs, tensors, device = self._rt_io(tensors, out, device)
             stream = 0 if stream is None else stream
         if out is not None:
-            self._check_outputs(out)
+            self._check_outputs(out, self.output_shapes(tensors))
         self.instance(device).run(list(tensors), list(outs), stream=int(stream))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _check_outputs(self, out: Sequence[Any]) -> None:
+    def _check_outputs(self, out: Sequence[Any], shapes: Sequence[tuple[int, ...]]) -> None:
         if len(out) != len(self.outputs):
             raise ProgramError(f"{self.manifest.name}: expected {len(self.outputs)} output buffer(s), got {len(out)}")
-        for i, (t, s) in enumerate(zip(out, self.outputs)):
+        for i, (t, s, w) in enumerate(zip(out, self.outputs, shapes)):
             shape, dtype = getattr(t, "shape", None), _dtype_name(t)
-            if shape is not None and tuple(shape) != tuple(s.shape) or dtype is not None and dtype != s.dtype:
-                raise ProgramError(f"{self.manifest.name}: output {i} '{s.name}': expected {_spec(s)}")
+            if shape is not None and tuple(shape) != w or dtype is not None and dtype != s.dtype:
+                raise ProgramError(f"{self.manifest.name}: output {i} '{s.name}': expected {_spec(s, w)}")
 
     def _torch_io(self, tensors, out, stream, device):
         torch = sys.modules["torch"]
@@ -210,7 +227,8 @@ class Program:
                 t = torch.from_dlpack(t) if hasattr(t, "__dlpack__") and not _is_numpy(t) else torch.as_tensor(t)
             ins.append(t.to(dev).contiguous())
         outs = list(out) if out is not None else [
-            torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=dev) for s in self.outputs]
+            torch.empty(shape, dtype=getattr(torch, s.dtype), device=dev)
+            for s, shape in zip(self.outputs, self.output_shapes(tensors))]
         if stream is None:
             stream = torch.cuda.current_stream(dev).cuda_stream
         return outs, stream, dev.index or 0, ins
@@ -222,11 +240,12 @@ class Program:
             if _is_numpy(t):
                 import numpy as np
 
-                d = rt.DeviceTensor(list(s.shape), s.dtype)
+                d = rt.DeviceTensor(list(t.shape), s.dtype)
                 rt.h2d(d, np.ascontiguousarray(t))
                 t = d
             ins.append(t)
-        outs = list(out) if out is not None else [rt.DeviceTensor(list(s.shape), s.dtype) for s in self.outputs]
+        outs = list(out) if out is not None else [rt.DeviceTensor(list(shape), s.dtype)
+                                                  for s, shape in zip(self.outputs, self.output_shapes(tensors))]
         return outs, ins, device
 
     def save_tuning(self) -> Path:

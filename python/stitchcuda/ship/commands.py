@@ -140,7 +140,8 @@ def build(args: argparse.Namespace, ui: UI) -> int:
 
     with ui.step("build") as step:
         o = build_program(args.reference, precision=args.precision, out=args.out, arch=args.arch, seed=args.seed,
-                          compile=not args.no_compile, quiet=True, progress=step)
+                          compile=not args.no_compile, quiet=True, progress=step,
+                          dynamic=getattr(args, "dynamic", None))
     m = o.manifest
     ui.table(f"plan: {m.name} ({m.precision}, {m.arch}), {len(m.tasks)} task(s)",
              ["task", "strategy", "covers", "MFLOP", "MB moved"],
@@ -160,6 +161,11 @@ def build(args: argparse.Namespace, ui: UI) -> int:
         ui.result({**data, "ok": False, "error": first})
         return errors.FAILED
     _warn_memory(m, ui)
+    if m.dynamic is not None:
+        ui.line("dynamic: " + "; ".join(
+            f"{d.name} {d.min}..{d.max}" + (f" (multiples of {d.multiple_of})" if d.multiple_of > 1 else "")
+            + " at " + ", ".join(f"{i}[{a}]" for i, a in d.places) for d in m.dynamic.dims)
+            + f"; outputs {', '.join(str(list(s)) for s in m.dynamic.outputs)}")
     how = "not compiled" if b is None else ("from the build cache" if b.cached else f"compiled in {b.seconds:.1f} s")
     ui.line(f"program {m.name} written to {o.directory} (library {how}; total {o.seconds.get('total', 0):.1f} s)")
     for st in m.state:

@@ -1,0 +1,81 @@
+"""Dynamic programs on the GPU: one program run at every batch size of its range, against the reference.
+
+Each reference of tests/test_dynamic.py (a conv net with batch statistics; an MLP with a mean over the
+batch) and models/gpt_block.py is built once over a batch range (``build_program(..., dynamic=...)``),
+loaded with ``Program.load`` and called at several batch sizes in one process — each a shape of its
+own, so each captures its own CUDA graph — and compared with the reference model at that size
+(fp32 programs to 1e-4 of float64, tf32 to 1e-2). A size out of range and inputs that disagree on the
+batch are refused by the Python check and, called past it, by the program's own check, each with
+one line naming the input, the dimension and the symbol.
+Run with ``pytest -m gpu tests/gpu/test_dynamic_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stitchcuda import dynamic as D  # noqa: E402
+from stitchcuda import frontend  # noqa: E402
+from stitchcuda.pipeline import build_program  # noqa: E402
+from stitchcuda.program import Program, ProgramError  # noqa: E402
+from tests.test_dynamic import CONV, MLP  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _arch() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def _build(tmp_path, name, text_or_path, dims, precision):
+    path = text_or_path if isinstance(text_or_path, Path) else tmp_path / f"{name}.py"
+    if not isinstance(text_or_path, Path):
+        path.write_text(text_or_path)
+    o = build_program(path, precision=precision, out=tmp_path / f"{name}-prog", quiet=True, dynamic=dims,
+                      arch=_arch())
+    assert o.ok, o.build.message if o.build else ""
+    return frontend.load_reference(path), Program.load(o.directory)
+
+
+def _error(ref, prog, batch, variable="batch_size"):
+    with D.Sizes(ref.module, {variable: batch}):
+        model, inputs = ref.instantiate(seed=0)
+    # the program's weights were drawn from the same seed: the same model
+    got = prog(*[x.cuda() for x in inputs])
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(*[x.double() for x in inputs])
+    assert tuple(got.shape) == tuple(want.shape)
+    return ((got.double().cpu() - want).abs() / (1 + want.abs())).max().item()
+
+
+@pytest.mark.parametrize("name, text, dims, tol", [("conv", CONV, ["batch=1:16"], 1e-4),
+                                                    ("mlp", MLP, ["batch=1:24"], 1e-4)])
+def test_one_program_every_batch(tmp_path, name, text, dims, tol):
+    ref, prog = _build(tmp_path, name, text, dims, "fp32")
+    hi = int(dims[0].split(":")[1])
+    for batch in (1, 3, hi, 2, 7, hi - 1, 1):   # back and forth: each shape replays its own graph
+        assert _error(ref, prog, batch) < tol, batch
+    with pytest.raises(ProgramError, match=rf"dimension 0 \(batch\) is {hi + 1}: this program serves batch 1\.\.{hi}"):
+        prog(torch.randn(hi + 1, *prog.inputs[0].shape[1:], device="cuda"))
+
+
+def test_the_programs_own_check_names_the_dimension(tmp_path):
+    ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32")
+    x = torch.randn(17, 3, 8, 8, device="cuda")
+    out = torch.empty(17, 10, device="cuda")
+    inst = prog.instance(0)
+    with pytest.raises(Exception, match=r"input 0 'x' dimension 0 \(batch\) is 17: this program serves batch 1\.\.16"):
+        inst.run([x], [out], stream=torch.cuda.current_stream().cuda_stream)
+
+
+def test_a_transformer_block_over_its_batch(tmp_path):
+    ref, prog = _build(tmp_path, "gpt_block", ROOT / "models" / "gpt_block.py", ["batch=1:8"], "tf32")
+    for batch in (1, 2, 5, 8):
+        assert _error(ref, prog, batch) < 1e-2, batch

@@ -23,6 +23,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh layout          # layout changes, joins, channels-last pools: tests, speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh ncu             # Nsight Compute sections of NCU_KERNEL in NCU_IDS
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh dynamic         # dynamic programs: GPU tests, against static / compile
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh engines         # each convolution's engine, ours beside PyTorch's
 #                                                               # and torch.compile's (ENGINE_IDS)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
@@ -337,6 +338,14 @@ if want ncu; then  # Nsight Compute's sections for the kernels matching NCU_KERN
       --section Occupancy --section LaunchStats python3 /tmp/ncu_runner.py "$d" > "$OUT/ncu_${id/:/_}.txt" 2>&1
     echo "ncu $id: exit $?"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy" "$OUT/ncu_${id/:/_}.txt" | head -12
   done
+fi
+if want dynamic; then  # one program for every batch size: GPU tests, then against static programs and torch.compile
+  log "dynamic shapes"
+  pt dynamic 300 tests/gpu/test_dynamic_gpu.py
+  (cd /tmp && timeout 280 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "$OLDPWD/models/gpt_block.py:batch=1:8:1,2,4,8" \
+    "$OLDPWD/models/resnet_block.py:batch=1:32:1,8,32" --precision "${PERF_POLICY:-tf32}" --out /tmp/dynamic --reps 30 \
+    > "$OUT/dynamic_shapes.log" 2>&1); echo "dynamic_shapes exit $?"; cp /tmp/dynamic/dynamic_shapes.md "$OUT/" 2>/dev/null
+  tail -12 "$OUT/dynamic_shapes.log"
 fi
 if want perfbefore; then  # the same problems at an earlier commit, same machine: a before / after in one session
   # PERF_BEFORE=<commit> (from the clone's history); PERF_ARGS as for perf (e.g. --only L2_73_); results in

@@ -1,0 +1,120 @@
+"""One dynamic program against the static programs of each shape, and against torch.compile (GPU).
+
+For each reference: ``build --dynamic`` once, then at each shape of ``--shapes``: the static program
+built for that shape, the dynamic program, PyTorch eager, ``torch.compile`` (static: one compile a
+shape) and ``torch.compile(dynamic=True)`` (one compile for the range), all at the policy's
+precision, all checked against the reference in float64 first. Times are CUDA-event medians of
+``--reps`` calls after a warm-up, inputs fixed, L2 flushed before each call.
+
+    python benchmarks/dynamic_shapes.py models/gpt_block.py:batch=1:8:1,2,4,8 \\
+        models/resnet_block.py:batch=1:32:1,8,32 --precision tf32 --out runs/dynamic
+
+Prints a markdown table (and writes it to OUT/dynamic_shapes.md): per shape, ms of each, the dynamic
+program over the static one (the issue's "within 5 %"), and each torch.compile over ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from stitchcuda import dynamic as D
+from stitchcuda import frontend
+from stitchcuda.pipeline import build_program
+from stitchcuda.program import Program
+
+
+def timed(fn, reps: int) -> float:
+    flush = torch.empty(64 << 20, dtype=torch.int8, device="cuda")
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def error(got, want) -> float:
+    got, want = got.double().cpu(), want.double().cpu()
+    return ((got - want).abs() / (1 + want.abs())).max().item()
+
+
+def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
+    file, dim = spec.split(":", 1)
+    dname, rng = dim.split("=", 1)
+    lo, hi, shapes = rng.split(":")
+    values = [int(s) for s in shapes.split(",")]
+    ref = frontend.load_reference(Path(file))
+    stem = Path(file).stem
+    arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
+    t0 = time.monotonic()
+    o = build_program(Path(file), precision=precision, out=out / f"{stem}-dynamic", quiet=True,
+                      dynamic=[f"{dname}={lo}:{hi}"], arch=arch)
+    assert o.ok, o.build.message if o.build else ""
+    print(f"{stem}: dynamic program over {dname} {lo}..{hi} built in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    dyn = Program.load(o.directory)
+    var = D.bind(ref, D.parse_dynamic([f"{dname}={lo}:{hi}"]))[0].dim.variable
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    rows = []
+    compiled_dyn = None
+    for v in values:
+        with D.Sizes(ref.module, {var: v}):
+            model, inputs = ref.instantiate(seed=0)
+            so = build_program(ref, precision=precision, out=out / f"{stem}-{dname}{v}", quiet=True, arch=arch)
+        assert so.ok
+        static = Program.load(so.directory)
+        model = model.cuda()
+        xs = [x.cuda() for x in inputs]
+        with torch.no_grad():
+            want = copy.deepcopy(model).double()(*[x.double() for x in xs])
+            e_dyn, e_static = error(dyn(*xs), want), error(static(*xs), want)
+            compiled = torch.compile(model)
+            if compiled_dyn is None:
+                compiled_dyn = torch.compile(copy.deepcopy(model), dynamic=True)
+            t_dyn = timed(lambda: dyn(*xs), reps)
+            t_static = timed(lambda: static(*xs), reps)
+            t_eager = timed(lambda: model(*xs), reps)
+            t_comp = timed(lambda: compiled(*xs), reps)
+            t_cdyn = timed(lambda: compiled_dyn(*xs), reps)
+        rows.append(f"| {stem} | {dname}={v} | {t_dyn:.3f} | {t_static:.3f} | **{t_dyn / t_static:.3f}** | "
+                    f"{t_eager:.3f} | {t_comp:.3f} | {t_cdyn:.3f} | {t_comp / t_dyn:.2f}x | {t_cdyn / t_dyn:.2f}x | "
+                    f"{e_dyn:.1e} / {e_static:.1e} |")
+        print(rows[-1], file=sys.stderr)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("specs", nargs="+", metavar="FILE:NAME=MIN:MAX:S1,S2,...")
+    ap.add_argument("--precision", default="tf32")
+    ap.add_argument("--out", type=Path, default=Path("runs/dynamic"))
+    ap.add_argument("--reps", type=int, default=50)
+    ns = ap.parse_args(argv)
+    ns.out.mkdir(parents=True, exist_ok=True)
+    head = ["| reference | shape | dynamic ms | static ms | dynamic / static | eager ms | compile ms | "
+            "compile(dynamic) ms | compile / ours | compile(dynamic) / ours | error dyn / static |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
+    for spec in ns.specs:
+        rows += run(spec, ns.precision, ns.out, ns.reps)
+    gpu = torch.cuda.get_device_name()
+    text = "\n".join([f"{gpu}, torch {torch.__version__}, precision {ns.precision}", "", *head, *rows]) + "\n"
+    (ns.out / "dynamic_shapes.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -144,9 +144,10 @@ fi
 
 if want readme; then  # the README's examples as written, on a fresh clone from .carry/repo.bundle (git bundle)
   log "the README's examples on a fresh clone"
-  F=/tmp/fresh; rm -rf "$F"; mkdir -p "$F" && git clone -q .carry/repo.bundle "$F/stitchcuda" && cp -r "$STITCHCUDA_SHARED" "$F/shared" \
+  # its own folder: a session's clone may itself live in /tmp/fresh (README_ARGS: --match / --skip / --lines)
+  F=/tmp/readme-fresh; rm -rf "$F"; mkdir -p "$F" && git clone -q .carry/repo.bundle "$F/stitchcuda" && cp -r "$STITCHCUDA_SHARED" "$F/shared" \
     && (cd "$F/stitchcuda" && python3 -m pip install --no-build-isolation --no-deps -q . \
-        && STITCHCUDA_SHARED="$F/shared" timeout 560 python3 benchmarks/readme_examples.py --out "$OUT/readme.md" \
+        && STITCHCUDA_SHARED="$F/shared" timeout 560 python3 benchmarks/readme_examples.py --out "$OUT/readme.md" ${README_ARGS:-} \
         > "$OUT/readme.log" 2>&1); echo "readme_examples exit $?"; tail -3 "$OUT/readme.log"
 fi
 

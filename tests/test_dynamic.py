@@ -271,13 +271,19 @@ def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
     # follows the batch is an expression of it; each shape its own CUDA graph
     assert "st_dyn[0] = in[0].shape[0];" in src
     assert "input 0 'x' dimension 0 (batch) is %lld: this program serves batch 1..16" in src
-    assert "a.batch = st_dyn[0];" in src and "key[kNumInputs + kNumOutputs + k]" in src
+    assert "a.batch = st_dyn[0];" in src and "static_cast<intptr_t>(io.dyn[k])" in src
     assert m.dynamic.values(["x"], [(7, 3, 8, 8)]) == {"batch": 7}
     assert m.dynamic.shape(m.dynamic.outputs[0], {"batch": 7}) == (7, 10)
     with pytest.raises(mf.ShapeError, match=r"^input 'x' dimension 0 \(batch\) is 17: this program serves batch "
                                             r"1\.\.16$"):
         m.dynamic.values(["x"], [(17, 3, 8, 8)])
     assert "batch 1..16" in (o.directory / "plan.dynamic.txt").read_text()
+    # no state outlives a call: the symbols are the run's (Io), handed to each task that needs them
+    from stitchcuda.verifier import check_program
+
+    result = check_program(o.directory, require_weights=True)
+    assert not result.rejected, [str(f) for f in result.rejections]
+    assert "thread_local" not in src and "task::convolution(io.dyn, " in src
 
 
 def test_dynamic_refuses_what_it_cannot_serve(tmp_path):

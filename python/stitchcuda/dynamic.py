@@ -883,10 +883,10 @@ def _glue(src: str, sym: SymbolicPlan, input_names: Sequence[str], name: str, di
     n = len(sym.bindings)
     tops = ", ".join(str(b.dim.hi) for b in sym.bindings)
     names = ", ".join(b.dim.name for b in sym.bindings)
-    decl = (f"\nnamespace {{\n\n// The dynamic dimensions of a run ({names}): read from the inputs' shapes and checked by\n"
-            f"// st_program_run before anything else; their largest values while the program is created.\n"
-            f"constexpr int kDynSyms = {n};\nconstexpr int64_t kDynLargest[{n}] = {{{tops}}};\n"
-            f"thread_local int64_t st_dyn[{n}] = {{{tops}}};\n\n}}  // namespace\n")
+    decl = (f"\nnamespace {{\n\n// The dynamic dimensions ({names}): a run's are read from its inputs' shapes and checked by\n"
+            f"// st_program_run before anything else, then handed to each task that needs them (Io::dyn);\n"
+            f"// the program is created at their largest values.\n"
+            f"constexpr int kDynSyms = {n};\nconstexpr int64_t kDynLargest[{n}] = {{{tops}}};\n\n}}  // namespace\n")
     at = src.find("\nnamespace {\n")  # the first: after the program's includes, before any use
     if at < 0:
         raise GeneraliseError("program.cu has no anonymous namespace to put the dynamic dimensions before")
@@ -898,17 +898,17 @@ def _glue(src: str, sym: SymbolicPlan, input_names: Sequence[str], name: str, di
             raise GeneraliseError(f"program.cu: expected one {old.strip()!r} to extend for dynamic dimensions")
         src = src.replace(old, new)
 
-    edit("  if (!out) return fail(ST_ERR_INVALID_ARGUMENT, ",
-         "  for (int k = 0; k < kDynSyms; ++k) st_dyn[k] = kDynLargest[k];  // created at the largest shape\n"
-         "  if (!out) return fail(ST_ERR_INVALID_ARGUMENT, ")
     edit("constexpr int kGraphKeys = kNumInputs + kNumOutputs + 1;",
          "constexpr int kGraphKeys = kNumInputs + kNumOutputs + kDynSyms + 1;")
     edit("  for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];\n",
          "  for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];\n"
          "  for (int k = 0; k < kDynSyms; ++k)  // a shape is a graph of its own\n"
-         "    key[kNumInputs + kNumOutputs + k] = reinterpret_cast<const void*>(static_cast<intptr_t>(st_dyn[k]));\n")
+         "    key[kNumInputs + kNumOutputs + k] = reinterpret_cast<const void*>(static_cast<intptr_t>(io.dyn[k]));\n")
+    edit("  char* arena;\n};", "  char* arena;\n  int64_t dyn[kDynSyms];  // the run's dynamic dimensions\n};")
+    edit("  io.arena = static_cast<char*>(arena);\n",
+         "  io.arena = static_cast<char*>(arena);\n  for (int k = 0; k < kDynSyms; ++k) io.dyn[k] = st_dyn[k];\n")
     lines = ["  // dynamic dimensions: each read where it sits, checked against its other places, its range and",
-             "  // what it must be a multiple of", "  char dyn_msg[320];"]
+             "  // what it must be a multiple of", "  int64_t st_dyn[kDynSyms];", "  char dyn_msg[320];"]
     for k, b in enumerate(sym.bindings):
         d, first = b.dim, b.places[0]
         where = f"input {first.index} '{input_names[first.index]}' dimension {first.axis} ({d.name})"
@@ -941,6 +941,7 @@ def _glue(src: str, sym: SymbolicPlan, input_names: Sequence[str], name: str, di
     if run < 0 or first_check < 0:
         raise GeneraliseError("program.cu: st_program_run's input checks not found")
     src = src[:first_check] + "\n".join(lines) + "\n" + src[first_check:]
+    src = _hand_symbols(src)
     if "#include <cstdio>" not in src:
         src = src.replace("#include <cstdint>\n", "#include <cstdint>\n#include <cstdio>\n", 1)
     return src
@@ -974,6 +975,47 @@ def _check_create(sym: SymbolicPlan, problems: "_Problems") -> None:
         if not problems.accept(v, _at_create(bucket.instantiate(v), bucket.largest)):
             raise GeneraliseError(f"{', '.join(moved)} (made once, when the program is created) depend on "
                                   f"{', '.join(names)} and are not right at {_fmt(v)} as made at the largest shape")
+
+
+_FUNCTION = re.compile(r"^(?:ST_API\s+)?[A-Za-z_][\w:<>*&\s]*?\b(\w+)\(([^;{}]*?)\)\s*\{", re.M)
+
+
+def _hand_symbols(src: str) -> str:
+    """Where the symbols come from in each function that uses them (no state outlives a call): a task
+    takes them as its first parameter (``const int64_t* st_dyn``) and its callers pass the run's
+    (``io.dyn``) or, at create, the largest (``kDynLargest``); a function with the run's Io reads
+    ``io.dyn``; st_program_run has its own. Device code cannot use them: GeneraliseError."""
+    spans = []
+    for m in _FUNCTION.finditer(src):
+        depth, i = 1, m.end()
+        while depth and i < len(src):
+            depth += {"{": 1, "}": -1}.get(src[i], 0)
+            i += 1
+        spans.append((m.start(), m.end(), i, m.group(1), m.group(2)))
+    tasks = {name for a, b, e, name, params in spans
+             if "st_dyn[" in src[b:e] and params.rstrip().endswith("cudaStream_t stream")
+             and "const Io&" not in params}
+    out, pos = [], 0
+    for a, b, e, name, params in spans:
+        if a < pos:
+            continue  # nested (a lambda or a local struct): its enclosing function was handled
+        head, body = src[a:b], src[b:e]
+        if re.search(r"__(device|global)__", head) and "st_dyn[" in body:
+            raise GeneraliseError(f"device code {name} holds a number that depends on the dynamic dimensions")
+        if name in tasks:
+            head = head.replace(f"{name}(", f"{name}(const int64_t* st_dyn, ", 1)
+        elif name == "st_program_run":
+            pass  # its own st_dyn, read from the inputs
+        elif "const Io& io" in params:
+            body = body.replace("st_dyn[", "io.dyn[")
+        else:
+            body = body.replace("st_dyn[", "kDynLargest[")
+        for t in tasks:
+            body = body.replace(f"task::{t}(", f"task::{t}({'io.dyn' if 'const Io& io' in params else 'kDynLargest'}, ")
+        out.append(src[pos:a] + head + body)
+        pos = e
+    out.append(src[pos:])
+    return "".join(out)
 
 
 def _shape_exprs(bucket: Bucket, key: str) -> tuple[tuple[int | str, ...], ...]:
@@ -1029,7 +1071,7 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
     ps = final.code(plan)
     dyn = mf.Dynamic(
         tuple(mf.DynamicDim(b.dim.name, b.dim.lo, b.dim.hi, tuple((p.input, p.axis) for p in b.places),
-                            divisors.get(b.dim.name, 1)) for b in sym.bindings),
+                            divisors.get(b.dim.name, 1), b.dim.variable) for b in sym.bindings),
         _shape_exprs(bucket, "inputs"), _shape_exprs(bucket, "outputs"))
     manifest = dc.replace(ps.manifest, source_hash=mf.hash_source(src), dynamic=dyn,
                           generator=f"{ps.manifest.generator}, over {', '.join(str(b.dim) for b in sym.bindings)}")

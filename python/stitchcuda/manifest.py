@@ -233,10 +233,12 @@ class DynamicDim:
     max: int
     places: tuple[tuple[str, int], ...]
     multiple_of: int = 1
+    variable: str = ""  # the reference's module-level size it sets (the Verifier sets it to judge a shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "min": self.min, "max": self.max, "places": [list(p) for p in self.places],
-                **({"multiple_of": self.multiple_of} if self.multiple_of != 1 else {})}
+                **({"multiple_of": self.multiple_of} if self.multiple_of != 1 else {}),
+                **({"variable": self.variable} if self.variable else {})}
 
 
 @dataclass(frozen=True)
@@ -274,6 +276,10 @@ class Dynamic:
                                  f"multiple of {d.multiple_of}")
             out[d.name] = v
         return out
+
+    def largest_sizes(self) -> dict[str, int]:
+        """The reference's module-level sizes at the program's largest shape (the manifest's shapes)."""
+        return {d.variable: d.max for d in self.dims if d.variable}
 
     def shape(self, dims: Sequence[int | str], values: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(eval_dim(x, values) for x in dims)
@@ -627,7 +633,8 @@ class _ManifestReader:
             if not places:
                 raise self.fail(f"{w}.places", "a dynamic dimension sits somewhere in the inputs")
             dims.append(DynamicDim(self.string(self.req(e, "name", w), f"{w}.name"), lo, hi, tuple(places),
-                                   self.count(e.get("multiple_of", 1), f"{w}.multiple_of") or 1))
+                                   self.count(e.get("multiple_of", 1), f"{w}.multiple_of") or 1,
+                                   self.string(e.get("variable", ""), f"{w}.variable", nonempty=False)))
         symbols = {x.name: x.max for x in dims}
 
         def shapes(key: str, specs: tuple[TensorSpec, ...]) -> tuple[tuple[int | str, ...], ...]:

@@ -14,6 +14,7 @@ reference on the verification device is :class:`~.harness.ReferenceHarness`. Eve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -43,13 +44,16 @@ class ReferenceSpec:
     name: str
     path: str | None = None
     source: str | None = None
+    sizes: tuple[tuple[str, int], ...] = ()  # module-level sizes set after loading (a dynamic program's shape)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "name": self.name, "path": self.path, "source": self.source}
+        return {"label": self.label, "name": self.name, "path": self.path, "source": self.source,
+                **({"sizes": [list(x) for x in self.sizes]} if self.sizes else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ReferenceSpec":
-        return cls(d["label"], d["name"], d.get("path"), d.get("source"))
+        return cls(d["label"], d["name"], d.get("path"), d.get("source"),
+                   tuple((str(k), int(v)) for k, v in d.get("sizes", ())))
 
 
 # ------------------------------------------------------------------ finding the reference
@@ -106,15 +110,24 @@ def resolve_reference(arg: str | os.PathLike | None, program_dir: str | os.PathL
             parts = text.split(":")
             if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
                 raise ProblemError(text, "expected kernelbench:LEVEL:ID, e.g. kernelbench:1:23")
-            return load_kernelbench(int(parts[1]), int(parts[2]), root)
-        return _file_spec(Path(text))
+            return at_largest(load_kernelbench(int(parts[1]), int(parts[2]), root), manifest)
+        return at_largest(_file_spec(Path(text)), manifest)
     if manifest is None:
         raise ProblemError(root / mf.MANIFEST_FILE, "no reference given and no manifest to name one")
     ref = manifest.reference
     if ref.kernelbench is not None:
-        return load_kernelbench(ref.kernelbench.level, ref.kernelbench.problem_id, root)
-    path = Path(ref.path or "")
-    return _file_spec(path if path.is_absolute() else root / path, via=root / mf.MANIFEST_FILE)
+        spec = load_kernelbench(ref.kernelbench.level, ref.kernelbench.problem_id, root)
+    else:
+        path = Path(ref.path or "")
+        spec = _file_spec(path if path.is_absolute() else root / path, via=root / mf.MANIFEST_FILE)
+    return at_largest(spec, manifest)
+
+
+def at_largest(spec: ReferenceSpec, manifest: mf.Manifest | None) -> ReferenceSpec:
+    """``spec`` with a dynamic program's module-level sizes at their largest: the shapes its manifest lists."""
+    if manifest is None or manifest.dynamic is None:
+        return spec
+    return dataclasses.replace(spec, sizes=tuple(manifest.dynamic.largest_sizes().items()))
 
 
 def _file_spec(path: Path, via: Path | None = None) -> ReferenceSpec:
@@ -129,9 +142,14 @@ def load_module(spec: ReferenceSpec):
     from ...frontend import CaptureError, load_reference
 
     try:
-        if spec.path is not None:
-            return load_reference(Path(spec.path), name=spec.name)
-        return load_reference(spec.source or "", name=spec.name)
+        ref = (load_reference(Path(spec.path), name=spec.name) if spec.path is not None
+               else load_reference(spec.source or "", name=spec.name))
+        for k, v in spec.sizes:  # a dynamic program judged at one shape of its range
+            if not isinstance(getattr(ref.module, k, None), int):
+                raise ProblemError(spec.label, f"the program's dynamic dimension sets {k}, which the reference does "
+                                               "not define as a module-level integer")
+            setattr(ref.module, k, v)
+        return ref
     except CaptureError as e:
         text = str(e)
         for prefix in (spec.path or "", f"<{spec.name}>"):

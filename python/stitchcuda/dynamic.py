@@ -1072,7 +1072,7 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
     dyn = mf.Dynamic(
         tuple(mf.DynamicDim(b.dim.name, b.dim.lo, b.dim.hi, tuple((p.input, p.axis) for p in b.places),
                             divisors.get(b.dim.name, 1), b.dim.variable) for b in sym.bindings),
-        _shape_exprs(bucket, "inputs"), _shape_exprs(bucket, "outputs"))
+        _shape_exprs(bucket, "inputs"), _shape_exprs(bucket, "outputs"), int(plan.arena_bytes))
     manifest = dc.replace(ps.manifest, source_hash=mf.hash_source(src), dynamic=dyn,
                           generator=f"{ps.manifest.generator}, over {', '.join(str(b.dim) for b in sym.bindings)}")
     outcome = pipeline.write_program(plan, coder.ProgramSource(src, manifest, ps.weights), final.weights, out,

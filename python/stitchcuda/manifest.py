@@ -249,6 +249,7 @@ class Dynamic:
     dims: tuple[DynamicDim, ...]
     inputs: tuple[tuple[int | str, ...], ...]
     outputs: tuple[tuple[int | str, ...], ...]
+    arena_bytes: int = 0  # intermediates a run needs, sized for the largest shape (each shape uses a prefix)
 
     def values(self, names: Sequence[str], shapes: Sequence[Sequence[int]]) -> dict[str, int]:
         """The dimensions' values read from input shapes (inputs named ``names``); ShapeError of one
@@ -286,7 +287,7 @@ class Dynamic:
 
     def to_dict(self) -> dict[str, Any]:
         return {"dims": [d.to_dict() for d in self.dims], "inputs": [list(s) for s in self.inputs],
-                "outputs": [list(s) for s in self.outputs]}
+                "outputs": [list(s) for s in self.outputs], "arena_bytes": self.arena_bytes}
 
 
 @dataclass(frozen=True)
@@ -657,7 +658,8 @@ class _ManifestReader:
                 out.append(tuple(sh))
             return tuple(out)
 
-        return Dynamic(tuple(dims), shapes("inputs", inputs), shapes("outputs", outputs))
+        return Dynamic(tuple(dims), shapes("inputs", inputs), shapes("outputs", outputs),
+                       self.count(d.get("arena_bytes", 0), "dynamic.arena_bytes"))
 
 
 def _unique(names, where: str, what: str, p: _ManifestReader) -> None:

@@ -162,10 +162,14 @@ def build(args: argparse.Namespace, ui: UI) -> int:
         return errors.FAILED
     _warn_memory(m, ui)
     if m.dynamic is not None:
+        from ..plan.specs import fmt_bytes
+
         ui.line("dynamic: " + "; ".join(
             f"{d.name} {d.min}..{d.max}" + (f" (multiples of {d.multiple_of})" if d.multiple_of > 1 else "")
             + " at " + ", ".join(f"{i}[{a}]" for i, a in d.places) for d in m.dynamic.dims)
-            + f"; outputs {', '.join(str(list(s)) for s in m.dynamic.outputs)}")
+            + f"; outputs {', '.join(str(list(s)) for s in m.dynamic.outputs)}; at the largest shape "
+            f"{fmt_bytes(m.dynamic.arena_bytes)} of intermediates a stream and "
+            f"{fmt_bytes(sum(_nbytes(t) for t in m.weights))} of weights on the device")
     how = "not compiled" if b is None else ("from the build cache" if b.cached else f"compiled in {b.seconds:.1f} s")
     ui.line(f"program {m.name} written to {o.directory} (library {how}; total {o.seconds.get('total', 0):.1f} s)")
     for st in m.state:

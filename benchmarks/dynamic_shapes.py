@@ -60,8 +60,8 @@ def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
     stem = Path(file).stem
     arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
     t0 = time.monotonic()
-    o = build_program(Path(file), precision=precision, out=out / f"{stem}-dynamic", quiet=True,
-                      dynamic=[f"{dname}={lo}:{hi}"], arch=arch)
+    o = D.build_dynamic(Path(file), [f"{dname}={lo}:{hi}"], precision=precision, out=out / f"{stem}-dynamic",
+                        arch=arch)
     assert o.ok, o.build.message if o.build else ""
     print(f"{stem}: dynamic program over {dname} {lo}..{hi} built in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     dyn = Program.load(o.directory)

@@ -254,13 +254,12 @@ def test_a_symbol_that_changes_the_parameters_is_refused(mlp):
 
 def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
     from stitchcuda import manifest as mf
-    from stitchcuda.pipeline import build_program
     from stitchcuda.toolchain import find_nvcc
 
     if find_nvcc() is None:
         pytest.skip("nvcc not found")
-    o = build_program(_write(tmp_path, "conv", CONV), precision="tf32", out=tmp_path / "prog", quiet=True,
-                      dynamic=["batch=1:16"], arch="sm_90")
+    o = D.build_dynamic(_write(tmp_path, "conv", CONV), ["batch=1:16"], precision="tf32", out=tmp_path / "prog",
+                        arch="sm_90")
     assert o.ok, o.build.message if o.build else ""
     m = mf.Manifest.load(o.directory)  # read back as a program folder opens it
     assert m.dynamic is not None and m.dynamic.outputs == (("batch", 10),) and m.inputs[0].shape == (16, 3, 8, 8)
@@ -288,10 +287,10 @@ def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
 
 
 def test_dynamic_refuses_what_it_cannot_serve(tmp_path):
-    from stitchcuda.pipeline import BuildInputError, build_program
+    from stitchcuda.pipeline import BuildInputError
 
     path = _write(tmp_path, "conv", CONV)
-    with pytest.raises(BuildInputError, match="without example inputs"):
-        build_program(path, out=tmp_path / "p", quiet=True, dynamic=["batch=1:4"], constraints={"precision": []})
+    with pytest.raises(BuildInputError, match="unknown precision"):
+        D.build_dynamic(path, ["batch=1:4"], precision="fp64", out=tmp_path / "p")
     with pytest.raises(D.DynamicSpecError, match="no module-level integer 'tokens'"):
-        build_program(path, out=tmp_path / "p", quiet=True, dynamic=["tokens=1:4"], compile=False)
+        D.build_dynamic(path, ["tokens=1:4"], out=tmp_path / "p", compile=False)

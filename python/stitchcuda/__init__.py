@@ -53,12 +53,16 @@ from .paths import VERSION as __version__  # noqa: E402
 
 
 def __getattr__(name: str):
-    """``build_program``, ``optimize``, ``Program`` and the build's errors on first use (capture needs
+    """``build_program``, ``build_dynamic``, ``optimize``, ``Program`` and the build's errors on first use (capture needs
     PyTorch; running does not)."""
     if name == "build_program":
         from .pipeline import build_program
 
         return build_program
+    if name == "build_dynamic":
+        from .dynamic import build_dynamic
+
+        return build_dynamic
     if name == "Program":
         from .program import Program
 
@@ -76,6 +80,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "build_program",
+    "build_dynamic",
     "optimize",
     "Program",
     "rt",

@@ -36,8 +36,10 @@ import json
 import math
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import ArgumentError
@@ -1030,7 +1032,7 @@ def _shape_exprs(bucket: Bucket, key: str) -> tuple[tuple[int | str, ...], ...]:
 
 
 def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, int]], *, precision: str = "fp32",
-                  out: Any, arch: str | None = None, seed: int = 0, compile: bool = True, cache: Any = None,
+                  out: Any = None, arch: str | None = None, seed: int = 0, compile: bool = True, cache: Any = None,
                   progress: Callable[[str], None] | None = None):
     """A program folder serving the dynamic dimensions ``dims`` (``["batch=1:64"]``): the plan over
     symbols (:func:`generalise`), its program (:func:`generalise_source` and the run-time glue), the
@@ -1044,7 +1046,12 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
     from . import pipeline
     from . import plan as P
 
+    t0 = time.monotonic()
+    if precision not in pipeline._POLICY_NAMES:
+        raise pipeline.BuildInputError(f"unknown precision {precision!r}: use one of {', '.join(pipeline._POLICY_NAMES)}")
+    pipeline.need_torch("build")
     ref, _, text = pipeline.load_source(reference, None)
+    out = pipeline._check_out(Path(out) if out is not None else Path(pipeline.DEFAULT_OUT) / ref.name)
     say = progress or (lambda stage: None)
     problems = _Problems(ref, bind(ref, parse_dynamic(dims)), precision, seed=seed, arch=arch, compiling=compile)
     problem_at = problems.at
@@ -1077,6 +1084,7 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
                           generator=f"{ps.manifest.generator}, over {', '.join(str(b.dim) for b in sym.bindings)}")
     outcome = pipeline.write_program(plan, coder.ProgramSource(src, manifest, ps.weights), final.weights, out,
                                      reference_text=text, compile=compile, cache=cache, progress=progress)
+    outcome = dc.replace(outcome, seconds={**outcome.seconds, "total": time.monotonic() - t0})
     if outcome.ok:
         (outcome.directory / "plan.dynamic.txt").write_text(sym.describe() + "\n", encoding="utf-8")
     return outcome

@@ -283,8 +283,7 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
                   arch: str | None = None, seed: int = 0, name: str | None = None, model: Any = None,
                   example_inputs: Sequence[Any] | None = None, weights: bool = True, compile: bool = True,
                   ceilings: Any = None, quiet: bool = False, cache: str | os.PathLike | None = None,
-                  progress: Any = None, constraints: Any = None, overrides: Any = None,
-                  dynamic: Any = None) -> BuildOutcome:
+                  progress: Any = None, constraints: Any = None, overrides: Any = None) -> BuildOutcome:
     """Turn a reference into a program folder and compile it (see the module docstring).
 
     ``reference``: a path, ``kernelbench:LEVEL:ID``, a ``frontend.Reference``, or — with
@@ -295,9 +294,6 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
     compile, check), for a command's progress display. ``constraints`` go to the planner
     (:class:`stitchcuda.plan.Constraints`: per-node precision, fusion boundaries, strategies,
     rewrites); ``overrides`` to the Coder (task name -> a body in place of the template's).
-    ``dynamic``: dimensions served over a range (``["batch=2:64"]`` or ``{"batch": (2, 64)}``, each
-    naming a module-level size of the reference): one program for every shape in range
-    (:mod:`stitchcuda.dynamic`; a reference file only, without constraints or overrides).
     """
     step = progress or (lambda stage: None)
     if precision not in _POLICY_NAMES:
@@ -314,20 +310,6 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
             raise FileNotFoundError(f"{reference}: no such reference file (or use kernelbench:LEVEL:ID)")
     target = _check_out(Path(out)) if out is not None else None
     need_torch("build")
-    if dynamic:
-        from . import dynamic as dyn
-
-        if example_inputs is not None or model is not None or constraints or overrides:
-            raise BuildInputError("dynamic: a reference file (or kernelbench:L:ID) only, without example inputs, a "
-                                  "model, constraints or overrides")
-        t0 = time.monotonic()
-        directory = target if target is not None else _check_out(Path(DEFAULT_OUT) / _stem(reference))
-        outcome = dyn.build_dynamic(reference, dynamic, precision=precision, out=directory, arch=arch, seed=seed,
-                                    compile=compile, cache=cache, progress=step)
-        outcome = dataclasses.replace(outcome, seconds={**outcome.seconds, "total": time.monotonic() - t0})
-        if not quiet:
-            _report(outcome)
-        return outcome
 
     t0 = time.monotonic()
     problem = capture_problem(reference, precision=precision, example_inputs=example_inputs, name=name, seed=seed,
@@ -346,12 +328,6 @@ def build_program(reference: Any, *, precision: str = "fp32", out: str | os.Path
         print(p)
         _report(outcome)
     return outcome
-
-
-def _stem(reference: Any) -> str:
-    text = os.fspath(reference) if isinstance(reference, (str, os.PathLike)) else getattr(reference, "name", "program")
-    m = re.fullmatch(r"kernelbench:(\d+):(\d+)", text)
-    return f"L{m.group(1)}_{m.group(2)}" if m else Path(text).stem
 
 
 def write_program(plan: Any, source: Any, weights: Mapping[str, Any] | Path | None, out: str | os.PathLike, *,

@@ -72,6 +72,7 @@ class Program:
         self._weights = weights
         self._instances: dict[int, Any] = {}
         self.tuned, self.tuning_note = 0, ""  # choices imported from the folder's tuning file (instance())
+        self._dyn_shapes: dict[tuple, tuple[list, list]] = {}  # a dynamic program's shapes, by its inputs' shapes
         self.prepared_ms: float | None = None  # the preparing call's time (instance())
 
     # ------------------------------------------------------------------ loading
@@ -165,11 +166,7 @@ class Program:
         want = [tuple(s.shape) for s in specs]
         dyn = self.manifest.dynamic
         if dyn is not None and all(getattr(t, "shape", None) is not None for t in tensors):
-            try:
-                values = dyn.values([s.name for s in specs], [tuple(int(d) for d in t.shape) for t in tensors])
-            except mf.ShapeError as e:
-                raise ProgramError(f"{self.manifest.name}: {e}") from None
-            want = [dyn.shape(dims, values) for dims in dyn.inputs]
+            want = self._shapes_for(tensors)[0]
         for i, (t, s, w) in enumerate(zip(tensors, specs, want)):
             shape = getattr(t, "shape", None)
             dtype = _dtype_name(t)
@@ -182,11 +179,26 @@ class Program:
 
     def output_shapes(self, tensors: Sequence[Any]) -> list[tuple[int, ...]]:
         """The outputs' shapes for these inputs (the manifest's, or over a dynamic program's dimensions)."""
-        dyn = self.manifest.dynamic
-        if dyn is None:
+        if self.manifest.dynamic is None:
             return [tuple(s.shape) for s in self.outputs]
-        values = dyn.values([s.name for s in self.inputs], [tuple(int(d) for d in t.shape) for t in tensors])
-        return [dyn.shape(dims, values) for dims in dyn.outputs]
+        return self._shapes_for(tensors)[1]
+
+    def _shapes_for(self, tensors: Sequence[Any]) -> tuple[list, list]:
+        """A dynamic program's (input shapes, output shapes) for inputs of these shapes: worked out once a
+        shape (a call's dispatch cost stays the static program's), a ProgramError naming the dimension
+        where a guard does not hold."""
+        key = tuple(tuple(int(d) for d in t.shape) for t in tensors)
+        hit = self._dyn_shapes.get(key)
+        if hit is None:
+            dyn = self.manifest.dynamic
+            try:
+                values = dyn.values([s.name for s in self.inputs], key)
+            except mf.ShapeError as e:
+                raise ProgramError(f"{self.manifest.name}: {e}") from None
+            hit = ([dyn.shape(d, values) for d in dyn.inputs], [dyn.shape(d, values) for d in dyn.outputs])
+            if len(self._dyn_shapes) < 256:
+                self._dyn_shapes[key] = hit
+        return hit
 
     def __call__(self, *tensors: Any, out: Sequence[Any] | None = None, stream: int | None = None,
                  device: int | None = None):

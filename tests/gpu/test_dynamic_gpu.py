@@ -1,7 +1,7 @@
 """Dynamic programs on the GPU: one program run at every batch size of its range, against the reference.
 
 Each reference of tests/test_dynamic.py (a conv net with batch statistics; an MLP with a mean over the
-batch) and models/gpt_block.py is built once over a batch range (``build_program(..., dynamic=...)``),
+batch) and models/gpt_block.py is built once over a batch range (``build_dynamic``),
 loaded with ``Program.load`` and called at several batch sizes in one process — each a shape of its
 own, so each captures its own CUDA graph — and compared with the reference model at that size
 (fp32 programs to 1e-4 of float64, tf32 to 1e-2). A size out of range and inputs that disagree on the
@@ -21,7 +21,6 @@ torch = pytest.importorskip("torch")
 
 from stitchcuda import dynamic as D  # noqa: E402
 from stitchcuda import frontend  # noqa: E402
-from stitchcuda.pipeline import build_program  # noqa: E402
 from stitchcuda.program import Program, ProgramError  # noqa: E402
 from tests.test_dynamic import CONV, MLP  # noqa: E402
 
@@ -38,8 +37,7 @@ def _build(tmp_path, name, text_or_path, dims, precision):
     path = text_or_path if isinstance(text_or_path, Path) else tmp_path / f"{name}.py"
     if not isinstance(text_or_path, Path):
         path.write_text(text_or_path)
-    o = build_program(path, precision=precision, out=tmp_path / f"{name}-prog", quiet=True, dynamic=dims,
-                      arch=_arch())
+    o = D.build_dynamic(path, dims, precision=precision, out=tmp_path / f"{name}-prog", arch=_arch())
     assert o.ok, o.build.message if o.build else ""
     return frontend.load_reference(path), Program.load(o.directory)
 

@@ -139,9 +139,14 @@ def build(args: argparse.Namespace, ui: UI) -> int:
     from ..pipeline import build_program
 
     with ui.step("build") as step:
-        o = build_program(args.reference, precision=args.precision, out=args.out, arch=args.arch, seed=args.seed,
-                          compile=not args.no_compile, quiet=True, progress=step,
-                          dynamic=getattr(args, "dynamic", None))
+        if getattr(args, "dynamic", None):
+            from ..dynamic import build_dynamic
+
+            o = build_dynamic(args.reference, args.dynamic, precision=args.precision, out=args.out, arch=args.arch,
+                              seed=args.seed, compile=not args.no_compile, progress=step)
+        else:
+            o = build_program(args.reference, precision=args.precision, out=args.out, arch=args.arch,
+                              seed=args.seed, compile=not args.no_compile, quiet=True, progress=step)
     m = o.manifest
     ui.table(f"plan: {m.name} ({m.precision}, {m.arch}), {len(m.tasks)} task(s)",
              ["task", "strategy", "covers", "MFLOP", "MB moved"],

@@ -15,8 +15,12 @@ captured and planned at sample values of each symbol, and the plans are *general
 - inside a bucket every integer of the plan is fitted as a multilinear polynomial of the symbols
   with exact rational coefficients (``128 * batch * seq + 256``) and every float as a polynomial
   or the reciprocal of one (a mean's ``1 / (batch * 49)``); each fit is checked on samples it was
-  not fitted from, and a number that fits neither is a plan decision that depends on the shape: the
-  build says which task and field, instead of guessing;
+  not fitted from; a number that is a step of the shape (a count of 64-wide blocks) cuts the
+  interval where it steps, and one that fits nothing is a plan decision that depends on the
+  shape: the build says which task and field, instead of guessing;
+- a bucket of one value at the bottom of a range (batch 1, where the planner drops the
+  dimension) joins the bucket above it when the plan interpreter finds that bucket's plan right
+  there;
 - arena offsets and the arena's size are taken at the bucket's largest shape (buffers sized for
   the largest shape: each buffer's region at a smaller shape is a prefix of its region there, so
   liveness still keeps them apart); costs are informational and taken there too.
@@ -27,6 +31,15 @@ violation is one line naming the input, the dimension and the symbol (:class:`Dy
 :meth:`SymbolicPlan.instantiate` gives the concrete plan at any values in range, which the plan
 interpreter (:mod:`stitchcuda.check.interp`) runs against the reference at that shape: how the
 generalisation is tested (``tests/test_dynamic.py``).
+
+The program over symbols (:func:`build_dynamic`, ``stitchcuda build --dynamic``) is made the same
+way one level down: the Coder's program.cu rendered at the bucket's fit points, every number that
+differs between the renders fitted and written as an expression of the run's dimensions, and the
+fit checked against renders at values it was not made from. ``st_program_run`` reads the
+dimensions from its inputs' shapes and checks them first; they travel in the run's ``Io`` to each
+task that needs them (no state outlives a call), are part of the CUDA graph's key (a graph a
+shape), and the program is created at the largest values (constants made at create are checked
+right at the other shapes by the interpreter). One bucket a program for now.
 """
 
 from __future__ import annotations
@@ -219,10 +232,6 @@ class Poly:
                 s = mono[0]
                 need[s] = math.lcm(need.get(s, 1), c.denominator)
         return need
-
-    @property
-    def constant(self) -> bool:
-        return all(not mono for mono, c in self.terms if c != 0)
 
     def __str__(self) -> str:
         parts = []
@@ -785,15 +794,6 @@ def _c_expr(poly: Poly, index: Mapping[str, int]) -> str:
 
 def _text_expr(poly: Poly) -> str:
     return str(poly).replace(" * ", "*")
-
-
-@dataclass(frozen=True)
-class DynamicSource:
-    """A program over symbols: its source, and each input's and output's shape as expressions."""
-
-    program_cu: str
-    inputs: tuple[tuple[int | str, ...], ...]
-    outputs: tuple[tuple[int | str, ...], ...]
 
 
 def generalise_source(sym: SymbolicPlan, render_at: Callable[[Mapping[str, int]], str], *,

@@ -130,8 +130,8 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
                                             [_x(1, 4, 45, 90)])),
     # a window too large for a tile: the rows path (as 3-d windows)
     "maxpool2d_wide_window": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 40)), [_x(1, 2, 80, 81)])),
-    # overlapping windows (stride 1): pool.cuh's rows path shares input rows between outputs;
-    # row counts not a multiple of its four rows a thread
+    # overlapping windows (stride 1), row counts not a multiple of four (the tiled path's edges; the
+    # rows path, which 3-d and over-wide windows take, walks four output rows a thread)
     "maxpool2d_overlap": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 4, 1, 1)), [_x(2, 3, 10, 9)])),
     "maxpool2d_dilated_stride1": ("pool", lambda: (Fn(lambda s, x: F.max_pool2d(x, 3, 1, 1, dilation=2)),
                                                    [_x(2, 3, 11, 7)])),

@@ -7,7 +7,8 @@ precision, all checked against the reference in float64 first. Times are CUDA-ev
 ``--reps`` calls after a warm-up, inputs fixed, L2 flushed before each call.
 
     python benchmarks/dynamic_shapes.py models/gpt_block.py:batch=1:8:1,2,4,8 \\
-        models/resnet_block.py:batch=1:32:1,8,32 --precision tf32 --out runs/dynamic
+        "models/gpt_block.py:batch=1:8:1,8;seq=16:255:64,255" models/resnet_block.py:batch=1:32:1,8,32 \\
+        --precision tf32 --out runs/dynamic
 
 Prints a markdown table (and writes it to OUT/dynamic_shapes.md): per shape, ms of each, the dynamic
 program over the static one (the issue's "within 5 %"), and each torch.compile over ours.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import statistics
 import sys
 import time
@@ -52,27 +54,33 @@ def error(got, want) -> float:
 
 
 def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
-    file, dim = spec.split(":", 1)
-    dname, rng = dim.split("=", 1)
-    lo, hi, shapes = rng.split(":")
-    values = [int(s) for s in shapes.split(",")]
+    """``FILE:NAME=MIN:MAX:S1,S2[;NAME=MIN:MAX:S1,...]``: one dynamic program over the named sizes, then
+    every combination of the listed values."""
+    file, dims = spec.split(":", 1)
+    ranges, grids = [], []
+    for dim in dims.split(";"):
+        dname, rng = dim.split("=", 1)
+        lo, hi, shapes = rng.split(":")
+        ranges.append(f"{dname}={lo}:{hi}")
+        grids.append([(dname, int(x)) for x in shapes.split(",")])
     ref = frontend.load_reference(Path(file))
     stem = Path(file).stem
     arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
     t0 = time.monotonic()
-    o = D.build_dynamic(Path(file), [f"{dname}={lo}:{hi}"], precision=precision, out=out / f"{stem}-dynamic",
-                        arch=arch)
+    o = D.build_dynamic(Path(file), ranges, precision=precision, out=out / f"{stem}-dynamic", arch=arch)
     assert o.ok, o.build.message if o.build else ""
-    print(f"{stem}: dynamic program over {dname} {lo}..{hi} built in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    print(f"{stem}: dynamic program over {', '.join(ranges)} built in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     dyn = Program.load(o.directory)
-    var = D.bind(ref, D.parse_dynamic([f"{dname}={lo}:{hi}"]))[0].dim.variable
+    variables = {b.dim.name: b.dim.variable for b in D.bind(ref, D.parse_dynamic(ranges))}
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     rows = []
     compiled_dyn = None
-    for v in values:
-        with D.Sizes(ref.module, {var: v}):
+    for combo in itertools.product(*grids):
+        label = ", ".join(f"{n}={v}" for n, v in combo)
+        with D.Sizes(ref.module, {variables[n]: v for n, v in combo}):
             model, inputs = ref.instantiate(seed=0)
-            so = build_program(ref, precision=precision, out=out / f"{stem}-{dname}{v}", quiet=True, arch=arch)
+            so = build_program(ref, precision=precision, out=out / f"{stem}-{'-'.join(f'{n}{v}' for n, v in combo)}",
+                               quiet=True, arch=arch)
         assert so.ok
         static = Program.load(so.directory)
         model = model.cuda()
@@ -88,7 +96,7 @@ def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
             t_eager = timed(lambda: model(*xs), reps)
             t_comp = timed(lambda: compiled(*xs), reps)
             t_cdyn = timed(lambda: compiled_dyn(*xs), reps)
-        rows.append(f"| {stem} | {dname}={v} | {t_dyn:.3f} | {t_static:.3f} | **{t_dyn / t_static:.3f}** | "
+        rows.append(f"| {stem} | {label} | {t_dyn:.3f} | {t_static:.3f} | **{t_dyn / t_static:.3f}** | "
                     f"{t_eager:.3f} | {t_comp:.3f} | {t_cdyn:.3f} | {t_comp / t_dyn:.2f}x | {t_cdyn / t_dyn:.2f}x | "
                     f"{e_dyn:.1e} / {e_static:.1e} |")
         print(rows[-1], file=sys.stderr)
@@ -97,7 +105,7 @@ def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("specs", nargs="+", metavar="FILE:NAME=MIN:MAX:S1,S2,...")
+    ap.add_argument("specs", nargs="+", metavar="FILE:NAME=MIN:MAX:S1,S2,...[;NAME=...]")
     ap.add_argument("--precision", default="tf32")
     ap.add_argument("--out", type=Path, default=Path("runs/dynamic"))
     ap.add_argument("--reps", type=int, default=50)

@@ -343,7 +343,8 @@ fi
 if want dynamic; then  # one program for every batch size: GPU tests, then against static programs and torch.compile
   log "dynamic shapes"
   pt dynamic 300 tests/gpu/test_dynamic_gpu.py
-  (cd /tmp && timeout 280 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "$OLDPWD/models/gpt_block.py:batch=1:8:1,2,4,8" \
+  (cd /tmp && timeout 400 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "$OLDPWD/models/gpt_block.py:batch=1:8:1,2,4,8" \
+    "$OLDPWD/models/gpt_block.py:batch=1:8:1,8;seq=16:255:64,255" \
     "$OLDPWD/models/resnet_block.py:batch=1:32:1,8,32" --precision "${PERF_POLICY:-tf32}" --out /tmp/dynamic --reps 30 \
     > "$OUT/dynamic_shapes.log" 2>&1); echo "dynamic_shapes exit $?"; cp /tmp/dynamic/dynamic_shapes.md "$OUT/" 2>/dev/null
   tail -12 "$OUT/dynamic_shapes.log"

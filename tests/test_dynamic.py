@@ -5,7 +5,8 @@ plan_over`; the symbolic plan is then instantiated at values inside the range �
 fit was made from among them — and (1) run by the plan interpreter against the reference model at
 that shape in float64, and (2) compared with the plan the planner makes for that shape directly:
 every number the same, but for the arena (sized for the bucket's largest shape), the costs, and
-strides along dimensions of extent 1 (which no kernel reads). Guards: a shape out of range, two
+strides along dimensions of extent 1 (which no kernel reads), and what is made once at create (a
+causal mask's slice and block map, made at the largest shape and read as laid out there). Guards: a shape out of range, two
 inputs that disagree on one symbol, a divisibility the plan needs — each a one-line error naming
 the input, the dimension and the symbol.
 """
@@ -101,6 +102,38 @@ def get_init_inputs():
 '''
 
 
+ATTN = '''
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self, d, max_len):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.register_buffer("mask", torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C)
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+        return F.softmax(att, dim=-1) @ v
+
+batch_size = 2
+seq_len = 16
+d = 32
+max_len = 64
+
+def get_inputs():
+    return [torch.randn(batch_size, seq_len, d)]
+
+def get_init_inputs():
+    return [d, max_len]
+'''
+
+
 def _write(tmp_path, name: str, text: str):
     path = tmp_path / f"{name}.py"
     path.write_text(text)
@@ -118,7 +151,8 @@ def _same_but_arena_and_costs(got: dict, want: dict) -> list[str]:
     assert D.skeleton_key(got) == D.skeleton_key(want)
     a, b = dict(D._leaves(got)), dict(D._leaves(want))
     return [f"{'/'.join(map(str, k))}: {a[k]} != {b[k]}" for k in b
-            if a[k] != b[k] and not D._is_arena_offset(k) and not D._dont_care(b, k)]
+            if a[k] != b[k] and not D._is_arena_offset(k) and not D._dont_care(b, k)
+            and not D._made_at_create(want, k)]
 
 
 def _check_at(ref, sym, values, precision="fp32"):
@@ -172,6 +206,16 @@ def test_batch_and_sequence_together(tmp_path):
     assert {b.dim.name: [(p.index, p.axis) for p in b.places] for b in sym.bindings} == \
         {"batch": [(0, 0), (1, 0)], "seq": [(0, 1)]}
     for values in ({"batch": 1, "seq": 2}, {"batch": 3, "seq": 11}, {"batch": 4, "seq": 17}, {"batch": 5, "seq": 20}):
+        _check_at(ref, sym, values)
+
+
+def test_causal_attention_over_batch_and_sequence_with_its_mask_made_at_create(tmp_path):
+    # the mask's slice and its block map are made once at the largest shape; the runs read them as
+    # laid out there at their own extents: one bucket, right at every shape the interpreter tries
+    ref, _, _ = pipeline.load_source(_write(tmp_path, "attn", ATTN), None)
+    sym = D.plan_over(ref, ["batch=1:4", "seq=4:63"])
+    assert len(sym.buckets) == 1 and sym.buckets[0].at_create, sym.describe()
+    for values in ({"batch": 1, "seq": 4}, {"batch": 3, "seq": 17}, {"batch": 2, "seq": 40}, {"batch": 4, "seq": 63}):
         _check_at(ref, sym, values)
 
 

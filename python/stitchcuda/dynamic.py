@@ -306,6 +306,34 @@ def _is_arena_offset(path: tuple) -> bool:
     return len(path) == 3 and path[0] == "buffers" and path[2] == "offset"
 
 
+def _made_at_create(plan: Mapping[str, Any], path: tuple) -> str:
+    """Whether a number belongs to what is made once, when the program is created at the largest
+    shape: ``"made"`` for a create-phase task or a constant buffer, ``"layout"`` for the strides and
+    offset of a run task's view of such a constant (it holds what was made at the largest shape, so
+    it is read as laid out there), ``"extent"`` for that view's shape (the run's own where it fits,
+    else the largest's), ``""`` otherwise. :func:`generalise` has the plan interpreter confirm that
+    the runs at other shapes are right with what was made."""
+    if len(path) < 2:
+        return ""
+    if path[0] == "buffers":
+        return "made" if plan["buffers"][path[1]].get("kind") == "const" else ""
+    if path[0] != "tasks":
+        return ""
+    task = plan["tasks"][path[1]]
+    if task.get("phase") == "create":
+        return "made"
+    consts = {b["name"] for b in plan["buffers"] if b.get("kind") == "const"}
+    node: Any = task
+    for i, k in enumerate(path[2:]):
+        if isinstance(node, Mapping) and node.get("buffer") in consts:
+            return "extent" if k == "shape" else "layout"
+        try:
+            node = node[k]
+        except (KeyError, IndexError, TypeError):
+            return ""
+    return ""
+
+
 def _skeleton(obj: Any, path: tuple = ()) -> Any:
     """The plan with its numbers masked: two plans of one bucket have the same skeleton."""
     if isinstance(obj, bool) or obj is None or isinstance(obj, str):
@@ -373,6 +401,7 @@ class Bucket:
     fitted: dict[tuple, Poly] = field(default_factory=dict)
     divisors: dict[str, int] = field(default_factory=dict)
     fitted_over: dict[str, tuple[int, int]] | None = None  # the box the fit was made on, where it is smaller
+    at_create: set[str] = field(default_factory=set)  # made at create, depending on the symbols (checked)
 
     @property
     def fit_ranges(self) -> dict[str, tuple[int, int]]:
@@ -521,11 +550,18 @@ def _fit_bucket(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], at:
         used = [(v, lv[path]) for (v, _), lv in zip(plans, leaves) if not _dont_care(lv, path)]
         if all(y == y_top for _, y in used):
             continue
+        made = _made_at_create(largest, path)
+        if made in ("made", "layout"):
+            bucket.at_create.add(_where(largest, path).split(":")[0])
+            continue
         active = [n for n in names if len({v[n] for v, _ in used}) > 1]
         if path[0] == "weights":
             raise ParameterShapeError(f"weight {largest['weights'][path[1]]['name']}'s shape changes with "
                                   f"{', '.join(active)}: a dynamic dimension must leave the parameters alone")
         poly = fit(active, used)
+        if poly is None and made == "extent":
+            bucket.at_create.add(_where(largest, path).split(":")[0])
+            continue
         if poly is None:
             shown = ", ".join(f"{y} at {_fmt(v)}" for v, y in used[:4])
             raise GeneraliseError(f"{_where(largest, path)} is no polynomial of {', '.join(active)} "
@@ -600,6 +636,8 @@ def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3,
     if accept is not None:
         for n in names:
             buckets = _join_bottom(buckets, n, names, accept)
+        for b in buckets:
+            _check_made_at_create(b, names, accept)
     first = buckets[0].largest.get("weights", [])
     for b in buckets[1:]:
         for w, v in zip(first, b.largest.get("weights", [])):
@@ -607,6 +645,23 @@ def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3,
                 raise ParameterShapeError(f"weight {w.get('name')}'s shape changes with {', '.join(names)}: a dynamic "
                                           "dimension must leave the parameters alone")
     return SymbolicPlan(tuple(bindings), buckets)
+
+
+def _check_made_at_create(bucket: Bucket, names: Sequence[str],
+                          accept: Callable[[Mapping[str, int], dict[str, Any]], bool]) -> None:
+    """What is made once at the largest shape but depends on the symbols (a causal mask's block map)
+    is served only where the plan interpreter finds the runs right with it: at every corner of the
+    bucket and its middle."""
+    if not bucket.at_create:
+        return
+    box = bucket.ranges
+    points = [dict(zip(names, c)) for c in itertools.product(*({box[n][0], box[n][1]} for n in names))]
+    points.append({n: (box[n][0] + box[n][1]) // 2 for n in names})
+    for v in points:
+        if not accept(v, bucket.instantiate(v)):
+            raise GeneraliseError(f"{', '.join(sorted(bucket.at_create))} (made once, when the program is created "
+                                  f"at the largest shape) depend on {', '.join(names)} and the runs are not right at "
+                                  f"{_fmt(v)} with them")
 
 
 def _join_bottom(buckets: list[Bucket], n: str, names: Sequence[str],
@@ -949,36 +1004,6 @@ def _glue(src: str, sym: SymbolicPlan, input_names: Sequence[str], name: str, di
     return src
 
 
-def _at_create(plan: dict[str, Any], largest: dict[str, Any]) -> dict[str, Any]:
-    """``plan`` as a program over symbols runs it: the tasks of the create phase and the constants
-    they fill as at the largest shape (the symbols' values while the program is created)."""
-    out = json.loads(json.dumps(plan))
-    out["tasks"] = [lt if lt.get("phase") == "create" else t for t, lt in zip(out["tasks"], largest["tasks"])]
-    out["buffers"] = [lb if lb.get("kind") == "const" else b for b, lb in zip(out["buffers"], largest["buffers"])]
-    return out
-
-
-def _check_create(sym: SymbolicPlan, problems: "_Problems") -> None:
-    """A create-phase task or constant whose numbers depend on the symbols runs once, at the largest
-    shape: served only where the plan interpreter finds every run right with those constants (a
-    causal mask's block map broadcast over the batch, say), at the bucket's corners and middle."""
-    bucket = sym.buckets[0]
-    tasks, buffers = bucket.largest["tasks"], bucket.largest["buffers"]
-    moved = sorted({tasks[p[1]]["name"] for p in bucket.fitted if p[0] == "tasks" and tasks[p[1]].get("phase") == "create"}
-                   | {buffers[p[1]]["name"] for p in bucket.fitted if p[0] == "buffers"
-                      and buffers[p[1]].get("kind") == "const"})
-    if not moved:
-        return
-    names = list(sym.names)
-    box = bucket.ranges
-    points = [dict(zip(names, c)) for c in itertools.product(*({lo, hi} for lo, hi in (box[n] for n in names)))]
-    points.append({n: (box[n][0] + box[n][1]) // 2 for n in names})
-    for v in points:
-        if not problems.accept(v, _at_create(bucket.instantiate(v), bucket.largest)):
-            raise GeneraliseError(f"{', '.join(moved)} (made once, when the program is created) depend on "
-                                  f"{', '.join(names)} and are not right at {_fmt(v)} as made at the largest shape")
-
-
 _FUNCTION = re.compile(r"^(?:ST_API\s+)?[A-Za-z_][\w:<>*&\s]*?\b(\w+)\(([^;{}]*?)\)\s*\{", re.M)
 
 
@@ -1064,7 +1089,6 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
         raise GeneraliseError(f"{len(sym.buckets)} buckets ({'; '.join(_box(b) for b in sym.buckets)}): a program "
                               "over several buckets is not generated yet; narrow the range to one of them")
     bucket = sym.buckets[0]
-    _check_create(sym, problems)
 
     def render_at(values: Mapping[str, int]) -> str:
         return problem_at(values).code(P.Plan.from_dict(sym.instantiate(values))).program_cu

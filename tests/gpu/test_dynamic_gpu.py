@@ -1,9 +1,10 @@
 """Dynamic programs on the GPU: one program run at every batch size of its range, against the reference.
 
 Each reference of tests/test_dynamic.py (a conv net with batch statistics; an MLP with a mean over the
-batch) and models/gpt_block.py is built once over a batch range (``build_dynamic``),
-loaded with ``Program.load`` and called at several batch sizes in one process — each a shape of its
-own, so each captures its own CUDA graph — and compared with the reference model at that size
+batch) and models/gpt_block.py is built once over a batch range (``build_dynamic``; gpt_block also over
+batch and sequence length together), loaded with ``Program.load`` and called at several sizes in one
+process — each a shape of its own, so each captures its own CUDA graph — and compared with the
+reference model at that size
 (fp32 programs to 1e-4 of float64, tf32 to 1e-2). A size out of range and inputs that disagree on the
 batch are refused by the Python check and, called past it, by the program's own check, each with
 one line naming the input, the dimension and the symbol.
@@ -42,8 +43,8 @@ def _build(tmp_path, name, text_or_path, dims, precision):
     return frontend.load_reference(path), Program.load(o.directory)
 
 
-def _error(ref, prog, batch, variable="batch_size"):
-    with D.Sizes(ref.module, {variable: batch}):
+def _error(ref, prog, batch, variable="batch_size", **more):
+    with D.Sizes(ref.module, {variable: batch, **more}):
         model, inputs = ref.instantiate(seed=0)
     # the program's weights were drawn from the same seed: the same model
     got = prog(*[x.cuda() for x in inputs])
@@ -77,3 +78,11 @@ def test_a_transformer_block_over_its_batch(tmp_path):
     ref, prog = _build(tmp_path, "gpt_block", ROOT / "models" / "gpt_block.py", ["batch=1:8"], "tf32")
     for batch in (1, 2, 5, 8):
         assert _error(ref, prog, batch) < 1e-2, batch
+
+
+def test_a_transformer_block_over_batch_and_sequence(tmp_path):
+    # one program for batch 1..8 and sequence 16..255 (the causal mask's slice and block map made
+    # once at the largest shape): five shapes, no two alike, each against the reference
+    ref, prog = _build(tmp_path, "gpt_block", ROOT / "models" / "gpt_block.py", ["batch=1:8", "seq=16:255"], "tf32")
+    for batch, seq in ((1, 16), (3, 100), (8, 255), (2, 64), (5, 33)):
+        assert _error(ref, prog, batch, seq_len=seq) < 1e-2, (batch, seq)

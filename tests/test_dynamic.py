@@ -338,3 +338,26 @@ def test_dynamic_refuses_what_it_cannot_serve(tmp_path):
         D.build_dynamic(path, ["batch=1:4"], precision="fp64", out=tmp_path / "p")
     with pytest.raises(D.DynamicSpecError, match="no module-level integer 'tokens'"):
         D.build_dynamic(path, ["tokens=1:4"], out=tmp_path / "p", compile=False)
+
+
+def test_the_wheels_loader_reads_the_same_dynamic_block():
+    # the loader a program wheel ships (no stitchcuda inside) and the manifest share one reading of it
+    from stitchcuda import loader
+    from stitchcuda import manifest as mf
+
+    dims = [{"name": "batch", "min": 1, "max": 8, "places": [["x", 0], ["mask", 0]]},
+            {"name": "seq", "min": 4, "max": 64, "places": [["x", 1]], "multiple_of": 4}]
+    assert loader.dynamic_sizes(dims, ["x", "mask"], [(3, 12, 32), (3, 12)]) == {"batch": 3, "seq": 12}
+    assert loader.dim_value("4*batch*seq + 2", {"batch": 3, "seq": 12}) == 146
+    assert loader.dim_value("seq/4", {"seq": 12}) == 3
+    for shapes, pattern in [([(9, 12, 32), (9, 12)], r"input 'x' dimension 0 \(batch\) is 9: this program serves "
+                                                      r"batch 1\.\.8"),
+                            ([(3, 12, 32), (2, 12)], r"batch: input 'x' dimension 0 is 3 but input 'mask' "
+                                                      r"dimension 0 is 2"),
+                            ([(3, 13, 32), (3, 13)], r"\(seq\) is 13: this program needs seq a multiple of 4")]:
+        with pytest.raises(ValueError, match=pattern):
+            loader.dynamic_sizes(dims, ["x", "mask"], shapes)
+    with pytest.raises(mf.ShapeError, match="not a whole number"):
+        mf.eval_dim("seq/4", {"seq": 13})
+    with pytest.raises(ValueError, match="not a dimension expression"):
+        loader.dim_value("__import__('os')", {})

@@ -11,7 +11,9 @@ Python 3 version::
 
 Outputs are of the inputs' kind: NumPy in, NumPy out; CuPy or PyTorch in, CuPy or PyTorch
 tensors out, on the inputs' device, written on that framework's current stream. Every input is
-checked against the manifest (count, shape, dtype) with a message naming it. No GPU, a GPU of an
+checked against the manifest (count, shape, dtype) with a message naming it; a program built over
+dynamic dimensions (the manifest's ``dynamic`` block) takes every shape in its ranges, its outputs
+shaped by the same block, and refuses others in one line naming the dimension. No GPU, a GPU of an
 architecture the wheel was not built for, or a missing cuBLASLt each raise one clear error.
 NumPy is imported only when a NumPy array or the weights need it.
 
@@ -298,6 +300,66 @@ def _framework(x) -> str:
     return top if top in ("torch", "cupy", "numpy") else "other"
 
 
+# ---------------------------------------------------------------------- dynamic dimensions
+
+
+def dim_value(expr, values) -> int:
+    """One dimension of a dynamic program's shape (the manifest's ``dynamic`` block) at the sizes
+    ``values``: an integer, or an expression of the sizes with integers, ``+ - * /`` and parentheses
+    (``4*batch*seq + 2``), evaluated exactly; ``/`` must divide (the program's guards make it so)."""
+    if isinstance(expr, int):
+        return expr
+    import ast
+    from fractions import Fraction
+
+    def ev(n) -> Fraction:
+        if isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool):
+            return Fraction(n.value)
+        if isinstance(n, ast.Name) and n.id in values:
+            return Fraction(values[n.id])
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            a, b = ev(n.left), ev(n.right)
+            return a / b if isinstance(n.op, ast.Div) else a + b if isinstance(n.op, ast.Add) else \
+                a - b if isinstance(n.op, ast.Sub) else a * b
+        raise ValueError(f"not a dimension expression: {expr!r}")
+
+    v = ev(ast.parse(str(expr), mode="eval").body)
+    if v.denominator != 1:
+        raise ValueError(f"{expr} is not a whole number at " + ", ".join(f"{k}={x}" for k, x in values.items()))
+    return int(v)
+
+
+def dynamic_sizes(dims, names, shapes) -> dict:
+    """The sizes of a dynamic program's dimensions (``dims``: the manifest's ``dynamic.dims``) read from
+    the shapes of inputs named ``names``; ValueError of one line naming the input, the dimension and
+    the size where a guard does not hold (its range, a multiple it needs, two inputs that disagree)."""
+    at = {n: i for i, n in enumerate(names)}
+    out = {}
+    for d in dims:
+        name, first = d["name"], None
+        for inp, axis in d["places"]:
+            shape = shapes[at[inp]]
+            if axis >= len(shape):
+                raise ValueError(f"input '{inp}' has {len(shape)} dimension(s); dimension {axis} is {name}")
+            v = int(shape[axis])
+            if first is not None and v != first[2]:
+                raise ValueError(f"{name}: input '{first[0]}' dimension {first[1]} is {first[2]} but input '{inp}' "
+                                 f"dimension {axis} is {v} (both are {name})")
+            first = first or (inp, axis, v)
+        inp, axis, v = first
+        if not d["min"] <= v <= d["max"]:
+            raise ValueError(f"input '{inp}' dimension {axis} ({name}) is {v}: this program serves {name} "
+                             f"{d['min']}..{d['max']}")
+        q = d.get("multiple_of", 1)
+        if v % q:
+            raise ValueError(f"input '{inp}' dimension {axis} ({name}) is {v}: this program needs {name} a multiple "
+                             f"of {q}")
+        out[name] = v
+    return out
+
+
 # ---------------------------------------------------------------------- the program
 
 
@@ -309,6 +371,8 @@ class PackagedProgram:
         self.manifest = json.loads((package / "manifest.json").read_text())
         self.name = self.manifest["name"]
         self.inputs, self.outputs = self.manifest["inputs"], self.manifest["outputs"]
+        self.dynamic = self.manifest.get("dynamic")  # dimensions served over a range (their largest above)
+        self._shapes: dict = {}
         if device_count() == 0:
             raise NoCudaDeviceError(f"{self.name}: no CUDA device here: the program runs on an NVIDIA GPU with a CUDA 13 "
                                 "driver (R580 or newer); check nvidia-smi and CUDA_VISIBLE_DEVICES")
@@ -384,11 +448,34 @@ class PackagedProgram:
             return self._run_device(xs, on_device[0], stream)
         return self._run_host(xs, "torch" if "torch" in kinds else "numpy")
 
-    def _check_spec(self, i: int, dtype: str | None, shape) -> None:
+    def shapes_for(self, shapes) -> tuple[list, list]:
+        """(input shapes, output shapes) for inputs of these shapes: the manifest's, or over a dynamic
+        program's dimensions (worked out once a shape; a ProgramError naming the dimension where a
+        guard does not hold)."""
+        if not self.dynamic:
+            return [list(s["shape"]) for s in self.inputs], [list(s["shape"]) for s in self.outputs]
+        key = tuple(tuple(int(d) for d in x) for x in shapes)
+        hit = self._shapes.get(key)
+        if hit is None:
+            if len(key) != len(self.inputs):
+                return [list(s["shape"]) for s in self.inputs], [list(s["shape"]) for s in self.outputs]
+            try:
+                values = dynamic_sizes(self.dynamic["dims"], [s["name"] for s in self.inputs], key)
+            except ValueError as e:
+                raise ProgramError(f"{self.name}: {e}") from None
+            hit = ([[dim_value(x, values) for x in sh] for sh in self.dynamic["inputs"]],
+                   [[dim_value(x, values) for x in sh] for sh in self.dynamic["outputs"]])
+            if len(self._shapes) < 256:
+                self._shapes[key] = hit
+        return hit
+
+    def _check_spec(self, i: int, dtype: str | None, shape, want=None) -> None:
         s = self.inputs[i]
-        if dtype != s["dtype"] or list(shape) != list(s["shape"]):
-            raise ProgramError(f"{self.name}: input {i} '{s['name']}': expected {s['dtype']}{s['shape']}, got "
-                               f"{dtype}{list(shape)} (a program is specialised to the shapes it was built for)")
+        want = list(s["shape"]) if want is None else list(want)
+        if dtype != s["dtype"] or list(shape) != want:
+            raise ProgramError(f"{self.name}: input {i} '{s['name']}': expected {s['dtype']}{want}, got "
+                               f"{dtype}{list(shape)} (a program is specialised to the shapes it was built for"
+                               + (", but for its dynamic dimensions)" if self.dynamic else ")"))
 
     @staticmethod
     def _is_cuda(x) -> bool:
@@ -397,27 +484,28 @@ class PackagedProgram:
 
     def _run_device(self, xs, kind: str, stream: int | None):
         fw = sys.modules[kind]
+        want_in, want_out = self.shapes_for([tuple(x.shape) for x in xs])
         keep, ins = [], []
         for i, x in enumerate(xs):
             if _framework(x) == "numpy" or not self._is_cuda(x):
                 x = fw.asarray(x) if kind == "cupy" else fw.as_tensor(x).cuda(self.device)
             capsule, v = dlpack_view(x)
-            self._check_spec(i, v["dtype"], v["shape"])
+            self._check_spec(i, v["dtype"], v["shape"], want_in[i])
             keep += [x, capsule]
             ins.append(_descriptor(v["data"], v["dtype"], v["shape"], v["strides"], v["device_id"]))
         if kind == "torch":
             dev = fw.device("cuda", self.device)
-            outs = [fw.empty(s["shape"], dtype=getattr(fw, s["dtype"]), device=dev) for s in self.outputs]
+            outs = [fw.empty(sh, dtype=getattr(fw, s["dtype"]), device=dev) for s, sh in zip(self.outputs, want_out)]
             stream = fw.cuda.current_stream(dev).cuda_stream if stream is None else stream
         else:
             with fw.cuda.Device(self.device):
-                outs = [fw.empty(s["shape"], dtype=s["dtype"]) for s in self.outputs]
+                outs = [fw.empty(sh, dtype=s["dtype"]) for s, sh in zip(self.outputs, want_out)]
             stream = fw.cuda.get_current_stream().ptr if stream is None else stream
         descs = []
-        for o, s in zip(outs, self.outputs):
+        for o, s, sh in zip(outs, self.outputs, want_out):
             capsule, v = dlpack_view(o)
             keep.append(capsule)
-            descs.append(_descriptor(v["data"], s["dtype"], s["shape"], v["strides"], v["device_id"]))
+            descs.append(_descriptor(v["data"], s["dtype"], sh, v["strides"], v["device_id"]))
         self._launch(ins, descs, stream)
         del keep
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -427,10 +515,11 @@ class PackagedProgram:
 
         rt = runtime()
         arrays = []
-        for i, x in enumerate(xs):
-            a = np.ascontiguousarray(x.cpu().numpy() if _framework(x) == "torch" else x)
-            self._check_spec(i, a.dtype.name if a.dtype.name != "bool_" else "bool", a.shape)
-            arrays.append(a)
+        for x in xs:
+            arrays.append(np.ascontiguousarray(x.cpu().numpy() if _framework(x) == "torch" else x))
+        want_in, want_out = self.shapes_for([a.shape for a in arrays])
+        for i, a in enumerate(arrays):
+            self._check_spec(i, a.dtype.name if a.dtype.name != "bool_" else "bool", a.shape, want_in[i])
         buffers = []
         try:
             def alloc(nbytes: int) -> int:
@@ -440,13 +529,13 @@ class PackagedProgram:
                 return p.value
 
             ins = []
-            for a, s in zip(arrays, self.inputs):
+            for a, s, sh in zip(arrays, self.inputs, want_in):
                 ptr = alloc(a.nbytes)
                 _check(rt.st_copy_h2d(ptr, a.ctypes.data, a.nbytes, None), "st_copy_h2d")
-                ins.append(_descriptor(ptr, s["dtype"], s["shape"], device=self.device))
-            outs = [np.empty(s["shape"], dtype=DTYPES[s["dtype"]][2] or "uint16") for s in self.outputs]
-            descs = [_descriptor(alloc(o.nbytes), s["dtype"], s["shape"], device=self.device)
-                     for o, s in zip(outs, self.outputs)]
+                ins.append(_descriptor(ptr, s["dtype"], sh, device=self.device))
+            outs = [np.empty(sh, dtype=DTYPES[s["dtype"]][2] or "uint16") for s, sh in zip(self.outputs, want_out)]
+            descs = [_descriptor(alloc(o.nbytes), s["dtype"], sh, device=self.device)
+                     for o, s, sh in zip(outs, self.outputs, want_out)]
             self._launch(ins, descs, None)
             for o, d in zip(outs, descs):
                 _check(rt.st_copy_d2h(o.ctypes.data, d.data, o.nbytes, None), "st_copy_d2h")

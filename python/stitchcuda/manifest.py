@@ -36,17 +36,16 @@ problem (``run/mlp/manifest.json: inputs[0].shape: expected a list of non-negati
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
 import json
 import re
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import dtypes as _dtypes
+from . import loader as _loader
 from .errors import ArgumentError
 from . import precision as _precision
 from .fsutil import atomic_write_text
@@ -197,30 +196,14 @@ class ShapeError(ArgumentError):
 
 
 def eval_dim(expr: int | str, values: Mapping[str, int]) -> int:
-    """A dimension of a dynamic shape at the symbols' ``values``: an integer, or an expression of
-    the symbols with integers, ``+ - * /`` and parentheses (``4*batch*seq + 2``); ``/`` divides
-    exactly (the program's divisibility guards make it so)."""
-    if isinstance(expr, int):
-        return expr
-    node = ast.parse(expr, mode="eval").body
-
-    def ev(n: ast.AST) -> Fraction:
-        if isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool):
-            return Fraction(n.value)
-        if isinstance(n, ast.Name) and n.id in values:
-            return Fraction(values[n.id])
-        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-            a, b = ev(n.left), ev(n.right)
-            return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(n.op)) if not isinstance(n.op, ast.Div) \
-                else a / b
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
-            return -ev(n.operand)
-        raise ValueError(f"not a dimension expression: {expr!r}")
-
-    v = ev(node)
-    if v.denominator != 1:
-        raise ShapeError(f"{expr} is not a whole number at " + ", ".join(f"{k}={x}" for k, x in values.items()))
-    return int(v)
+    """A dimension of a dynamic shape at the symbols' ``values`` (:func:`stitchcuda.loader.dim_value`,
+    which a program wheel's loader uses too); ShapeError where it is not whole."""
+    try:
+        return _loader.dim_value(expr, values)
+    except ValueError as e:
+        if str(e).startswith("not a dimension expression"):
+            raise
+        raise ShapeError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -253,30 +236,12 @@ class Dynamic:
 
     def values(self, names: Sequence[str], shapes: Sequence[Sequence[int]]) -> dict[str, int]:
         """The dimensions' values read from input shapes (inputs named ``names``); ShapeError of one
-        line naming the input, the dimension and the symbol when a guard does not hold."""
-        at = {n: i for i, n in enumerate(names)}
-        out: dict[str, int] = {}
-        for d in self.dims:
-            first: tuple[str, int, int] | None = None
-            for inp, axis in d.places:
-                shape = shapes[at[inp]]
-                if axis >= len(shape):
-                    raise ShapeError(f"input '{inp}' has {len(shape)} dimension(s); dimension {axis} is {d.name}")
-                v = int(shape[axis])
-                if first is not None and v != first[2]:
-                    raise ShapeError(f"{d.name}: input '{first[0]}' dimension {first[1]} is {first[2]} but input "
-                                     f"'{inp}' dimension {axis} is {v} (both are {d.name})")
-                first = first or (inp, axis, v)
-            assert first is not None
-            inp, axis, v = first
-            if not d.min <= v <= d.max:
-                raise ShapeError(f"input '{inp}' dimension {axis} ({d.name}) is {v}: this program serves "
-                                 f"{d.name} {d.min}..{d.max}")
-            if v % d.multiple_of:
-                raise ShapeError(f"input '{inp}' dimension {axis} ({d.name}) is {v}: this program needs {d.name} a "
-                                 f"multiple of {d.multiple_of}")
-            out[d.name] = v
-        return out
+        line naming the input, the dimension and the symbol when a guard does not hold (the checks a
+        program wheel's loader makes too: :func:`stitchcuda.loader.dynamic_sizes`)."""
+        try:
+            return _loader.dynamic_sizes([d.to_dict() for d in self.dims], list(names), shapes)
+        except ValueError as e:
+            raise ShapeError(str(e)) from None
 
     def largest_sizes(self) -> dict[str, int]:
         """The reference's module-level sizes at the program's largest shape (the manifest's shapes)."""

@@ -86,3 +86,43 @@ def test_a_transformer_block_over_batch_and_sequence(tmp_path):
     ref, prog = _build(tmp_path, "gpt_block", ROOT / "models" / "gpt_block.py", ["batch=1:8", "seq=16:255"], "tf32")
     for batch, seq in ((1, 16), (3, 100), (8, 255), (2, 64), (5, 33)):
         assert _error(ref, prog, batch, seq_len=seq) < 1e-2, (batch, seq)
+
+
+def test_the_wheel_of_a_dynamic_program_takes_every_batch_without_pytorch(tmp_path):
+    # verified at its largest shape, packed, installed in a virtual environment without PyTorch and
+    # called there on NumPy inputs of three batch sizes; a batch out of range refused by the loader
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from stitchcuda.ship import wheel
+    from stitchcuda.verifier.verification import VerifyOptions, verify_program
+    from tests.test_wheel import torchless_venv
+
+    ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32")
+    assert verify_program(prog.root, None, VerifyOptions(time=False, profile=False, compile=False)).result.ok
+    w = wheel.make_wheels(prog.root, archs=[_arch()], out=tmp_path / "dist")
+    wants = {}
+    for batch in (1, 5, 16):
+        with D.Sizes(ref.module, {"batch_size": batch}):
+            model, inputs = ref.instantiate(seed=0)
+        np.save(tmp_path / f"x{batch}.npy", inputs[0].numpy())
+        with torch.no_grad():
+            wants[batch] = copy.deepcopy(model).double()(inputs[0].double()).numpy()
+    py = torchless_venv(tmp_path, [w.program, w.runtime], sys.executable, with_numpy=True)
+    code = ("import json, numpy as np, conv\nm = conv.load()\nout = {}\n"
+            "for b in (1, 5, 16):\n"
+            f"    np.save({str(tmp_path)!r} + f'/y{{b}}.npy', m(np.load({str(tmp_path)!r} + f'/x{{b}}.npy')))\n"
+            "try:\n    m(np.zeros((17, 3, 8, 8), np.float32))\nexcept ValueError as e:\n    out['refused'] = str(e)\n"
+            "try:\n    import torch\n    out['torch'] = True\nexcept ImportError:\n    out['torch'] = False\n"
+            "print(json.dumps(out))\n")
+    r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["torch"] is False
+    assert "dimension 0 (batch) is 17: this program serves batch 1..16" in out["refused"]
+    for batch, want in wants.items():
+        got = np.load(tmp_path / f"y{batch}.npy")
+        assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max()), batch

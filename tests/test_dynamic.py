@@ -328,6 +328,17 @@ def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
     result = check_program(o.directory, require_weights=True)
     assert not result.rejected, [str(f) for f in result.rejections]
     assert "thread_local" not in src and "task::convolution(io.dyn, " in src
+    # judged at one shape of its range: the manifest at that shape, the reference's size with it
+    from stitchcuda.verifier.run.reference import resolve_reference
+    from stitchcuda.verifier.verification import _at_shape
+
+    at3 = m.at({"batch": 3})
+    assert at3.inputs[0].shape == (3, 3, 8, 8) and at3.outputs[0].shape == (3, 10)
+    prog3 = _at_shape(mf.load_program_dir(o.directory), {"batch": 3})
+    assert mf.Manifest.from_dict(prog3.manifest.to_dict()).inputs[0].shape == (3, 3, 8, 8)  # as the child reads it
+    assert resolve_reference(None, o.directory, prog3.manifest).sizes == (("batch_size", 3),)
+    with pytest.raises(mf.ShapeError, match=r"\(batch\) is 17: this program serves batch 1\.\.16"):
+        m.at({"batch": 17})
 
 
 def test_dynamic_refuses_what_it_cannot_serve(tmp_path):

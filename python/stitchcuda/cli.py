@@ -163,6 +163,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baselines", type=checks.baselines, default=(),
                    help="extra baselines: max-autotune (torch.compile(mode='max-autotune') at the policy; minutes)")
     p.add_argument("--arch", type=checks.arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
+    p.add_argument("--at", action="append", type=checks.size_value, default=None, metavar="NAME=SIZE",
+                   help="judge a dynamic program at this size of a dimension (repeat for each; default: its largest)")
 
     p = add("profile", "CUPTI-profile a program folder (kernels, tasks, roofline)", commands.profile,
             "stitchcuda profile run/gpt_block --runs 20", commands.check_program_command)

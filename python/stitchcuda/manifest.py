@@ -275,6 +275,26 @@ class Manifest:
     state: tuple[CarriedState, ...] = ()
     dynamic: Dynamic | None = None  # dimensions served over a range (None: the shapes above only)
 
+    def at(self, values: Mapping[str, int]) -> "Manifest":
+        """A dynamic program's manifest at one shape of its ranges (``values``: every dimension's size,
+        checked against its range and multiple): inputs, outputs and lifted draws at that shape, as a
+        static program's manifest would list them. ShapeError names what does not hold."""
+        if self.dynamic is None:
+            raise ShapeError(f"{self.name} is not a dynamic program: it serves its manifest's shapes only")
+        names = {d.name: d for d in self.dynamic.dims}
+        unknown = sorted(set(values) - set(names))
+        if unknown or set(values) != set(names):
+            raise ShapeError(f"{self.name} has dynamic dimension(s) {', '.join(names)}; got "
+                             f"{', '.join(f'{k}={v}' for k, v in values.items()) or 'none'}")
+        shapes = {t.name: self.dynamic.shape(dims, values) for t, dims in zip(self.inputs, self.dynamic.inputs)}
+        self.dynamic.values([t.name for t in self.inputs], [shapes[t.name] for t in self.inputs])  # the guards
+        outputs = tuple(dataclasses.replace(t, shape=self.dynamic.shape(dims, values))
+                        for t, dims in zip(self.outputs, self.dynamic.outputs))
+        lifted = tuple(dataclasses.replace(r, shape=shapes[r.input]) if r.shape is not None else r
+                       for r in self.lifted_random)
+        return dataclasses.replace(self, inputs=tuple(dataclasses.replace(t, shape=shapes[t.name]) for t in self.inputs),
+                                   outputs=outputs, lifted_random=lifted)
+
     # -------------------------------------------------------------- provenance
 
     def covered_nodes(self) -> frozenset[str]:

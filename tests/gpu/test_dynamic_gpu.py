@@ -126,3 +126,14 @@ def test_the_wheel_of_a_dynamic_program_takes_every_batch_without_pytorch(tmp_pa
     for batch, want in wants.items():
         got = np.load(tmp_path / f"y{batch}.npy")
         assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max()), batch
+
+
+def test_the_verifier_judges_a_dynamic_program_across_its_range(tmp_path):
+    # the whole Verifier (static rules, build, trials with varied inputs, the dynamic checks) at the
+    # smallest size, the largest and one between: each a pass
+    from stitchcuda.verifier.verification import VerifyOptions, verify_program
+
+    ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32")
+    for at in ((), (("batch", 1),), (("batch", 7),)):
+        v = verify_program(prog.root, None, VerifyOptions(time=False, profile=False, compile=False, at=at))
+        assert v.result.ok, (at, v.result.summary())

@@ -134,4 +134,13 @@ def nvcc_arch(arch: str | None) -> None:
         check_arch(arch, compiling=True)
 
 
-__all__ = ["count", "duration", "days", "fraction", "arch", "reference", "program_dir", "out_folder", "nvcc_arch"]
+__all__ = ["count", "duration", "days", "fraction", "arch", "reference", "program_dir", "out_folder", "nvcc_arch",
+           "size_value"]
+
+
+def size_value(text: str) -> tuple[str, int]:
+    """``--at NAME=SIZE`` (a dynamic program's dimension and the size to judge it at)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME=SIZE, e.g. batch=3")
+    return name.strip(), int(value)

@@ -363,6 +363,7 @@ def _verify_options(args: argparse.Namespace, **extra):
     return VerifyOptions(trials=args.trials, time=not args.no_time, profile=not args.no_profile,
                          compile=not args.no_compile, autotune="max-autotune" in (getattr(args, "baselines", None) or ()),
                          seed=args.seed, arch=args.arch, precision=args.precision,
+                         at=tuple(getattr(args, "at", None) or ()),
                          command="stitchcuda " + " ".join(sys.argv[1:]), **extra)
 
 

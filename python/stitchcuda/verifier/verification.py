@@ -93,6 +93,7 @@ class VerifyOptions:
     program_memory_cap: int | None = None  # bytes the program may allocate itself; None: half the device; 0: no cap
     arch: str | None = None  # default: $STITCHCUDA_ARCH, else the manifest's
     device: int = 0
+    at: tuple[tuple[str, int], ...] = ()  # a dynamic program judged at these sizes (default: its largest)
     write: bool = True
     command: str = ""
     cupti: bool = True  # False forces the torch.profiler path
@@ -247,11 +248,26 @@ def verify_program(program_dir: str | os.PathLike, reference: str | os.PathLike 
         return d.v
 
 
+def _at_shape(prog: mf.ProgramDir, values: dict[str, int]) -> mf.ProgramDir:
+    """The program folder judged at one shape of its dynamic ranges: its manifest at those sizes, each
+    range ending there (so the shapes it lists are its largest, as a manifest's are, and the
+    reference's module-level sizes follow: :func:`.run.reference.at_largest`)."""
+    try:
+        manifest = prog.manifest.at(values)
+    except mf.ShapeError as e:
+        raise ProblemError("--at", str(e)) from None
+    dims = tuple(dataclasses.replace(d, max=values[d.name]) for d in manifest.dynamic.dims)
+    return dataclasses.replace(prog, manifest=dataclasses.replace(
+        manifest, dynamic=dataclasses.replace(manifest.dynamic, dims=dims)))
+
+
 def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     clock = time.monotonic
     t = clock()
     _say(o, "inputs: the folder and the reference")
     prog = mf.load_program_dir(program_dir)  # ManifestError: bad input
+    if o.at:
+        prog = _at_shape(prog, dict(o.at))
     manifest = prog.manifest
     spec = resolve_reference(reference, prog.root, manifest)
     input_notes = validate_reference(spec, manifest, manifest_file=prog.manifest_path)

@@ -23,7 +23,8 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh layout          # layout changes, joins, channels-last pools: tests, speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh ncu             # Nsight Compute sections of NCU_KERNEL in NCU_IDS
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh dynamic         # dynamic programs: GPU tests, against static / compile
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh dynamic         # dynamic programs: GPU tests (one call)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh dynamictable    # dynamic programs against static ones and compile
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh engines         # each convolution's engine, ours beside PyTorch's
 #                                                               # and torch.compile's (ENGINE_IDS)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
@@ -340,9 +341,12 @@ if want ncu; then  # Nsight Compute's sections for the kernels matching NCU_KERN
     echo "ncu $id: exit $?"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy" "$OUT/ncu_${id/:/_}.txt" | head -12
   done
 fi
-if want dynamic; then  # one program for every batch size: GPU tests, then against static programs and torch.compile
-  log "dynamic shapes"
-  pt dynamic 300 tests/gpu/test_dynamic_gpu.py
+if want dynamic; then  # one program for every batch size: its GPU tests (programs, the wheel, the Verifier across a range)
+  log "dynamic shapes: GPU tests"
+  pt dynamic 560 tests/gpu/test_dynamic_gpu.py
+fi
+if want dynamictable; then  # dynamic programs against the static program of each shape and torch.compile
+  log "dynamic shapes: against static programs and torch.compile"
   (cd /tmp && timeout 400 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "$OLDPWD/models/gpt_block.py:batch=1:8:1,2,4,8" \
     "$OLDPWD/models/gpt_block.py:batch=1:8:1,8;seq=16:255:64,255" \
     "$OLDPWD/models/resnet_block.py:batch=1:32:1,8,32" --precision "${PERF_POLICY:-tf32}" --out /tmp/dynamic --reps 30 \

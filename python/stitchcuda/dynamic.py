@@ -861,10 +861,7 @@ def generalise_source(sym: SymbolicPlan, render_at: Callable[[Mapping[str, int]]
     reproduces is a GeneraliseError naming its line; the fit is then checked against the Coder's own
     program at ``checks`` random values it was not made from. Returns the source and what each symbol
     must be a multiple of for its numbers to be whole (the bucket's guards and the code's own)."""
-    if len(sym.buckets) != 1:
-        raise GeneraliseError(f"{len(sym.buckets)} buckets ({'; '.join(_box(b) for b in sym.buckets)}): a program "
-                              "over several buckets is not generated yet; narrow the range to one of them")
-    bucket = sym.buckets[0]
+    bucket = _one_bucket(sym)
     names = list(sym.names)
     index = {n: k for k, n in enumerate(names)}
     points = _points(names, bucket.fit_ranges, extra)
@@ -926,6 +923,14 @@ def generalise_source(sym: SymbolicPlan, render_at: Callable[[Mapping[str, int]]
                 line = 1 + sum(t.count("\n") for _, t in base[:i])
                 raise GeneraliseError(f"program.cu line {line}: {toks[i][1]} at {_fmt(v)}, but the fit gives {want}")
     return "".join(out), need
+
+
+def _one_bucket(sym: SymbolicPlan) -> Bucket:
+    """The plan's only bucket: a program over several is not generated yet (GeneraliseError names them)."""
+    if len(sym.buckets) != 1:
+        raise GeneraliseError(f"{len(sym.buckets)} buckets ({'; '.join(_box(b) for b in sym.buckets)}): a program "
+                              "over several buckets is not generated yet; narrow the range to one of them")
+    return sym.buckets[0]
 
 
 def _box(b: Bucket) -> str:
@@ -1085,10 +1090,7 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
     sym = _named(generalise(problems.bindings, problems.plan_at, accept=problems.accept))
     top = {b.dim.name: b.dim.hi for b in sym.bindings}
     input_names = [x["name"] for x in sym.buckets[-1].largest["inputs"]]
-    if len(sym.buckets) != 1:
-        raise GeneraliseError(f"{len(sym.buckets)} buckets ({'; '.join(_box(b) for b in sym.buckets)}): a program "
-                              "over several buckets is not generated yet; narrow the range to one of them")
-    bucket = sym.buckets[0]
+    bucket = _one_bucket(sym)
 
     def render_at(values: Mapping[str, int]) -> str:
         return problem_at(values).code(P.Plan.from_dict(sym.instantiate(values))).program_cu

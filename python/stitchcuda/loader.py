@@ -360,6 +360,14 @@ def dynamic_sizes(dims, names, shapes) -> dict:
     return out
 
 
+def dynamic_shapes(dynamic, names, shapes) -> tuple[list, list]:
+    """A dynamic program's (input shapes, output shapes) for inputs of these shapes (``dynamic``: the
+    manifest's block as JSON; ``names``: its inputs'); ValueError of one line where a guard fails."""
+    values = dynamic_sizes(dynamic["dims"], names, shapes)
+    return ([[dim_value(x, values) for x in sh] for sh in dynamic["inputs"]],
+            [[dim_value(x, values) for x in sh] for sh in dynamic["outputs"]])
+
+
 # ---------------------------------------------------------------------- the program
 
 
@@ -460,11 +468,9 @@ class PackagedProgram:
             if len(key) != len(self.inputs):
                 return [list(s["shape"]) for s in self.inputs], [list(s["shape"]) for s in self.outputs]
             try:
-                values = dynamic_sizes(self.dynamic["dims"], [s["name"] for s in self.inputs], key)
+                hit = dynamic_shapes(self.dynamic, [s["name"] for s in self.inputs], key)
             except ValueError as e:
                 raise ProgramError(f"{self.name}: {e}") from None
-            hit = ([[dim_value(x, values) for x in sh] for sh in self.dynamic["inputs"]],
-                   [[dim_value(x, values) for x in sh] for sh in self.dynamic["outputs"]])
             if len(self._shapes) < 256:
                 self._shapes[key] = hit
         return hit

@@ -33,7 +33,7 @@ from . import _rt as rt
 from .fsutil import atomic_write_text
 # One definition for both ways of running a program: the runtime wheel's loader imports nothing
 # of stitchcuda, so the error lives there and is raised here too.
-from .loader import ProgramError
+from .loader import ProgramError, dynamic_shapes
 
 BUILD_RECORD = "program.build.json"
 
@@ -189,13 +189,12 @@ class Program:
         where a guard does not hold."""
         key = tuple(tuple(int(d) for d in t.shape) for t in tensors)
         hit = self._dyn_shapes.get(key)
-        if hit is None:
-            dyn = self.manifest.dynamic
+        if hit is None:  # the reading a program wheel's loader makes (one implementation)
             try:
-                values = dyn.values([s.name for s in self.inputs], key)
-            except mf.ShapeError as e:
+                ins, outs = dynamic_shapes(self.manifest.dynamic.to_dict(), [s.name for s in self.inputs], key)
+            except ValueError as e:
                 raise ProgramError(f"{self.manifest.name}: {e}") from None
-            hit = ([dyn.shape(d, values) for d in dyn.inputs], [dyn.shape(d, values) for d in dyn.outputs])
+            hit = ([tuple(x) for x in ins], [tuple(x) for x in outs])
             if len(self._dyn_shapes) < 256:
                 self._dyn_shapes[key] = hit
         return hit

@@ -100,6 +100,11 @@ __device__ __forceinline__ PoolWindow pool_window(const P& p, int j, int64_t o) 
   return {lo, hi, d, padded_end - start};
 }
 
+// How many taps of a window lie inside the input.
+__device__ __forceinline__ int64_t pool_taps(const PoolWindow& w) {
+  return w.hi > w.lo ? (w.hi - w.lo + w.step - 1) / w.step : 0;
+}
+
 // One tap v into the window's running value: the largest (a NaN wins, as in PyTorch), or the sum.
 template <PoolMode MODE>
 __device__ __forceinline__ float pool_merge(float acc, float v) {
@@ -192,8 +197,7 @@ __global__ void __launch_bounds__(256) pool_rows_kernel(PoolParams<Tin, Tout> p,
       for (int j = 0; j < R; ++j)
         if (hold >> j & 1u) acc[j] = pool_merge<MODE>(acc[j], v), ++held[j];
     }
-    const int64_t taps_dw = (wd.hi > wd.lo ? (wd.hi - wd.lo + wd.step - 1) / wd.step : 0) *
-                            (ww.hi > ww.lo ? (ww.hi - ww.lo + ww.step - 1) / ww.step : 0);
+    const int64_t taps_dw = pool_taps(wd) * pool_taps(ww);
     Tout* out = p.out + int64_t(pl) * p.out_stride[0] + int64_t(od) * p.out_stride[1] + int64_t(ow) * p.out_stride[3];
 #pragma unroll
     for (int j = 0; j < R; ++j) {
@@ -231,17 +235,6 @@ inline PoolTileShape pool_tile_shape(const P& p) {
       if (iw * ih + ih * tw <= kPoolTileSmemFloats) return {tw, th, int(iw), int(ih)};
     }
   return {0, 0, 0, 0};
-}
-
-// Taps of o's window inside [0, n) along one dim, and its extent clipped to the padded input.
-__device__ __forceinline__ void pool_tile_count(int64_t o, int64_t n, int k, int s, int pad, int d,
-                                                int64_t& valid, int64_t& padded) {
-  const int64_t start = o * s - pad, last = start + int64_t(k - 1) * d;
-  int64_t lo = start, hi = last + 1;
-  if (lo < 0) lo += ((-lo + d - 1) / d) * d;
-  if (hi > n) hi = n;
-  valid = hi > lo ? (hi - lo + d - 1) / d : 0;
-  padded = (last + 1 < n + pad ? last + 1 : n + pad) - start;
 }
 
 // grid: x tiles along w, y tiles along h, z planes (grid-stride). Shared memory: the staged input
@@ -293,10 +286,9 @@ __global__ void __launch_bounds__(kPoolTileThreads) pool_tile_kernel(PoolParams<
         float v = kInit;
         for (int i = 0; i < kh; ++i) v = pool_merge<MODE>(v, src[i * dh * t.tw]);
         if constexpr (MODE == PoolMode::Avg) {
-          int64_t vh, ph_, vw, pw_;
-          pool_tile_count(oh, H, kh, sh, p.pad[1], dh, vh, ph_);
-          pool_tile_count(ow, W, kw, sw, p.pad[2], dw, vw, pw_);
-          const int64_t div = p.divisor > 0 ? p.divisor : p.count_include_pad ? ph_ * pw_ : vh * vw;
+          const PoolWindow wh = pool_window(p, 1, oh), ww = pool_window(p, 2, ow);
+          const int64_t div = p.divisor > 0 ? p.divisor
+                              : p.count_include_pad ? wh.padded * ww.padded : pool_taps(wh) * pool_taps(ww);
           v = v / float(div);
         }
         p.out[pl * p.out_stride[0] + oh * p.out_stride[2] + ow * p.out_stride[3]] = from_float<Tout>(epi(v));

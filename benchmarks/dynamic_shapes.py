@@ -11,7 +11,8 @@ precision, all checked against the reference in float64 first. Times are CUDA-ev
         --precision tf32 --out runs/dynamic
 
 Prints a markdown table (and writes it to OUT/dynamic_shapes.md): per shape, ms of each, the dynamic
-program over the static one (the issue's "within 5 %"), and each torch.compile over ours.
+program over the static one (the issue's "within 5 %"), each torch.compile over ours, and where
+ours spend a call: the kernels' time on the device and the host's time to issue the call.
 """
 
 from __future__ import annotations
@@ -46,6 +47,30 @@ def timed(fn, reps: int) -> float:
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b))
     return statistics.median(times)
+
+
+def split(fn, reps: int) -> tuple[float, float]:
+    """Where a call's time goes: the device's kernel time a call (ms, summed from the profiler's
+    CUDA activity, no flush between calls) and the host's time to issue a call (ms, from an idle
+    device: a synchronize before each, so a full queue never throttles the host)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    kernels = sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0
+                  and e.key != "cudaDeviceSynchronize") / reps / 1e3
+    host = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        host.append((time.perf_counter() - t) * 1e3)
+    return kernels, statistics.median(host)
 
 
 def error(got, want) -> float:
@@ -96,9 +121,10 @@ def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
             t_eager = timed(lambda: model(*xs), reps)
             t_comp = timed(lambda: compiled(*xs), reps)
             t_cdyn = timed(lambda: compiled_dyn(*xs), reps)
+            (k_dyn, h_dyn), (k_static, h_static) = split(lambda: dyn(*xs), reps), split(lambda: static(*xs), reps)
         rows.append(f"| {stem} | {label} | {t_dyn:.3f} | {t_static:.3f} | **{t_dyn / t_static:.3f}** | "
                     f"{t_eager:.3f} | {t_comp:.3f} | {t_cdyn:.3f} | {t_comp / t_dyn:.2f}x | {t_cdyn / t_dyn:.2f}x | "
-                    f"{e_dyn:.1e} / {e_static:.1e} |")
+                    f"{e_dyn:.1e} / {e_static:.1e} | {k_dyn:.3f} / {k_static:.3f} | {h_dyn:.3f} / {h_static:.3f} |")
         print(rows[-1], file=sys.stderr)
     return rows
 
@@ -112,8 +138,9 @@ def main(argv=None) -> int:
     ns = ap.parse_args(argv)
     ns.out.mkdir(parents=True, exist_ok=True)
     head = ["| reference | shape | dynamic ms | static ms | dynamic / static | eager ms | compile ms | "
-            "compile(dynamic) ms | compile / ours | compile(dynamic) / ours | error dyn / static |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "compile(dynamic) ms | compile / ours | compile(dynamic) / ours | error dyn / static | "
+            "kernels ms dyn / static | host ms dyn / static |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     for spec in ns.specs:
         rows += run(spec, ns.precision, ns.out, ns.reps)

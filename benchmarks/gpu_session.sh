@@ -25,6 +25,9 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh ncu             # Nsight Compute sections of NCU_KERNEL in NCU_IDS
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh dynamic         # dynamic programs: GPU tests (one call)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh dynamictable    # dynamic programs against static ones and compile
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh dynamicwheel    # the dynamic wheel without PyTorch, the Verifier's range
+#   DYN_ZOO=models/zoo/resnet18.py:batch=1:32:1,8,32 OUT=/tmp/out bash benchmarks/gpu_session.sh dynamiczoo
+#   DYN_VERIFY="/tmp/dynamic/gpt_block-dynamic ..." OUT=/tmp/out bash benchmarks/gpu_session.sh dynamicverify
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh engines         # each convolution's engine, ours beside PyTorch's
 #                                                               # and torch.compile's (ENGINE_IDS)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
@@ -341,9 +344,27 @@ if want ncu; then  # Nsight Compute's sections for the kernels matching NCU_KERN
     echo "ncu $id: exit $?"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy" "$OUT/ncu_${id/:/_}.txt" | head -12
   done
 fi
-if want dynamic; then  # one program for every batch size: its GPU tests (programs, the wheel, the Verifier across a range)
-  log "dynamic shapes: GPU tests"
-  pt dynamic 560 tests/gpu/test_dynamic_gpu.py
+if want dynamic; then  # one program for every batch size: its GPU tests (programs at many sizes, the guards)
+  log "dynamic shapes: GPU tests (programs)"
+  pt dynamic 560 tests/gpu/test_dynamic_gpu.py -k "not wheel and not verifier and not refused"
+fi
+if want dynamicwheel; then  # the wheel without PyTorch, the Verifier across a range (a call of their own)
+  log "dynamic shapes: GPU tests (the wheel, the Verifier)"
+  pt dynamicwheel 560 tests/gpu/test_dynamic_gpu.py -k "wheel or verifier or refused"
+fi
+if want dynamiczoo; then  # DYN_ZOO: one spec of dynamic_shapes.py (a zoo model: one call each)
+  spec=${DYN_ZOO:-models/zoo/resnet18.py:batch=1:32:1,8,32}; stem=$(basename "${spec%%:*}" .py)
+  log "dynamic shapes: $spec"
+  (cd /tmp && timeout 540 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "$OLDPWD/$spec" --precision "${PERF_POLICY:-tf32}" \
+    --out "/tmp/dynamic-$stem" --reps 20 > "$OUT/dynamic_$stem.log" 2>&1); echo "dynamic_shapes $stem exit $?"
+  cp "/tmp/dynamic-$stem/dynamic_shapes.md" "$OUT/dynamic_shapes_$stem.md" 2>/dev/null; tail -6 "$OUT/dynamic_$stem.log"
+fi
+if want dynamicverify; then  # DYN_VERIFY: dynamic program folders the phases above built, each verified over its range
+  for d in ${DYN_VERIFY:-/tmp/dynamic/gpt_block-dynamic /tmp/dynamic/resnet_block-dynamic}; do
+    n=$(basename "$(dirname "$d")")-$(basename "$d")
+    (cd /tmp && timeout 500 stitchcuda verify "$d" ${VERIFY_ARGS:---no-profile} > "$OUT/verify_$n.log" 2>&1); echo "verify $n: exit $?"
+    cp "$d/report.md" "$OUT/verify_$n.md" 2>/dev/null; grep -E "passed|wrong|judged at|rejected|crash" "$OUT/verify_$n.log" | head -4
+  done
 fi
 if want dynamictable; then  # dynamic programs against the static program of each shape and torch.compile
   log "dynamic shapes: against static programs and torch.compile"

@@ -372,3 +372,26 @@ def test_the_wheels_loader_reads_the_same_dynamic_block():
         mf.eval_dim("seq/4", {"seq": 13})
     with pytest.raises(ValueError, match="not a dimension expression"):
         loader.dim_value("__import__('os')", {})
+
+
+def test_the_verifier_draws_the_shapes_of_a_range_from_its_seed():
+    # smallest first, largest last, distinct draws between on each dimension's multiple, the same for
+    # one seed (so a report's seed repeats its shapes); a static program has no range to draw from
+    import dataclasses
+
+    from stitchcuda import manifest as mf
+    from stitchcuda.verifier.verification import VerifyOptions, range_shapes
+
+    dims = (mf.DynamicDim("batch", 1, 8, (("x", 0),)), mf.DynamicDim("seq", 4, 64, (("x", 1),), multiple_of=4))
+    m = mf.Manifest("m", "fp32", "sm_90", "0" * 64, mf.ReferenceSource(path="reference.py"), (), (),
+                    dynamic=mf.Dynamic(dims, (("batch", "seq", 32),), (("batch", 32),)))
+    shapes = range_shapes(m, VerifyOptions(seed=5, between=3))
+    assert shapes[0] == (("batch", 1), ("seq", 4)) and shapes[-1] == (("batch", 8), ("seq", 64))
+    assert len(shapes) == 5 == len(set(shapes))
+    assert all(1 <= b <= 8 and 4 <= s <= 64 and s % 4 == 0 for (_, b), (_, s) in shapes)
+    assert range_shapes(m, VerifyOptions(seed=5, between=3)) == shapes != range_shapes(m, VerifyOptions(seed=6))
+    assert range_shapes(m, VerifyOptions(seed=5, between=0)) == [shapes[0], shapes[-1]]
+    narrow = dataclasses.replace(m, dynamic=mf.Dynamic((dataclasses.replace(dims[0], max=2),), (("batch", 32),),
+                                                      (("batch", 32),)))
+    assert range_shapes(narrow, VerifyOptions(seed=5, between=3)) == [(("batch", 1),), (("batch", 2),)]
+    assert range_shapes(dataclasses.replace(m, dynamic=None), VerifyOptions(seed=5)) == []

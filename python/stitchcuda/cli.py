@@ -164,7 +164,10 @@ def parser() -> argparse.ArgumentParser:
                    help="extra baselines: max-autotune (torch.compile(mode='max-autotune') at the policy; minutes)")
     p.add_argument("--arch", type=checks.arch, help="build target (default: $STITCHCUDA_ARCH, else the manifest's)")
     p.add_argument("--at", action="append", type=checks.size_value, default=None, metavar="NAME=SIZE",
-                   help="judge a dynamic program at this size of a dimension (repeat for each; default: its largest)")
+                   help="judge a dynamic program at this size of a dimension only (repeat for each dimension; "
+                        "default: its smallest shape, --between shapes drawn from the seed, its largest)")
+    p.add_argument("--between", type=checks.count(0), default=3, metavar="N",
+                   help="a dynamic program: shapes drawn between its smallest and largest, each judged (default 3)")
 
     p = add("profile", "CUPTI-profile a program folder (kernels, tasks, roofline)", commands.profile,
             "stitchcuda profile run/gpt_block --runs 20", commands.check_program_command)

@@ -88,9 +88,10 @@ def test_a_transformer_block_over_batch_and_sequence(tmp_path):
         assert _error(ref, prog, batch, seq_len=seq) < 1e-2, (batch, seq)
 
 
-def test_the_wheel_of_a_dynamic_program_takes_every_batch_without_pytorch(tmp_path):
-    # verified at its largest shape, packed, installed in a virtual environment without PyTorch and
-    # called there on NumPy inputs of three batch sizes; a batch out of range refused by the loader
+def test_the_wheel_of_a_dynamic_transformer_takes_every_shape_without_pytorch(tmp_path):
+    # gpt_block over batch 1..8 and sequence 16..255, verified across its range (smallest, one drawn
+    # between, largest), packed, installed in a virtual environment without PyTorch and called there
+    # on NumPy inputs of three batch sizes by two sequence lengths; a sequence past the range refused
     import json
     import subprocess
     import sys
@@ -101,39 +102,70 @@ def test_the_wheel_of_a_dynamic_program_takes_every_batch_without_pytorch(tmp_pa
     from stitchcuda.verifier.verification import VerifyOptions, verify_program
     from tests.test_wheel import torchless_venv
 
-    ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32")
-    assert verify_program(prog.root, None, VerifyOptions(time=False, profile=False, compile=False)).result.ok
+    ref, prog = _build(tmp_path, "gpt_block", ROOT / "models" / "gpt_block.py", ["batch=1:8", "seq=16:255"], "tf32")
+    v = verify_program(prog.root, None, VerifyOptions(time=False, profile=False, compile=False, between=1))
+    assert v.result.ok, v.result.summary()
+    assert v.report.shapes[0] == "batch=1, seq=16" and v.report.shapes[-1] == "batch=8, seq=255"
     w = wheel.make_wheels(prog.root, archs=[_arch()], out=tmp_path / "dist")
+    shapes = [(b, t) for b in (1, 3, 8) for t in (16, 200)]
     wants = {}
-    for batch in (1, 5, 16):
-        with D.Sizes(ref.module, {"batch_size": batch}):
+    for batch, seq in shapes:
+        with D.Sizes(ref.module, {"batch_size": batch, "seq_len": seq}):
             model, inputs = ref.instantiate(seed=0)
-        np.save(tmp_path / f"x{batch}.npy", inputs[0].numpy())
+        np.save(tmp_path / f"x{batch}_{seq}.npy", inputs[0].numpy())
         with torch.no_grad():
-            wants[batch] = copy.deepcopy(model).double()(inputs[0].double()).numpy()
+            wants[batch, seq] = copy.deepcopy(model).double()(inputs[0].double()).numpy()
     py = torchless_venv(tmp_path, [w.program, w.runtime], sys.executable, with_numpy=True)
-    code = ("import json, numpy as np, conv\nm = conv.load()\nout = {}\n"
-            "for b in (1, 5, 16):\n"
-            f"    np.save({str(tmp_path)!r} + f'/y{{b}}.npy', m(np.load({str(tmp_path)!r} + f'/x{{b}}.npy')))\n"
-            "try:\n    m(np.zeros((17, 3, 8, 8), np.float32))\nexcept ValueError as e:\n    out['refused'] = str(e)\n"
+    code = ("import json, numpy as np, gpt_block\nm = gpt_block.load()\nout = {}\n"
+            f"for b, t in {shapes!r}:\n"
+            f"    np.save({str(tmp_path)!r} + f'/y{{b}}_{{t}}.npy', m(np.load({str(tmp_path)!r} + f'/x{{b}}_{{t}}.npy')))\n"
+            "try:\n    m(np.zeros((2, 256, 256), np.float32))\nexcept ValueError as e:\n    out['refused'] = str(e)\n"
             "try:\n    import torch\n    out['torch'] = True\nexcept ImportError:\n    out['torch'] = False\n"
             "print(json.dumps(out))\n")
     r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["torch"] is False
-    assert "dimension 0 (batch) is 17: this program serves batch 1..16" in out["refused"]
-    for batch, want in wants.items():
-        got = np.load(tmp_path / f"y{batch}.npy")
-        assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max()), batch
+    assert "dimension 1 (seq) is 256: this program serves seq 16..255" in out["refused"], out["refused"]
+    for (batch, seq), want in wants.items():
+        got = np.load(tmp_path / f"y{batch}_{seq}.npy")
+        assert got.shape == want.shape, (batch, seq)
+        assert np.abs(got - want).max() <= 1e-2 * (1 + np.abs(want).max()), (batch, seq)
 
 
 def test_the_verifier_judges_a_dynamic_program_across_its_range(tmp_path):
     # the whole Verifier (static rules, build, trials with varied inputs, the dynamic checks) at the
-    # smallest size, the largest and one between: each a pass
+    # smallest size, two drawn between and the largest, one verdict; and at one size named
+    import json
+
+    from stitchcuda.verifier.verification import VerifyOptions, range_shapes, verify_program
+
+    ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32")
+    o = VerifyOptions(time=False, profile=False, compile=False, between=2, seed=11)
+    shapes = range_shapes(prog.manifest, o)
+    assert shapes[0] == (("batch", 1),) and shapes[-1] == (("batch", 16),) and len(shapes) == 4
+    v = verify_program(prog.root, None, o)
+    assert v.result.ok, v.result.summary()
+    said = json.loads((prog.root / "report.json").read_text())["notes"][0]
+    assert said.startswith("judged at batch=16 of its range (batch 1..16); passed before at batch=1; "), said
+    v = verify_program(prog.root, None, VerifyOptions(time=False, profile=False, compile=False, at=(("batch", 7),)))
+    assert v.result.ok, v.result.summary()
+
+
+def test_a_program_right_at_its_largest_shape_only_is_refused(tmp_path):
+    # the program's run returns before its tasks at any size but its largest (its output unwritten):
+    # judged at the largest alone it passes; over its range the Verifier refuses it at the smallest
     from stitchcuda.verifier.verification import VerifyOptions, verify_program
 
     ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32")
-    for at in ((), (("batch", 1),), (("batch", 7),)):
-        v = verify_program(prog.root, None, VerifyOptions(time=False, profile=False, compile=False, at=at))
-        assert v.result.ok, (at, v.result.summary())
+    cu = prog.root / "program.cu"
+    text = cu.read_text()
+    anchor = "for (int k = 0; k < kDynSyms; ++k) io.dyn[k] = st_dyn[k];\n"
+    assert anchor in text
+    cu.write_text(text.replace(anchor, anchor + "  if (st_dyn[0] != kDynLargest[0]) return ST_OK;\n", 1))
+    quick = dict(time=False, profile=False, compile=False, between=1)
+    assert verify_program(prog.root, None, VerifyOptions(at=(("batch", 16),), **quick)).result.ok
+    v = verify_program(prog.root, None, VerifyOptions(**quick))
+    assert v.result.kind == "wrong_answer", v.result.summary()
+    assert v.report.notes[0].startswith("judged at batch=1 of its range"), v.report.notes[0]
+    assert not v.result.ok and (prog.root / "report.json").exists()

@@ -363,7 +363,7 @@ def _verify_options(args: argparse.Namespace, **extra):
     return VerifyOptions(trials=args.trials, time=not args.no_time, profile=not args.no_profile,
                          compile=not args.no_compile, autotune="max-autotune" in (getattr(args, "baselines", None) or ()),
                          seed=args.seed, arch=args.arch, precision=args.precision,
-                         at=tuple(getattr(args, "at", None) or ()),
+                         at=tuple(getattr(args, "at", None) or ()), between=getattr(args, "between", 3),
                          command="stitchcuda " + " ".join(sys.argv[1:]), **extra)
 
 
@@ -391,6 +391,8 @@ def verify(args: argparse.Namespace, ui: UI) -> int:
                                errors.ENVIRONMENT) from None
     r = v.report
     ui.line(f"{r.program}: {v.result.verdict.summary()}")
+    if r.shapes:
+        ui.line(f"judged at {'; '.join(r.shapes)}" + (" (the timing and profile at the last)" if r.timings else ""))
     if r.phases:
         ui.table(None, ["phase", "seconds"], [[p.name, f"{p.seconds:.1f}"] for p in r.phases], justify=["left", "right"])
     rows, speedups = [], {}

@@ -97,12 +97,26 @@ def check_verified(program_dir: str | Path, *, unverified: bool = False) -> tupl
         except Exception as e:  # noqa: BLE001 - an unreadable report proves nothing
             why = f"{report} cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         else:
-            if r.result.ok:
-                return True, r.result.verdict.summary()
-            why = f"{program_dir}'s verification did not pass ({r.result.verdict.summary()})"
+            narrow = _judged_at_one_end(program_dir, r.shapes)
+            if r.result.ok and not narrow:
+                return True, r.result.verdict.summary() + (f" at {'; '.join(r.shapes)}" if r.shapes else "")
+            why = (f"{program_dir}'s verification did not pass ({r.result.verdict.summary()})" if not r.result.ok else
+                   f"{program_dir} is a dynamic program verified at {narrow} only, not across its range")
     if unverified:
         return False, why
     raise WheelError(f"{why}: run stitchcuda verify {program_dir} first, or pack it anyway with --unverified")
+
+
+def _judged_at_one_end(program_dir: str | Path, shapes: tuple[str, ...]) -> str:
+    """A dynamic program's report that misses its smallest or largest shape: the shapes it has ("" when it
+    covers both, or the program is static). The wheel serves the whole range, so it is proven there."""
+    from ..manifest import load_program_dir
+
+    dynamic = load_program_dir(program_dir).manifest.dynamic
+    if dynamic is None:
+        return ""
+    ends = [", ".join(f"{d.name}={getattr(d, end)}" for d in dynamic.dims) for end in ("min", "max")]
+    return "" if all(e in shapes for e in ends) else ("; ".join(shapes) or "one shape")
 
 
 def _record_hash(data: bytes) -> str:

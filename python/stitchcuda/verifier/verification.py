@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import secrets
 import subprocess
 import time
@@ -93,7 +94,9 @@ class VerifyOptions:
     program_memory_cap: int | None = None  # bytes the program may allocate itself; None: half the device; 0: no cap
     arch: str | None = None  # default: $STITCHCUDA_ARCH, else the manifest's
     device: int = 0
-    at: tuple[tuple[str, int], ...] = ()  # a dynamic program judged at these sizes (default: its largest)
+    at: tuple[tuple[str, int], ...] = ()  # a dynamic program judged at these sizes only
+    between: int = 3  # a dynamic program (no ``at``): sizes drawn between its smallest and largest, each judged
+    judged: tuple[str, ...] = ()  # the shapes of the range judged (and passed) before this one, for the report
     write: bool = True
     command: str = ""
     cupti: bool = True  # False forces the torch.profiler path
@@ -241,7 +244,68 @@ class _Definite(Exception):
 
 def verify_program(program_dir: str | os.PathLike, reference: str | os.PathLike | None = None,
                    options: VerifyOptions = VerifyOptions()) -> Verification:
-    """:func:`verify` with every product: the result, the report, the files, the phase timings."""
+    """:func:`verify` with every product: the result, the report, the files, the phase timings.
+
+    A dynamic program (``at`` not given) is judged over its range: at its smallest shape and at
+    ``between`` shapes drawn from the run's seed (correctness, the dynamic checks; no timing), then
+    at its largest with everything a static program gets. The first shape it fails at is the
+    verdict and its report; a program right at one shape only is refused."""
+    o = options
+    shapes = [] if o.at else range_shapes(mf.load_program_dir(program_dir).manifest, o)
+    if not shapes:
+        return _verify_one(program_dir, reference, o)
+    if o.seed is None:  # one seed for the draw of the shapes and every shape's trials, reported
+        o = dataclasses.replace(o, seed=fresh_seed())
+        shapes = range_shapes(mf.load_program_dir(program_dir).manifest, o)
+    *smaller, largest = shapes
+    judged = []
+    for shape in smaller:
+        say = _shape_progress(o.progress, shape)
+        v = _verify_one(program_dir, reference, dataclasses.replace(
+            o, at=shape, time=False, profile=False, compile=False, autotune=False, reference_profile=False,
+            sanitizer=False, write=False, progress=say))
+        if not v.result.ok:  # the verdict at the first shape it fails is the program's, and its report
+            files = write_report(v.report, Path(program_dir)) if o.write else None
+            return dataclasses.replace(v, files=files)
+        judged.append(_shape_label(shape))
+    return _verify_one(program_dir, reference, dataclasses.replace(o, at=largest, judged=tuple(judged)))
+
+
+def range_shapes(manifest: mf.Manifest, o: VerifyOptions) -> list[tuple[tuple[str, int], ...]]:
+    """The shapes a dynamic program is judged at: its smallest, ``o.between`` drawn from ``o.seed``
+    between (each dimension on its own, on its multiple), its largest last; [] for a static program."""
+    if manifest.dynamic is None:
+        return []
+    dims = manifest.dynamic.dims
+    rng = random.Random(o.seed)
+
+    def pick(d: mf.DynamicDim) -> int:
+        q = max(d.multiple_of, 1)
+        return rng.randrange(-(-d.min // q), d.max // q + 1) * q
+
+    smallest = tuple((d.name, d.min) for d in dims)
+    largest = tuple((d.name, d.max) for d in dims)
+    shapes = [smallest]
+    for _ in range(o.between * 4):  # distinct draws; a narrow range has fewer to give
+        if len(shapes) > o.between:
+            break
+        shape = tuple((d.name, pick(d)) for d in dims)
+        if shape not in shapes and shape != largest:
+            shapes.append(shape)
+    return [smallest] + sorted(s for s in shapes[1:] if s != largest) + [largest] if smallest != largest else [largest]
+
+
+def _shape_label(shape: tuple[tuple[str, int], ...]) -> str:
+    return ", ".join(f"{n}={v}" for n, v in shape)
+
+
+def _shape_progress(progress: Callable[[str], None] | None, shape) -> Callable[[str], None] | None:
+    if progress is None:
+        return None
+    return lambda what: progress(f"at {_shape_label(shape)}: {what}")
+
+
+def _verify_one(program_dir, reference, options: VerifyOptions) -> Verification:
     try:
         return _verify_program(program_dir, reference, options)
     except _Definite as d:
@@ -269,6 +333,12 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     if o.at:
         prog = _at_shape(prog, dict(o.at))
     manifest = prog.manifest
+    shape_notes = []
+    if o.at:
+        ranges = ", ".join(f"{d.name} {d.min}..{d.max}" for d in mf.load_program_dir(program_dir).manifest.dynamic.dims)
+        shape_notes.append(f"judged at {_shape_label(o.at)} of its range ({ranges})"
+                           + (f"; passed before at {'; '.join(o.judged)} (correctness and dynamic checks, "
+                              f"seed {o.seed})" if o.judged else ""))
     spec = resolve_reference(reference, prog.root, manifest)
     input_notes = validate_reference(spec, manifest, manifest_file=prog.manifest_path)
     precision, source = (o.precision, "requested") if o.precision else (manifest.precision, "manifest")
@@ -279,7 +349,7 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     run = _Run(prog, o, o.arch or os.environ.get("STITCHCUDA_ARCH") or manifest.arch, precision, source,
                o.seed if o.seed is not None else fresh_seed(),
                o.weights_seed if o.weights_seed is not None else fresh_seed())
-    run.notes += input_notes + _input_notes(prog, spec, precision, source)
+    run.notes += shape_notes + input_notes + _input_notes(prog, spec, precision, source)
     run.phases.append(PhaseTiming("inputs", clock() - t))
 
     t = clock()
@@ -503,7 +573,8 @@ def _finish(run: _Run, result: VerificationResult, *, table: TimingTable | None 
                                 device=device, created=now_utc(), commit=_commit(), command=o.command,
                                 notes=tuple(run.notes), phases=tuple(run.phases), details=details,
                                 claimed_precision=manifest.precision, precision_source=run.source, seed=run.seed,
-                                weights_seed=run.weights_seed)
+                                weights_seed=run.weights_seed,
+                                shapes=(*o.judged, _shape_label(o.at)) if o.at else ())
     files = write_report(report, prog.root) if o.write else None
     if o.write and result.ok and run.tuning and run.tuning.get("text"):
         _write_tuning(prog.root, run.tuning)

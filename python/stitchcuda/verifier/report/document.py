@@ -48,6 +48,9 @@ class VerificationReport:
     precision_source: str = ""  # "requested" (an argument of verify / --precision) or "manifest" (none given)
     seed: int | None = None  # of the inputs and every random choice; written only after the run
     weights_seed: int | None = None  # of the reference model the weights were drawn from
+    # a dynamic program: the shapes judged, in order ("batch=1, seq=16"); the last is the one this
+    # report's trials, timings and profile are of, those before it passed (correctness, dynamic checks)
+    shapes: tuple[str, ...] = ()
 
     def profile(self) -> ProfileSummary:
         return summarise(self.kernels, self.ceilings, self.precision)

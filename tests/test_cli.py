@@ -143,6 +143,17 @@ def test_out_is_a_file_or_unwritable(env, capfd):
     assert listing(env) == ["afile", "notes", "tiny.py"]
 
 
+def test_tune_shapes_wrong_are_one_line_before_anything_runs(env, capfd):
+    ref = reference(env, "tiny")
+    out = env / "prog"
+    for args, expect in [(["--tune-shapes", "batch_size=2"], "give each its range with --dynamic too"),
+                         (["--dynamic", "batch_size=1:8", "--tune-shapes", "batch_size=2,9"], "9 outside 1..8"),
+                         (["--dynamic", "batch_size=1:8", "--tune-shapes", "seq=4"], "not a dynamic dimension")]:
+        rc, _, err = run_cli(capfd, "build", ref, "--out", out, "-q", *args)
+        assert rc == errors.BAD_INPUT and expect in one_error_line(err), (args, err)
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("arch,expect", [("90", "use the sm_XY form, e.g. sm_90"), ("sm_30", "this nvcc cannot build")])
 def test_bad_arch_fails_before_anything_is_written(env, capfd, arch, expect, nvcc):
     ref = reference(env, "tiny")

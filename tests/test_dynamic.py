@@ -395,3 +395,37 @@ def test_the_verifier_draws_the_shapes_of_a_range_from_its_seed():
                                                       (("batch", 32),)))
     assert range_shapes(narrow, VerifyOptions(seed=5, between=3)) == [(("batch", 1),), (("batch", 2),)]
     assert range_shapes(dataclasses.replace(m, dynamic=None), VerifyOptions(seed=5)) == []
+
+
+def test_tune_shapes_are_named_in_the_manifest_and_judged():
+    # --tune-shapes: sizes within each range; the manifest keeps them (read back, refused outside the
+    # range); the Verifier's shapes include every combination, the other dimensions at their largest
+    import dataclasses
+
+    from stitchcuda import manifest as mf
+    from stitchcuda.verifier.verification import VerifyOptions, range_shapes
+
+    dims = D.parse_dynamic(["batch=1:32", "seq=16:256"])
+    assert D.parse_tune_shapes(["batch=8,1", "batch=32"], dims) == {"batch": (1, 8, 32)}
+    for spec, msg in [(["batch=0,8"], r"0 outside 1\.\.32"), (["beam=2"], "not a dynamic dimension"),
+                      (["batch=1;8"], "write NAME=SIZE,SIZE")]:
+        with pytest.raises(D.DynamicSpecError, match=msg):
+            D.parse_tune_shapes(spec, dims)
+    batch = mf.DynamicDim("batch", 1, 32, (("x", 0),), tuned=(1, 8))
+    seq = mf.DynamicDim("seq", 16, 256, (("x", 1),))
+    dyn = mf.Dynamic((batch, seq), (("batch", "seq", 8),), (("batch", 8),))
+    assert dyn.tuned_shapes() == [(("batch", 1), ("seq", 256)), (("batch", 8), ("seq", 256))]
+    m = mf.Manifest("m", "fp32", "sm_90", "0" * 64, mf.ReferenceSource(path="reference.py"),
+                    (mf.TensorSpec("x", (32, 256, 8), "float32"),), (mf.TensorSpec("y", (32, 8), "float32"),),
+                    dynamic=dyn)
+    back = mf.Manifest.from_dict(m.to_dict())
+    assert back.dynamic.dims[0].tuned == (1, 8) and back.dynamic.dims[1].tuned == ()
+    bad = m.to_dict()
+    bad["dynamic"]["dims"][0]["tuned"] = [1, 64]
+    with pytest.raises(mf.ManifestError, match=r"tuned.*within 1\.\.32"):
+        mf.Manifest.from_dict(bad)
+    shapes = range_shapes(m, VerifyOptions(seed=3, between=1))
+    assert shapes[0] == (("batch", 1), ("seq", 16)) and shapes[-1] == (("batch", 32), ("seq", 256))
+    assert set(dyn.tuned_shapes()) <= set(shapes) and len(shapes) == 5
+    untuned = dataclasses.replace(m, dynamic=dataclasses.replace(dyn, dims=(dataclasses.replace(batch, tuned=()), seq)))
+    assert len(range_shapes(untuned, VerifyOptions(seed=3, between=1))) == 3

@@ -127,6 +127,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dynamic", action="append", metavar="NAME=MIN:MAX", default=None,
                    help="serve this dimension over a range (a module-level size of the reference, e.g. "
                         "batch=2:64; repeatable): one program for every shape in range")
+    p.add_argument("--tune-shapes", action="append", metavar="NAME=SIZE,SIZE", default=None,
+                   help="with --dynamic: sizes to tune at (e.g. batch=1,8,32; repeatable): stitchcuda verify times "
+                        "each and keeps the library choices it made, so a process's first call there is warm")
 
     p = add("optimize", "the loop: build, verify, then repair / optimize / replan until the budget ends", commands.optimize,
             "stitchcuda optimize models/gemm_row_sum.py --precision tf32 --budget 3m", commands.check_optimize)

@@ -112,6 +112,29 @@ def parse_dynamic(specs: Iterable[str] | Mapping[str, tuple[int, int]]) -> tuple
     return tuple(dims)
 
 
+def parse_tune_shapes(specs: Iterable[str] | Mapping[str, Iterable[int]], dims: Iterable[Dim]) -> dict[str, tuple[int, ...]]:
+    """``["batch=1,8,32"]`` (or ``{"batch": [1, 8, 32]}``): the sizes of each named dynamic dimension
+    to tune at, each within its range."""
+    ranges = {d.name: d for d in dims}
+    items = list(specs.items()) if isinstance(specs, Mapping) else []
+    if not isinstance(specs, Mapping):
+        for s in specs:
+            m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*(\d+(?:\s*,\s*\d+)*)\s*", s)
+            if not m:
+                raise DynamicSpecError(f"--tune-shapes {s!r}: write NAME=SIZE,SIZE,..., e.g. batch=1,8,32")
+            items.append((m.group(1), [int(x) for x in m.group(2).split(",")]))
+    out: dict[str, tuple[int, ...]] = {}
+    for name, sizes in items:
+        d = ranges.get(name)
+        if d is None:
+            raise DynamicSpecError(f"--tune-shapes {name}: not a dynamic dimension (these are: {', '.join(ranges)})")
+        bad = [x for x in sizes if not d.lo <= int(x) <= d.hi]
+        if bad:
+            raise DynamicSpecError(f"--tune-shapes {name}: {', '.join(map(str, bad))} outside {d.lo}..{d.hi}")
+        out[name] = tuple(sorted({*out.get(name, ()), *(int(x) for x in sizes)}))
+    return out
+
+
 def _variable_of(module: Any, name: str) -> str:
     for cand in (name, f"{name}_size", f"{name}_len", f"num_{name}", f"{name}_length"):
         v = getattr(module, cand, None)
@@ -1063,12 +1086,14 @@ def _shape_exprs(bucket: Bucket, key: str) -> tuple[tuple[int | str, ...], ...]:
 
 def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, int]], *, precision: str = "fp32",
                   out: Any = None, arch: str | None = None, seed: int = 0, compile: bool = True, cache: Any = None,
-                  progress: Callable[[str], None] | None = None):
+                  progress: Callable[[str], None] | None = None,
+                  tune_shapes: Iterable[str] | Mapping[str, Iterable[int]] = ()):
     """A program folder serving the dynamic dimensions ``dims`` (``["batch=1:64"]``): the plan over
     symbols (:func:`generalise`), its program (:func:`generalise_source` and the run-time glue), the
     manifest's ``dynamic`` block, weights drawn once (no dimension may change them), compiled.
     Returns the pipeline's BuildOutcome; the folder's ``plan.json`` is the plan at the largest shape
-    and ``plan.dynamic.txt`` says how the plan depends on the symbols."""
+    and ``plan.dynamic.txt`` says how the plan depends on the symbols. ``tune_shapes``
+    (``["batch=1,8,32"]``): sizes the manifest names for the Verifier to time and tune at."""
     import dataclasses as dc
 
     from . import code as coder
@@ -1083,7 +1108,9 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
     ref, _, text = pipeline.load_source(reference, None)
     out = pipeline._check_out(Path(out) if out is not None else Path(pipeline.DEFAULT_OUT) / ref.name)
     say = progress or (lambda stage: None)
-    problems = _Problems(ref, bind(ref, parse_dynamic(dims)), precision, seed=seed, arch=arch, compiling=compile)
+    parsed = parse_dynamic(dims)
+    tuned = parse_tune_shapes(tune_shapes, parsed)
+    problems = _Problems(ref, bind(ref, parsed), precision, seed=seed, arch=arch, compiling=compile)
     problem_at = problems.at
 
     say("plan")
@@ -1102,9 +1129,14 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
     final = problem_at(top, weights=True)
     plan = P.Plan.from_dict(sym.instantiate(top))
     ps = final.code(plan)
+    for name, sizes in tuned.items():
+        q = divisors.get(name, 1)
+        if any(x % q for x in sizes):
+            raise DynamicSpecError(f"--tune-shapes {name}: this program needs {name} a multiple of {q}")
     dyn = mf.Dynamic(
         tuple(mf.DynamicDim(b.dim.name, b.dim.lo, b.dim.hi, tuple((p.input, p.axis) for p in b.places),
-                            divisors.get(b.dim.name, 1), b.dim.variable) for b in sym.bindings),
+                            divisors.get(b.dim.name, 1), b.dim.variable, tuned.get(b.dim.name, ()))
+              for b in sym.bindings),
         _shape_exprs(bucket, "inputs"), _shape_exprs(bucket, "outputs"), int(plan.arena_bytes))
     manifest = dc.replace(ps.manifest, source_hash=mf.hash_source(src), dynamic=dyn,
                           generator=f"{ps.manifest.generator}, over {', '.join(str(b.dim) for b in sym.bindings)}")

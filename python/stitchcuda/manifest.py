@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,11 +218,13 @@ class DynamicDim:
     places: tuple[tuple[str, int], ...]
     multiple_of: int = 1
     variable: str = ""  # the reference's module-level size it sets (the Verifier sets it to judge a shape)
+    tuned: tuple[int, ...] = ()  # sizes named at build (--tune-shapes): the Verifier times each, keeps its choices
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "min": self.min, "max": self.max, "places": [list(p) for p in self.places],
                 **({"multiple_of": self.multiple_of} if self.multiple_of != 1 else {}),
-                **({"variable": self.variable} if self.variable else {})}
+                **({"variable": self.variable} if self.variable else {}),
+                **({"tuned": list(self.tuned)} if self.tuned else {})}
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,14 @@ class Dynamic:
             return _loader.dynamic_sizes([d.to_dict() for d in self.dims], list(names), shapes)
         except ValueError as e:
             raise ShapeError(str(e)) from None
+
+    def tuned_shapes(self) -> list[tuple[tuple[str, int], ...]]:
+        """The shapes named at build to tune at: every combination of the dimensions' tuned sizes (a
+        dimension with none named at its largest); [] when none was named."""
+        if not any(d.tuned for d in self.dims):
+            return []
+        return [tuple(zip((d.name for d in self.dims), c))
+                for c in itertools.product(*[d.tuned or (d.max,) for d in self.dims])]
 
     def largest_sizes(self) -> dict[str, int]:
         """The reference's module-level sizes at the program's largest shape (the manifest's shapes)."""
@@ -600,6 +611,12 @@ class _ManifestReader:
                         generator=self.string(d.get("generator", ""), "generator", nonempty=False),
                         dynamic=dynamic)
 
+    def tuned(self, v: Any, lo: int, hi: int, where: str) -> tuple[int, ...]:
+        sizes = tuple(self.count(x, f"{where}[{i}]") for i, x in enumerate(self.array(v, where)))
+        if any(not lo <= x <= hi for x in sizes):
+            raise self.fail(where, f"expected sizes within {lo}..{hi}, got {_show(list(sizes))}")
+        return sizes
+
     def dynamic(self, v: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> Dynamic:
         d = self.obj(v, "dynamic")
         names = {t.name: t for t in inputs}
@@ -620,7 +637,8 @@ class _ManifestReader:
                 raise self.fail(f"{w}.places", "a dynamic dimension sits somewhere in the inputs")
             dims.append(DynamicDim(self.string(self.req(e, "name", w), f"{w}.name"), lo, hi, tuple(places),
                                    self.count(e.get("multiple_of", 1), f"{w}.multiple_of") or 1,
-                                   self.string(e.get("variable", ""), f"{w}.variable", nonempty=False)))
+                                   self.string(e.get("variable", ""), f"{w}.variable", nonempty=False),
+                                   self.tuned(e.get("tuned", []), lo, hi, f"{w}.tuned")))
         symbols = {x.name: x.max for x in dims}
 
         def shapes(key: str, specs: tuple[TensorSpec, ...]) -> tuple[tuple[int | str, ...], ...]:

@@ -34,11 +34,11 @@ def _arch() -> str:
     return f"sm_{major}{minor}"
 
 
-def _build(tmp_path, name, text_or_path, dims, precision):
+def _build(tmp_path, name, text_or_path, dims, precision, **more):
     path = text_or_path if isinstance(text_or_path, Path) else tmp_path / f"{name}.py"
     if not isinstance(text_or_path, Path):
         path.write_text(text_or_path)
-    o = D.build_dynamic(path, dims, precision=precision, out=tmp_path / f"{name}-prog", arch=_arch())
+    o = D.build_dynamic(path, dims, precision=precision, out=tmp_path / f"{name}-prog", arch=_arch(), **more)
     assert o.ok, o.build.message if o.build else ""
     return frontend.load_reference(path), Program.load(o.directory)
 
@@ -135,19 +135,23 @@ def test_the_wheel_of_a_dynamic_transformer_takes_every_shape_without_pytorch(tm
 
 def test_the_verifier_judges_a_dynamic_program_across_its_range(tmp_path):
     # the whole Verifier (static rules, build, trials with varied inputs, the dynamic checks) at the
-    # smallest size, two drawn between and the largest, one verdict; and at one size named
+    # smallest size, the size named to tune at (timed, its library choices kept in the tuning file),
+    # two drawn between and the largest (timed), one verdict; and at one size named
     import json
 
     from stitchcuda.verifier.verification import VerifyOptions, range_shapes, verify_program
 
-    ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32")
-    o = VerifyOptions(time=False, profile=False, compile=False, between=2, seed=11)
+    ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32", tune_shapes=["batch=4"])
+    o = VerifyOptions(time=True, profile=False, compile=False, between=2, seed=11)
     shapes = range_shapes(prog.manifest, o)
-    assert shapes[0] == (("batch", 1),) and shapes[-1] == (("batch", 16),) and len(shapes) == 4
+    assert shapes[0] == (("batch", 1),) and shapes[-1] == (("batch", 16),) and len(shapes) == 5
+    assert (("batch", 4),) in shapes
     v = verify_program(prog.root, None, o)
     assert v.result.ok, v.result.summary()
     said = json.loads((prog.root / "report.json").read_text())["notes"][0]
     assert said.startswith("judged at batch=16 of its range (batch 1..16); passed before at batch=1; "), said
+    assert "batch=4 (" in said and " ms, " in said and "x eager fp32" in said, said
+    assert v.report.shapes[-1] == "batch=16" and "batch=4" in v.report.shapes and v.report.timings is not None
     v = verify_program(prog.root, None, VerifyOptions(time=False, profile=False, compile=False, at=(("batch", 7),)))
     assert v.result.ok, v.result.summary()
 

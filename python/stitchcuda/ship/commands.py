@@ -129,6 +129,15 @@ def _gemm_check(line) -> bool:
 def check_build(args: argparse.Namespace) -> None:
     checks.reference(args.reference)
     checks.out_folder(args.out)
+    if getattr(args, "tune_shapes", None) and not args.dynamic:
+        raise CommandError("--tune-shapes names sizes of dynamic dimensions: give each its range with --dynamic too")
+    if getattr(args, "dynamic", None):
+        from ..dynamic import DynamicSpecError, parse_dynamic, parse_tune_shapes
+
+        try:
+            parse_tune_shapes(args.tune_shapes or (), parse_dynamic(args.dynamic))
+        except DynamicSpecError as e:
+            raise CommandError(str(e)) from None
     if not args.no_compile:
         checks.nvcc_arch(args.arch)
 
@@ -143,7 +152,8 @@ def build(args: argparse.Namespace, ui: UI) -> int:
             from ..dynamic import build_dynamic
 
             o = build_dynamic(args.reference, args.dynamic, precision=args.precision, out=args.out, arch=args.arch,
-                              seed=args.seed, compile=not args.no_compile, progress=step)
+                              seed=args.seed, compile=not args.no_compile, progress=step,
+                              tune_shapes=args.tune_shapes or ())
         else:
             o = build_program(args.reference, precision=args.precision, out=args.out, arch=args.arch,
                               seed=args.seed, compile=not args.no_compile, quiet=True, progress=step)

@@ -96,7 +96,7 @@ class VerifyOptions:
     device: int = 0
     at: tuple[tuple[str, int], ...] = ()  # a dynamic program judged at these sizes only
     between: int = 3  # a dynamic program (no ``at``): sizes drawn between its smallest and largest, each judged
-    judged: tuple[str, ...] = ()  # the shapes of the range judged (and passed) before this one, for the report
+    judged: tuple[tuple[str, str], ...] = ()  # shapes of the range passed before this one, for the report: (shape, timing)
     write: bool = True
     command: str = ""
     cupti: bool = True  # False forces the torch.profiler path
@@ -136,6 +136,7 @@ class Verification:
     files: VerificationReportFiles | None
     phases: tuple[PhaseTiming, ...]
     library: Path | None = None
+    tuning: dict[str, str] | None = None  # the runtime's choices by timing in the child ({"text", "identity"})
 
     @property
     def exit_code(self) -> int:
@@ -254,26 +255,47 @@ def verify_program(program_dir: str | os.PathLike, reference: str | os.PathLike 
     shapes = [] if o.at else range_shapes(mf.load_program_dir(program_dir).manifest, o)
     if not shapes:
         return _verify_one(program_dir, reference, o)
+    manifest = mf.load_program_dir(program_dir).manifest
     if o.seed is None:  # one seed for the draw of the shapes and every shape's trials, reported
         o = dataclasses.replace(o, seed=fresh_seed())
-        shapes = range_shapes(mf.load_program_dir(program_dir).manifest, o)
+        shapes = range_shapes(manifest, o)
+    tuned = set(manifest.dynamic.tuned_shapes())
     *smaller, largest = shapes
-    judged = []
+    judged, tunings = [], []
     for shape in smaller:
-        say = _shape_progress(o.progress, shape)
+        timed = shape in tuned  # a shape named at build: timed as the largest is, its library choices kept
         v = _verify_one(program_dir, reference, dataclasses.replace(
-            o, at=shape, time=False, profile=False, compile=False, autotune=False, reference_profile=False,
-            sanitizer=False, write=False, progress=say))
+            o, at=shape, time=o.time and timed, compile=o.compile and timed, profile=False, autotune=False,
+            reference_profile=False, sanitizer=False, write=False, progress=_shape_progress(o.progress, shape)))
         if not v.result.ok:  # the verdict at the first shape it fails is the program's, and its report
             files = write_report(v.report, Path(program_dir)) if o.write else None
             return dataclasses.replace(v, files=files)
-        judged.append(_shape_label(shape))
-    return _verify_one(program_dir, reference, dataclasses.replace(o, at=largest, judged=tuple(judged)))
+        judged.append((_shape_label(shape), _timing_line(v.report.timings)))
+        tunings.append(v.tuning)
+    v = _verify_one(program_dir, reference, dataclasses.replace(o, at=largest, judged=tuple(judged)))
+    if o.write and v.result.ok:
+        for t in tunings:
+            if t and t.get("text"):
+                _write_tuning(Path(program_dir), t)
+    return v
+
+
+def _timing_line(t: TimingTable | None) -> str:
+    """One shape's timing in a few words: the program's median and its speed against each baseline."""
+    if t is None:
+        return ""
+    parts = [f"{t.program.median_ms:.4g} ms"]
+    for name, b in t.baselines():
+        x = t.speedup(b)
+        if b is not None and x is not None:
+            parts.append(f"{x:.2f}x {name}")
+    return ", ".join(parts)
 
 
 def range_shapes(manifest: mf.Manifest, o: VerifyOptions) -> list[tuple[tuple[str, int], ...]]:
-    """The shapes a dynamic program is judged at: its smallest, ``o.between`` drawn from ``o.seed``
-    between (each dimension on its own, on its multiple), its largest last; [] for a static program."""
+    """The shapes a dynamic program is judged at: its smallest, those named at build to tune at,
+    ``o.between`` drawn from ``o.seed`` (each dimension on its own, on its multiple), its largest
+    last; [] for a static program."""
     if manifest.dynamic is None:
         return []
     dims = manifest.dynamic.dims
@@ -285,9 +307,10 @@ def range_shapes(manifest: mf.Manifest, o: VerifyOptions) -> list[tuple[tuple[st
 
     smallest = tuple((d.name, d.min) for d in dims)
     largest = tuple((d.name, d.max) for d in dims)
-    shapes = [smallest]
+    tuned = [t for t in manifest.dynamic.tuned_shapes() if t not in (smallest, largest)]
+    shapes = [smallest, *tuned]
     for _ in range(o.between * 4):  # distinct draws; a narrow range has fewer to give
-        if len(shapes) > o.between:
+        if len(shapes) > o.between + len(tuned):
             break
         shape = tuple((d.name, pick(d)) for d in dims)
         if shape not in shapes and shape != largest:
@@ -337,8 +360,8 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     if o.at:
         ranges = ", ".join(f"{d.name} {d.min}..{d.max}" for d in mf.load_program_dir(program_dir).manifest.dynamic.dims)
         shape_notes.append(f"judged at {_shape_label(o.at)} of its range ({ranges})"
-                           + (f"; passed before at {'; '.join(o.judged)} (correctness and dynamic checks, "
-                              f"seed {o.seed})" if o.judged else ""))
+                           + (f"; passed before at {'; '.join(f'{n} ({t})' if t else n for n, t in o.judged)} "
+                              f"(correctness and dynamic checks, seed {o.seed})" if o.judged else ""))
     spec = resolve_reference(reference, prog.root, manifest)
     input_notes = validate_reference(spec, manifest, manifest_file=prog.manifest_path)
     precision, source = (o.precision, "requested") if o.precision else (manifest.precision, "manifest")
@@ -574,11 +597,11 @@ def _finish(run: _Run, result: VerificationResult, *, table: TimingTable | None 
                                 notes=tuple(run.notes), phases=tuple(run.phases), details=details,
                                 claimed_precision=manifest.precision, precision_source=run.source, seed=run.seed,
                                 weights_seed=run.weights_seed,
-                                shapes=(*o.judged, _shape_label(o.at)) if o.at else ())
+                                shapes=(*(n for n, _ in o.judged), _shape_label(o.at)) if o.at else ())
     files = write_report(report, prog.root) if o.write else None
     if o.write and result.ok and run.tuning and run.tuning.get("text"):
         _write_tuning(prog.root, run.tuning)
-    return Verification(result, report, files, tuple(run.phases), prog.library)
+    return Verification(result, report, files, tuple(run.phases), prog.library, run.tuning)
 
 
 def _write_tuning(folder: Path, tuning: dict[str, str]) -> None:

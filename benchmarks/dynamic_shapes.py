@@ -4,7 +4,8 @@ For each reference: ``build --dynamic`` once, then at each shape of ``--shapes``
 built for that shape, the dynamic program, PyTorch eager, ``torch.compile`` (static: one compile a
 shape) and ``torch.compile(dynamic=True)`` (one compile for the range), all at the policy's
 precision, all checked against the reference in float64 first. Times are CUDA-event medians of
-``--reps`` calls after a warm-up, inputs fixed, L2 flushed before each call.
+``--reps`` calls after a warm-up, inputs fixed, L2 flushed before each call, the five interleaved
+call by call (programs this small are bound by the host's time to issue a call, which drifts).
 
     python benchmarks/dynamic_shapes.py models/gpt_block.py:batch=1:8:1,2,4,8 \\
         "models/gpt_block.py:batch=1:8:1,8;seq=16:255:64,255" models/resnet_block.py:batch=1:32:1,8,32 \\
@@ -12,7 +13,9 @@ precision, all checked against the reference in float64 first. Times are CUDA-ev
 
 Prints a markdown table (and writes it to OUT/dynamic_shapes.md): per shape, ms of each, the dynamic
 program over the static one (the issue's "within 5 %"), each torch.compile over ours, and where
-ours spend a call: the kernels' time on the device and the host's time to issue the call.
+ours spend a call: the kernels' time on the device and the host's time to issue the call; and
+the dynamic program's first call at each shape in this process (no tuning file: the cost a wheel's
+first call at an untuned shape pays).
 """
 
 from __future__ import annotations
@@ -33,26 +36,30 @@ from stitchcuda.pipeline import build_program
 from stitchcuda.program import Program
 
 
-def timed(fn, reps: int) -> float:
+def timed(fns: dict[str, object], reps: int) -> dict[str, float]:
+    """Each callable's CUDA-event median over ``reps`` calls, L2 flushed before each, the callables
+    interleaved call by call (a drift of the host or the clocks falls on all of them alike)."""
     flush = torch.empty(64 << 20, dtype=torch.int8, device="cuda")
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    for fn in fns.values():
+        for _ in range(5):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(reps):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            flush.zero_()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fns[name]()
+            b.record()
+            torch.cuda.synchronize()
+            times[name].append(a.elapsed_time(b))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
-def split(fn, reps: int) -> tuple[float, float]:
-    """Where a call's time goes: the device's kernel time a call (ms, summed from the profiler's
-    CUDA activity, no flush between calls) and the host's time to issue a call (ms, from an idle
-    device: a synchronize before each, so a full queue never throttles the host)."""
+def kernel_ms(fn, reps: int) -> float:
+    """The device's kernel time a call (ms): summed from the profiler's CUDA activity over ``reps``
+    calls, no flush between them."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(5):
@@ -62,15 +69,22 @@ def split(fn, reps: int) -> tuple[float, float]:
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    kernels = sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0
-                  and e.key != "cudaDeviceSynchronize") / reps / 1e3
-    host = []
+    return sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0
+               and e.key != "cudaDeviceSynchronize") / reps / 1e3
+
+
+def host_ms(fns: dict[str, object], reps: int) -> dict[str, float]:
+    """The host's time to issue a call (ms, median), each from an idle device (a synchronize before,
+    so a full queue never throttles the host), the callables interleaved."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        host.append((time.perf_counter() - t) * 1e3)
-    return kernels, statistics.median(host)
+        for name, fn in fns.items():
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t) * 1e3)
+    torch.cuda.synchronize()
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def error(got, want) -> float:
@@ -92,7 +106,9 @@ def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
     stem = Path(file).stem
     arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
     t0 = time.monotonic()
-    o = D.build_dynamic(Path(file), ranges, precision=precision, out=out / f"{stem}-dynamic", arch=arch)
+    tune = [f"{n}={','.join(str(v) for _, v in grid)}" for n, grid in zip((r.split("=")[0] for r in ranges), grids)]
+    o = D.build_dynamic(Path(file), ranges, precision=precision, out=out / f"{stem}-dynamic", arch=arch,
+                        tune_shapes=tune)
     assert o.ok, o.build.message if o.build else ""
     print(f"{stem}: dynamic program over {', '.join(ranges)} built in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     dyn = Program.load(o.directory)
@@ -112,19 +128,24 @@ def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
         xs = [x.cuda() for x in inputs]
         with torch.no_grad():
             want = copy.deepcopy(model).double()(*[x.double() for x in xs])
-            e_dyn, e_static = error(dyn(*xs), want), error(static(*xs), want)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            first = dyn(*xs)  # its first call at this shape: the library's plans timed, a graph captured
+            torch.cuda.synchronize()
+            t_first = (time.perf_counter() - t) * 1e3
+            e_dyn, e_static = error(first, want), error(static(*xs), want)
             compiled = torch.compile(model)
             if compiled_dyn is None:
                 compiled_dyn = torch.compile(copy.deepcopy(model), dynamic=True)
-            t_dyn = timed(lambda: dyn(*xs), reps)
-            t_static = timed(lambda: static(*xs), reps)
-            t_eager = timed(lambda: model(*xs), reps)
-            t_comp = timed(lambda: compiled(*xs), reps)
-            t_cdyn = timed(lambda: compiled_dyn(*xs), reps)
-            (k_dyn, h_dyn), (k_static, h_static) = split(lambda: dyn(*xs), reps), split(lambda: static(*xs), reps)
+            t = timed({"dyn": lambda: dyn(*xs), "static": lambda: static(*xs), "eager": lambda: model(*xs),
+                       "compile": lambda: compiled(*xs), "compile_dyn": lambda: compiled_dyn(*xs)}, reps)
+            t_dyn, t_static, t_eager, t_comp, t_cdyn = (t[k] for k in ("dyn", "static", "eager", "compile", "compile_dyn"))
+            k_dyn, k_static = kernel_ms(lambda: dyn(*xs), reps), kernel_ms(lambda: static(*xs), reps)
+            h = host_ms({"dyn": lambda: dyn(*xs), "static": lambda: static(*xs)}, reps)
+            h_dyn, h_static = h["dyn"], h["static"]
         rows.append(f"| {stem} | {label} | {t_dyn:.3f} | {t_static:.3f} | **{t_dyn / t_static:.3f}** | "
                     f"{t_eager:.3f} | {t_comp:.3f} | {t_cdyn:.3f} | {t_comp / t_dyn:.2f}x | {t_cdyn / t_dyn:.2f}x | "
-                    f"{e_dyn:.1e} / {e_static:.1e} | {k_dyn:.3f} / {k_static:.3f} | {h_dyn:.3f} / {h_static:.3f} |")
+                    f"{e_dyn:.1e} / {e_static:.1e} | {k_dyn:.3f} / {k_static:.3f} | {h_dyn:.3f} / {h_static:.3f} | {t_first:.1f} |")
         print(rows[-1], file=sys.stderr)
     return rows
 
@@ -139,8 +160,8 @@ def main(argv=None) -> int:
     ns.out.mkdir(parents=True, exist_ok=True)
     head = ["| reference | shape | dynamic ms | static ms | dynamic / static | eager ms | compile ms | "
             "compile(dynamic) ms | compile / ours | compile(dynamic) / ours | error dyn / static | "
-            "kernels ms dyn / static | host ms dyn / static |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "kernels ms dyn / static | host ms dyn / static | dynamic's first call ms |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     for spec in ns.specs:
         rows += run(spec, ns.precision, ns.out, ns.reps)

@@ -356,7 +356,7 @@ if want dynamiczoo; then  # DYN_ZOO: one spec of dynamic_shapes.py (a zoo model:
   spec=${DYN_ZOO:-models/zoo/resnet18.py:batch=1:32:1,8,32}; stem=$(basename "${spec%%:*}" .py)
   log "dynamic shapes: $spec"
   (cd /tmp && timeout 540 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "$OLDPWD/$spec" --precision "${PERF_POLICY:-tf32}" \
-    --out "/tmp/dynamic-$stem" --reps 20 > "$OUT/dynamic_$stem.log" 2>&1); echo "dynamic_shapes $stem exit $?"
+    --out "/tmp/dynamic-$stem" --reps 50 > "$OUT/dynamic_$stem.log" 2>&1); echo "dynamic_shapes $stem exit $?"
   cp "/tmp/dynamic-$stem/dynamic_shapes.md" "$OUT/dynamic_shapes_$stem.md" 2>/dev/null; tail -6 "$OUT/dynamic_$stem.log"
 fi
 if want dynamicverify; then  # DYN_VERIFY: dynamic program folders the phases above built, each verified over its range
@@ -370,7 +370,7 @@ if want dynamictable; then  # dynamic programs against the static program of eac
   log "dynamic shapes: against static programs and torch.compile"
   (cd /tmp && timeout 400 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "$OLDPWD/models/gpt_block.py:batch=1:8:1,2,4,8" \
     "$OLDPWD/models/gpt_block.py:batch=1:8:1,8;seq=16:255:64,255" \
-    "$OLDPWD/models/resnet_block.py:batch=1:32:1,8,32" --precision "${PERF_POLICY:-tf32}" --out /tmp/dynamic --reps 30 \
+    "$OLDPWD/models/resnet_block.py:batch=1:32:1,8,32" --precision "${PERF_POLICY:-tf32}" --out /tmp/dynamic --reps 200 \
     > "$OUT/dynamic_shapes.log" 2>&1); echo "dynamic_shapes exit $?"; cp /tmp/dynamic/dynamic_shapes.md "$OUT/" 2>/dev/null
   tail -12 "$OUT/dynamic_shapes.log"
 fi

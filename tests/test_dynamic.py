@@ -219,6 +219,53 @@ def test_causal_attention_over_batch_and_sequence_with_its_mask_made_at_create(t
         _check_at(ref, sym, values)
 
 
+PADDED = '''
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x, keep):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C)
+        # a padding mask as an encoder's: (B, T) -> (B, T, T), its strides T * T and T
+        pad = keep[:, None, :].expand(B, T, T)
+        att = att.masked_fill(pad == 0, float("-inf"))
+        return F.softmax(att, dim=-1) @ v
+
+batch_size = 2
+seq_len = 16
+d = 32
+
+def get_inputs():
+    keep = (torch.arange(seq_len)[None, :] < torch.randint(1, seq_len + 1, (batch_size, 1))).long()
+    return [torch.randn(batch_size, seq_len, d), keep]
+
+def get_init_inputs():
+    return [d]
+'''
+
+
+def test_a_number_that_is_a_square_of_a_symbol_is_fitted(tmp_path):
+    # an (B, T, T) mask's strides are T * T: no multilinear polynomial, a square of T on a full grid
+    # of the box; the plan right at shapes it was not fitted at
+    assert str(D.fit(["s"], [({"s": v}, v * v + 2) for v in (4, 9, 20, 33, 40)])) == "2 + s * s"
+    assert D.fit(["s"], [({"s": v}, v * v) for v in (4, 40, 9)]) is None  # too few samples to check a square
+    assert str(D.fit(["b", "s"], [({"b": b, "s": v}, b * v + 1) for b in (1, 3) for v in (2, 7)])) == "1 + b * s"
+    ref, _, _ = pipeline.load_source(_write(tmp_path, "padded", PADDED), None)
+    sym = D.plan_over(ref, ["batch=1:4", "seq=4:40"])
+    assert len(sym.buckets) == 1, sym.describe()
+    assert any("seq * seq" in str(poly) for poly in sym.buckets[0].fitted.values()), sym.describe()
+    for values in ({"batch": 1, "seq": 4}, {"batch": 3, "seq": 17}, {"batch": 2, "seq": 31}, {"batch": 4, "seq": 40}):
+        _check_at(ref, sym, values)
+
+
 def test_guards_name_the_input_the_dimension_and_the_symbol(mlp):
     _, sym = mlp
     assert sym.values_of([(7, 16)]) == {"batch": 7}

@@ -13,8 +13,9 @@ captured and planned at sample values of each symbol, and the plans are *general
   that the planner drops, a kernel variant that serves larger extents) the boundary is found by
   bisection, so each bucket is an exact interval of the symbol;
 - inside a bucket every integer of the plan is fitted as a multilinear polynomial of the symbols
-  with exact rational coefficients (``128 * batch * seq + 256``) and every float as a polynomial
-  or the reciprocal of one (a mean's ``1 / (batch * 49)``); each fit is checked on samples it was
+  with exact rational coefficients (``128 * batch * seq + 256``), else one with a symbol squared (an
+  attention matrix's ``seq * seq``), and every float as a polynomial or the reciprocal of one (a
+  mean's ``1 / (batch * 49)``); each fit is checked on samples it was
   not fitted from; a number that is a step of the shape (a count of 64-wide blocks) cuts the
   interval where it steps, and one that fits nothing is a plan decision that depends on the
   shape: the build says which task and field, instead of guessing;
@@ -216,8 +217,12 @@ def bind(ref: Any, dims: Sequence[Dim], input_names: Sequence[str] | None = None
 # ---------------------------------------------------------------------- polynomials
 
 
-def _monomials(names: Sequence[str]) -> list[tuple[str, ...]]:
-    return [c for r in range(len(names) + 1) for c in itertools.combinations(names, r)]
+def _monomials(names: Sequence[str], degree: int = 1) -> list[tuple[str, ...]]:
+    """Every product of the symbols with each symbol's power at most ``degree`` (a power repeats
+    the name: ``("seq", "seq")``), lowest total degree first."""
+    powers = itertools.product(range(degree + 1), repeat=len(names))
+    monos = [tuple(n for n, k in zip(names, ks) for _ in range(k)) for ks in powers]
+    return sorted(monos, key=lambda m: (len(m), m))
 
 
 @dataclass(frozen=True)
@@ -293,8 +298,21 @@ def _solve(rows: list[list[Fraction]], rhs: list[Fraction]) -> list[Fraction] | 
 
 
 def fit(names: Sequence[str], samples: Sequence[tuple[Mapping[str, int], int | float]]) -> Poly | None:
-    """The multilinear polynomial (or reciprocal of one, for floats) through every sample, or None."""
-    monos = _monomials(names)
+    """The multilinear polynomial (or reciprocal of one, for floats) through every sample; else one
+    with each symbol squared at most (an attention matrix's ``seq * seq``), where the samples are
+    enough to pin it down; or None."""
+    for degree in (1, 2):
+        poly = _fit_degree(names, samples, degree)
+        if poly is not None:
+            return poly
+    return None
+
+
+def _fit_degree(names: Sequence[str], samples: Sequence[tuple[Mapping[str, int], int | float]],
+                degree: int) -> Poly | None:
+    monos = _monomials(names, degree)
+    if degree > 1 and len(samples) < len(monos) + 2:
+        return None  # too few samples to fit it and check it
     xs = [[Fraction(math.prod(v[s] for s in m)) for m in monos] for v, _ in samples]
     is_float = any(isinstance(y, float) for _, y in samples)
     if not is_float:
@@ -567,6 +585,19 @@ def _fit_bucket(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], at:
                                   "inside one bucket (a boundary of two symbols together)")
     bucket = Bucket(dict(ranges), json.loads(json.dumps(largest)))
     leaves = [dict(_leaves(p)) for _, p in plans]
+    grid: list[tuple[dict[str, int], dict]] = []
+
+    def dense() -> list[tuple[dict[str, int], dict]]:
+        """The plan's leaves on every point of :func:`_dense_points`, made once, when a number needs
+        it; each plan of the bucket's structure."""
+        if not grid:
+            for v in _dense_points(names, ranges):
+                p = at(v)
+                if skeleton_key(p) != skel:
+                    raise GeneraliseError(f"the plan's structure at {_fmt(v)} differs from the one at "
+                                          f"{_fmt(largest_v)} inside one bucket (a boundary of two symbols together)")
+                grid.append((v, dict(_leaves(p))))
+        return grid
     for path, y_top in _leaves(largest):
         if _is_arena_offset(path):
             continue
@@ -582,6 +613,8 @@ def _fit_bucket(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], at:
             raise ParameterShapeError(f"weight {largest['weights'][path[1]]['name']}'s shape changes with "
                                   f"{', '.join(active)}: a dynamic dimension must leave the parameters alone")
         poly = fit(active, used)
+        if poly is None:  # a square of a symbol needs more than the box's edges: a full grid of it
+            poly = fit(active, [(v, lv[path]) for v, lv in dense() if not _dont_care(lv, path)])
         if poly is None and made == "extent":
             bucket.at_create.add(_where(largest, path).split(":")[0])
             continue
@@ -616,7 +649,8 @@ def _split_by_fit(lo: int, hi: int, fits: Callable[[int, int], bool]) -> list[tu
 
 
 def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3,
-               accept: Callable[[Mapping[str, int], dict[str, Any]], bool] | None = None) -> SymbolicPlan:
+               accept: Callable[[Mapping[str, int], dict[str, Any]], bool] | None = None,
+               progress: Callable[[str], None] | None = None) -> SymbolicPlan:
     """The plan over the bindings' symbols from ``plan_at(values)`` (a plan dict at those values).
 
     Each symbol's interval is cut, with the other symbols at their largest values, where the plan's
@@ -627,7 +661,8 @@ def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3,
     at ``values`` (the plan interpreter against the reference). A bucket of one value at the bottom
     of a symbol's range (batch 1, where the planner drops the dimension: another structure, the
     same answer) joins the bucket above it when ``accept`` says that bucket's plan is right there at
-    every corner of the other symbols; one bucket serves both."""
+    every corner of the other symbols; one bucket serves both. ``progress`` is told each plan made
+    (a range with many changes of structure takes many)."""
     names = [b.dim.name for b in bindings]
     top = {b.dim.name: b.dim.hi for b in bindings}
     cache: dict[tuple, Mapping[str, Any]] = {}
@@ -635,6 +670,8 @@ def generalise(bindings: Sequence[Binding], plan_at: PlanAt, *, extra: int = 3,
     def at(values: Mapping[str, int]) -> Mapping[str, Any]:
         k = tuple(values[n] for n in names)
         if k not in cache:
+            if progress is not None:
+                progress(f"plan {len(cache) + 1} at {', '.join(f'{n}={v}' for n, v in zip(names, k))}")
             cache[k] = plan_at(dict(values))
         return cache[k]
 
@@ -722,6 +759,13 @@ def _points(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], extra: 
         if v not in out:
             out.append(v)
     return out
+
+
+def _dense_points(names: Sequence[str], ranges: Mapping[str, tuple[int, int]]) -> list[dict[str, int]]:
+    """Every point of a grid of the box, four values a symbol (three from three symbols on): what
+    a symbol's square needs, which the box's edges and middle do not pin down."""
+    per = 4 if len(names) <= 2 else 3
+    return [dict(zip(names, c)) for c in itertools.product(*(_grid(*ranges[n], per - 2) for n in names))]
 
 
 def _grid(lo: int, hi: int, extra: int) -> list[int]:
@@ -891,7 +935,8 @@ def generalise_source(sym: SymbolicPlan, render_at: Callable[[Mapping[str, int]]
     renders = [(v, _tokens(render_at(v))) for v in points]
     top = {n: hi for n, (lo, hi) in bucket.fit_ranges.items()}
     base = next(t for v, t in renders if v == top)
-    for v, toks in renders:
+
+    def same_text(v: Mapping[str, int], toks: list) -> None:
         bad = next((i for i, (a, b) in enumerate(zip(toks, base))
                     if a[0] != b[0] or (a[0] == "text" and a[1] != b[1])), None)
         if bad is not None or len(toks) != len(base):
@@ -901,6 +946,18 @@ def generalise_source(sym: SymbolicPlan, render_at: Callable[[Mapping[str, int]]
             raise GeneraliseError(f"program.cu at {_fmt(v)} differs from the one at {_fmt(top)} in more than its "
                                   f"numbers (line {line}: {show(toks)!r} against {show(base)!r}): the Coder made "
                                   "another choice there")
+
+    for v, toks in renders:
+        same_text(v, toks)
+    dense: list = []  # renders on a full grid of the box, made when a number is a symbol's square
+
+    def dense_renders() -> list:
+        if not dense:
+            for v in _dense_points(names, bucket.fit_ranges):
+                toks = _tokens(render_at(v))
+                same_text(v, toks)
+                dense.append((v, toks))
+        return dense
     out: list[str] = []
     need = dict(bucket.divisors)
     polys: dict[int, Poly] = {}
@@ -913,6 +970,8 @@ def generalise_source(sym: SymbolicPlan, render_at: Callable[[Mapping[str, int]]
         samples = [(v, _number(toks[i][1])) for v, toks in renders]
         active = [n for n in names if len({v[n] for v, _ in samples}) > 1]
         poly = fit(active, samples)
+        if poly is None:
+            poly = fit(active, [(v, _number(toks[i][1])) for v, toks in dense_renders()])
         if poly is None:
             shown = ", ".join(f"{y} at {_fmt(v)}" for v, y in samples[:4])
             raise GeneraliseError(f"program.cu line {line}: {text} is no polynomial of {', '.join(active)} "
@@ -1114,7 +1173,7 @@ def build_dynamic(reference: Any, dims: Iterable[str] | Mapping[str, tuple[int, 
     problem_at = problems.at
 
     say("plan")
-    sym = _named(generalise(problems.bindings, problems.plan_at, accept=problems.accept))
+    sym = _named(generalise(problems.bindings, problems.plan_at, accept=problems.accept, progress=say))
     top = {b.dim.name: b.dim.hi for b in sym.bindings}
     input_names = [x["name"] for x in sym.buckets[-1].largest["inputs"]]
     bucket = _one_bucket(sym)

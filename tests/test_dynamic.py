@@ -350,6 +350,7 @@ def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
     if find_nvcc() is None:
         pytest.skip("nvcc not found")
     o = D.build_dynamic(_write(tmp_path, "conv", CONV), ["batch=1:16"], precision="tf32", out=tmp_path / "prog",
+                        tune_shapes=["batch=8"],
                         arch="sm_90")
     assert o.ok, o.build.message if o.build else ""
     m = mf.Manifest.load(o.directory)  # read back as a program folder opens it
@@ -382,7 +383,9 @@ def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
     at3 = m.at({"batch": 3})
     assert at3.inputs[0].shape == (3, 3, 8, 8) and at3.outputs[0].shape == (3, 10)
     prog3 = _at_shape(mf.load_program_dir(o.directory), {"batch": 3})
-    assert mf.Manifest.from_dict(prog3.manifest.to_dict()).inputs[0].shape == (3, 3, 8, 8)  # as the child reads it
+    # as the child reads it (the range ending at 3: sizes named to tune at are the whole range's)
+    assert mf.Manifest.from_dict(prog3.manifest.to_dict()).inputs[0].shape == (3, 3, 8, 8)
+    assert m.dynamic.dims[0].tuned == (8,)
     assert resolve_reference(None, o.directory, prog3.manifest).sizes == (("batch_size", 3),)
     with pytest.raises(mf.ShapeError, match=r"\(batch\) is 17: this program serves batch 1\.\.16"):
         m.at({"batch": 17})

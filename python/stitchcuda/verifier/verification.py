@@ -343,7 +343,7 @@ def _at_shape(prog: mf.ProgramDir, values: dict[str, int]) -> mf.ProgramDir:
         manifest = prog.manifest.at(values)
     except mf.ShapeError as e:
         raise ProblemError("--at", str(e)) from None
-    dims = tuple(dataclasses.replace(d, max=values[d.name]) for d in manifest.dynamic.dims)
+    dims = tuple(dataclasses.replace(d, max=values[d.name], tuned=()) for d in manifest.dynamic.dims)
     return dataclasses.replace(prog, manifest=dataclasses.replace(
         manifest, dynamic=dataclasses.replace(manifest.dynamic, dims=dims)))
 

@@ -73,6 +73,29 @@ def kernel_ms(fn, reps: int) -> float:
                and e.key != "cudaDeviceSynchronize") / reps / 1e3
 
 
+def driver_calls(fn, reps: int, flush: bool) -> dict[str, tuple[float, float]]:
+    """The CUDA runtime and driver calls a call makes: name -> (calls, us) per call, from the
+    profiler's CPU activity; ``flush``: each call behind a queued L2 flush, as :func:`timed` makes
+    them (a call that waits for the device shows there)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    scratch = torch.empty(64 << 20, dtype=torch.int8, device="cuda")
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            if flush:
+                scratch.zero_()
+            fn()
+            torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        if e.key.startswith(("cuda", "cu")) and e.key != "cudaDeviceSynchronize":
+            out[e.key] = (e.count / reps, e.cpu_time_total / reps)
+    return out
+
+
 def host_ms(fns: dict[str, object], reps: int) -> dict[str, float]:
     """The host's time to issue a call (ms, median), each from an idle device (a synchronize before,
     so a full queue never throttles the host), the callables interleaved."""
@@ -143,6 +166,17 @@ def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
             k_dyn, k_static = kernel_ms(lambda: dyn(*xs), reps), kernel_ms(lambda: static(*xs), reps)
             h = host_ms({"dyn": lambda: dyn(*xs), "static": lambda: static(*xs)}, reps)
             h_dyn, h_static = h["dyn"], h["static"]
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):  # a stream of its own: the programs replay CUDA graphs there
+                g = timed({"dyn": lambda: dyn(*xs), "static": lambda: static(*xs)}, reps)
+            print(f"{stem} {label} on a side stream: dynamic {g['dyn']:.3f} ms, static {g['static']:.3f} ms "
+                  f"({g['dyn'] / g['static']:.3f})", file=sys.stderr)
+            if not rows:  # the first shape: what each program asks of CUDA a call (a wait shows its time)
+                for name, fn in (("dynamic", lambda: dyn(*xs)), ("static", lambda: static(*xs))):
+                    calls = driver_calls(fn, 20, flush=True)
+                    print(f"{stem} {label} {name}: " + ", ".join(
+                        f"{k} {n:g}x {us:.1f} us" for k, (n, us) in sorted(calls.items(), key=lambda kv: -kv[1][1])),
+                        file=sys.stderr)
         rows.append(f"| {stem} | {label} | {t_dyn:.3f} | {t_static:.3f} | **{t_dyn / t_static:.3f}** | "
                     f"{t_eager:.3f} | {t_comp:.3f} | {t_cdyn:.3f} | {t_comp / t_dyn:.2f}x | {t_cdyn / t_dyn:.2f}x | "
                     f"{e_dyn:.1e} / {e_static:.1e} | {k_dyn:.3f} / {k_static:.3f} | {h_dyn:.3f} / {h_static:.3f} | {t_first:.1f} |")

@@ -28,6 +28,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh dynamicwheel    # the dynamic wheel without PyTorch, the Verifier's range
 #   DYN_ZOO=models/zoo/resnet18.py:batch=1:32:1,8,32 OUT=/tmp/out bash benchmarks/gpu_session.sh dynamiczoo
 #   DYN_VERIFY="/tmp/dynamic/gpt_block-dynamic ..." OUT=/tmp/out bash benchmarks/gpu_session.sh dynamicverify
+#   DYN_BUILD="models/zoo/resnet18.py@--dynamic batch=1:32 --tune-shapes batch=1,8,32" ... dynamicverify
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh engines         # each convolution's engine, ours beside PyTorch's
 #                                                               # and torch.compile's (ENGINE_IDS)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
@@ -359,8 +360,18 @@ if want dynamiczoo; then  # DYN_ZOO: one spec of dynamic_shapes.py (a zoo model:
     --out "/tmp/dynamic-$stem" --reps 50 > "$OUT/dynamic_$stem.log" 2>&1); echo "dynamic_shapes $stem exit $?"
   cp "/tmp/dynamic-$stem/dynamic_shapes.md" "$OUT/dynamic_shapes_$stem.md" 2>/dev/null; tail -6 "$OUT/dynamic_$stem.log"
 fi
-if want dynamicverify; then  # DYN_VERIFY: dynamic program folders the phases above built, each verified over its range
-  for d in ${DYN_VERIFY:-/tmp/dynamic/gpt_block-dynamic /tmp/dynamic/resnet_block-dynamic}; do
+if want dynamicverify; then  # DYN_VERIFY: dynamic program folders the phases above built, each verified over its range;
+  # DYN_BUILD: "FILE@BUILD ARGS;FILE@..." built here first (--precision tf32 unless named) and verified too
+  extra=()
+  IFS=';' read -ra builds <<< "${DYN_BUILD:-}"
+  for b in "${builds[@]}"; do
+    [ -n "$b" ] || continue
+    f=${b%%@*}; args=${b#*@}; d=/tmp/dynbuild/$(basename "$f" .py)
+    (cd /tmp && timeout 400 stitchcuda build "$OLDPWD/$f" $args --out "$d" ${DYN_PRECISION:---precision tf32} \
+      > "$OUT/build_$(basename "$f" .py).log" 2>&1); echo "build $f $args: exit $?"
+    extra+=("$d")
+  done
+  for d in ${DYN_VERIFY:-} "${extra[@]}"; do
     n=$(basename "$(dirname "$d")")-$(basename "$d")
     (cd /tmp && timeout 500 stitchcuda verify "$d" ${VERIFY_ARGS:---no-profile} > "$OUT/verify_$n.log" 2>&1); echo "verify $n: exit $?"
     cp "$d/report.md" "$OUT/verify_$n.md" 2>/dev/null; grep -E "passed|wrong|judged at|rejected|crash" "$OUT/verify_$n.log" | head -4
@@ -368,9 +379,12 @@ if want dynamicverify; then  # DYN_VERIFY: dynamic program folders the phases ab
 fi
 if want dynamictable; then  # dynamic programs against the static program of each shape and torch.compile
   log "dynamic shapes: against static programs and torch.compile"
-  (cd /tmp && timeout 400 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "$OLDPWD/models/gpt_block.py:batch=1:8:1,2,4,8" \
-    "$OLDPWD/models/gpt_block.py:batch=1:8:1,8;seq=16:255:64,255" \
-    "$OLDPWD/models/resnet_block.py:batch=1:32:1,8,32" --precision "${PERF_POLICY:-tf32}" --out /tmp/dynamic --reps 200 \
+  # DYN_TABLE: the specs (default: gpt_block over batch, over batch and sequence; resnet_block over batch)
+  specs=()
+  for t in ${DYN_TABLE:-models/gpt_block.py:batch=1:8:1,2,4,8 "models/gpt_block.py:batch=1:8:1,8;seq=16:255:64,255" \
+      models/resnet_block.py:batch=1:32:1,8,32}; do specs+=("$PWD/${t//\"/}"); done
+  (cd /tmp && timeout 400 python3 "$OLDPWD/benchmarks/dynamic_shapes.py" "${specs[@]}" \
+    --precision "${PERF_POLICY:-tf32}" --out /tmp/dynamic --reps 200 \
     > "$OUT/dynamic_shapes.log" 2>&1); echo "dynamic_shapes exit $?"; cp /tmp/dynamic/dynamic_shapes.md "$OUT/" 2>/dev/null
   tail -12 "$OUT/dynamic_shapes.log"
 fi

@@ -97,6 +97,15 @@ if want core; then
   STITCHCUDA_CONV_LOG=1 pt runtime 330 tests/gpu/test_runtime_gpu.py tests/gpu/test_conv_gpu.py
 fi
 
+if want legacy; then  # the legacy default stream's runs by way of the runtime's own stream
+  log "graph runner on the legacy default stream"
+  pt graphrunner 150 tests/gpu/test_runtime_gpu.py -k graph_runner
+fi
+if want legacyprograms; then  # every generated program eager, captured and replayed on the legacy stream too
+  log "generated programs (trials on a side stream and on the legacy default stream)"
+  pt programs 300 -n 4 tests/gpu/test_programs_gpu.py
+fi
+
 if want seam; then
   log "the task seam, the op harness, generated programs"
   pt seam 240 tests/test_task_seam.py tests/gpu/test_task_seam_gpu.py tests/test_ops_registry.py tests/gpu/test_op_harness_gpu.py

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
+import random
 import statistics
 import sys
 import time
@@ -38,15 +39,19 @@ from stitchcuda.program import Program
 
 def timed(fns: dict[str, object], reps: int) -> dict[str, float]:
     """Each callable's CUDA-event median over ``reps`` calls, L2 flushed before each, the callables
-    interleaved call by call (a drift of the host or the clocks falls on all of them alike)."""
+    interleaved call by call (a drift of the host or the clocks falls on all of them alike) in an
+    order drawn afresh each round: a call bound by the host's time runs faster right after a call
+    of the same code path (its caches warm), so no contender may always follow the same other."""
     flush = torch.empty(64 << 20, dtype=torch.int8, device="cuda")
     for fn in fns.values():
         for _ in range(5):
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
-    for r in range(reps):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    order = random.Random(0)
+    for _ in range(reps):
+        order.shuffle(names)
+        for name in names:
             flush.zero_()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()

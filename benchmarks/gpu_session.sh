@@ -97,11 +97,11 @@ if want core; then
   STITCHCUDA_CONV_LOG=1 pt runtime 330 tests/gpu/test_runtime_gpu.py tests/gpu/test_conv_gpu.py
 fi
 
-if want legacy; then  # the legacy default stream's runs by way of the runtime's own stream
-  log "graph runner on the legacy default stream"
+if want legacy; then  # the CUDA-graph runner's tests (eager, capture, replay; the legacy default stream eager)
+  log "graph runner"
   pt graphrunner 150 tests/gpu/test_runtime_gpu.py -k graph_runner
 fi
-if want legacyprograms; then  # every generated program eager, captured and replayed on the legacy stream too
+if want legacyprograms; then  # every generated program: side-stream trials, then three runs on the legacy stream
   log "generated programs (trials on a side stream and on the legacy default stream)"
   pt programs 300 -n 4 tests/gpu/test_programs_gpu.py
 fi

@@ -378,11 +378,11 @@ def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
     assert "thread_local" not in src and "task::convolution(io.dyn, " in src
     # judged at one shape of its range: the manifest at that shape, the reference's size with it
     from stitchcuda.verifier.run.reference import resolve_reference
-    from stitchcuda.verifier.verification import _at_shape
+    from stitchcuda.verifier.run.shapes import at_shape
 
     at3 = m.at({"batch": 3})
     assert at3.inputs[0].shape == (3, 3, 8, 8) and at3.outputs[0].shape == (3, 10)
-    prog3 = _at_shape(mf.load_program_dir(o.directory), {"batch": 3})
+    prog3 = at_shape(mf.load_program_dir(o.directory), {"batch": 3})
     # as the child reads it (the range ending at 3: sizes named to tune at are the whole range's)
     assert mf.Manifest.from_dict(prog3.manifest.to_dict()).inputs[0].shape == (3, 3, 8, 8)
     assert m.dynamic.dims[0].tuned == (8,)
@@ -430,21 +430,21 @@ def test_the_verifier_draws_the_shapes_of_a_range_from_its_seed():
     import dataclasses
 
     from stitchcuda import manifest as mf
-    from stitchcuda.verifier.verification import VerifyOptions, range_shapes
+    from stitchcuda.verifier.run.shapes import range_shapes
 
     dims = (mf.DynamicDim("batch", 1, 8, (("x", 0),)), mf.DynamicDim("seq", 4, 64, (("x", 1),), multiple_of=4))
     m = mf.Manifest("m", "fp32", "sm_90", "0" * 64, mf.ReferenceSource(path="reference.py"), (), (),
                     dynamic=mf.Dynamic(dims, (("batch", "seq", 32),), (("batch", 32),)))
-    shapes = range_shapes(m, VerifyOptions(seed=5, between=3))
+    shapes = range_shapes(m, 5, 3)
     assert shapes[0] == (("batch", 1), ("seq", 4)) and shapes[-1] == (("batch", 8), ("seq", 64))
     assert len(shapes) == 5 == len(set(shapes))
     assert all(1 <= b <= 8 and 4 <= s <= 64 and s % 4 == 0 for (_, b), (_, s) in shapes)
-    assert range_shapes(m, VerifyOptions(seed=5, between=3)) == shapes != range_shapes(m, VerifyOptions(seed=6))
-    assert range_shapes(m, VerifyOptions(seed=5, between=0)) == [shapes[0], shapes[-1]]
+    assert range_shapes(m, 5, 3) == shapes != range_shapes(m, 6, 3)
+    assert range_shapes(m, 5, 0) == [shapes[0], shapes[-1]]
     narrow = dataclasses.replace(m, dynamic=mf.Dynamic((dataclasses.replace(dims[0], max=2),), (("batch", 32),),
                                                       (("batch", 32),)))
-    assert range_shapes(narrow, VerifyOptions(seed=5, between=3)) == [(("batch", 1),), (("batch", 2),)]
-    assert range_shapes(dataclasses.replace(m, dynamic=None), VerifyOptions(seed=5)) == []
+    assert range_shapes(narrow, 5, 3) == [(("batch", 1),), (("batch", 2),)]
+    assert range_shapes(dataclasses.replace(m, dynamic=None), 5, 3) == []
 
 
 def test_tune_shapes_are_named_in_the_manifest_and_judged():
@@ -453,7 +453,7 @@ def test_tune_shapes_are_named_in_the_manifest_and_judged():
     import dataclasses
 
     from stitchcuda import manifest as mf
-    from stitchcuda.verifier.verification import VerifyOptions, range_shapes
+    from stitchcuda.verifier.run.shapes import range_shapes
 
     dims = D.parse_dynamic(["batch=1:32", "seq=16:256"])
     assert D.parse_tune_shapes(["batch=8,1", "batch=32"], dims) == {"batch": (1, 8, 32)}
@@ -474,8 +474,36 @@ def test_tune_shapes_are_named_in_the_manifest_and_judged():
     bad["dynamic"]["dims"][0]["tuned"] = [1, 64]
     with pytest.raises(mf.ManifestError, match=r"tuned.*within 1\.\.32"):
         mf.Manifest.from_dict(bad)
-    shapes = range_shapes(m, VerifyOptions(seed=3, between=1))
+    shapes = range_shapes(m, 3, 1)
     assert shapes[0] == (("batch", 1), ("seq", 16)) and shapes[-1] == (("batch", 32), ("seq", 256))
     assert set(dyn.tuned_shapes()) <= set(shapes) and len(shapes) == 5
     untuned = dataclasses.replace(m, dynamic=dataclasses.replace(dyn, dims=(dataclasses.replace(batch, tuned=()), seq)))
-    assert len(range_shapes(untuned, VerifyOptions(seed=3, between=1))) == 3
+    assert len(range_shapes(untuned, 3, 1)) == 3
+
+
+def test_a_wheel_of_a_dynamic_program_needs_both_ends_of_its_range_judged(tmp_path):
+    # a passed report at the largest shape alone (verify --at) does not prove the range the wheel
+    # serves; one that judged the smallest and the largest does; a static program's needs no shapes
+    import dataclasses
+    import json
+
+    from stitchcuda import manifest as mf
+    from stitchcuda.ship.wheel import WheelError, check_verified
+    from stitchcuda.verifier import Passed, VerificationReport, VerificationResult
+
+    dims = (mf.DynamicDim("batch", 1, 8, (("x", 0),)), mf.DynamicDim("seq", 4, 64, (("x", 1),)))
+    m = mf.Manifest("m", "fp32", "sm_90", "0" * 64, mf.ReferenceSource(path="reference.py"),
+                    (mf.TensorSpec("x", (8, 64), "float32"),), (mf.TensorSpec("y", (8, 64), "float32"),),
+                    dynamic=mf.Dynamic(dims, (("batch", "seq"),), (("batch", "seq"),)))
+
+    def folder(shapes, manifest=m):
+        (tmp_path / "manifest.json").write_text(json.dumps(manifest.to_dict()))
+        report = VerificationReport("m", "fp32", "sm_90", VerificationResult(Passed(5, 1e-6, 1e-4)), shapes=shapes)
+        (tmp_path / "report.json").write_text(json.dumps(report.to_dict()))
+        return tmp_path
+
+    with pytest.raises(WheelError, match=r"verified at batch=8, seq=64 only, not across its range"):
+        check_verified(folder(("batch=8, seq=64",)))
+    ok, said = check_verified(folder(("batch=1, seq=4", "batch=3, seq=20", "batch=8, seq=64")))
+    assert ok and said.endswith("at batch=1, seq=4; batch=3, seq=20; batch=8, seq=64"), said
+    assert check_verified(folder((), dataclasses.replace(m, dynamic=None)))[0]

@@ -113,7 +113,8 @@ def parse_dynamic(specs: Iterable[str] | Mapping[str, tuple[int, int]]) -> tuple
     return tuple(dims)
 
 
-def parse_tune_shapes(specs: Iterable[str] | Mapping[str, Iterable[int]], dims: Iterable[Dim]) -> dict[str, tuple[int, ...]]:
+def parse_tune_shapes(specs: Iterable[str] | Mapping[str, Iterable[int]],
+                      dims: Iterable[Dim]) -> dict[str, tuple[int, ...]]:
     """``["batch=1,8,32"]`` (or ``{"batch": [1, 8, 32]}``): the sizes of each named dynamic dimension
     to tune at, each within its range."""
     ranges = {d.name: d for d in dims}
@@ -575,28 +576,26 @@ def _fit_bucket(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], at:
     """The bucket over the box ``ranges``: every number fitted over a grid of the box (both ends and
     ``extra`` values between, a symbol), each fit exact at every grid point; GeneraliseError names
     the first number no polynomial reproduces."""
-    plans = [(v, at(v)) for v in _points(names, ranges, extra)]
     largest_v = {n: hi for n, (lo, hi) in ranges.items()}
     largest = at(largest_v)
     skel = skeleton_key(largest)
-    for v, p in plans:
+
+    def plan_in_bucket(v: dict[str, int]) -> dict:
+        p = at(v)
         if skeleton_key(p) != skel:
             raise GeneraliseError(f"the plan's structure at {_fmt(v)} differs from the one at {_fmt(largest_v)} "
                                   "inside one bucket (a boundary of two symbols together)")
+        return p
+
+    plans = [(v, plan_in_bucket(v)) for v in _points(names, ranges, extra)]
     bucket = Bucket(dict(ranges), json.loads(json.dumps(largest)))
     leaves = [dict(_leaves(p)) for _, p in plans]
     grid: list[tuple[dict[str, int], dict]] = []
 
     def dense() -> list[tuple[dict[str, int], dict]]:
-        """The plan's leaves on every point of :func:`_dense_points`, made once, when a number needs
-        it; each plan of the bucket's structure."""
+        """The plan's leaves on every point of :func:`_dense_points`, made once, when a number needs it."""
         if not grid:
-            for v in _dense_points(names, ranges):
-                p = at(v)
-                if skeleton_key(p) != skel:
-                    raise GeneraliseError(f"the plan's structure at {_fmt(v)} differs from the one at "
-                                          f"{_fmt(largest_v)} inside one bucket (a boundary of two symbols together)")
-                grid.append((v, dict(_leaves(p))))
+            grid.extend((v, dict(_leaves(plan_in_bucket(v)))) for v in _dense_points(names, ranges))
         return grid
     for path, y_top in _leaves(largest):
         if _is_arena_offset(path):
@@ -613,8 +612,8 @@ def _fit_bucket(names: Sequence[str], ranges: Mapping[str, tuple[int, int]], at:
             raise ParameterShapeError(f"weight {largest['weights'][path[1]]['name']}'s shape changes with "
                                   f"{', '.join(active)}: a dynamic dimension must leave the parameters alone")
         poly = fit(active, used)
-        if poly is None:  # a square of a symbol needs more than the box's edges: a full grid of it
-            poly = fit(active, [(v, lv[path]) for v, lv in dense() if not _dont_care(lv, path)])
+        if poly is None:  # a square of a symbol needs more than the box's edges: a full grid of it too
+            poly = fit(active, used + [(v, lv[path]) for v, lv in dense() if not _dont_care(lv, path)])
         if poly is None and made == "extent":
             bucket.at_create.add(_where(largest, path).split(":")[0])
             continue
@@ -970,8 +969,8 @@ def generalise_source(sym: SymbolicPlan, render_at: Callable[[Mapping[str, int]]
         samples = [(v, _number(toks[i][1])) for v, toks in renders]
         active = [n for n in names if len({v[n] for v, _ in samples}) > 1]
         poly = fit(active, samples)
-        if poly is None:
-            poly = fit(active, [(v, _number(toks[i][1])) for v, toks in dense_renders()])
+        if poly is None:  # a symbol's square: the full grid's renders too
+            poly = fit(active, samples + [(v, _number(toks[i][1])) for v, toks in dense_renders()])
         if poly is None:
             shown = ", ".join(f"{y} at {_fmt(v)}" for v, y in samples[:4])
             raise GeneraliseError(f"program.cu line {line}: {text} is no polynomial of {', '.join(active)} "

@@ -139,11 +139,12 @@ def test_the_verifier_judges_a_dynamic_program_across_its_range(tmp_path):
     # two drawn between and the largest (timed), one verdict; and at one size named
     import json
 
-    from stitchcuda.verifier.verification import VerifyOptions, range_shapes, verify_program
+    from stitchcuda.verifier.run.shapes import range_shapes
+    from stitchcuda.verifier.verification import VerifyOptions, verify_program
 
     ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32", tune_shapes=["batch=4"])
     o = VerifyOptions(time=True, profile=False, compile=False, between=2, seed=11)
-    shapes = range_shapes(prog.manifest, o)
+    shapes = range_shapes(prog.manifest, o.seed, o.between)
     assert shapes[0] == (("batch", 1),) and shapes[-1] == (("batch", 16),) and len(shapes) == 5
     assert (("batch", 4),) in shapes
     v = verify_program(prog.root, None, o)

@@ -97,7 +97,7 @@ def check_verified(program_dir: str | Path, *, unverified: bool = False) -> tupl
         except Exception as e:  # noqa: BLE001 - an unreadable report proves nothing
             why = f"{report} cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         else:
-            narrow = _judged_at_one_end(program_dir, r.shapes)
+            narrow = _judged_at_one_end(program_dir, r.shapes) if r.result.ok else ""
             if r.result.ok and not narrow:
                 return True, r.result.verdict.summary() + (f" at {'; '.join(r.shapes)}" if r.shapes else "")
             why = (f"{program_dir}'s verification did not pass ({r.result.verdict.summary()})" if not r.result.ok else
@@ -110,9 +110,12 @@ def check_verified(program_dir: str | Path, *, unverified: bool = False) -> tupl
 def _judged_at_one_end(program_dir: str | Path, shapes: tuple[str, ...]) -> str:
     """A dynamic program's report that misses its smallest or largest shape: the shapes it has ("" when it
     covers both, or the program is static). The wheel serves the whole range, so it is proven there."""
-    from ..manifest import load_program_dir
+    from ..manifest import Manifest, ManifestError
 
-    dynamic = load_program_dir(program_dir).manifest.dynamic
+    try:
+        dynamic = Manifest.load(program_dir).dynamic
+    except (ManifestError, OSError):  # a manifest that cannot be read is refused where the wheel reads it
+        return ""
     if dynamic is None:
         return ""
     ends = [", ".join(f"{d.name}={getattr(d, end)}" for d in dynamic.dims) for end in ("min", "max")]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import secrets
 import subprocess
 import time
@@ -56,6 +55,7 @@ from .run.correctness import CorrectnessResult
 from .run.inputs import fresh_seed
 from .run.job import WorkerJob
 from .run.reference import ProblemError, ReferenceSpec, resolve_reference, validate_reference
+from .run.shapes import at_shape, progress_at, range_shapes, shape_label, timing_line
 from .static import Finding, check_program, sandbox
 
 #: Exit codes of ``stitchcuda verify`` (README, "Verifying a program").
@@ -96,7 +96,7 @@ class VerifyOptions:
     device: int = 0
     at: tuple[tuple[str, int], ...] = ()  # a dynamic program judged at these sizes only
     between: int = 3  # a dynamic program (no ``at``): sizes drawn between its smallest and largest, each judged
-    judged: tuple[tuple[str, str], ...] = ()  # shapes of the range passed before this one, for the report: (shape, timing)
+    judged: tuple[tuple[str, str], ...] = ()  # (shape, its timing) passed before this one over the range
     write: bool = True
     command: str = ""
     cupti: bool = True  # False forces the torch.profiler path
@@ -247,30 +247,28 @@ def verify_program(program_dir: str | os.PathLike, reference: str | os.PathLike 
                    options: VerifyOptions = VerifyOptions()) -> Verification:
     """:func:`verify` with every product: the result, the report, the files, the phase timings.
 
-    A dynamic program (``at`` not given) is judged over its range: at its smallest shape and at
-    ``between`` shapes drawn from the run's seed (correctness, the dynamic checks; no timing), then
-    at its largest with everything a static program gets. The first shape it fails at is the
-    verdict and its report; a program right at one shape only is refused."""
+    A dynamic program (``at`` not given) is judged over its range (:func:`.run.shapes.range_shapes`): at each
+    shape before its largest, correctness and the dynamic checks (the sizes named at build to tune
+    at timed too), then at its largest with everything a static program gets. The first shape it
+    fails at is the verdict and its report; a program right at one shape only is refused."""
     o = options
-    shapes = [] if o.at else range_shapes(mf.load_program_dir(program_dir).manifest, o)
-    if not shapes:
+    manifest = None if o.at else mf.load_program_dir(program_dir).manifest
+    if manifest is None or manifest.dynamic is None:
         return _verify_one(program_dir, reference, o)
-    manifest = mf.load_program_dir(program_dir).manifest
     if o.seed is None:  # one seed for the draw of the shapes and every shape's trials, reported
         o = dataclasses.replace(o, seed=fresh_seed())
-        shapes = range_shapes(manifest, o)
+    *smaller, largest = range_shapes(manifest, o.seed, o.between)
     tuned = set(manifest.dynamic.tuned_shapes())
-    *smaller, largest = shapes
     judged, tunings = [], []
     for shape in smaller:
         timed = shape in tuned  # a shape named at build: timed as the largest is, its library choices kept
         v = _verify_one(program_dir, reference, dataclasses.replace(
             o, at=shape, time=o.time and timed, compile=o.compile and timed, profile=False, autotune=False,
-            reference_profile=False, sanitizer=False, write=False, progress=_shape_progress(o.progress, shape)))
+            reference_profile=False, sanitizer=False, write=False, progress=progress_at(o.progress, shape)))
         if not v.result.ok:  # the verdict at the first shape it fails is the program's, and its report
             files = write_report(v.report, Path(program_dir)) if o.write else None
             return dataclasses.replace(v, files=files)
-        judged.append((_shape_label(shape), _timing_line(v.report.timings)))
+        judged.append((shape_label(shape), timing_line(v.report.timings)))
         tunings.append(v.tuning)
     v = _verify_one(program_dir, reference, dataclasses.replace(o, at=largest, judged=tuple(judged)))
     if o.write and v.result.ok:
@@ -280,54 +278,6 @@ def verify_program(program_dir: str | os.PathLike, reference: str | os.PathLike 
     return v
 
 
-def _timing_line(t: TimingTable | None) -> str:
-    """One shape's timing in a few words: the program's median and its speed against each baseline."""
-    if t is None:
-        return ""
-    parts = [f"{t.program.median_ms:.4g} ms"]
-    for name, b in t.baselines():
-        x = t.speedup(b)
-        if b is not None and x is not None:
-            parts.append(f"{x:.2f}x {name}")
-    return ", ".join(parts)
-
-
-def range_shapes(manifest: mf.Manifest, o: VerifyOptions) -> list[tuple[tuple[str, int], ...]]:
-    """The shapes a dynamic program is judged at: its smallest, those named at build to tune at,
-    ``o.between`` drawn from ``o.seed`` (each dimension on its own, on its multiple), its largest
-    last; [] for a static program."""
-    if manifest.dynamic is None:
-        return []
-    dims = manifest.dynamic.dims
-    rng = random.Random(o.seed)
-
-    def pick(d: mf.DynamicDim) -> int:
-        q = max(d.multiple_of, 1)
-        return rng.randrange(-(-d.min // q), d.max // q + 1) * q
-
-    smallest = tuple((d.name, d.min) for d in dims)
-    largest = tuple((d.name, d.max) for d in dims)
-    tuned = [t for t in manifest.dynamic.tuned_shapes() if t not in (smallest, largest)]
-    shapes = [smallest, *tuned]
-    for _ in range(o.between * 4):  # distinct draws; a narrow range has fewer to give
-        if len(shapes) > o.between + len(tuned):
-            break
-        shape = tuple((d.name, pick(d)) for d in dims)
-        if shape not in shapes and shape != largest:
-            shapes.append(shape)
-    return [smallest] + sorted(s for s in shapes[1:] if s != largest) + [largest] if smallest != largest else [largest]
-
-
-def _shape_label(shape: tuple[tuple[str, int], ...]) -> str:
-    return ", ".join(f"{n}={v}" for n, v in shape)
-
-
-def _shape_progress(progress: Callable[[str], None] | None, shape) -> Callable[[str], None] | None:
-    if progress is None:
-        return None
-    return lambda what: progress(f"at {_shape_label(shape)}: {what}")
-
-
 def _verify_one(program_dir, reference, options: VerifyOptions) -> Verification:
     try:
         return _verify_program(program_dir, reference, options)
@@ -335,33 +285,21 @@ def _verify_one(program_dir, reference, options: VerifyOptions) -> Verification:
         return d.v
 
 
-def _at_shape(prog: mf.ProgramDir, values: dict[str, int]) -> mf.ProgramDir:
-    """The program folder judged at one shape of its dynamic ranges: its manifest at those sizes, each
-    range ending there (so the shapes it lists are its largest, as a manifest's are, and the
-    reference's module-level sizes follow: :func:`.run.reference.at_largest`)."""
-    try:
-        manifest = prog.manifest.at(values)
-    except mf.ShapeError as e:
-        raise ProblemError("--at", str(e)) from None
-    dims = tuple(dataclasses.replace(d, max=values[d.name], tuned=()) for d in manifest.dynamic.dims)
-    return dataclasses.replace(prog, manifest=dataclasses.replace(
-        manifest, dynamic=dataclasses.replace(manifest.dynamic, dims=dims)))
-
-
 def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
     clock = time.monotonic
     t = clock()
     _say(o, "inputs: the folder and the reference")
     prog = mf.load_program_dir(program_dir)  # ManifestError: bad input
-    if o.at:
-        prog = _at_shape(prog, dict(o.at))
-    manifest = prog.manifest
     shape_notes = []
     if o.at:
-        ranges = ", ".join(f"{d.name} {d.min}..{d.max}" for d in mf.load_program_dir(program_dir).manifest.dynamic.dims)
-        shape_notes.append(f"judged at {_shape_label(o.at)} of its range ({ranges})"
-                           + (f"; passed before at {'; '.join(f'{n} ({t})' if t else n for n, t in o.judged)} "
-                              f"(correctness and dynamic checks, seed {o.seed})" if o.judged else ""))
+        ranges = ", ".join(f"{d.name} {d.min}..{d.max}" for d in prog.manifest.dynamic.dims) \
+            if prog.manifest.dynamic else ""
+        prog = at_shape(prog, dict(o.at))
+        before = "; ".join(f"{n} ({timing})" if timing else n for n, timing in o.judged)
+        shape_notes.append(f"judged at {shape_label(o.at)} of its range ({ranges})"
+                           + (f"; passed before at {before} (correctness and dynamic checks, seed {o.seed})"
+                              if o.judged else ""))
+    manifest = prog.manifest
     spec = resolve_reference(reference, prog.root, manifest)
     input_notes = validate_reference(spec, manifest, manifest_file=prog.manifest_path)
     precision, source = (o.precision, "requested") if o.precision else (manifest.precision, "manifest")
@@ -597,7 +535,7 @@ def _finish(run: _Run, result: VerificationResult, *, table: TimingTable | None 
                                 notes=tuple(run.notes), phases=tuple(run.phases), details=details,
                                 claimed_precision=manifest.precision, precision_source=run.source, seed=run.seed,
                                 weights_seed=run.weights_seed,
-                                shapes=(*(n for n, _ in o.judged), _shape_label(o.at)) if o.at else ())
+                                shapes=(*(n for n, _ in o.judged), shape_label(o.at)) if o.at else ())
     files = write_report(report, prog.root) if o.write else None
     if o.write and result.ok and run.tuning and run.tuning.get("text"):
         _write_tuning(prog.root, run.tuning)

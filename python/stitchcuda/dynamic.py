@@ -118,8 +118,10 @@ def parse_tune_shapes(specs: Iterable[str] | Mapping[str, Iterable[int]],
     """``["batch=1,8,32"]`` (or ``{"batch": [1, 8, 32]}``): the sizes of each named dynamic dimension
     to tune at, each within its range."""
     ranges = {d.name: d for d in dims}
-    items = list(specs.items()) if isinstance(specs, Mapping) else []
-    if not isinstance(specs, Mapping):
+    if isinstance(specs, Mapping):
+        items = list(specs.items())
+    else:
+        items = []
         for s in specs:
             m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*(\d+(?:\s*,\s*\d+)*)\s*", s)
             if not m:

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import itertools
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path

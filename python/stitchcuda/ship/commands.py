@@ -402,7 +402,7 @@ def verify(args: argparse.Namespace, ui: UI) -> int:
     r = v.report
     ui.line(f"{r.program}: {v.result.verdict.summary()}")
     if r.shapes:
-        ui.line(f"judged at {'; '.join(r.shapes)}" + (" (the timing and profile at the last)" if r.timings else ""))
+        ui.line(f"judged at {'; '.join(r.shapes)} (the report's trials and timing are the last one's)")
     if r.phases:
         ui.table(None, ["phase", "seconds"], [[p.name, f"{p.seconds:.1f}"] for p in r.phases], justify=["left", "right"])
     rows, speedups = [], {}

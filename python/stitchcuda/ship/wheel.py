@@ -111,6 +111,7 @@ def _judged_at_one_end(program_dir: str | Path, shapes: tuple[str, ...]) -> str:
     """A dynamic program's report that misses its smallest or largest shape: the shapes it has ("" when it
     covers both, or the program is static). The wheel serves the whole range, so it is proven there."""
     from ..manifest import Manifest, ManifestError
+    from ..verifier.run.shapes import shape_label
 
     try:
         dynamic = Manifest.load(program_dir).dynamic
@@ -118,7 +119,7 @@ def _judged_at_one_end(program_dir: str | Path, shapes: tuple[str, ...]) -> str:
         return ""
     if dynamic is None:
         return ""
-    ends = [", ".join(f"{d.name}={getattr(d, end)}" for d in dynamic.dims) for end in ("min", "max")]
+    ends = [shape_label(tuple((d.name, getattr(d, end)) for d in dynamic.dims)) for end in ("min", "max")]
     return "" if all(e in shapes for e in ends) else ("; ".join(shapes) or "one shape")
 
 

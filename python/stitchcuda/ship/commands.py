@@ -181,7 +181,8 @@ def build(args: argparse.Namespace, ui: UI) -> int:
 
         ui.line("dynamic: " + "; ".join(
             f"{d.name} {d.min}..{d.max}" + (f" (multiples of {d.multiple_of})" if d.multiple_of > 1 else "")
-            + " at " + ", ".join(f"{i}[{a}]" for i, a in d.places) for d in m.dynamic.dims)
+            + " at " + ", ".join(f"{i}[{a}]" for i, a in d.places)
+            + (f", tuned at {', '.join(map(str, d.tuned))}" if d.tuned else "") for d in m.dynamic.dims)
             + f"; outputs {', '.join(str(list(s)) for s in m.dynamic.outputs)}; at the largest shape "
             f"{fmt_bytes(m.dynamic.arena_bytes)} of intermediates a stream and "
             f"{fmt_bytes(sum(_nbytes(t) for t in m.weights))} of weights on the device")

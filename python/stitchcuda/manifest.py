@@ -293,8 +293,7 @@ class Manifest:
         if self.dynamic is None:
             raise ShapeError(f"{self.name} is not a dynamic program: it serves its manifest's shapes only")
         names = {d.name: d for d in self.dynamic.dims}
-        unknown = sorted(set(values) - set(names))
-        if unknown or set(values) != set(names):
+        if set(values) != set(names):
             raise ShapeError(f"{self.name} has dynamic dimension(s) {', '.join(names)}; got "
                              f"{', '.join(f'{k}={v}' for k, v in values.items()) or 'none'}")
         shapes = {t.name: self.dynamic.shape(dims, values) for t, dims in zip(self.inputs, self.dynamic.inputs)}

@@ -62,9 +62,9 @@ def timed(fns: dict[str, object], reps: int) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def kernel_ms(fn, reps: int) -> float:
-    """The device's kernel time a call (ms): summed from the profiler's CUDA activity over ``reps``
-    calls, no flush between them."""
+def kernels(fn, reps: int) -> dict[str, float]:
+    """The device's time a call per kernel (name -> ms): from the profiler's CUDA activity over
+    ``reps`` calls, no flush between them."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(5):
@@ -74,8 +74,15 @@ def kernel_ms(fn, reps: int) -> float:
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    return sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0
-               and e.key != "cudaDeviceSynchronize") / reps / 1e3
+    return {e.key: e.device_time_total / reps / 1e3 for e in prof.key_averages()
+            if e.device_time_total > 0 and e.key != "cudaDeviceSynchronize"}
+
+
+def kernel_differences(dyn: dict[str, float], static: dict[str, float], top: int = 6) -> str:
+    """The kernels whose time differs most between the two programs, largest first."""
+    names = sorted(set(dyn) | set(static), key=lambda k: -abs(dyn.get(k, 0.0) - static.get(k, 0.0)))
+    return "; ".join(f"{k[:70]} {dyn.get(k, 0.0) * 1e3:.1f} / {static.get(k, 0.0) * 1e3:.1f} us"
+                     for k in names[:top])
 
 
 def driver_calls(fn, reps: int, flush: bool) -> dict[str, tuple[float, float]]:
@@ -168,7 +175,10 @@ def run(spec: str, precision: str, out: Path, reps: int) -> list[str]:
             t = timed({"dyn": lambda: dyn(*xs), "static": lambda: static(*xs), "eager": lambda: model(*xs),
                        "compile": lambda: compiled(*xs), "compile_dyn": lambda: compiled_dyn(*xs)}, reps)
             t_dyn, t_static, t_eager, t_comp, t_cdyn = (t[k] for k in ("dyn", "static", "eager", "compile", "compile_dyn"))
-            k_dyn, k_static = kernel_ms(lambda: dyn(*xs), reps), kernel_ms(lambda: static(*xs), reps)
+            kd, ks = kernels(lambda: dyn(*xs), reps), kernels(lambda: static(*xs), reps)
+            k_dyn, k_static = sum(kd.values()), sum(ks.values())
+            if k_dyn > 1.02 * k_static:
+                print(f"{stem} {label}: kernels dynamic / static: {kernel_differences(kd, ks)}", file=sys.stderr)
             h = host_ms({"dyn": lambda: dyn(*xs), "static": lambda: static(*xs)}, reps)
             h_dyn, h_static = h["dyn"], h["static"]
             side = torch.cuda.Stream()

@@ -103,7 +103,7 @@ if want legacy; then  # the CUDA-graph runner's tests (eager, capture, replay; t
 fi
 if want legacyprograms; then  # every generated program: side-stream trials, then three runs on the legacy stream
   log "generated programs (trials on a side stream and on the legacy default stream)"
-  pt programs 300 -n 4 tests/gpu/test_programs_gpu.py
+  pt programs ${PROGRAMS_LIMIT:-540} -n 4 tests/gpu/test_programs_gpu.py
 fi
 
 if want seam; then

@@ -185,11 +185,15 @@ Returns out (a new DeviceTensor when out is None). Asynchronous on `stream`.)doc
 
   m.def("conv_plan_cache_stats", [](uintptr_t stream) {
     uint64_t h = 0, mi = 0, sz = 0;
+    uint64_t cap = 0, ev = 0;
     check(st_conv_plan_cache_stats(reinterpret_cast<void*>(stream), &h, &mi, &sz));
+    check(st_plan_cache_bounds(reinterpret_cast<void*>(stream), nullptr, nullptr, &cap, &ev));
     py::dict d;
     d["hits"] = h;
     d["misses"] = mi;
     d["size"] = sz;
+    d["capacity"] = cap;
+    d["evictions"] = ev;
     return d;
   }, py::arg("stream") = 0, "Convolution plan-cache counters of the (current device, stream) context.");
   m.def("conv_plan_cache_clear", [](uintptr_t stream) { check(st_conv_plan_cache_clear(reinterpret_cast<void*>(stream))); },

@@ -42,13 +42,21 @@ void register_device(py::module_& m) {
 
   m.def("plan_cache_stats", [](uintptr_t stream) {
     uint64_t h = 0, mi = 0, sz = 0;
+    uint64_t cap = 0, ev = 0;
     check(st_plan_cache_stats(reinterpret_cast<void*>(stream), &h, &mi, &sz));
+    check(st_plan_cache_bounds(reinterpret_cast<void*>(stream), &cap, &ev, nullptr, nullptr));
     py::dict d;
     d["hits"] = h;
     d["misses"] = mi;
     d["size"] = sz;
+    d["capacity"] = cap;
+    d["evictions"] = ev;
     return d;
-  }, py::arg("stream") = 0, "GEMM plan-cache counters of the (current device, stream) context.");
+  }, py::arg("stream") = 0, "GEMM plan-cache counters of the (current device, stream) context: hits, misses, "
+     "size, capacity (plans kept at most) and evictions (least recently used plans given up).");
+  m.def("set_plan_cache_capacity", [](size_t gemm, size_t conv) { check(st_set_plan_cache_capacity(gemm, conv)); },
+        py::arg("gemm") = 0, py::arg("conv") = 0,
+        "Keep at most so many GEMM / convolution plans per context (0 keeps a kind's bound); every context.");
   m.def("plan_cache_clear", [](uintptr_t stream) { check(st_plan_cache_clear(reinterpret_cast<void*>(stream))); },
         py::arg("stream") = 0);
 

@@ -155,6 +155,22 @@ st_status st_plan_cache_stats(void* stream, uint64_t* hits, uint64_t* misses, ui
   });
 }
 
+st_status st_set_plan_cache_capacity(size_t gemm_plans, size_t conv_plans) {
+  return guarded([&] { st::set_plan_capacity(gemm_plans, conv_plans); });
+}
+
+st_status st_plan_cache_bounds(void* stream, uint64_t* gemm_capacity, uint64_t* gemm_evictions,
+                               uint64_t* conv_capacity, uint64_t* conv_evictions) {
+  return guarded([&] {
+    st::Context& ctx = st::context_for(as_stream(stream));
+    std::lock_guard<std::mutex> lock(ctx.mutex());
+    if (gemm_capacity) *gemm_capacity = ctx.plans.capacity();
+    if (gemm_evictions) *gemm_evictions = ctx.plans.evictions();
+    if (conv_capacity) *conv_capacity = ctx.conv_plans.capacity();
+    if (conv_evictions) *conv_evictions = ctx.conv_plans.evictions();
+  });
+}
+
 namespace {
 // A text handed to a caller's buffer (stitchrt/tuning.h): its length always, its bytes when they fit.
 void give_text(const std::string& text, char* buf, size_t cap, size_t* len) {

@@ -46,7 +46,8 @@ int current_device() {
   return dev;
 }
 
-Context::Context(int device, cudaStream_t stream) : device_(device), stream_(stream) {
+Context::Context(int device, cudaStream_t stream)
+    : plans(gemm_plan_capacity()), conv_plans(conv_plan_capacity()), device_(device), stream_(stream) {
   ST_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device));
 }
 
@@ -143,6 +144,37 @@ Context& context_for(cudaStream_t stream) {
   if (!slot) slot = std::make_unique<Context>(dev, stream);
   m = Memo{gen, dev, stream, slot.get()};
   return *slot;
+}
+
+namespace {
+// Plans kept per context and kind; 0: not read yet (STITCHCUDA_PLAN_CACHE, else the defaults).
+std::atomic<size_t> g_gemm_capacity{0}, g_conv_capacity{0};
+constexpr size_t kDefaultGemmPlans = 2048, kDefaultConvPlans = 256;
+
+size_t capacity_of(std::atomic<size_t>& slot, size_t fallback) {
+  size_t v = slot.load();
+  if (v) return v;
+  const char* env = std::getenv("STITCHCUDA_PLAN_CACHE");
+  const long long n = env ? std::atoll(env) : 0;
+  v = n > 0 ? static_cast<size_t>(n) : fallback;
+  size_t expected = 0;
+  slot.compare_exchange_strong(expected, v);
+  return slot.load();
+}
+}  // namespace
+
+size_t gemm_plan_capacity() { return capacity_of(g_gemm_capacity, kDefaultGemmPlans); }
+size_t conv_plan_capacity() { return capacity_of(g_conv_capacity, kDefaultConvPlans); }
+
+void set_plan_capacity(size_t gemm_plans, size_t conv_plans) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (gemm_plans) g_gemm_capacity.store(gemm_plans);
+  if (conv_plans) g_conv_capacity.store(conv_plans);
+  for (auto& kv : g_contexts) {
+    std::lock_guard<std::mutex> ctx_lock(kv.second->mutex());
+    if (gemm_plans) kv.second->plans.set_capacity(gemm_plans);
+    if (conv_plans) kv.second->conv_plans.set_capacity(conv_plans);
+  }
 }
 
 void release_all_contexts() {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -67,6 +68,57 @@ struct ConvKeyHash {
 
 struct ConvPlan;  // conv.hpp
 
+// A plan cache holding at most `capacity` plans, the least recently used given up first. A
+// program with dynamic dimensions meets a new GEMM / convolution shape at every new size; an
+// unbounded cache would grow with every size a long-running server ever sees. Giving a plan up
+// is safe at any time: a CUDA graph captured with it copied its kernels' parameters, and its
+// workspace belongs to the context.
+template <class Key, class Plan, class Hash>
+class PlanCache {
+ public:
+  explicit PlanCache(size_t capacity = 1) : capacity_(capacity ? capacity : 1) {}
+
+  Plan* find(const Key& k) {
+    auto it = map_.find(k);
+    if (it == map_.end()) return nullptr;
+    order_.splice(order_.begin(), order_, it->second.second);  // now the most recently used
+    return it->second.first.get();
+  }
+  Plan* insert(const Key& k, std::unique_ptr<Plan> plan) {
+    while (map_.size() >= capacity_) {
+      map_.erase(order_.back());
+      order_.pop_back();
+      ++evictions_;
+    }
+    order_.push_front(k);
+    Plan* raw = plan.get();
+    map_.emplace(k, std::make_pair(std::move(plan), order_.begin()));
+    return raw;
+  }
+  void clear() {
+    map_.clear();
+    order_.clear();
+  }
+  size_t size() const { return map_.size(); }
+  size_t capacity() const { return capacity_; }
+  uint64_t evictions() const { return evictions_; }
+  void set_capacity(size_t capacity) {  // shrinks at the next insert
+    capacity_ = capacity ? capacity : 1;
+  }
+
+ private:
+  size_t capacity_;
+  uint64_t evictions_ = 0;
+  std::list<Key> order_;  // most recently used first
+  std::unordered_map<Key, std::pair<std::unique_ptr<Plan>, typename std::list<Key>::iterator>, Hash> map_;
+};
+
+// The plans a context keeps of each kind (STITCHCUDA_PLAN_CACHE overrides both, read once;
+// st_set_plan_cache_capacity for contexts made later).
+size_t gemm_plan_capacity();
+size_t conv_plan_capacity();
+void set_plan_capacity(size_t gemm_plans, size_t conv_plans);  // 0 keeps a kind's; every context
+
 struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr, ld = nullptr;
@@ -99,9 +151,9 @@ class Context {
   void* arena(size_t bytes);             // grows (stream-ordered) to at least `bytes`
 
   std::mutex& mutex() { return mu_; }
-  std::unordered_map<PlanKey, std::unique_ptr<GemmPlan>, PlanKeyHash> plans;
+  PlanCache<PlanKey, GemmPlan, PlanKeyHash> plans;  // bounded by gemm_plan_capacity()
   uint64_t plan_hits = 0, plan_misses = 0;
-  std::unordered_map<ConvKey, std::unique_ptr<ConvPlan>, ConvKeyHash> conv_plans;
+  PlanCache<ConvKey, ConvPlan, ConvKeyHash> conv_plans;  // bounded by conv_plan_capacity()
   uint64_t conv_hits = 0, conv_misses = 0;
 
  private:

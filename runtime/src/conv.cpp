@@ -833,15 +833,11 @@ void conv(const st_conv_args& a, cudaStream_t stream) {
   Context& ctx = context_for(stream);
   const ConvKey key = make_key(a);
   std::lock_guard<std::mutex> lock(ctx.mutex());
-  ConvPlan* plan;
-  auto it = ctx.conv_plans.find(key);
-  if (it != ctx.conv_plans.end()) {
-    plan = it->second.get();
+  ConvPlan* plan = ctx.conv_plans.find(key);
+  if (plan) {
     ++ctx.conv_hits;
   } else {
-    auto fresh = make_plan(ctx, a, key, stream);
-    plan = fresh.get();
-    ctx.conv_plans.emplace(key, std::move(fresh));
+    plan = ctx.conv_plans.insert(key, make_plan(ctx, a, key, stream));
     ++ctx.conv_misses;
   }
   run_plan(ctx, *plan, a, stream);

@@ -470,19 +470,15 @@ void gemm(const st_gemm_args& g, cudaStream_t stream) {
   Context& ctx = context_for(stream);
   const PlanKey key = make_key(g);
   std::lock_guard<std::mutex> lock(ctx.mutex());
-  GemmPlan* plan;
-  auto it = ctx.plans.find(key);
-  if (it != ctx.plans.end()) {
-    plan = it->second.get();
+  GemmPlan* plan = ctx.plans.find(key);
+  if (plan) {
     ++ctx.plan_hits;
     if (epilogue_has_bias(g.epilogue) && plan->bias != g.bias) {
       ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
       plan->bias = g.bias;
     }
   } else {
-    auto fresh = make_plan(ctx, g, key, stream);
-    plan = fresh.get();
-    ctx.plans.emplace(key, std::move(fresh));
+    plan = ctx.plans.insert(key, make_plan(ctx, g, key, stream));
     ++ctx.plan_misses;
   }
   size_t ws_bytes = 0;

@@ -144,6 +144,39 @@ def test_split_tf32_gemm_is_fp32_grade(case):
     assert split * 50 < tf32, f"{case}: split {split:.2e}, tf32 {tf32:.2e}"
 
 
+def test_plan_cache_is_bounded_least_recently_used_first():
+    """A context keeps at most its bound of GEMM plans: a fourth shape under a bound of three gives
+    up the plan used longest ago (asked again: a miss), while the one used just before stays (a hit),
+    and every call stays right."""
+    s = torch.cuda.Stream()
+    sid = s.cuda_stream
+    with torch.cuda.stream(s):
+        rt.plan_cache_clear(stream=sid)
+        before = rt.plan_cache_stats(stream=sid)["capacity"]
+        assert before >= 256, before
+        rt.set_plan_cache_capacity(gemm=3)
+        try:
+            b = torch.randn(64, 48, device="cuda")
+            xs = {m: torch.randn(m, 64, device="cuda") for m in (16, 24, 32, 40)}
+            for m in (16, 24, 32):
+                rt.gemm(xs[m], b, stream=sid)
+            rt.gemm(xs[16], b, stream=sid)  # 16 used again: 24 is now the oldest
+            rt.gemm(xs[40], b, stream=sid)  # a fourth plan: 24's is given up
+            st = rt.plan_cache_stats(stream=sid)
+            assert (st["size"], st["capacity"], st["misses"], st["hits"]) == (3, 3, 4, 1), st
+            assert st["evictions"] >= 1, st
+            rt.gemm(xs[32], b, stream=sid)
+            assert rt.plan_cache_stats(stream=sid)["hits"] == 2, "a plan used recently was given up"
+            out = torch.from_dlpack(rt.gemm(xs[24], b, stream=sid))
+            st = rt.plan_cache_stats(stream=sid)
+            assert (st["misses"], st["size"]) == (5, 3), "the oldest plan was kept past the bound"
+            torch.cuda.current_stream().synchronize()
+            check_close(out, xs[24].double() @ b.double(), 1e-4, "a plan made again after it was given up")
+        finally:
+            rt.set_plan_cache_capacity(gemm=before)
+            rt.plan_cache_clear(stream=sid)
+
+
 def test_plan_cache_hits_and_cached_call_matches():
     s = torch.cuda.Stream()
     sid = s.cuda_stream

@@ -113,6 +113,15 @@ ST_API st_status st_arena_reserve(void* stream, size_t bytes, void** base);
 ST_API st_status st_plan_cache_stats(void* stream, uint64_t* hits, uint64_t* misses, uint64_t* size);
 ST_API st_status st_plan_cache_clear(void* stream);
 
+/* Plan caches are bounded: each context keeps at most so many GEMM and convolution plans, the
+ * least recently used given up first (a program with dynamic dimensions meets new shapes at every
+ * new size). Defaults 2048 and 256; STITCHCUDA_PLAN_CACHE sets both; 0 here keeps a kind's. Applies
+ * to every context, now and later. */
+ST_API st_status st_set_plan_cache_capacity(size_t gemm_plans, size_t conv_plans);
+/* The bounds of the context for (current device, stream) and the plans given up under them. */
+ST_API st_status st_plan_cache_bounds(void* stream, uint64_t* gemm_capacity, uint64_t* gemm_evictions,
+                                      uint64_t* conv_capacity, uint64_t* conv_evictions);
+
 /* Pinned host pool. Blocks are page-locked when possible; when pinning fails (or
  * STITCHCUDA_NO_PINNED=1) the pool hands out pageable memory and logs one warning.
  * *pinned says which one the caller got. */

@@ -93,7 +93,7 @@ _RUNTIME_STREAM_ARG = {
     "st_copy_h2d": 3, "st_copy_d2h": 3, "st_arena_reserve": 0, "st_workspace_info": 0,
     "st_device_alloc": 1, "st_device_free": 1, "st_stream_synchronize": 0, "st_conv": 1, "st_graph_run": 1,
     "st_plan_cache_stats": 0, "st_plan_cache_clear": 0, "st_conv_plan_cache_stats": 0,
-    "st_conv_plan_cache_clear": 0,
+    "st_conv_plan_cache_clear": 0, "st_plan_cache_bounds": 0,
 }
 
 

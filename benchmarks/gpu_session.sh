@@ -3,6 +3,7 @@
 #
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh setup core      # install, then the runtime GPU tests
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh seam            # task seam, op harness, generated programs
+#   PYTEST_ARGS="tests/gpu/x.py -k y" OUT=/tmp/out bash benchmarks/gpu_session.sh pytest   # any GPU tests
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh verifier        # the Verifier: adversarial set, large problems
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh honest          # the Verifier's honest controls (second round)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh vrest           # the Verifier's crash / hang / timing tests
@@ -100,6 +101,12 @@ fi
 if want legacy; then  # the CUDA-graph runner's tests (eager, capture, replay; the legacy default stream eager)
   log "graph runner"
   pt graphrunner 150 tests/gpu/test_runtime_gpu.py -k graph_runner
+fi
+if want pytest; then  # any GPU tests: PYTEST_ARGS (files, -k, -x, ...), PYTEST_LIMIT seconds, log PYTEST_NAME
+  log "pytest ${PYTEST_ARGS:-}"
+  # shellcheck disable=SC2086
+  pt "${PYTEST_NAME:-pytest}" "${PYTEST_LIMIT:-300}" ${PYTEST_ARGS:?PYTEST_ARGS=<pytest arguments>}
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/${PYTEST_NAME:-pytest}.log" | tail -20
 fi
 if want legacyprograms; then  # every generated program: side-stream trials, then three runs on the legacy stream
   log "generated programs (trials on a side stream and on the legacy default stream)"

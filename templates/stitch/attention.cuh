@@ -15,10 +15,12 @@
 //   cell at blocks[b * s0 + h * s1 + qc * s2 + kc * s3] (s = p.mask_blocks_stride, in bytes; b / h
 //   run over one value where s0 / s1 is 0, which needs the mask broadcast there too): bit 0 set
 //   when some element of the cell attends, bit 1 when some element is masked (bool: zero;
-//   additive: nonzero). Given that summary in p.mask_blocks, every kernel skips the key tiles
-//   whose cells all lack bit 0 — a causal mask held as data then costs what is_causal costs —
-//   and reads the mask only in tiles with bit 1. Run it once when the mask is a constant; the
-//   summary is stale as soon as the mask changes.
+//   additive: nonzero), bit 2 when some element differs from the causal mask (key j attends query
+//   i iff j <= i; additive: 0 there and -inf elsewhere). Given that summary in p.mask_blocks,
+//   every kernel skips the key tiles whose cells all lack bit 0, reads the mask only in tiles
+//   with bits 1 and 2, and computes it (j > i is masked) in tiles with bit 1 but not bit 2 — a
+//   causal mask held as data then costs what is_causal costs, whatever its strides. Run it once
+//   when the mask is a constant; the summary is stale as soon as the mask changes.
 // Contract
 //   - q [B, H, Lq, D], k / v [B, H / heads_per_kv, Lk, D], o [B, H, Lq, D], each given by four
 //     element strides (any view: transposes of [B, L, H, D], slices of a fused QKV); the last
@@ -103,7 +105,12 @@ struct AttnParams {
 
 namespace detail {
 
-constexpr unsigned kTileVisible = 1u, kTileMasked = 2u;
+constexpr unsigned kTileVisible = 1u, kTileMasked = 2u, kTileNotCausal = 4u;
+
+// A tile class (attn_tile_class) that must read the mask, and one masked exactly as the causal
+// mask is (key j hidden from query i iff j > i): computed, not read.
+__device__ __forceinline__ bool attn_tile_reads_mask(unsigned c) { return (c & kTileMasked) && (c & kTileNotCausal); }
+__device__ __forceinline__ bool attn_tile_causal(unsigned c) { return (c & kTileMasked) && !(c & kTileNotCausal); }
 
 // Where one (b, h) starts, for each tensor.
 template <class T>
@@ -138,13 +145,14 @@ __device__ __forceinline__ AttnBase<T> attn_base(const AttnParams<T>& p, int64_t
 }
 
 // What the mask does to query rows [q0, q0 + bq) x keys [k0, k0 + bk) (q0, k0 multiples of the
-// summary's cells): kTileVisible if a key may be visible there, kTileMasked if the mask must be
-// read. Without a summary every tile may be both; without a mask every tile is plain.
+// summary's cells): kTileVisible if a key may be visible there, kTileMasked if some key is
+// masked, kTileNotCausal if that masking is not the causal mask's. Without a summary every tile
+// may be all three; without a mask every tile is plain.
 template <class T>
 __device__ __forceinline__ unsigned attn_tile_class(const AttnParams<T>& p, const unsigned char* blocks,
                                                     int64_t q0, int bq, int64_t k0, int bk) {
   if (p.mask_kind == AttnMask::None) return kTileVisible;
-  if (!blocks) return kTileVisible | kTileMasked;
+  if (!blocks) return kTileVisible | kTileMasked | kTileNotCausal;
   const int64_t qe = q0 + bq < p.Lq ? q0 + bq : p.Lq;
   const int64_t ke = k0 + bk < p.Lk ? k0 + bk : p.Lk;
   unsigned c = 0;
@@ -166,9 +174,10 @@ __device__ __forceinline__ int attn_next_tile(const AttnParams<T>& p, const unsi
 // A score in the log2 domain (already times scale * log2 e) after causal / mask / bounds.
 template <class T>
 __device__ __forceinline__ float attn_mask_score(const AttnParams<T>& p, const unsigned char* mb, bool use_mask,
-                                                 float x, int64_t i, int64_t j) {
+                                                 bool tile_causal, float x, int64_t i, int64_t j) {
   if (j >= p.Lk || i >= p.Lq) return -CUDART_INF_F;
   if (p.causal && j > i + p.causal_offset) return -CUDART_INF_F;
+  if (tile_causal && j > i) return -CUDART_INF_F;
   if (!use_mask) return x;
   const int64_t off = i * p.mask_stride[2] + j * p.mask_stride[3];
   switch (p.mask_kind) {
@@ -236,7 +245,7 @@ __global__ void __launch_bounds__(256) attn_mask_blocks_kernel(AttnParams<T> p, 
     rest /= nq;
     const int64_t h = rest % nh, b = rest / nh;
     const unsigned char* mb = mask + (b * p.mask_stride[0] + h * p.mask_stride[1]) * esize;
-    int vis = 0, masked = 0;
+    int vis = 0, masked = 0, not_causal = 0;
     for (int idx = threadIdx.x; idx < kAttnMaskBlockQ * kAttnMaskBlockK; idx += blockDim.x) {
       const int64_t i = qc * kAttnMaskBlockQ + idx / kAttnMaskBlockK;
       const int64_t j = kc * kAttnMaskBlockK + idx % kAttnMaskBlockK;
@@ -246,18 +255,22 @@ __global__ void __launch_bounds__(256) attn_mask_blocks_kernel(AttnParams<T> p, 
         const bool a = mb[off] != 0;
         vis |= a;
         masked |= !a;
+        not_causal |= a != (j <= i);
       } else {
         const float x = p.mask_kind == AttnMask::AddF32 ? reinterpret_cast<const float*>(mb)[off]
                                                         : to_float(reinterpret_cast<const T*>(mb)[off]);
         vis |= x != -CUDART_INF_F;
         masked |= x != 0.f;
+        not_causal |= j <= i ? x != 0.f : x != -CUDART_INF_F;
       }
     }
     vis = __syncthreads_or(vis);
     masked = __syncthreads_or(masked);
+    not_causal = __syncthreads_or(not_causal);
     if (threadIdx.x == 0)
       out[b * p.mask_blocks_stride[0] + h * p.mask_blocks_stride[1] + qc * p.mask_blocks_stride[2] +
-          kc * p.mask_blocks_stride[3]] = static_cast<unsigned char>((vis ? kTileVisible : 0u) | (masked ? kTileMasked : 0u));
+          kc * p.mask_blocks_stride[3]] = static_cast<unsigned char>(
+          (vis ? kTileVisible : 0u) | (masked ? kTileMasked : 0u) | (not_causal ? kTileNotCausal : 0u));
   }
 }
 
@@ -315,7 +328,7 @@ __global__ void __launch_bounds__(256, SimtAttnCfg<D>::MIN_BLOCKS) attn_simt_ker
   for (int64_t k0 = 0; k0 < kv_end; k0 += BK) {
     const unsigned cls = attn_tile_class(p, base.blocks, q0, BQ, k0, BK);
     if (!(cls & kTileVisible)) continue;  // the mask hides every key of the tile (uniform)
-    const bool use_mask = cls & kTileMasked;
+    const bool use_mask = attn_tile_reads_mask(cls), tile_causal = attn_tile_causal(cls);
     __syncthreads();  // the previous step is done with Ks, Vs, Ps (and Qs is in place)
     for (int idx = tid; idx < BK * D / 4; idx += C::THREADS) {
       const int r = idx % BK, d4 = (idx / BK) * 4;
@@ -348,14 +361,14 @@ __global__ void __launch_bounds__(256, SimtAttnCfg<D>::MIN_BLOCKS) attn_simt_ker
         for (int j = 0; j < 4; ++j) s[i][j] = fmaf(qa[i], ka[j], s[i][j]);
     }
 
-    const bool need_mask = use_mask || k0 + BK > p.Lk || (p.causal && k0 + BK - 1 > q0 + p.causal_offset) ||
-                           q0 + BQ > p.Lq;
+    const bool need_mask = use_mask || tile_causal || k0 + BK > p.Lk ||
+                           (p.causal && k0 + BK - 1 > q0 + p.causal_offset) || q0 + BQ > p.Lq;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t qi = q0 + tr * 4 + i;
       if (need_mask) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) s[i][j] = attn_mask_score(p, base.mask, use_mask, s[i][j], qi, k0 + tc * 4 + j);
+        for (int j = 0; j < 4; ++j) s[i][j] = attn_mask_score(p, base.mask, use_mask, tile_causal, s[i][j], qi, k0 + tc * 4 + j);
       }
       float mx = fmaxf(fmaxf(s[i][0], s[i][1]), fmaxf(s[i][2], s[i][3]));
 #pragma unroll
@@ -485,10 +498,11 @@ __device__ __forceinline__ void attn_stage_mask(const AttnParams<T>& p, const un
 template <class T, int MT, int NT, int DT, int BQ, int BK>
 __device__ __forceinline__ void mma_softmax_step(const AttnParams<T>& p, float (&s)[MT][NT][4], float (&m)[MT][2],
                                                  float (&l)[MT][2], float (&o)[MT][DT][4], const void* mtile,
-                                                 bool use_mask, int64_t q0, int64_t k0, int wrow, int g, int tig,
-                                                 float sl2) {
+                                                 bool use_mask, bool tile_causal, int64_t q0, int64_t k0, int wrow,
+                                                 int g, int tig, float sl2) {
   using MC = AttnMaskTile<BQ, BK>;
-  const bool need_bounds = k0 + BK > p.Lk || (p.causal && k0 + BK - 1 > q0 + p.causal_offset) || q0 + BQ > p.Lq;
+  const bool need_bounds = tile_causal || k0 + BK > p.Lk || (p.causal && k0 + BK - 1 > q0 + p.causal_offset) ||
+                           q0 + BQ > p.Lq;
   const bool mbool = use_mask && p.mask_kind == AttnMask::Bool;
   const bool madd = use_mask && !mbool;
   const unsigned char* Mb = static_cast<const unsigned char*>(mtile);
@@ -504,6 +518,7 @@ __device__ __forceinline__ void mma_softmax_step(const AttnParams<T>& p, float (
         const int64_t i = q0 + ra + 8 * r;
         int64_t e = p.Lk;
         if (p.causal && i + p.causal_offset + 1 < e) e = i + p.causal_offset + 1;
+        if (tile_causal && i + 1 < e) e = i + 1;
         if (i >= p.Lq) e = 0;
         e -= k0;
         lim[r] = e < 0 ? 0 : e > BK ? BK : int(e);
@@ -744,7 +759,8 @@ __global__ void __launch_bounds__(128, 2) attn_mma_kernel(AttnParams<T> p, bool 
       mma_load_tile<T, D, DP, LDS, 128>(Vs + (st ^ 1) * BK * LDS, base.v, p.v_stride[2], int64_t(tn) * BK, p.Lk, BK, vec);
     }
     cp_async_commit();
-    const bool use_mask = attn_tile_class(p, base.blocks, q0, BQ, k0, BK) & kTileMasked;
+    const unsigned cls = attn_tile_class(p, base.blocks, q0, BQ, k0, BK);
+    const bool use_mask = attn_tile_reads_mask(cls), tile_causal = attn_tile_causal(cls);
     if (use_mask) attn_stage_mask<T, BQ, BK, 128>(p, base.mask, q0, k0, Mt, mvec);
     cp_async_wait<1>();  // everything but the prefetch just issued: tile t is in place
     __syncthreads();
@@ -779,7 +795,7 @@ __global__ void __launch_bounds__(128, 2) attn_mma_kernel(AttnParams<T> p, bool 
       }
     }
 
-    mma_softmax_step<T, MT, NT, DT, BQ, BK>(p, s, m, l, o, Mt, use_mask, q0, k0, wrow, g, tig, sl2);
+    mma_softmax_step<T, MT, NT, DT, BQ, BK>(p, s, m, l, o, Mt, use_mask, tile_causal, q0, k0, wrow, g, tig, sl2);
 
     // P (accumulator layout of two n-tiles) is exactly the A-fragment of one k-step of P V.
 #pragma unroll
@@ -914,7 +930,8 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
       mma_load_tile<float, D, D, LDS, 128>(Vs + (st ^ 1) * BK * LDS, base.v, p.v_stride[2], int64_t(tn) * BK, p.Lk, BK, vec);
     }
     cp_async_commit();
-    const bool use_mask = attn_tile_class(p, base.blocks, q0, BQ, k0, BK) & kTileMasked;
+    const unsigned cls = attn_tile_class(p, base.blocks, q0, BQ, k0, BK);
+    const bool use_mask = attn_tile_reads_mask(cls), tile_causal = attn_tile_causal(cls);
     if (use_mask) attn_stage_mask<float, BQ, BK, 128>(p, base.mask, q0, k0, Mt, mvec);
     cp_async_wait<1>();  // this thread's part of tile t is in place: round it, then publish it
     tf32_round_tile<D, LDS, 128>(Ks + st * BK * LDS, BK);
@@ -945,7 +962,7 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
       }
     }
 
-    mma_softmax_step<float, MT, NT, DT, BQ, BK>(p, s, m, l, o, Mt, use_mask, q0, k0, wrow, g, tig, sl2);
+    mma_softmax_step<float, MT, NT, DT, BQ, BK>(p, s, m, l, o, Mt, use_mask, tile_causal, q0, k0, wrow, g, tig, sl2);
 
     // P V, one 8-key step per S n-tile. With keys in the order (0, 2, 4, 6, 1, 3, 5, 7) the
     // A-fragment (row, k): (g, tig) = key 2 tig -> s[0], (g + 8, tig) -> s[2], (g, tig + 4) = key

@@ -558,11 +558,13 @@ def _attn_ref(q, k, v, scale, causal, offset, mask_kind, mask, heads_per_kv):
 def _mask_blocks_ref(mask, mask_kind, Lq, Lk) -> torch.Tensor:
     """The summary launch_attention_mask_blocks documents, over a [b, h, Lq, Lk] mask."""
     m = mask.to("cpu")
+    below = torch.ones(Lq, Lk, dtype=torch.bool).tril()  # the causal mask: key j attends query i iff j <= i
     if mask_kind == "bool":
-        vis, masked = m, ~m
+        vis, masked, not_causal = m, ~m, m != below
     else:
         m = m.double()
         vis, masked = m != float("-inf"), m != 0
+        not_causal = torch.where(below, m != 0, m != float("-inf"))
     nq, nk = -(-Lq // CELL_Q), -(-Lk // CELL_K)
     pad = (0, nk * CELL_K - Lk, 0, nq * CELL_Q - Lq)
 
@@ -570,7 +572,7 @@ def _mask_blocks_ref(mask, mask_kind, Lq, Lk) -> torch.Tensor:
         x = F.pad(x.to(torch.uint8), pad)
         return x.view(*x.shape[:2], nq, CELL_Q, nk, CELL_K).amax(dim=(3, 5))
 
-    return cells(vis) | (cells(masked) << 1)
+    return cells(vis) | (cells(masked) << 1) | (cells(not_causal) << 2)
 
 
 def _mask_blocks(lib, dtype, mask, mask_kind, B, H, Lq, Lk) -> tuple[torch.Tensor, list[int]]:
@@ -594,10 +596,11 @@ def _mask_blocks(lib, dtype, mask, mask_kind, B, H, Lq, Lk) -> tuple[torch.Tenso
 
 def _attn_case(lib, dtype, D, causal, mask_kind, Lq, Lk, *, B=2, H=3, heads_per_kv=1,
                layout="bhld", mode="default", simt=False, offset=0, misaligned=False, mask_bcast=False,
-               mask=None, blocks=False, scale=None, seed=None):
+               mask=None, blocks=False, scale=None, seed=None, kernel_mask=None, ref_mask=None):
     """One launch against the float64 reference. `mask`: a given [B or 1, H or 1, Lq, Lk] mask
     instead of a random one; `blocks`: pass launch_attention_mask_blocks' summary of it; `seed`:
-    a given seed instead of the test's own."""
+    a given seed instead of the test's own; `kernel_mask`: the mask the kernel is given instead
+    (`mask` still summarised), and `ref_mask` the one the reference applies."""
     if seed is None:
         seed = _seed()
     else:
@@ -640,10 +643,11 @@ def _attn_case(lib, dtype, D, causal, mask_kind, Lq, Lk, *, B=2, H=3, heads_per_
     _run(ex, DT_CODE[dtype], D, MODE[mode], q.data_ptr(), _i64(q.stride()),
          k.data_ptr(), _i64(k.stride()), v.data_ptr(), _i64(v.stride()), o.data_ptr(),
          _i64(o.stride()), B, H, Lq, Lk, heads_per_kv, scale, int(causal), offset,
-         MASK_CODE[mask_kind], None if mask is None else mask.data_ptr(), _i64(ms), bl, bs, _stream())
+         MASK_CODE[mask_kind], None if mask is None else (kernel_mask if kernel_mask is not None else mask).data_ptr(),
+         _i64(ms), bl, bs, _stream())
     for t, t0 in zip((q, k, v), ins):
         assert torch.equal(t, t0), "input changed"
-    ref = _attn_ref(q, k, v, scale, causal, offset, mask_kind, mask, heads_per_kv)
+    ref = _attn_ref(q, k, v, scale, causal, offset, mask_kind, mask if ref_mask is None else ref_mask, heads_per_kv)
     _close(o, ref, _attn_tol(dtype, mode),
            f"{DT_IDS[dtype]} {mode} D={D} causal={causal} mask={mask_kind} {Lq}x{Lk} blocks={blocks} seed={seed}")
     return o
@@ -745,6 +749,14 @@ def _block_mask(kind, Lq, Lk, B=2, H=3):
     """Masks whose summary lets tiles be skipped or read without the mask."""
     if kind == "tril":  # a causal mask held as data (a registered tril buffer), broadcast over B, H
         return torch.ones(Lq, Lk, device="cuda").tril().bool()[None, None]
+    if kind == "tril_slice":  # the top-left corner of a larger causal mask: rows 255 bytes apart, unaligned
+        return torch.ones(255, 255, device="cuda").tril().bool()[:Lq, :Lk][None, None]
+    if kind == "tril_broken":  # causal but for one element in some cells on the diagonal: those read the mask
+        m = torch.ones(Lq, Lk, device="cuda").tril().bool()
+        for i in range(3, min(Lq, Lk), 97):
+            m[i, i] = False  # the diagonal itself masked
+            m[i, min(i + 1, Lk - 1)] = True  # a key past the diagonal visible
+        return m[None, None]
     if kind == "tril_float":  # the additive form: 0 on and below the diagonal, -inf above
         return torch.zeros(Lq, Lk, device="cuda").masked_fill(
             ~torch.ones(Lq, Lk, device="cuda").tril().bool(), float("-inf"))[None, None]
@@ -763,6 +775,7 @@ def _block_mask(kind, Lq, Lk, B=2, H=3):
 
 
 @pytest.mark.parametrize("pattern,Lq,Lk", [("tril", 512, 512), ("tril", 300, 300), ("tril_float", 200, 200),
+                                           ("tril", 150, 240), ("tril_slice", 200, 200), ("tril_broken", 300, 300),
                                            ("block_sparse", 300, 450), ("empty_rows", 260, 100)],
                          ids=lambda v: str(v))
 @pytest.mark.parametrize("D", [64, 96])
@@ -777,6 +790,17 @@ def test_attention_mask_blocks(attn_lib, mode, D, pattern, Lq, Lk):
     else:  # an additive mask, as float and in the storage type
         _attn_case(attn_lib, dtype, D, False, "add_f32", Lq, Lk, mode=kmode, mask=mask, blocks=True)
         _attn_case(attn_lib, dtype, D, False, "add", Lq, Lk, mode=kmode, mask=mask.to(dtype), blocks=True)
+
+
+@pytest.mark.parametrize("mode", ATTN_MODES, ids=lambda m: m[0])
+def test_attention_causal_cells_computed_not_read(attn_lib, mode):
+    """Cells the summary says are masked as the causal mask is are masked by position, the mask
+    not read there: given a causal mask's summary and a mask of all ones, every kernel computes
+    causal attention (a kernel that read the mask there would attend to every key)."""
+    _, dtype, kmode = mode
+    causal_mask = _block_mask("tril", 300, 300)
+    _attn_case(attn_lib, dtype, 64, False, "bool", 300, 300, mode=kmode, mask=causal_mask, blocks=True,
+               kernel_mask=torch.ones_like(causal_mask), ref_mask=causal_mask)
 
 
 @pytest.mark.parametrize("mode", ATTN_MODES, ids=lambda m: m[0])

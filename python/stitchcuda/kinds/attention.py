@@ -495,19 +495,25 @@ def cost_mask_blocks(spec: AttentionMaskBlocksSpec, ceil) -> tuple[float, float,
 
 def _mask_cells(m, kind: str):
     """attention.cuh's mask summary of a [b, h, lq, lk] mask (float64 values): per 64 x 32 cell,
-    bit 0 some element attends, bit 1 some element is masked."""
-    vis, masked = (m != 0, m == 0) if kind == "bool" else (m != -math.inf, m != 0)
+    bit 0 some element attends, bit 1 some element is masked, bit 2 some element differs from the
+    causal mask (key j attends query i iff j <= i)."""
     import torch
 
-    cq, ck = ATTENTION_MASK_CELL
     lq, lk = m.shape[-2:]
+    below = torch.ones(lq, lk, dtype=torch.bool, device=m.device).tril()
+    if kind == "bool":
+        vis, masked, not_causal = m != 0, m == 0, (m != 0) != below
+    else:
+        vis, masked = m != -math.inf, m != 0
+        not_causal = torch.where(below, m != 0, m != -math.inf)
+    cq, ck = ATTENTION_MASK_CELL
     nq, nk = -(-lq // cq), -(-lk // ck)
 
     def cells(x):
         x = torch.nn.functional.pad(x.to(torch.uint8), (0, nk * ck - lk, 0, nq * cq - lq))
         return x.reshape(*x.shape[:2], nq, cq, nk, ck).amax(dim=(3, 5))
 
-    return cells(vis) | (cells(masked) << 1)
+    return cells(vis) | (cells(masked) << 1) | (cells(not_causal) << 2)
 
 
 def interpret_mask_blocks(mem, s: AttentionMaskBlocksSpec) -> None:
@@ -535,13 +541,17 @@ def interpret(mem, a: AttentionSpec) -> None:
         m = mem.read(a.mask)
         use = torch.ones_like(s, dtype=torch.bool)
         if a.mask_blocks is not None:
-            # As the kernels read the summary: keys of cells without bit 0 are skipped, and the
-            # mask is read only in cells with bit 1 (a wrong summary shows up in the result).
+            # As the kernels read the summary: keys of cells without bit 0 are skipped, the mask
+            # is read only in cells with bits 1 and 2, and cells with bit 1 alone are masked as
+            # the causal mask is (a wrong summary shows up in the result).
             cq, ck = ATTENTION_MASK_CELL
             cells = mem.read(a.mask_blocks).to(torch.int64)
             cells = cells.repeat_interleave(cq, 2).repeat_interleave(ck, 3)[..., : a.lq, : a.lk]
             s = s.masked_fill((cells & 1) == 0, -math.inf)
-            use = (cells & 2) != 0
+            i = torch.arange(a.lq, device=s.device)[:, None]
+            j = torch.arange(a.lk, device=s.device)[None, :]
+            s = s.masked_fill(((cells & 6) == 2) & (j > i), -math.inf)
+            use = (cells & 6) == 6
         if a.mask_kind == "bool":
             s = s.masked_fill(use & (m == 0), -math.inf)
         else:

@@ -9,8 +9,12 @@ under fp32 (tolerance 1e-4) and tf32 (1e-2):
   input and output buffers on a side stream — so trial 0 runs eagerly, trial 1 is captured as a
   CUDA graph and launched, trials 2-4 replay it — outputs poisoned with NaN before every run,
   inputs checked unchanged after it, every output compared with the reference computed in
-  float64 (the fp32 reference with TF32 off where float64 does not fit in memory); NaN never
-  passes; results must follow the inputs (a replay computes, it does not recall);
+  float64 (the fp32 reference with TF32 off where float64 does not fit in memory) and, as the
+  Verifier does, with PyTorch allowed the same precision: each element within the tolerance of
+  either; NaN never passes; results must follow the inputs (a replay computes, it does not
+  recall). A model whose ``PRECISION_SENSITIVE`` names the policy is built to miss the tolerance
+  in one attempt (the optimisation loop repairs it: ``test_optimize_gpu.py``): it is held to
+  ten times the tolerance, so a wrong answer still fails;
 * three more runs on the legacy default stream into fresh buffers (the eager path there), each read
   on that stream after it with no synchronisation between.
 
@@ -33,6 +37,7 @@ torch = pytest.importorskip("torch")
 from stitchcuda import build as B  # noqa: E402
 from stitchcuda import frontend  # noqa: E402
 from stitchcuda import manifest as mf  # noqa: E402
+from stitchcuda import precision  # noqa: E402
 from stitchcuda.pipeline import build_program  # noqa: E402
 from tests.dev_problems import MODELS, SUPPORTED, dev_id, dev_reference  # noqa: E402
 
@@ -92,11 +97,20 @@ def _forward64(model64, model32, args):
         return [o.double() for o in _as_list(out)], "float32 (float64 does not fit)"
 
 
-def _check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str, chunk: int = 1 << 26) -> None:
-    """|out - ref| <= tol + tol * |ref| everywhere, NaN only where the reference has NaN; in
-    chunks, so that checking a 6 GB output does not need another 25 GB."""
+def _forward_same(model32, args, policy: str) -> list:
+    """The reference's outputs from PyTorch allowed the policy's precision (TF32 off for fp32)."""
+    with torch.no_grad(), precision.get(policy).baseline():
+        return [o.double() for o in _as_list(model32(*args))]
+
+
+def _check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str, same: torch.Tensor | None = None,
+           chunk: int = 1 << 26) -> None:
+    """|out - ref| <= tol + tol * |ref| everywhere (or, where ``same`` is given, that bound
+    against ``same`` instead), NaN only where the reference has NaN; in chunks, so that checking
+    a 6 GB output does not need another 25 GB."""
     assert out.shape == ref.shape, what
     o_flat, r_flat = out.reshape(-1), ref.reshape(-1)
+    s_flat = same.reshape(-1) if same is not None else None
     worst = 0.0
     for i in range(0, o_flat.numel(), chunk):
         o = o_flat[i:i + chunk].double()
@@ -104,7 +118,11 @@ def _check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str, chunk: i
         bad = torch.isnan(o) & ~torch.isnan(r)
         assert not bad.any(), f"{what}: NaN element(s) (unwritten or wrong) near flat index {i}"
         err = (o - r).abs()
-        excess = (err - (tol + tol * r.abs())).nan_to_num(nan=0.0).max().item()
+        excess = err - (tol + tol * r.abs())
+        if s_flat is not None:
+            sr = s_flat[i:i + chunk]
+            excess = torch.minimum(excess, (o - sr).abs() - (tol + tol * sr.abs()))
+        excess = excess.nan_to_num(nan=0.0).max().item()
         worst = max(worst, err.nan_to_num(0.0).max().item())
         assert excess <= 0, f"{what}: error {worst:.3e} over tolerance {tol} near flat index {i}"
 
@@ -128,6 +146,8 @@ def _poisoned(specs) -> list:
 def test_program_matches_reference(case, policy, workdir):
     ref = _reference(case)
     tol = TOL[policy]
+    if policy in getattr(ref.module, "PRECISION_SENSITIVE", ()):
+        tol *= 10  # built to miss the tolerance in one attempt; the loop repairs it (test_optimize_gpu.py)
     major, minor = torch.cuda.get_device_capability()
     outcome = build_program(ref, precision=policy, out=workdir / f"{ref.name}-{policy}", arch=f"sm_{major}{minor}",
                             weights=False, quiet=True)
@@ -159,14 +179,15 @@ def test_program_matches_reference(case, policy, workdir):
         for i, (t, src) in enumerate(zip(staged_in, fresh)):
             assert torch.equal(t, src), f"trial {trial}: the program changed input {i}"
         want, how = _forward64(model64, model, args)
-        for i, (o, r) in enumerate(zip(staged_out, want)):
-            _check(o, r, tol, f"{ref.name} {policy} trial {trial} output {i} (vs {how})")
+        same = _forward_same(model, args, policy)
+        for i, (o, r, sm) in enumerate(zip(staged_out, want, same)):
+            _check(o, r, tol, f"{ref.name} {policy} trial {trial} output {i} (vs {how})", sm)
         head = [o.reshape(-1)[: 1 << 20].clone() for o in staged_out]  # a sample, not a copy of 6 GB
         if trial == 0:
             first = head
         elif trial == TRIALS - 1:
             assert any(not torch.equal(a, b) for a, b in zip(first, head)), "outputs did not follow the inputs"
-        del want, fresh, args
+        del want, same, fresh, args
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -180,6 +201,7 @@ def test_program_matches_reference(case, policy, workdir):
     fresh = [a.contiguous() for a in args if isinstance(a, torch.Tensor)]
     outs = _poisoned(m.outputs)
     want, how = _forward64(model64, model, args)
+    same = _forward_same(model, args, policy)
     torch.cuda.synchronize()
     with torch.cuda.stream(torch.cuda.default_stream()):
         for run in ("first", "second", "third"):
@@ -188,8 +210,8 @@ def test_program_matches_reference(case, policy, workdir):
             inst.run(fresh, outs, stream=0)
             got = [o.clone() for o in outs]
             torch.cuda.synchronize()
-            for i, (o, r) in enumerate(zip(got, want)):
-                _check(o, r, tol, f"{ref.name} {policy} default stream, {run}, output {i} (vs {how})")
+            for i, (o, r, sm) in enumerate(zip(got, want, same)):
+                _check(o, r, tol, f"{ref.name} {policy} default stream, {run}, output {i} (vs {how})", sm)
     inst.close()
 
 

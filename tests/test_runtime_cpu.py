@@ -226,9 +226,10 @@ def test_c_abi_graph_runner_checks_arguments_before_running_anything(lib):
     lib.st_graph_cache_destroy(None)
 
 
-def test_c_abi_graph_runner_legacy_stream_runs_eagerly(lib):
-    """The legacy default stream cannot be captured: every run is eager, with no device work of
-    the runner's own (so this holds without a GPU too), and the body's status comes back as is."""
+def test_c_abi_graph_runner_legacy_stream_without_a_device_runs_eagerly(lib):
+    """The legacy default stream's runs go by a stream of the runtime's own where there is a device
+    (tests/gpu/test_runtime_gpu.py); where that stream cannot be made, as here without a GPU, every
+    run is eager on the caller's stream, and the body's status comes back as is."""
     lib = _graph_abi(lib)
     out = ctypes.c_void_p()
     assert lib.st_graph_cache_create(2, ctypes.byref(out)) == ST_OK

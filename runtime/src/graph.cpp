@@ -1,5 +1,6 @@
 // graph.cpp — the CUDA-graph runner of stitchrt/graph.h: eager on first sight, captured on the
-// second, replayed after; eager whenever a graph cannot be captured.
+// second, replayed after; eager whenever a graph cannot be captured; the legacy default stream's
+// runs by way of a stream of the runtime's own.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -32,6 +33,44 @@ namespace {
 using st::guarded;
 
 bool is_legacy_stream(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
+
+// The legacy default stream cannot be captured, and a run launched there kernel by kernel is bound
+// by the host's launches. Its runs go through a stream of the runtime's own, one per device: that
+// stream waits for the legacy stream's work before the run, the legacy stream waits for the run
+// before anything after it (two events), so the caller sees legacy-stream order while the run is
+// captured and replayed as on any stream. One mutex keeps the pair of waits and the run together
+// when several threads use the legacy stream.
+struct LegacyDetour {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t before = nullptr, after = nullptr;
+};
+
+std::mutex& legacy_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// The device's detour (made on first use; never destroyed: it lives as long as the process's
+// CUDA context), or null where one cannot be made (then the run is eager on the legacy stream).
+LegacyDetour* legacy_detour(int device) {
+  static std::vector<LegacyDetour*> detours;
+  if (device < 0) return nullptr;
+  if (detours.size() <= static_cast<size_t>(device)) detours.resize(static_cast<size_t>(device) + 1, nullptr);
+  if (!detours[device]) {
+    auto* d = new LegacyDetour();
+    if (cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&d->before, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&d->after, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      if (d->stream) cudaStreamDestroy(d->stream);
+      if (d->before) cudaEventDestroy(d->before);
+      delete d;
+      return nullptr;
+    }
+    detours[device] = d;
+  }
+  return detours[device];
+}
 
 // The body's status, counted as an eager run. The body reports its own failures (its message is
 // the thread's last error).
@@ -94,6 +133,20 @@ st_status st_graph_run(st_graph_cache* g, void* stream_arg, const void* const* k
   const auto stream = static_cast<cudaStream_t>(stream_arg);
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   int device = -1;
+  if (is_legacy_stream(stream) && !g->graphs_off.load() && cudaGetDevice(&device) == cudaSuccess) {
+    std::lock_guard<std::mutex> detour_lock(legacy_mutex());
+    LegacyDetour* d = legacy_detour(device);
+    if (d && cudaEventRecord(d->before, stream) == cudaSuccess && cudaStreamWaitEvent(d->stream, d->before, 0) == cudaSuccess) {
+      const st_status s = st_graph_run(g, d->stream, key, n_key, body, ctx);
+      // the legacy stream waits for the run whatever its status (an eager run may have enqueued work)
+      if (cudaEventRecord(d->after, d->stream) != cudaSuccess || cudaStreamWaitEvent(stream, d->after, 0) != cudaSuccess) {
+        cudaGetLastError();
+        cudaStreamSynchronize(d->stream);  // the order the caller is owed, the slow way
+      }
+      return s;
+    }
+    cudaGetLastError();
+  }
   if (is_legacy_stream(stream) || g->graphs_off.load() || cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
       capturing != cudaStreamCaptureStatusNone || cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();

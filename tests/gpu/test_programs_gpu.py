@@ -15,8 +15,8 @@ under fp32 (tolerance 1e-4) and tf32 (1e-2):
   recall). A model whose ``PRECISION_SENSITIVE`` names the policy is built to miss the tolerance
   in one attempt (the optimisation loop repairs it: ``test_optimize_gpu.py``): it is held to
   ten times the tolerance, so a wrong answer still fails;
-* three more runs on the legacy default stream into fresh buffers (the eager path there), each read
-  on that stream after it with no synchronisation between.
+* three more runs on the legacy default stream into fresh buffers (eager, captured, replayed by way of
+  the runtime's own stream, in the legacy stream's order).
 
 And one program run in a child process where ``import torch`` is blocked: Program.load, NumPy in,
 rt.DeviceTensor out, checked against NumPy in float64.
@@ -191,9 +191,9 @@ def test_program_matches_reference(case, policy, workdir):
         gc.collect()
         torch.cuda.empty_cache()
 
-    # The legacy default stream (never captured: each run eager), into fresh buffers, three times:
-    # the outputs poisoned before each run on the legacy stream, and read there after it, with no
-    # synchronisation between.
+    # The legacy default stream, into fresh buffers, three times (eager, captured, replayed on the
+    # runtime's own stream, in the legacy stream's order): the outputs poisoned before each run on
+    # the legacy stream, and read there after it, with no synchronisation between.
     del staged_in, staged_out, first
     gc.collect()
     torch.cuda.empty_cache()
@@ -204,7 +204,7 @@ def test_program_matches_reference(case, policy, workdir):
     same = _forward_same(model, args, policy)
     torch.cuda.synchronize()
     with torch.cuda.stream(torch.cuda.default_stream()):
-        for run in ("first", "second", "third"):
+        for run in ("eager", "captured", "replayed"):
             for o in outs:
                 o.fill_(float("nan") if o.dtype.is_floating_point else 0)
             inst.run(fresh, outs, stream=0)

@@ -621,16 +621,26 @@ def test_graph_runner_lru_slots(graph_lib):
     g.close()
 
 
-def test_graph_runner_legacy_default_stream_is_eager(graph_lib):
+def test_graph_runner_legacy_default_stream_goes_by_a_stream_of_its_own(graph_lib):
+    # the legacy stream's runs are captured and replayed on the runtime's stream, in the legacy
+    # stream's order: each run sees the x written just before it on the legacy stream (a large
+    # write, still running when the run is enqueued), and the y a later legacy-stream read gets
+    # is that run's, with no synchronisation of the host between them
     g = _Cache(graph_lib, 4)
-    x, y = torch.randn(100, device="cuda"), torch.empty(100, device="cuda")
+    n = 1 << 24
+    x, y = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
     launches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    seen = []
     torch.cuda.synchronize()
-    for _ in range(3):
-        g.run(x, y, launches, 0)
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        assert torch.cuda.current_stream().cuda_stream == 0
+        for k in range(4):
+            x.fill_(float(k)).mul_(1.0)
+            g.run(x, y, launches, 0)
+            seen.append((y == 2 * k + 1).all())
     torch.cuda.synchronize()
-    assert torch.equal(y, x * 2 + 1)
-    assert g.stats() == (3, 0, 0) and launches.item() == 3
+    assert [bool(v.item()) for v in seen] == [True] * 4
+    assert g.stats() == (1, 1, 2) and launches.item() == 4
     g.close()
 
 

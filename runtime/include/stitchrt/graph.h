@@ -8,8 +8,12 @@
  *     the GEMM and convolution plans and sizes the arena, which cannot happen during a capture.
  *   - The second sighting is captured (thread-local capture mode), instantiated and launched.
  *   - Later sightings replay the graph.
- *   - The legacy default stream (NULL or cudaStreamLegacy), a stream the caller is already
- *     capturing (our work joins the caller's graph), and a cache whose graphs are off run eagerly.
+ *   - The legacy default stream (NULL or cudaStreamLegacy) cannot be captured: its runs go through
+ *     a stream of the runtime's own (one per device), which waits for the legacy stream's work
+ *     before the run while the legacy stream waits for the run before its next (two events), and
+ *     are captured and replayed there as above; where that stream cannot be made, they run eagerly.
+ *   - A stream the caller is already capturing (our work joins the caller's graph) and a cache
+ *     whose graphs are off run eagerly.
  *   - A failed capture (begin, the body itself, end or instantiate) runs nothing: the body is
  *     then run for real, eagerly, and graphs are turned off for that cache from then on.
  *   - The key is addresses only: a graph holds the work of a run, never its results; a key with

@@ -24,8 +24,11 @@ rt.DeviceTensor out, checked against NumPy in float64.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gc
 import subprocess
+import tempfile
 import sys
 import textwrap
 from pathlib import Path
@@ -127,6 +130,30 @@ def _check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str, same: to
         assert excess <= 0, f"{what}: error {worst:.3e} over tolerance {tol} near flat index {i}"
 
 
+#: Inputs plus outputs past this many bytes make a problem large: with its float64 reference and the
+#: program's buffers it can take most of an 80 GB card (KernelBench's level-1 sizes reach 75 GB).
+LARGE_BYTES = 1 << 30
+
+
+@contextlib.contextmanager
+def _alone_if_large(manifest):
+    """Hold a lock every test process shares while a large problem runs, so that under pytest-xdist
+    two of them never share the card (on an H100 three at once ran it out of memory); small ones
+    run beside each other (a process's cache is handed back after a large one)."""
+    size = sum(t.nbytes() for t in manifest.inputs + manifest.outputs)
+    if size <= LARGE_BYTES:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "stitchcuda-gpu-large.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()  # this process's cache handed back before the next large one runs
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("gpu-programs")
@@ -155,6 +182,11 @@ def test_program_matches_reference(case, policy, workdir):
     m = outcome.manifest
     if m.lifted_random:
         pytest.skip("draws inside forward: compared through the captured graph by the Verifier")
+    with _alone_if_large(m):
+        _trials(ref, m, outcome, policy, tol)
+
+
+def _trials(ref, m, outcome, policy: str, tol: float) -> None:
     model = _model(ref)
     model64 = _model(ref, torch.float64)
     inst = B.load(outcome.build).create(_weights(model, m), device=torch.cuda.current_device())

@@ -140,7 +140,7 @@ def _alone_if_large(manifest):
     """Hold a lock every test process shares while a large problem runs, so that under pytest-xdist
     two of them never share the card (on an H100 three at once ran it out of memory); small ones
     run beside each other (a process's cache is handed back after a large one)."""
-    size = sum(t.nbytes() for t in manifest.inputs + manifest.outputs)
+    size = sum(t.nbytes for t in manifest.inputs + manifest.outputs)
     if size <= LARGE_BYTES:
         yield
         return

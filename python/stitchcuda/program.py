@@ -159,14 +159,20 @@ class Program:
     def check_inputs(self, tensors: Sequence[Any]) -> None:
         """Raise ProgramError unless ``tensors`` match the manifest's inputs in number, shape
         and dtype (what cannot be read from an object is left to the program's own check)."""
+        self._checked(tensors)
+
+    def _checked(self, tensors: Sequence[Any]) -> list[tuple[int, ...]] | None:
+        """:meth:`check_inputs`, giving the outputs' shapes for these inputs when it worked them out
+        (a dynamic program: one reading of the sizes a call)."""
         specs = self.inputs
         if len(tensors) != len(specs):
             names = ", ".join(f"{s.name}: {_spec(s)}" for s in specs)
             raise ProgramError(f"{self.manifest.name}: expected {len(specs)} input(s) ({names}), got {len(tensors)}")
         want = [tuple(s.shape) for s in specs]
         dyn = self.manifest.dynamic
+        out_shapes = None
         if dyn is not None and all(getattr(t, "shape", None) is not None for t in tensors):
-            want = self._shapes_for(tensors)[0]
+            want, out_shapes = self._shapes_for(tensors)
         for i, (t, s, w) in enumerate(zip(tensors, specs, want)):
             shape = getattr(t, "shape", None)
             dtype = _dtype_name(t)
@@ -176,6 +182,7 @@ class Program:
                 raise ProgramError(f"{self.manifest.name}: input {i} '{s.name}': expected {_spec(s, w)}, got {got} "
                                    "(a program is specialised to the shapes it was built for"
                                    + (", but for its dynamic dimensions)" if dyn is not None else ")"))
+        return out_shapes
 
     def output_shapes(self, tensors: Sequence[Any]) -> list[tuple[int, ...]]:
         """The outputs' shapes for these inputs (the manifest's, or over a dynamic program's dimensions)."""
@@ -207,15 +214,15 @@ class Program:
         ``stream``: a CUDA stream handle (default: PyTorch's current stream for PyTorch
         inputs, else the legacy default stream).
         """
-        self.check_inputs(tensors)
+        shapes = self._checked(tensors) or self.output_shapes(tensors)
         torch_in = any(_is_torch(t) for t in tensors)
         if torch_in:
-            outs, stream, device, tensors = self._torch_io(tensors, out, stream, device)
+            outs, stream, device, tensors = self._torch_io(tensors, out, stream, device, shapes)
         else:
-            outs, tensors, device = self._rt_io(tensors, out, device)
+            outs, tensors, device = self._rt_io(tensors, out, device, shapes)
             stream = 0 if stream is None else stream
         if out is not None:
-            self._check_outputs(out, self.output_shapes(tensors))
+            self._check_outputs(out, shapes)
         self.instance(device).run(list(tensors), list(outs), stream=int(stream))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -227,7 +234,7 @@ class Program:
             if shape is not None and tuple(shape) != w or dtype is not None and dtype != s.dtype:
                 raise ProgramError(f"{self.manifest.name}: output {i} '{s.name}': expected {_spec(s, w)}")
 
-    def _torch_io(self, tensors, out, stream, device):
+    def _torch_io(self, tensors, out, stream, device, shapes):
         torch = sys.modules["torch"]
         dev = next((t.device for t in tensors if _is_torch(t) and t.device.type == "cuda"), None)
         if dev is None:
@@ -239,12 +246,12 @@ class Program:
             ins.append(t.to(dev).contiguous())
         outs = list(out) if out is not None else [
             torch.empty(shape, dtype=getattr(torch, s.dtype), device=dev)
-            for s, shape in zip(self.outputs, self.output_shapes(tensors))]
+            for s, shape in zip(self.outputs, shapes)]
         if stream is None:
             stream = torch.cuda.current_stream(dev).cuda_stream
         return outs, stream, dev.index or 0, ins
 
-    def _rt_io(self, tensors, out, device):
+    def _rt_io(self, tensors, out, device, shapes):
         device = rt.get_device() if device is None else device
         ins = []
         for t, s in zip(tensors, self.inputs):
@@ -256,7 +263,7 @@ class Program:
                 t = d
             ins.append(t)
         outs = list(out) if out is not None else [rt.DeviceTensor(list(shape), s.dtype)
-                                                  for s, shape in zip(self.outputs, self.output_shapes(tensors))]
+                                                  for s, shape in zip(self.outputs, shapes)]
         return outs, ins, device
 
     def save_tuning(self) -> Path:

@@ -170,8 +170,7 @@ void set_plan_capacity(size_t gemm_plans, size_t conv_plans) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (gemm_plans) g_gemm_capacity.store(gemm_plans);
   if (conv_plans) g_conv_capacity.store(conv_plans);
-  for (auto& kv : g_contexts) {
-    std::lock_guard<std::mutex> ctx_lock(kv.second->mutex());
+  for (auto& kv : g_contexts) {  // no context lock here: a thread holding one may be waiting for g_mu
     if (gemm_plans) kv.second->plans.set_capacity(gemm_plans);
     if (conv_plans) kv.second->conv_plans.set_capacity(conv_plans);
   }

@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <list>
@@ -85,7 +86,7 @@ class PlanCache {
     return it->second.first.get();
   }
   Plan* insert(const Key& k, std::unique_ptr<Plan> plan) {
-    while (map_.size() >= capacity_) {
+    while (map_.size() >= capacity_.load()) {
       map_.erase(order_.back());
       order_.pop_back();
       ++evictions_;
@@ -100,14 +101,13 @@ class PlanCache {
     order_.clear();
   }
   size_t size() const { return map_.size(); }
-  size_t capacity() const { return capacity_; }
+  size_t capacity() const { return capacity_.load(); }
   uint64_t evictions() const { return evictions_; }
-  void set_capacity(size_t capacity) {  // shrinks at the next insert
-    capacity_ = capacity ? capacity : 1;
-  }
+  // Any thread, without the context's lock (an atomic): the cache shrinks at its next insert.
+  void set_capacity(size_t capacity) { capacity_.store(capacity ? capacity : 1); }
 
  private:
-  size_t capacity_;
+  std::atomic<size_t> capacity_;
   uint64_t evictions_ = 0;
   std::list<Key> order_;  // most recently used first
   std::unordered_map<Key, std::pair<std::unique_ptr<Plan>, typename std::list<Key>::iterator>, Hash> map_;

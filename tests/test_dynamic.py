@@ -363,6 +363,8 @@ def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
     assert "st_dyn[0] = in[0].shape[0];" in src
     assert "input 0 'x' dimension 0 (batch) is %lld: this program serves batch 1..16" in src
     assert "a.batch = st_dyn[0];" in src and "static_cast<intptr_t>(io.dyn[k])" in src
+    # a graph kept for each of many shapes, so that sizes served in turn replay (a static program: 4)
+    assert f"constexpr int kGraphSlots = {D.DYNAMIC_GRAPH_SLOTS};" in src and D.DYNAMIC_GRAPH_SLOTS >= 32
     assert m.dynamic.arena_bytes == o.plan.arena_bytes > 0  # sized for the largest shape
     assert m.dynamic.values(["x"], [(7, 3, 8, 8)]) == {"batch": 7}
     assert m.dynamic.shape(m.dynamic.outputs[0], {"batch": 7}) == (7, 10)

@@ -58,6 +58,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import ArgumentError
 
+#: CUDA graphs a dynamic program keeps (a static one keeps GRAPH_SLOTS): one a shape, so that a
+#: server seeing its sizes in turn replays them; with a static program's four, a fifth size in
+#: rotation would capture anew on every other call. A graph is a few kilobytes of host and device
+#: memory: the buffers it runs on are the stream's arena, sized once for the largest shape.
+DYNAMIC_GRAPH_SLOTS = 64
+
 
 class DynamicSpecError(ArgumentError):
     """A ``--dynamic`` argument that does not parse or names nothing in the reference."""
@@ -1045,6 +1051,10 @@ def _glue(src: str, sym: SymbolicPlan, input_names: Sequence[str], name: str, di
 
     edit("constexpr int kGraphKeys = kNumInputs + kNumOutputs + 1;",
          "constexpr int kGraphKeys = kNumInputs + kNumOutputs + kDynSyms + 1;")
+    from .code.skeleton import GRAPH_SLOTS
+
+    edit(f"constexpr int kGraphSlots = {GRAPH_SLOTS};",
+         f"constexpr int kGraphSlots = {DYNAMIC_GRAPH_SLOTS};  // a graph a shape: a range of sizes served in turn")
     edit("  for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];\n",
          "  for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];\n"
          "  for (int k = 0; k < kDynSyms; ++k)  // a shape is a graph of its own\n"

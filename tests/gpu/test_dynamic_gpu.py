@@ -65,6 +65,41 @@ def test_one_program_every_batch(tmp_path, name, text, dims, tol):
         prog(torch.randn(hi + 1, *prog.inputs[0].shape[1:], device="cuda"))
 
 
+def test_sizes_served_in_turn_replay_their_graphs(tmp_path):
+    """Eight batch sizes in rotation, into the same buffers per size on a stream of their own: after
+    two rounds (eager, then captured) the third replays a graph for every size — no capture and no
+    eager launch — and stays right (a program keeping four graphs captured anew every other call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ref, prog = _build(tmp_path, "mlp", MLP, ["batch=1:24"], "fp32")
+    sizes = (1, 2, 3, 5, 8, 13, 21, 24)
+    bufs = {b: (torch.randn(b, *prog.inputs[0].shape[1:], device="cuda"),
+                torch.empty(b, *prog.outputs[0].shape[1:], device="cuda")) for b in sizes}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    inst = prog.instance(0)
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            for b in sizes:
+                inst.run([bufs[b][0]], [bufs[b][1]], stream=side.cuda_stream)
+        side.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for b in sizes:
+                inst.run([bufs[b][0]], [bufs[b][1]], stream=side.cuda_stream)
+            side.synchronize()
+    calls = {e.key: e.count for e in prof.key_averages() if e.key.startswith(("cuda", "cu"))}
+    launches = sum(n for k, n in calls.items() if k.startswith(("cudaLaunchKernel", "cuLaunchKernel")))
+    assert calls.get("cudaGraphLaunch", 0) == len(sizes), calls
+    assert calls.get("cudaStreamBeginCapture", 0) == 0 and launches == 0, calls
+    for b in sizes:  # the replays computed: each size's output against the model on its input
+        with D.Sizes(ref.module, {"batch_size": b}):
+            model, _ = ref.instantiate(seed=0)
+        with torch.no_grad():
+            want = copy.deepcopy(model).double()(bufs[b][0].double().cpu())
+        err = ((bufs[b][1].double().cpu() - want).abs() / (1 + want.abs())).max().item()
+        assert err < 1e-4, (b, err)
+
+
 def test_the_programs_own_check_names_the_dimension(tmp_path):
     ref, prog = _build(tmp_path, "conv", CONV, ["batch=1:16"], "fp32")
     x = torch.randn(17, 3, 8, 8, device="cuda")

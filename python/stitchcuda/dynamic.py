@@ -1031,6 +1031,8 @@ def _glue(src: str, sym: SymbolicPlan, input_names: Sequence[str], name: str, di
     while the program is created), set and checked at the top of ``st_program_run`` from the inputs'
     shapes (one-line errors naming the input, the dimension and the symbol), and the symbols in the
     CUDA graph key, so each shape captures and replays its own graph."""
+    from .code.skeleton import GRAPH_SLOTS
+
     n = len(sym.bindings)
     tops = ", ".join(str(b.dim.hi) for b in sym.bindings)
     names = ", ".join(b.dim.name for b in sym.bindings)
@@ -1051,8 +1053,6 @@ def _glue(src: str, sym: SymbolicPlan, input_names: Sequence[str], name: str, di
 
     edit("constexpr int kGraphKeys = kNumInputs + kNumOutputs + 1;",
          "constexpr int kGraphKeys = kNumInputs + kNumOutputs + kDynSyms + 1;")
-    from .code.skeleton import GRAPH_SLOTS
-
     edit(f"constexpr int kGraphSlots = {GRAPH_SLOTS};",
          f"constexpr int kGraphSlots = {DYNAMIC_GRAPH_SLOTS};  // a graph a shape: a range of sizes served in turn")
     edit("  for (int i = 0; i < kNumOutputs; ++i) key[kNumInputs + i] = io.out[i];\n",

@@ -28,8 +28,8 @@ import contextlib
 import fcntl
 import gc
 import subprocess
-import tempfile
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 

@@ -10,11 +10,16 @@
 //     Then<A, B> chains two hooks.
 //   - Group reductions: `group` threads (a power of two <= 32, lanes of one warp, aligned to a
 //     multiple of `group`) or a whole block; every thread of the warp / block must call them.
+//     cluster_allreduce: the same over a thread-block cluster (sm_90+).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <math_constants.h>
 #include <stdint.h>
+
+#include <type_traits>
+
+#include <cooperative_groups.h>
 
 #include "stitch/epilogue.cuh"
 #include "stitch/numeric.cuh"
@@ -68,6 +73,20 @@ __device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
 template <class T, int V>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
   *reinterpret_cast<Pack<T, V>*>(p) = x;
+}
+
+// One element through the read-only (non-coherent) path, so that the compiler may schedule the
+// load past stores: only for data the kernel never writes (an input that is not its output).
+template <class T>
+__device__ __forceinline__ T load_nc(const T* p) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "element size");
+  using Bits = std::conditional_t<sizeof(T) == 1, unsigned char,
+               std::conditional_t<sizeof(T) == 2, unsigned short,
+               std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>>>;
+  const Bits bits = __ldg(reinterpret_cast<const Bits*>(p));
+  T x;
+  memcpy(&x, &bits, sizeof(T));
+  return x;
 }
 
 __host__ __device__ inline bool aligned_to(const void* p, int bytes) {
@@ -124,6 +143,45 @@ __device__ __forceinline__ V block_allreduce(V v, Op op, V identity, V* smem) {
   }
   __syncthreads();
   return smem[32];
+}
+
+// A reduction over every block of the thread-block cluster (sm_90+): each block's value from
+// block_allreduce, exchanged through distributed shared memory and merged in rank order, so every
+// thread of every block gets the same result. smem as for block_allreduce. Every thread of every
+// block of the cluster must call it; compiled for an arch without clusters it is block_allreduce
+// (launchers run cluster kernels only where the kernel's binary is sm_90+: kernel_binary_arch).
+template <class V, class Op>
+__device__ __forceinline__ V cluster_allreduce(V v, Op op, V identity, V* smem) {
+  v = block_allreduce(v, op, identity, smem);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();  // every block's smem[32] written
+  V r = identity;
+  for (unsigned k = 0; k < cl.num_blocks(); ++k) r = op(r, *cl.map_shared_rank(smem + 32, k));
+  cl.sync();  // every block has read them: smem may be written again, and the block may exit
+  return r;
+#else
+  return v;
+#endif
+}
+
+// This block's rank in its cluster and the cluster's size ({0, 1} without clusters).
+__device__ __forceinline__ uint2 cluster_place() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cl = cg::this_cluster();
+  return {cl.block_rank(), cl.num_blocks()};
+#else
+  return {0u, 1u};
+#endif
+}
+
+// The arch of the machine code `kernel` was built to (e.g. 90), or 0 when it cannot be read.
+template <class K>
+inline int kernel_binary_arch(K* kernel) {
+  cudaFuncAttributes a{};
+  return cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel)) == cudaSuccess ? a.binaryVersion : 0;
 }
 
 }  // namespace stitch

@@ -313,14 +313,7 @@ struct EwTileParams {
 // (a layout change cannot run in place), so these loads may be scheduled past the tile's stores.
 template <class T>
 __device__ __forceinline__ float ew_load_nc(const T* p) {
-  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "element size");
-  using Bits = std::conditional_t<sizeof(T) == 1, unsigned char,
-               std::conditional_t<sizeof(T) == 2, unsigned short,
-               std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>>>;
-  const Bits bits = __ldg(reinterpret_cast<const Bits*>(p));
-  T x;
-  memcpy(&x, &bits, sizeof(T));
-  return ew_to_float(x);
+  return ew_to_float(load_nc(p));
 }
 
 // Input K's staging: its kPer elements of this thread loaded first, then stored to shared memory

@@ -28,8 +28,13 @@
 //   chunks <= 32         a group of next_pow2(chunks) lanes per row, row cached in registers;
 //   chunks <= 256        a warp per row, up to 8 chunks per lane cached in registers;
 //   chunks <= 4096       a block per row (64..512 threads), 8 chunks per thread in registers;
+//   larger, a row-writing op whose row fits the shared memory of a thread-block cluster (sm_90+
+//                        binaries: 2 .. 16 blocks of 512 threads, up to 112 KB each): one row per
+//                        cluster, each block's slice read once into shared memory, the statistics
+//                        merged across the cluster through distributed shared memory;
 //   larger               a block of 1024 per row, looping over global memory (two reads of the
-//                        row for the ops that write a row; the second read mostly hits L2).
+//                        row for the ops that write a row; the second read hits L2 only while
+//                        the rows in flight fit it).
 //   One block per row for long rows: a single very long row (rows = 1, cols = 1M) runs on one SM,
 //   except a layer / rms norm given a workspace (launch_*_norm_ws): when rows < SMs and cols >=
 //   kRowSplitMinCols its rows are split over up to kRowMaxSplits blocks each (two passes).
@@ -129,27 +134,48 @@ template <class T> struct NoDeduce { using type = T; };
 
 // One row per `group` lanes (group <= 32, several rows per block) or per block (group ==
 // blockDim.x > 32). CACHE > 0: chunk k of a thread is lane + k * group, held in registers and
-// cols <= group * CACHE * VEC; CACHE == 0: the row is streamed from global memory per pass.
+// cols <= group * CACHE * VEC; CACHE == 0: the row is streamed from global memory per pass;
+// CACHE == kRowCluster: one row per thread-block cluster (sm_90+), block k of the cluster holding
+// chunks [k * per, (k + 1) * per) of it in dynamic shared memory (per = ceil(chunks / cluster
+// size)), the statistics merged across the cluster through distributed shared memory.
+constexpr int kRowCluster = -1;
+
 template <RowOp OP, class Tin, class Tout, class TW, class Pro, class Epi, int VEC, int CACHE>
 __global__ void __launch_bounds__(CACHE == 0 ? 1024 : 512)
 row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
   __shared__ float4 red_smem[33];  // block-reduction scratch, 16 bytes per slot
+  constexpr bool kCluster = CACHE == kRowCluster;
+  constexpr bool kOnChip = CACHE != 0;  // the row (or this block's slice of it) is held on chip
   const bool block_group = group > 32;
   const int lane = block_group ? int(threadIdx.x) : int(threadIdx.x & (group - 1));
   const int rows_per_block = block_group ? 1 : int(blockDim.x) / group;
-  const int64_t row =
-      int64_t(blockIdx.x) * rows_per_block + (block_group ? 0 : int(threadIdx.x) / group);
+  const uint2 place = kCluster ? cluster_place() : uint2{0u, 1u};
+  const int64_t row = kCluster ? int64_t(blockIdx.x / place.y)
+                               : int64_t(blockIdx.x) * rows_per_block + (block_group ? 0 : int(threadIdx.x) / group);
   const bool valid = row < p.rows;
   // Lanes of a row past the end still run every shuffle / barrier, with nothing to read.
   const int64_t nchunks = valid ? p.cols / VEC : 0;
   const Tin* x = p.in + (valid ? row * p.ldi : 0);
   const float fcols = float(p.cols);
+  // This block's chunks: the whole row, or its slice of the row in a cluster.
+  const int64_t per = kCluster ? ceil_div<int64_t>(nchunks, place.y) : nchunks;
+  const int64_t c0 = kCluster ? place.x * per : 0;
+  const int64_t c1 = c0 + per < nchunks ? c0 + per : nchunks;
 
   auto reduce = [&](auto v, auto op, auto identity) {
     using V = decltype(v);
+    if constexpr (kCluster) return cluster_allreduce(v, op, identity, reinterpret_cast<V*>(red_smem));
     if (block_group) return block_allreduce(v, op, identity, reinterpret_cast<V*>(red_smem));
     return warp_allreduce(v, op, group);
   };
+
+  extern __shared__ float4 slice_smem[];  // kCluster: the block's slice of the row, as packs
+  Pack<Tin, VEC>* slice = reinterpret_cast<Pack<Tin, VEC>*>(slice_smem);
+  if constexpr (kCluster) {
+#pragma unroll 4
+    for (int64_t c = c0 + lane; c < c1; c += group) slice[c - c0] = load_pack<Tin, VEC>(x + c * VEC);
+    __syncthreads();
+  }
 
   Pack<Tin, VEC> cache[CACHE > 0 ? CACHE : 1];
   if constexpr (CACHE > 0) {
@@ -175,8 +201,8 @@ row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
       }
     } else {
 #pragma unroll 4
-      for (int64_t c = lane; c < nchunks; c += group) {
-        const Pack<Tin, VEC> pk = load_pack<Tin, VEC>(x + c * VEC);
+      for (int64_t c = c0 + lane; c < c1; c += group) {
+        const Pack<Tin, VEC> pk = kCluster ? slice[c - c0] : load_pack<Tin, VEC>(x + c * VEC);
         float v[VEC];
 #pragma unroll
         for (int i = 0; i < VEC; ++i) v[i] = pro(to_float(pk.v[i]));
@@ -201,7 +227,7 @@ row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
 
   if constexpr (OP == RowOp::Softmax || OP == RowOp::SafeSoftmax || OP == RowOp::LogSoftmax || OP == RowOp::LogSumExp) {
     MaxSum st{-CUDART_INF_F, 0.f};
-    if constexpr (CACHE > 0) {
+    if constexpr (kOnChip) {
       for_each_chunk([&](const float* v, int64_t) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) st.m = fmaxf(st.m, v[i]);
@@ -241,7 +267,7 @@ row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
     }
   } else if constexpr (OP == RowOp::LayerNorm || OP == RowOp::Var) {
     float mean, m2;
-    if constexpr (CACHE > 0) {
+    if constexpr (kOnChip) {
       float s = 0.f;
       for_each_chunk([&](const float* v, int64_t) {
 #pragma unroll
@@ -427,6 +453,54 @@ cudaError_t launch_row_split(const RowParams<Tin, Tout, TW>& p, int splits, cuda
   return cudaGetLastError();
 }
 
+// A row too long for one block's registers, held in the shared memory of a thread-block cluster
+// instead of read twice from global memory (a row-writing op reads its row once for the
+// statistics and once for the output; at these lengths the second read misses L2). Tried where
+// the kernel's binary is sm_90+, in clusters of 2 .. 16 blocks (16 where the device allows
+// that non-portable size) whose slice fits kRowClusterSmem bytes, the smallest cluster the device
+// can co-schedule; returns false (nothing launched) when no configuration fits.
+constexpr int kRowClusterThreads = 512;
+constexpr int64_t kRowClusterSmem = 112 * 1024;  // two blocks an SM: one loads while one writes
+
+template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
+bool launch_row_cluster(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream, const Pro& pro, const Epi& epi,
+                        cudaError_t* status) {
+  auto* kernel = row_reduce_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC, kRowCluster>;
+  static const int arch = kernel_binary_arch(kernel);
+  if (arch < 90 || !row_op_writes_row(OP)) return false;
+  const int64_t chunks = p.cols / VEC;
+  for (int cl : {2, 4, 8, 16}) {
+    const int64_t smem = ceil_div<int64_t>(chunks, cl) * int64_t(sizeof(Pack<Tin, VEC>));
+    if (smem > kRowClusterSmem) continue;
+    if (p.rows * cl > INT_MAX) return false;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
+        (cl > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
+      cudaGetLastError();
+      return false;
+    }
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(cl);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(unsigned(p.rows * cl));
+    cfg.blockDim = dim3(kRowClusterThreads);
+    cfg.dynamicSmemBytes = size_t(smem);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int fits = 0;
+    if (cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg) != cudaSuccess || fits < 1) {
+      cudaGetLastError();
+      return false;
+    }
+    *status = cudaLaunchKernelEx(&cfg, kernel, p, kRowClusterThreads, pro, epi);
+    return true;
+  }
+  return false;
+}
+
 template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
 cudaError_t launch_row_reduce_vec(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream,
                                   const Pro& pro, const Epi& epi) {
@@ -442,6 +516,8 @@ cudaError_t launch_row_reduce_vec(const RowParams<Tin, Tout, TW>& p, cudaStream_
     cache = 8;
     group = threads = int(ceil_div<int64_t>(ceil_div<int64_t>(chunks, 8), 32) * 32);
   } else {
+    cudaError_t status = cudaSuccess;
+    if (launch_row_cluster<OP, VEC>(p, stream, pro, epi, &status)) return status;
     cache = 0;
     group = threads = 1024;
   }

@@ -89,7 +89,9 @@ EPS = 1e-5
 # Every work split: groups of 1..32 lanes, a warp with 2..8 cached chunks, a block with the row in
 # registers, a block looping over global memory; and grids of more than 65535 rows.
 ROW_SHAPES = [(3, 1), (5, 7), (64, 32), (33, 33), (16, 100), (8, 256), (7, 1000), (4, 1024),
-              (3, 2048), (5, 4097), (2, 20000), (1, 1 << 20), (70000, 7), (65537, 64)]
+              (3, 2048), (5, 4097), (2, 20000), (1, 1 << 20), (70000, 7), (65537, 64),
+              # rows held in a thread-block cluster's shared memory (sm_90+): odd lengths, many clusters
+              (2, 100003), (130, 65536), (3, 393216)]
 
 
 def _row_ref(op, x, w=None, b=None, unbiased=True):

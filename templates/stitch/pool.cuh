@@ -25,8 +25,7 @@
 //     as the merge's identity), reduces each staged row across the window's columns, then those
 //     row results down the window's rows; every input element is read from memory once (plus the
 //     tile's halo) and the taps from shared memory, where the rows path read each element about
-//     kernel-width times through L1 with 64-bit index arithmetic a tap. A thread stages its cells
-//     kPoolStage at a time, all their loads (read-only path) issued before their stores.
+//     kernel-width times through L1 with 64-bit index arithmetic a tap.
 //
 // launch_pool_channels_last<MODE, Tin, Tout, Pro, Epi>(PoolClParams<Tin, Tout>, stream, pro, epi)
 //   The same pooling over in [batch, channels, d, h, w] and out [batch, channels, od, oh, ow] (element
@@ -220,7 +219,6 @@ __global__ void __launch_bounds__(256) pool_rows_kernel(PoolParams<Tin, Tout> p,
 
 constexpr int kPoolTileThreads = 256;
 constexpr int kPoolTileSmemFloats = 12 * 1024;  // 48 KB: the staged input and the row results
-constexpr int kPoolStage = 8;                    // staged loads a thread has in flight
 
 struct PoolTileShape {
   int tw, th;  // outputs a tile: columns, rows
@@ -255,28 +253,17 @@ __global__ void __launch_bounds__(kPoolTileThreads) pool_tile_kernel(PoolParams<
   const int64_t ih0 = oh0 * sh - p.pad[1], iw0 = ow0 * sw - p.pad[2];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int kWarps = kPoolTileThreads / 32;
-  // this thread's staged cells: (rows of its warp) x (32-column pieces of a row)
-  const int per_row = (t.iw + 31) / 32;
-  const int cells = (t.ih > warp ? (t.ih - warp + kWarps - 1) / kWarps : 0) * per_row;
   for (int64_t pl = blockIdx.z; pl < p.planes; pl += gridDim.z) {
     const Tin* base = p.in + pl * p.in_stride[0];
-    // stage: a warp a row, lanes along its columns; a thread's cells in batches of kPoolStage, every
-    // load of a batch issued before its shared-memory stores (read-only path: in never aliases out)
-    for (int i0 = 0; i0 < cells; i0 += kPoolStage) {
-      float v[kPoolStage];
-      int at[kPoolStage];
-#pragma unroll
-      for (int k = 0; k < kPoolStage; ++k) {
-        const int i = i0 + k, r = warp + (i / per_row) * kWarps, c = lane + (i % per_row) * 32;
-        at[k] = i < cells && r < t.ih && c < t.iw ? r * t.iw + c : -1;
-        const int64_t ih = ih0 + r, iw = iw0 + c;
-        v[k] = at[k] >= 0 && ih >= 0 && ih < H && iw >= 0 && iw < W
-                   ? pro(to_float(load_nc(base + ih * p.in_stride[2] + iw * p.in_stride[3])))
-                   : kInit;
+    // stage: a warp a row, lanes along its columns
+    for (int r = warp; r < t.ih; r += kWarps) {
+      const int64_t ih = ih0 + r;
+      const bool row_in = ih >= 0 && ih < H;
+      const Tin* src = base + ih * p.in_stride[2];
+      for (int c = lane; c < t.iw; c += 32) {
+        const int64_t iw = iw0 + c;
+        in_s[r * t.iw + c] = row_in && iw >= 0 && iw < W ? pro(to_float(src[iw * p.in_stride[3]])) : kInit;
       }
-#pragma unroll
-      for (int k = 0; k < kPoolStage; ++k)
-        if (at[k] >= 0) in_s[at[k]] = v[k];
     }
     __syncthreads();
     // each staged row across the window's columns, for every output column of the tile

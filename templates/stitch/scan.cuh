@@ -15,7 +15,7 @@
 //     threads per row, the row in tiles of 256 x 16 elements; each thread loads 16 consecutive
 //     elements in 16-byte packs and scans them in registers, the threads' totals are scanned by
 //     warp shuffles and shared memory, and the running total is carried from tile to tile: every
-//     element read once and written once; the next tile's pack is loaded before a tile is scanned. Other rows (inner == 1): one block per row, its warps
+//     element read once and written once. Other rows (inner == 1): one block per row, its warps
 //     each scanning a contiguous piece 32 elements at a time: pass 1 reduces each piece, the
 //     pieces' totals are scanned in shared memory, pass 2 scans each piece again from its carry
 //     (a second read of the row). inner > 1: one thread per (outer, inner) column, walking n
@@ -131,19 +131,13 @@ __global__ void __launch_bounds__(256) scan_rows_tiled_kernel(ScanParams<Tin, To
   for (int64_t row = blockIdx.x; row < p.outer; row += gridDim.x) {
     const Tin* x = p.in + row * p.in_so;
     Tout* y = p.out + row * p.out_so;
-    constexpr int64_t kStep = int64_t(32 * WARPS) * E;
     float carry = scan_identity<OP>();
-    // The next tile's pack is loaded before this tile is scanned, so a load is in flight across the
-    // tile's barriers (a tile of the same row, which this block alone reads and writes).
-    Pack<Tin, E> ahead{};
-    if (int64_t(threadIdx.x) * E + E <= p.n) ahead = load_pack<Tin, E>(x + int64_t(threadIdx.x) * E);
-    for (int64_t base = 0; base < p.n; base += kStep) {
+    for (int64_t base = 0; base < p.n; base += int64_t(32 * WARPS) * E) {
       const int64_t k0 = base + int64_t(threadIdx.x) * E;
       const bool full = k0 + E <= p.n;
-      const Pack<Tin, E> pk = ahead;
-      if (k0 + kStep + E <= p.n) ahead = load_pack<Tin, E>(x + k0 + kStep);
       float v[E];
       if (full) {
+        const Pack<Tin, E> pk = load_pack<Tin, E>(x + k0);
 #pragma unroll
         for (int e = 0; e < E; ++e) v[e] = pro(any_to_float(pk.v[e]));
       } else {

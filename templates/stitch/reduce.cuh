@@ -54,8 +54,6 @@
 
 #include <climits>
 
-#include <cuda_pipeline.h>
-
 #include "stitch/common.cuh"
 
 namespace stitch {
@@ -173,21 +171,9 @@ row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
 
   extern __shared__ float4 slice_smem[];  // kCluster: the block's slice of the row, as packs
   Pack<Tin, VEC>* slice = reinterpret_cast<Pack<Tin, VEC>*>(slice_smem);
-  if constexpr (kCluster) {  // asynchronous copies (sm_80+; packs of 4, 8 or 16 bytes): all in flight at once
-    constexpr size_t kPack = sizeof(Pack<Tin, VEC>);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    constexpr bool kAsync = kPack == 4 || kPack == 8 || kPack == 16;
-#else
-    constexpr bool kAsync = false;
-#endif
-    for (int64_t c = c0 + lane; c < c1; c += group) {
-      if constexpr (kAsync) __pipeline_memcpy_async(slice + (c - c0), x + c * VEC, kPack);
-      else slice[c - c0] = load_pack<Tin, VEC>(x + c * VEC);
-    }
-    if constexpr (kAsync) {
-      __pipeline_commit();
-      __pipeline_wait_prior(0);
-    }
+  if constexpr (kCluster) {
+#pragma unroll 4
+    for (int64_t c = c0 + lane; c < c1; c += group) slice[c - c0] = load_pack<Tin, VEC>(x + c * VEC);
     __syncthreads();
   }
 

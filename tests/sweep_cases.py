@@ -734,7 +734,7 @@ def norm(draw, op: str | None = None):
         mods = (("gn", lambda: nn.GroupNorm(g, c, eps=eps, affine=affine)),)
         call = lambda s, x: s.gn(x)
         op = op or A + "native_group_norm.default"
-        kinds = ("GroupStats", "Ew")
+        kinds = ("GroupStats", "Row", "Ew")  # (Row: one position a channel, a layer norm over rows)
     else:
         track = draw(st.booleans())
         params["track_running_stats"] = track
@@ -742,7 +742,7 @@ def norm(draw, op: str | None = None):
         mods = (("inorm", lambda: In(c, eps=eps, affine=affine, track_running_stats=track)),)
         call = lambda s, x: s.inorm(x)
         op = op or ""
-        kinds = ("GroupStats", "BnStats", "Ew")
+        kinds = ("GroupStats", "BnStats", "Row", "Ew")
     post = draw(hooks())
     shape = (n, c) + size
     x, how = draw(laid_out(shape, layouts=("contiguous", "contiguous", "permuted", "strided")))

@@ -477,6 +477,52 @@ def test_instance_norm_as_group_norm(broken):
     _sweep("instance_norm_as_group_norm", instance_norm_decomposed, broken, 6 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- group_norm_over_rows
+
+ROWS_GUARDS = ("spatial", "stats_used", "bf16")
+
+
+@st.composite
+def group_norm_one_position(draw, broken: str | None):
+    """A group norm of x [N, C] or [N, C, 1, ...] (groups dividing C, affine or not, any eps), then
+    an activation or the result returned as it is; or one guard away: two or more positions a
+    channel, the mean output read too, bf16 data."""
+    n, g, cpg = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    c = g * cpg
+    ones = draw(st.integers(0, 2))
+    spatial = (1,) * ones if broken != "spatial" else tuple(draw(st.integers(1, 3)) for _ in range(max(1, ones))) + (2,)
+    affine = draw(st.booleans())
+    eps = draw(st.sampled_from([1e-5, 1e-3, 0.1]))
+    act = draw(st.sampled_from(["none", "silu", "scale"]))
+    dtype = "bfloat16" if broken == "bf16" else "float32"
+
+    def make_params():
+        m = nn.Module()
+        m.w = nn.Parameter(torch.empty(c).uniform_(0.5, 1.5).to(getattr(torch, dtype)))
+        m.b = nn.Parameter(torch.empty(c).uniform_(-1, 1).to(getattr(torch, dtype)))
+        return m
+
+    def fn(s, x):
+        w, b = (s.p.w, s.p.b) if affine else (None, None)
+        if broken == "stats_used":
+            y, mean, _ = torch.ops.aten.native_group_norm(x, w, b, n, c, math.prod(spatial), g, eps)
+            return y, mean
+        y = F.group_norm(x, g, w, b, eps)
+        return y if act == "none" else F.silu(y) if act == "silu" else y * 1.5
+
+    params = dict(broken=broken, n=n, groups=g, cpg=cpg, spatial=spatial, affine=affine, act=act)
+    case = Case("aten.native_group_norm.default", params, fn, (T((n, c) + spatial, dtype),),
+                (("p", make_params),), policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()),
+                tol=3e-2 if dtype == "bfloat16" else 0.0,
+                refusal="mean / rstd outputs are used" if broken == "stats_used" else None)
+    return _expect("group_norm_over_rows", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + ROWS_GUARDS)
+def test_group_norm_over_rows(broken):
+    _sweep("group_norm_over_rows", group_norm_one_position, broken, 6 if broken is None else 2)
+
+
 # ---------------------------------------------------------------------- fold_channel_affine
 
 AFFINE_GUARDS = ("grouped_transposed", "shared", "returned", "input_operand", "per_pixel", "divided_by_y", "bf16")
@@ -614,7 +660,8 @@ def test_every_rewrite_is_swept():
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",
                                              "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
                                              "drop_identities", "conv_bias_into_elementwise",
-                                             "fold_channel_affine", "instance_norm_as_group_norm"}
+                                             "fold_channel_affine", "instance_norm_as_group_norm",
+                                             "group_norm_over_rows"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

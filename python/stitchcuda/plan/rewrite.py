@@ -70,6 +70,13 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          chain folds one op at a time (after ``fold_batch_norm``). Taken when the
                          op is the convolution's only reader, every operand but the input is a
                          weight (transposed convolutions of one group too).
+``group_norm_over_rows``  ``group_norm(x, G, w, b) = view(layer_norm(view(x, [N, G, C/G])), [N, C]) · w + b``
+                         where x has one position a channel ([N, C], or [N, C, 1, …]: a group norm
+                         after a linear layer). Its statistics task wrote a scale and a shift per
+                         (sample, channel), each as large as x, which the affine pass read back
+                         beside x (seven times x's bytes in all); a layer norm over rows of C/G
+                         and the per-channel affine, which fuses with what follows, move four.
+                         Taken for float32 data whose mean / rstd outputs are unused.
 ``gather_of_log_softmax``  ``gather(log_softmax(x, d), i, d) = gather(x, i, d) - logsumexp(x, d)``
                          (cross entropy and NLL losses as PyTorch decomposes them): the row
                          reduction writes one value per row instead of the whole log-probability
@@ -504,6 +511,50 @@ def _apply_instance_norm(graph: Graph, place) -> Graph:
     return _replace(graph, [vin, bn, vout], [gn])
 
 
+# ---------------------------------------------------------------------- group_norm_over_rows
+
+def _find_group_norms_over_rows(graph: Graph) -> list[Node]:
+    """Group norms of float32 x with one position a channel ([N, C] or [N, C, 1, ...]) whose
+    mean / rstd outputs are unused."""
+    out = []
+    for gn in graph.nodes:
+        if gn.op != A + "native_group_norm.default" or not gn.inputs:
+            continue
+        xs = tuple(graph.spec(gn.inputs[0]).shape)
+        if len(xs) < 2 or math.prod(xs[2:]) != 1 or any(graph.spec(t).dtype != "float32" for t in gn.inputs):
+            continue
+        if any(_users(graph, o.name) or o.name in graph.outputs for o in gn.outputs[1:]):
+            continue
+        out.append(gn)
+    return out
+
+
+def _apply_group_norm_over_rows(graph: Graph, gn: Node) -> Graph:
+    xs = tuple(graph.spec(gn.inputs[0]).shape)
+    n, c, g = xs[0], xs[1], int(gn.attr("group"))
+    absent = {k for k, v in gn.attrs if k in ("weight", "bias") and v is None}
+    given = iter(gn.inputs[1:])
+    affine = [(op, None if k in absent else next(given, None)) for op, k in (("mul", "weight"), ("add", "bias"))]
+    affine = [(op, t) for op, t in affine if t is not None]
+    node = _NewNodes(graph, gn.name, gn.source)
+    rows = node(A + "view.default", [gn.inputs[0]], (n, g, c // g), (("size", (n, g, c // g)),))
+    ln = node.name()
+    stats = (TensorSpec(node.name(), (n, g, 1), "float32"), TensorSpec(node.name(), (n, g, 1), "float32"))
+    node.nodes.append(Node(ln, A + "native_layer_norm.default", (rows,),
+                           (TensorSpec(ln, (n, g, c // g), "float32"),) + stats,
+                           (("normalized_shape", (c // g,)), ("weight", None), ("bias", None),
+                            ("eps", float(gn.attr("eps")))), gn.source))
+    last = gn.outputs[0].name
+    y = node(A + "view.default", [ln], xs, (("size", xs),), out=None if affine else last,
+             node_name=None if affine else node.name())
+    per = (c,) + (1,) * (len(xs) - 2)
+    for i, (op, t) in enumerate(affine):
+        tv = t if tuple(graph.spec(t).shape) == per else node(A + "view.default", [t], per, (("size", per),))
+        y = node(A + f"{op}.Tensor", [y, tv], xs, (("alpha", 1),) if op == "add" else (),
+                 out=last if i == len(affine) - 1 else None, node_name=node.name() if i == len(affine) - 1 else None)
+    return _replace(graph, [gn], node.nodes)
+
+
 # ---------------------------------------------------------------------- fold_channel_affine
 
 _AFFINE_OPS = (A + "add.Tensor", A + "sub.Tensor", A + "mul.Tensor", A + "div.Tensor")
@@ -689,6 +740,7 @@ ALWAYS: tuple[Rewrite, ...] = (
     Rewrite("pool_before_pointwise_conv", _find_pool_after_pointwise, _apply_pool_before_pointwise),
     Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
     Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),
+    Rewrite("group_norm_over_rows", _find_group_norms_over_rows, _apply_group_norm_over_rows),
     Rewrite("conv_bias_into_elementwise", _find_conv_bias_before_elementwise, _apply_conv_bias_into_elementwise),
 )
 

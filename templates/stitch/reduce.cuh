@@ -456,49 +456,53 @@ cudaError_t launch_row_split(const RowParams<Tin, Tout, TW>& p, int splits, cuda
 // A row too long for one block's registers, held in the shared memory of a thread-block cluster
 // instead of read twice from global memory (a row-writing op reads its row once for the
 // statistics and once for the output; at these lengths the second read misses L2). Tried where
-// the kernel's binary is sm_90+, in clusters of 2 .. 16 blocks (16 where the device allows
-// that non-portable size) whose slice fits kRowClusterSmem bytes, the smallest cluster the device
-// can co-schedule; returns false (nothing launched) when no configuration fits.
+// the kernel's binary is sm_90+ and for row-writing ops only: the smallest cluster of 2, 4, 8 or
+// 16 blocks (16 where the device allows that non-portable size) whose slice fits kRowClusterSmem
+// bytes, if the device can co-schedule it; returns false (nothing launched) otherwise.
 constexpr int kRowClusterThreads = 512;
 constexpr int64_t kRowClusterSmem = 112 * 1024;  // two blocks an SM: one loads while one writes
 
 template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
 bool launch_row_cluster(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream, const Pro& pro, const Epi& epi,
                         cudaError_t* status) {
-  auto* kernel = row_reduce_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC, kRowCluster>;
-  static const int arch = kernel_binary_arch(kernel);
-  if (arch < 90 || !row_op_writes_row(OP)) return false;
-  const int64_t chunks = p.cols / VEC;
-  for (int cl : {2, 4, 8, 16}) {
-    const int64_t smem = ceil_div<int64_t>(chunks, cl) * int64_t(sizeof(Pack<Tin, VEC>));
-    if (smem > kRowClusterSmem) continue;
-    if (p.rows * cl > INT_MAX) return false;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
-        (cl > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
-      cudaGetLastError();
-      return false;
+  if constexpr (!row_op_writes_row(OP)) {
+    return false;  // (a row reduced to one value is read once already: no cluster variant compiled)
+  } else {
+    auto* kernel = row_reduce_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC, kRowCluster>;
+    static const int arch = kernel_binary_arch(kernel);
+    if (arch < 90) return false;
+    const int64_t chunks = p.cols / VEC;
+    for (int cl : {2, 4, 8, 16}) {
+      const int64_t smem = ceil_div<int64_t>(chunks, cl) * int64_t(sizeof(Pack<Tin, VEC>));
+      if (smem > kRowClusterSmem) continue;
+      if (p.rows * cl > INT_MAX) return false;
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
+          (cl > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
+        cudaGetLastError();
+        return false;
+      }
+      cudaLaunchConfig_t cfg{};
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = unsigned(cl);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.gridDim = dim3(unsigned(p.rows * cl));
+      cfg.blockDim = dim3(kRowClusterThreads);
+      cfg.dynamicSmemBytes = size_t(smem);
+      cfg.stream = stream;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int fits = 0;
+      if (cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg) != cudaSuccess || fits < 1) {
+        cudaGetLastError();
+        return false;
+      }
+      *status = cudaLaunchKernelEx(&cfg, kernel, p, kRowClusterThreads, pro, epi);
+      return true;
     }
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(cl);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(unsigned(p.rows * cl));
-    cfg.blockDim = dim3(kRowClusterThreads);
-    cfg.dynamicSmemBytes = size_t(smem);
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int fits = 0;
-    if (cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg) != cudaSuccess || fits < 1) {
-      cudaGetLastError();
-      return false;
-    }
-    *status = cudaLaunchKernelEx(&cfg, kernel, p, kRowClusterThreads, pro, epi);
-    return true;
+    return false;
   }
-  return false;
 }
 
 template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>

@@ -433,6 +433,17 @@ def test_fold_batch_norm(broken):
     _sweep("fold_batch_norm", conv_then_eval_bn, broken, 6 if broken is None else 2)
 
 
+def _channel_params(c: int, dtype: str) -> Callable[[], nn.Module]:
+    """A module factory: per-channel weight w in [0.5, 1.5] and bias b in [-1, 1] of ``c`` values."""
+    def make() -> nn.Module:
+        m = nn.Module()
+        m.w = nn.Parameter(torch.empty(c).uniform_(0.5, 1.5).to(getattr(torch, dtype)))
+        m.b = nn.Parameter(torch.empty(c).uniform_(-1, 1).to(getattr(torch, dtype)))
+        return m
+
+    return make
+
+
 # ---------------------------------------------------------------------- instance_norm_as_group_norm
 
 INSTANCE_GUARDS = ("other_view", "shared", "returned", "bf16")
@@ -450,12 +461,6 @@ def instance_norm_decomposed(draw, broken: str | None):
     affine = draw(st.booleans())
     dtype = "bfloat16" if broken == "bf16" else "float32"
 
-    def make_params():
-        m = nn.Module()
-        m.w = nn.Parameter(torch.empty(c).uniform_(0.5, 1.5).to(getattr(torch, dtype)))
-        m.b = nn.Parameter(torch.empty(c).uniform_(-1, 1).to(getattr(torch, dtype)))
-        return m
-
     def fn(s, x):
         shape = (1, n * c * size[0]) + size[1:] if broken == "other_view" else (1, n * c) + size
         v = x.reshape(shape)
@@ -467,7 +472,7 @@ def instance_norm_decomposed(draw, broken: str | None):
 
     params = dict(broken=broken, nsp=nsp, n=n, c=c, affine=affine)
     case = Case("aten._native_batch_norm_legit.no_stats", params, fn, (T((n, c) + size, dtype),),
-                (("p", make_params),), policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()),
+                (("p", _channel_params(c, dtype)),), policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()),
                 tol=3e-2 if dtype == "bfloat16" else 0.0)
     return _expect("instance_norm_as_group_norm", case, broken is None, broken)
 
@@ -496,12 +501,6 @@ def group_norm_one_position(draw, broken: str | None):
     act = draw(st.sampled_from(["none", "silu", "scale"]))
     dtype = "bfloat16" if broken == "bf16" else "float32"
 
-    def make_params():
-        m = nn.Module()
-        m.w = nn.Parameter(torch.empty(c).uniform_(0.5, 1.5).to(getattr(torch, dtype)))
-        m.b = nn.Parameter(torch.empty(c).uniform_(-1, 1).to(getattr(torch, dtype)))
-        return m
-
     def fn(s, x):
         w, b = (s.p.w, s.p.b) if affine else (None, None)
         if broken == "stats_used":
@@ -512,7 +511,7 @@ def group_norm_one_position(draw, broken: str | None):
 
     params = dict(broken=broken, n=n, groups=g, cpg=cpg, spatial=spatial, affine=affine, act=act)
     case = Case("aten.native_group_norm.default", params, fn, (T((n, c) + spatial, dtype),),
-                (("p", make_params),), policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()),
+                (("p", _channel_params(c, dtype)),), policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()),
                 tol=3e-2 if dtype == "bfloat16" else 0.0,
                 refusal="mean / rstd outputs are used" if broken == "stats_used" else None)
     return _expect("group_norm_over_rows", case, broken is None, broken)

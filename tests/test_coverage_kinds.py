@@ -84,7 +84,8 @@ def test_fusion_of_the_families():
     p = _plan("pool_hooks").tasks[0].params
     assert [i.op for i in p.prologue] == ["tanh"] and [i.op for i in p.epilogue] == ["relu", "mul"]
     gn = _plan("groupnorm_2d_swish")
-    assert _kinds(gn) == ["GroupStats", "Ew"], "statistics, then the affine and the swish in one pass"
+    # (one position a channel: a layer norm over rows of C / G, then the affine and the swish in one pass)
+    assert _kinds(gn) == ["Row", "Ew"], "rows normalised, then the affine and the swish in one pass"
     assert [i.op for i in gn.tasks[1].params.instrs][:2] == ["mul", "add"]
     assert _kinds(_plan("instancenorm")) == ["GroupStats", "Ew"]
     assert _kinds(_plan("cumsum_reverse")) == ["Scan"] and _plan("cumsum_reverse").tasks[0].params.reverse

@@ -245,3 +245,44 @@ def test_a_lone_pointwise_convolution_is_a_gemm_under_tensor_cores():
     convs = _convs(plan)
     assert len(convs) == 2 and all(t.params.channels_last for t in convs)
     assert _simulated_error(model, x, plan, cap) < 1e-2
+
+
+class ChannelOps(nn.Module):
+    """A 3-d convolution, then a reduction over depth (kept or squeezed) or a softmax over the
+    channels, then a pool: ops over one axis of the channels-last region."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.c = nn.Conv3d(3, 6, 3, padding=1)
+        self.what = what
+
+    def forward(self, x):
+        y = self.c(x)
+        if self.what == "softmax":
+            return F.max_pool3d(torch.softmax(y, dim=1), 2)
+        if self.what == "mean_keepdim":
+            return torch.softmax(y.mean(dim=2, keepdim=True) + 0.5, dim=1)
+        return torch.amin(y, dim=2) * 2.0  # (squeezed)
+
+
+@pytest.mark.parametrize("what", ["softmax", "mean_keepdim", "min_squeezed"])
+def test_ops_over_one_axis_keep_the_channels_last_layout(what):
+    """A softmax over the channels of channels-last data reads and writes its rows in place of
+    the layout (no copy back to channels-first before the pool); a reduction over depth groups the
+    kept dims by their strides (N | H, W, C) and writes its result channels-last (no copy of the
+    convolution's output to make the groups collapse). Only the region's ends convert."""
+    torch.manual_seed(3)
+    model = ChannelOps(what)
+    x = torch.randn(2, 3, 4, 5, 6)
+    plan, cap = _plan(model, x, "tf32")
+    (conv,) = _convs(plan)
+    assert conv.params.channels_last
+    names = [t.name for t in plan.run_tasks]
+    copies = [t for t in plan.run_tasks if isinstance(t.params, P.CopySpec)]
+    inner = [t.name for t in copies if t.inputs != ("in0",) and not t.name.startswith("output_")
+             and plan.run_tasks.index(t) < len(plan.run_tasks) - 1]
+    assert not inner, f"copies inside the region: {inner} of {names}"
+    if what != "softmax":
+        (red,) = [t.params for t in plan.run_tasks if isinstance(t.params, P.AxisSpec)]
+        assert red.inner == 5 * 6 * 6, "the kept H, W, C collapse into one inner run"
+    assert _simulated_error(model, x, plan, cap) < 1e-2

@@ -74,6 +74,11 @@ def lower_axis(lw, pr: AxisProto, pre: list) -> None:
                 L.collapse(v.shape[d1:], v.strides[d1:]))
 
     gs = groups(vx)
+    if any(g is None for g in gs) and vx.dtype in FLOAT_DTYPES:
+        order = kept_in_memory_order(vx, d0, d1)
+        if order is not None:  # (channels-last x reduced over a middle dim: no copy)
+            emit_in_memory_order(lw, pr, vx, d0, d1, order, pro, epi)
+            return
     if any(g is None for g in gs) or vx.dtype not in FLOAT_DTYPES:
         c = lw.copy_contiguous(x_t, vx, pre, pr.phase, why="reduction groups must collapse",
                                dtype=None if vx.dtype in FLOAT_DTYPES else "float32")
@@ -90,15 +95,79 @@ def lower_axis(lw, pr: AxisProto, pre: list) -> None:
     emit_axis(lw, pr, vx, gs, out_groups, pro, epi, list(pr.ins) + [out_t, x_t])
 
 
-def emit_axis(lw, pr, vx: View, gs, out_groups, pro, epi, touched: list[str]) -> None:
+def kept_in_memory_order(vx: View, d0: int, d1: int) -> tuple[int, ...] | None:
+    """x's dims as [outer..., reduced d0:d1..., inner...] where the kept dims do not collapse in
+    their logical order but do in the order of their strides (channels-last x reduced over depth:
+    outer N, inner H, W, C): kept dims of larger strides than every reduced one first, then the
+    reduced dims, then kept dims of smaller strides, each part by decreasing stride. None when a
+    kept dim's stride falls among the reduced ones' or a part does not collapse."""
+    nd = len(vx.shape)
+    red = list(range(d0, d1))
+    big = [d for d in red if vx.shape[d] > 1]
+    if not big:
+        return None
+    lo, hi = min(vx.strides[d] for d in big), max(vx.strides[d] for d in big)
+    outer, inner = [], []
+    for d in (d for d in range(nd) if not d0 <= d < d1):
+        if vx.shape[d] == 1 or vx.strides[d] > hi:
+            outer.append(d)
+        elif vx.strides[d] < lo:
+            inner.append(d)
+        else:
+            return None
+    outer.sort(key=lambda d: (vx.shape[d] > 1, -vx.strides[d]))  # (ones first: their stride is free)
+    inner.sort(key=lambda d: -vx.strides[d])
+    order = tuple(outer) + tuple(red) + tuple(inner)
+    xp = L.permute(vx, order)
+    cuts = (0, len(outer), len(outer) + len(red), nd)
+    if any(L.collapse(xp.shape[a:b], xp.strides[a:b]) is None for a, b in zip(cuts, cuts[1:])):
+        return None
+    return order
+
+
+def emit_in_memory_order(lw, pr, vx: View, d0: int, d1: int, order: tuple[int, ...], pro, epi) -> None:
+    """The axis task of ``pr`` (an axis or a row reduction: its x, out, ins and hooks) over x
+    permuted to ``order`` (:func:`kept_in_memory_order`); its result is written dense in the same
+    order of the kept dims, so that it too stays in x's layout."""
+    nd, k = len(vx.shape), d1 - d0
+    n_outer = order.index(d0)
+    xp = L.permute(vx, order)
+    keep_order = tuple(d for d in order if not d0 <= d < d1)
+    squeezed = tuple(d if d < d0 else d - k for d in keep_order)  # the same dims of a result without them
+
+    def groups(v: View):
+        return (L.collapse(v.shape[:n_outer], v.strides[:n_outer]),
+                L.collapse(v.shape[n_outer:n_outer + k], v.strides[n_outer:n_outer + k]),
+                L.collapse(v.shape[n_outer + k:], v.strides[n_outer + k:]))
+
+    def out_groups(v: View):
+        if len(v.shape) == nd:  # keepdim: the reduced dims are ones, their strides free
+            p = L.permute(v, order)
+            shape, strides = p.shape[:n_outer] + p.shape[n_outer + k:], p.strides[:n_outer] + p.strides[n_outer + k:]
+        else:
+            p = L.permute(v, squeezed)
+            shape, strides = p.shape, p.strides
+        return L.collapse(shape[:n_outer], strides[:n_outer]), L.collapse(shape[n_outer:], strides[n_outer:])
+
+    out_nd = len(lw.shape(pr.out))
+    # (kept dims already in their logical order: contiguous, as any other reduction writes it)
+    dense_order = None if list(keep_order) == sorted(keep_order) else order if out_nd == nd else squeezed
+    emit_axis(lw, pr, xp, groups(xp), out_groups, pro, epi,
+              list(pr.ins) + [pr.out, pr.x] + list(pr.pro + pr.epi) +
+              [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi], order=dense_order)
+
+
+def emit_axis(lw, pr, vx: View, gs, out_groups, pro, epi, touched: list[str],
+              order: tuple[int, ...] | None = None) -> None:
     """The axis task of ``pr`` over x ``vx`` whose dim groups ``gs`` are ((outer, stride), (red,
     stride), (inner, stride)); ``out_groups(view)`` gives an output layout's (outer, inner) groups
     (None where one does not collapse). The result is written where a reader wants it when that
-    layout collapses so, else into a float32 buffer copied (and cast) after."""
+    layout collapses so, else (fresh) dense in ``order`` when given and it collapses so, else into
+    a float32 buffer copied (and cast) after."""
     out_t = pr.out
     (outer, so), (red, sr), (inner, si) = gs
     vo = lw.out_view(pr, out_t, lambda tv: all(g is not None for g in out_groups(tv)) and
-                        tv.dtype in FLOAT_DTYPES)
+                        tv.dtype in FLOAT_DTYPES, order=order)
     post = None
     if vo.dtype not in FLOAT_DTYPES or any(g is None for g in out_groups(vo)):
         # an integer result (reduced in float32, then cast), or a layout the groups do not fit

@@ -27,7 +27,7 @@ from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
 from . import cxx
-from .axis import AxisProto, emit_axis
+from .axis import AxisProto, emit_in_memory_order, kept_in_memory_order
 from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, reduction_hooks, view_bytes
 
 A = ops.A
@@ -332,6 +332,10 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
     pro, epi = reduction_hooks(lw, pr)
     vx = lw.read(x_t, pre, pr.phase)
     perm = pr.perm
+    # An input already laid out with the reduced dims innermost (a softmax over the channels of
+    # channels-last data): the result is written in that layout too, rows and all, instead of
+    # through rows and a copy back to the reference's layout.
+    keep = perm if perm is not None and L.is_dense_in(vx, perm) else None
     if perm is not None:
         vx = L.permute(vx, perm)
     if k == 0:
@@ -339,9 +343,10 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
         k = 1
     rc = L.rows_cols(vx, k)
     if rc is None and not writes_row and perm is None and op in _AXIS_OPS and vx.dtype in FLOAT_DTYPES:
-        middle = _middle_axis(vx, k)
+        nd = len(vx.shape)
+        middle = kept_in_memory_order(vx, nd - k, nd)
         if middle is not None:  # the reduced dims sit between kept ones in memory (channels-last)
-            _lower_as_axis(lw, pr, pre, vx, k, middle, pro, epi)
+            emit_in_memory_order(lw, pr, vx, nd - k, nd, middle, pro, epi)
             return
     if rc is None or vx.dtype not in FLOAT_DTYPES:
         # (integer and boolean tensors are reduced as float32: exact counts below 2^24)
@@ -355,7 +360,7 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
         def accept(tv: View) -> bool:  # a permuted reduction writes through a copy: any layout
             return (perm is not None or L.rows_cols(tv, k) is not None) and tv.dtype in FLOAT_DTYPES
         same = perm is None and x_t in lw.materialized and lw.shape(x_t) == lw.shape(out_t)
-        vo = lw.out_view(pr, out_t, accept, inplace=[x_t] if same else [])
+        vo = lw.out_view(pr, out_t, accept, inplace=[x_t] if same else [], order=keep)
         wo = L.permute(vo, perm) if perm is not None else vo
         post = None
         if L.rows_cols(wo, k) is None:
@@ -428,62 +433,6 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
 
 #: The ops reduce.cuh's axis kernel computes.
 _AXIS_OPS = ("sum", "mean", "max", "min")
-
-
-def _middle_axis(vx: View, k: int) -> tuple[int, ...] | None:
-    """A reduction over x's last ``k`` dims whose memory order puts them between kept dims —
-    kept dims of larger strides first (in their logical order), then the reduced ones, then kept
-    dims of smaller strides (channels-last x reduced over its positions): the permutation of
-    x's dims into [outer..., reduced..., inner...]; None when the strides are not so ordered."""
-    nd = len(vx.shape)
-    kept, red = range(nd - k), range(nd - k, nd)
-    big = [d for d in red if vx.shape[d] > 1]
-    if not big:
-        return None
-    lo, hi = min(vx.strides[d] for d in big), max(vx.strides[d] for d in big)
-    outer, inner = [], []
-    for d in kept:
-        if vx.shape[d] == 1:
-            (inner if inner else outer).append(d)
-        elif vx.strides[d] > hi and not inner:
-            outer.append(d)
-        elif vx.strides[d] < lo:
-            inner.append(d)
-        else:
-            return None
-    if not any(vx.shape[d] > 1 for d in inner):
-        return None  # (no kept dim inside: rows, which rows_cols would have taken)
-    order = tuple(outer) + tuple(red) + tuple(inner)
-    xp = L.permute(vx, order)
-    cuts = (0, len(outer), len(outer) + k, nd)
-    if any(L.collapse(xp.shape[a:b], xp.strides[a:b]) is None for a, b in zip(cuts, cuts[1:])):
-        return None
-    return order
-
-
-def _lower_as_axis(lw, pr, pre: list, vx: View, k: int, order: tuple[int, ...], pro, epi) -> None:
-    """The reduction as reduce.cuh's axis kernel over x permuted to [outer, reduced, inner]; the
-    kept dims keep their logical order (outer ones first), so the output is [outer, inner]."""
-    nd = len(vx.shape)
-    n_outer = order.index(nd - k)
-    xp = L.permute(vx, order)
-
-    def groups(v: View):
-        return (L.collapse(v.shape[:n_outer], v.strides[:n_outer]),
-                L.collapse(v.shape[n_outer:n_outer + k], v.strides[n_outer:n_outer + k]),
-                L.collapse(v.shape[n_outer + k:], v.strides[n_outer + k:]))
-
-    def out_groups(v: View):
-        if len(v.shape) == nd:  # keepdim: the reduced dims are ones
-            v = L.permute(v, order)
-            shape, strides = v.shape[:n_outer] + v.shape[n_outer + k:], v.strides[:n_outer] + v.strides[n_outer + k:]
-        else:
-            shape, strides = v.shape, v.strides
-        return L.collapse(shape[:n_outer], strides[:n_outer]), L.collapse(shape[n_outer:], strides[n_outer:])
-
-    # (_middle_axis checked that the groups collapse)
-    emit_axis(lw, pr, xp, groups(xp), out_groups, pro, epi, list(pr.ins) + [pr.out, pr.x] + list(pr.pro + pr.epi) +
-              [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
 
 
 def _shift_instr(i: EwInstr, by: int) -> EwInstr:

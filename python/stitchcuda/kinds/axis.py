@@ -74,11 +74,10 @@ def lower_axis(lw, pr: AxisProto, pre: list) -> None:
                 L.collapse(v.shape[d1:], v.strides[d1:]))
 
     gs = groups(vx)
-    if any(g is None for g in gs) and vx.dtype in FLOAT_DTYPES:
-        order = kept_in_memory_order(vx, d0, d1)
-        if order is not None:  # (channels-last x reduced over a middle dim: no copy)
-            emit_in_memory_order(lw, pr, vx, d0, d1, order, pro, epi)
-            return
+    order = kept_in_memory_order(vx, d0, d1) if any(g is None for g in gs) and vx.dtype in FLOAT_DTYPES else None
+    if order is not None:  # (channels-last x reduced over a middle dim: no copy)
+        emit_in_memory_order(lw, pr, vx, d0, d1, order, pro, epi)
+        return
     if any(g is None for g in gs) or vx.dtype not in FLOAT_DTYPES:
         c = lw.copy_contiguous(x_t, vx, pre, pr.phase, why="reduction groups must collapse",
                                dtype=None if vx.dtype in FLOAT_DTYPES else "float32")
@@ -149,9 +148,12 @@ def emit_in_memory_order(lw, pr, vx: View, d0: int, d1: int, order: tuple[int, .
             shape, strides = p.shape, p.strides
         return L.collapse(shape[:n_outer], strides[:n_outer]), L.collapse(shape[n_outer:], strides[n_outer:])
 
-    out_nd = len(lw.shape(pr.out))
-    # (kept dims already in their logical order: contiguous, as any other reduction writes it)
-    dense_order = None if list(keep_order) == sorted(keep_order) else order if out_nd == nd else squeezed
+    if list(keep_order) == sorted(keep_order):
+        dense_order = None  # (kept dims in their logical order already: contiguous, as elsewhere)
+    elif len(lw.shape(pr.out)) == nd:
+        dense_order = order  # keepdim
+    else:
+        dense_order = squeezed
     emit_axis(lw, pr, xp, groups(xp), out_groups, pro, epi,
               list(pr.ins) + [pr.out, pr.x] + list(pr.pro + pr.epi) +
               [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi], order=dense_order)

@@ -522,6 +522,49 @@ def test_group_norm_over_rows(broken):
     _sweep("group_norm_over_rows", group_norm_one_position, broken, 6 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- mish_from_parts
+
+MISH_GUARDS = ("threshold", "beta", "other_operand", "shared", "returned")
+
+
+@st.composite
+def mish_parts(draw, broken: str | None):
+    """Mish as written in models (F.mish, nn.Mish, ``x * tanh(softplus(x))`` either way round) of
+    an input or of an op's result, then an op or returned as it is; or one guard away: softplus
+    with another threshold or beta, the product by another tensor, an inner value read twice or
+    returned."""
+    shape = tuple(draw(st.integers(1, 6)) for _ in range(draw(st.integers(1, 3))))
+    form = draw(st.sampled_from(["F.mish", "nn.Mish", "x*tanh", "tanh*x"]))
+    if broken in ("threshold", "beta", "other_operand", "shared", "returned"):
+        form = "x*tanh"
+    pre, post = draw(st.sampled_from(["none", "scale"])), draw(st.sampled_from(["none", "add"]))
+    dtype = "float32"
+
+    def fn(s, x, w):
+        x = x * 0.7 if pre == "scale" else x
+        if form == "F.mish":
+            y = F.mish(x)
+        elif form == "nn.Mish":
+            y = nn.Mish()(x)
+        else:
+            sp = (F.softplus(x, beta=2.0) if broken == "beta" else F.softplus(x, threshold=5.0) if broken == "threshold"
+                  else F.softplus(x))
+            t = torch.tanh(sp)
+            y = (w if broken == "other_operand" else x) * t if form == "x*tanh" else t * x
+        z = y + 1.0 if post == "add" else y
+        return _guarded(broken, z, t if broken in ("shared", "returned") else y, lambda: t * 2.0)
+
+    params = dict(broken=broken, shape=shape, form=form, pre=pre, post=post)
+    case = Case("aten.tanh.default", params, fn, (T(shape, dtype, dist="uniform", lo=-30.0, hi=30.0), T(shape, dtype)), (),
+                policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()))
+    return _expect("mish_from_parts", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + MISH_GUARDS)
+def test_mish_from_parts(broken):
+    _sweep("mish_from_parts", mish_parts, broken, 8 if broken is None else 2)
+
+
 # ---------------------------------------------------------------------- fold_channel_affine
 
 AFFINE_GUARDS = ("grouped_transposed", "shared", "returned", "input_operand", "per_pixel", "divided_by_y", "bf16")
@@ -660,7 +703,7 @@ def test_every_rewrite_is_swept():
                                              "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
                                              "drop_identities", "conv_bias_into_elementwise",
                                              "fold_channel_affine", "instance_norm_as_group_norm",
-                                             "group_norm_over_rows"}
+                                             "group_norm_over_rows", "mish_from_parts"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

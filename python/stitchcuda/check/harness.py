@@ -60,14 +60,13 @@ def source(instrs: Sequence[Instr] | None = None, device: Sequence[str] = ()) ->
         lines.append(f"    case {k}: {{ Op_{_ident(i.name)} f; for (int64_t j = 0; j < n; ++j) "
                      f"out[j] = f(in + j * arity); return 0; }}")
     lines += ["    default: return 1;", "  }", "}", ""]
+    most = max((max(i.arity, 1) for i in instrs), default=1)
     for dt, ct in ((d, _CT[d]) for d in device):
-        lines += [f"// Device: the real elementwise template over {dt} storage, contiguous, n elements.",
-                  f'extern "C" int st_op_{dt}(int op, const void* a0, const void* a1, const void* a2, void* out, '
-                  "int64_t n, void* stream) {",
+        lines += [f"// Device: the real elementwise template over {dt} storage, contiguous, n elements;",
+                  f"// a: the {most} operands' pointers (an op of fewer reads the first).",
+                  f'extern "C" int st_op_{dt}(int op, const void* const* a, void* out, int64_t n, void* stream) {{',
                   "  const cudaStream_t s = static_cast<cudaStream_t>(stream);",
-                  f"  const {ct}* x0 = static_cast<const {ct}*>(a0);",
-                  f"  const {ct}* x1 = static_cast<const {ct}*>(a1);",
-                  f"  const {ct}* x2 = static_cast<const {ct}*>(a2);",
+                  *(f"  const {ct}* x{m} = static_cast<const {ct}*>(a[{m}]);" for m in range(most)),
                   f"  {ct}* y = static_cast<{ct}*>(out);",
                   "  switch (op) {"]
         for k, i in enumerate(instrs):
@@ -161,9 +160,10 @@ class Harness:
                                f"{res.compile.output if res.compile else ''}")
         self.lib = ctypes.CDLL(res.library)
         self.lib.st_op_host.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]
+        self.most = max((max(i.arity, 1) for i in self.instrs), default=1)
         for dt in self.device_dtypes:
             fn = getattr(self.lib, f"st_op_{dt}")
-            fn.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64, ctypes.c_void_p]
+            fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
 
     def host(self, i: Instr, c: Cases):
         """The op evaluated on the host (fp32 math) on the cases, result rounded to the storage."""
@@ -182,12 +182,11 @@ class Harness:
 
         ts = getattr(torch, c.dtype)
         xs = [t.to(ts).cuda().contiguous() for t in c.inputs]
-        while len(xs) < 3:
-            xs.append(xs[0])
+        ptrs = (ctypes.c_void_p * self.most)(*[xs[min(k, len(xs) - 1)].data_ptr() for k in range(self.most)])
         out = torch.full_like(xs[0], math.nan)
         s = torch.cuda.current_stream()
-        rc = getattr(self.lib, f"st_op_{c.dtype}")(self.index[i.name], xs[0].data_ptr(), xs[1].data_ptr(),
-                                                    xs[2].data_ptr(), out.data_ptr(), out.numel(), s.cuda_stream)
+        rc = getattr(self.lib, f"st_op_{c.dtype}")(self.index[i.name], ptrs, out.data_ptr(), out.numel(),
+                                                    s.cuda_stream)
         torch.cuda.synchronize()
         if rc != 0:
             raise RuntimeError(f"st_op_{c.dtype}({i.name}) returned {rc}")

@@ -563,9 +563,9 @@ def _apply_group_norm_over_rows(graph: Graph, gn: Node) -> Graph:
 
 # ---------------------------------------------------------------------- mish_from_parts
 
-def _only_into(graph: Graph, n: Node | None, op: str, user: Node) -> bool:
-    """Whether ``n`` is an ``op`` node of float32 whose one result only ``user`` reads."""
-    if n is None or n.op != op or len(n.outputs) != 1 or n.outputs[0].dtype != "float32":
+def _only_into(graph: Graph, n: Node | None, op: str, user: Node, dtype: str = "float32") -> bool:
+    """Whether ``n`` is an ``op`` node with one result, of ``dtype``, that only ``user`` reads."""
+    if n is None or n.op != op or len(n.outputs) != 1 or n.outputs[0].dtype != dtype:
         return False
     t = n.outputs[0].name
     return t not in graph.outputs and [u.name for u in _users(graph, t)] == [user.name]
@@ -585,8 +585,7 @@ def _find_mish_parts(graph: Graph) -> list[tuple[Node, ...]]:
             if not _only_into(graph, wh, A + "where.self", th) or wh.inputs[1] != x:
                 continue
             gt, lg = graph.producer(wh.inputs[0]), graph.producer(wh.inputs[2])
-            if gt is None or gt.op != A + "gt.Scalar" or gt.inputs != (x,) or gt.attr("other") != 20 or \
-                    [u.name for u in _users(graph, gt.outputs[0].name)] != [wh.name] or gt.outputs[0].name in graph.outputs:
+            if not _only_into(graph, gt, A + "gt.Scalar", wh, "bool") or gt.inputs != (x,) or gt.attr("other") != 20:
                 continue
             if not _only_into(graph, lg, A + "log1p.default", wh):
                 continue

@@ -63,7 +63,7 @@ def source(instrs: Sequence[Instr] | None = None, device: Sequence[str] = ()) ->
     most = max((max(i.arity, 1) for i in instrs), default=1)
     for dt, ct in ((d, _CT[d]) for d in device):
         lines += [f"// Device: the real elementwise template over {dt} storage, contiguous, n elements;",
-                  f"// a: the {most} operands' pointers (an op of fewer reads the first).",
+                  f"// a: {most} operand pointers, as many as the widest op reads (a narrower op reads the first).",
                   f'extern "C" int st_op_{dt}(int op, const void* const* a, void* out, int64_t n, void* stream) {{',
                   "  const cudaStream_t s = static_cast<cudaStream_t>(stream);",
                   *(f"  const {ct}* x{m} = static_cast<const {ct}*>(a[{m}]);" for m in range(most)),

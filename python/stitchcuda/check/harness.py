@@ -37,6 +37,11 @@ def _ident(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
+def operand_slots(instrs: Sequence[Instr]) -> int:
+    """How many operand pointers the device entry takes: as many as the widest op reads."""
+    return max((max(i.arity, 1) for i in instrs), default=1)
+
+
 def source(instrs: Sequence[Instr] | None = None, device: Sequence[str] = ()) -> str:
     """The harness translation unit for ``instrs`` (default: the whole registry), with GPU
     entries for the storage dtypes in ``device`` (each instantiates the elementwise template
@@ -60,7 +65,7 @@ def source(instrs: Sequence[Instr] | None = None, device: Sequence[str] = ()) ->
         lines.append(f"    case {k}: {{ Op_{_ident(i.name)} f; for (int64_t j = 0; j < n; ++j) "
                      f"out[j] = f(in + j * arity); return 0; }}")
     lines += ["    default: return 1;", "  }", "}", ""]
-    most = max((max(i.arity, 1) for i in instrs), default=1)
+    most = operand_slots(instrs)
     for dt, ct in ((d, _CT[d]) for d in device):
         lines += [f"// Device: the real elementwise template over {dt} storage, contiguous, n elements;",
                   f"// a: {most} operand pointers, as many as the widest op reads (a narrower op reads the first).",
@@ -160,7 +165,7 @@ class Harness:
                                f"{res.compile.output if res.compile else ''}")
         self.lib = ctypes.CDLL(res.library)
         self.lib.st_op_host.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]
-        self.most = max((max(i.arity, 1) for i in self.instrs), default=1)
+        self.most = operand_slots(self.instrs)
         for dt in self.device_dtypes:
             fn = getattr(self.lib, f"st_op_{dt}")
             fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]

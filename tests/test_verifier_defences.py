@@ -496,6 +496,64 @@ def test_a_reference_whose_outputs_no_input_moves_passes_as_degenerate():
     assert v.verdict.summary().startswith("passed (degenerate: outputs independent of inputs)")
 
 
+def _bn_weights(depth=24, width=64, scale_drawn=False):
+    out = []
+    for k in range(depth):
+        out += [(f"body.{3 * k}.weight", (width, width)), (f"body.{3 * k}.bias", (width,)),
+                (f"body.{3 * k + 1}.weight", (width,)), (f"body.{3 * k + 1}.bias", (width,)),
+                (f"body.{3 * k + 1}.running_mean", (width,)), (f"body.{3 * k + 1}.running_var", (width,))]
+    return out
+
+
+def test_vanished_activations_get_their_batch_norms_calibrated_and_no_constant_passes():
+    """Linear layers drawn at 0.02 under eval-mode batch norms at their initial statistics: after 24
+    blocks the output is the biases' alone, whatever the input. The norms' statistics are measured on
+    drawn inputs (the parameters stay as drawn), the outputs then depend on the inputs, the program
+    gets those statistics as its weights, and the constant the degenerate reference gave is wrong."""
+    P = harness("vanishing_bn.py", (64, 64), (64, 64), weights=_bn_weights())
+    assert P.degenerate == "", P.notes
+    assert any("running statistics were measured" in n for n in P.notes), P.notes
+    # the program's weights are the calibrated statistics: no longer the initial 0 and 1
+    mean, var = P.weights[4], P.weights[5]
+    assert mean.abs().max() > 0 and (var - 1).abs().max() > 0.5
+    d = P.draw(SEED)
+    constant = P.forward(d)[0].clone()
+    d2 = P.draw(SEED + 1)
+    assert not torch.allclose(P.forward(d2)[0], constant, atol=1e-2, rtol=1e-2)
+
+    def first_answer(i, o, r):
+        r.enqueue(lambda: o[0].copy_(constant))
+
+    v, _ = verdict(FakeRunner(first_answer), P, precision="tf32")
+    assert v.kind == "wrong_answer", v.verdict.summary()
+
+
+def test_norm_scales_drawn_near_zero_are_drawn_again_around_one():
+    """The same stack with every norm's scale drawn at 0.02: measured statistics do not help (each
+    block still multiplies by 0.02), the parameters are drawn again with each norm's scale around
+    one, and the outputs depend on the inputs."""
+    P = harness("vanishing_norm_scale.py", (64, 64), (64, 64), weights=_bn_weights())
+    assert P.degenerate == "", P.notes
+    assert any("drawn again at the layers' scale" in n for n in P.notes), P.notes
+    scale = P.weights[2]
+    assert scale.min() > 0 and 0.3 < scale.mean() < 3
+
+
+def test_norm_calibration_leaves_training_mode_norms_and_their_momentum_alone():
+    from stitchcuda.verifier.run.parameters import calibrate_norms
+
+    train_bn, eval_bn = torch.nn.BatchNorm1d(8), torch.nn.BatchNorm1d(8, momentum=0.3).eval()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), eval_bn, train_bn)
+    x = torch.randn(32, 8) * 5 + 3
+    assert calibrate_norms(model, lambda: model(x)) == 1
+    assert not eval_bn.training and eval_bn.momentum == 0.3 and train_bn.training
+    with torch.no_grad():
+        h = model[0](x)
+    assert torch.allclose(eval_bn.running_mean, h.mean(0), atol=1e-5)
+    assert torch.allclose(eval_bn.running_var, h.var(0), rtol=1e-4)
+    assert calibrate_norms(torch.nn.Sequential(torch.nn.Linear(8, 8)), lambda: None) == 0
+
+
 def test_outputs_small_beside_the_tolerance_are_not_degenerate_when_they_move_with_the_inputs():
     """A row mean of uniform [0, 1) inputs is 0.5 +- 0.002 for every draw of get_inputs(), within
     tolerance of itself, yet moves with its inputs: the inputs scaled up (reference side) and the

@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 from ... import manifest as mf
-from .parameters import independent_of_inputs, redraw_parameters, vary_parameters
+from .parameters import calibrate_norms, independent_of_inputs, redraw_parameters, vary_parameters
 from .reference import (ProblemError, ReferenceSpec, call_reference, flatten_outputs, fp32_exact, inputs_on,
                         load_module, model_state, program_inputs, split_args, state_attributes)
 
@@ -46,9 +46,10 @@ class ReferenceHarness:
 
     The model is built with ``weights_seed`` (``torch.manual_seed`` then ``Model(*get_init_inputs())``),
     its parameters and buffers drawn away from their initial values (:func:`.parameters.vary_parameters`,
-    unless ``vary`` is False) and, where its outputs then do not depend on its inputs, drawn again
-    at the layers' scale (:func:`.parameters.redraw_parameters`); ``degenerate`` says why when even
-    that does not help. Every tensor the manifest lists as a weight is taken from it by name:
+    unless ``vary`` is False) and, where its outputs then do not depend on its inputs, its batch
+    norms' statistics measured on drawn inputs (:func:`.parameters.calibrate_norms`), else its
+    parameters drawn again at the layers' scale (:func:`.parameters.redraw_parameters`);
+    ``degenerate`` says why when even that does not help. Every tensor the manifest lists as a weight is taken from it by name:
     parameters, buffers, non-persistent buffers. ``weights`` (manifest order and dtypes, contiguous, on the device) is what
     the program's create() gets; the reference computes with the same values. Nothing of the program
     folder (its weights file) flows into the reference.
@@ -120,8 +121,9 @@ class ReferenceHarness:
 
     def _depend_on_inputs(self, seed: int) -> None:
         """Where the outputs for two sets of inputs, and the first scaled up by ``SCALED_UP``, are
-        within tolerance of each other (a head initialised to zeros), the parameters drawn again at the
-        layers' scale; ``degenerate`` says why when the outputs still do not depend on the inputs."""
+        within tolerance of each other (a head initialised to zeros, activations vanished through the
+        layers), the remedies of :mod:`.parameters` tried in turn, the mildest first;
+        ``degenerate`` says why when the outputs still do not depend on the inputs."""
         import torch
 
         from ...precision import get as get_policy
@@ -156,18 +158,47 @@ class ReferenceHarness:
         why = independent_of_inputs(outputs(), tol, close)
         if not why:
             return
+
+        def calibrate() -> int:
+            def run() -> None:
+                self.forward(self.draw(seed ^ 0xCA1B))
+                self._first_seed = None
+
+            return calibrate_norms(self.model, run)
+
+        def redraw() -> int:
+            redraw_parameters(self.model, seed)
+            calibrate()
+            return 1
+
+        # the remedies of parameters.py's docstring, the mildest first, each from the varied parameters
+        remedies = (("calibrating the batch norms", "its batch norms' running statistics were measured on drawn "
+                     "inputs", calibrate),
+                    ("drawing the parameters again", "its parameters were drawn again at the layers' scale (a norm's "
+                     "scale around one) and its batch norms' statistics measured on drawn inputs", redraw))
         saved = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        redraw_parameters(self.model, seed)
-        if self._model64 is not None:
+        still = why
+        for name, what, remedy in remedies:
+            self.model.load_state_dict(saved)
             self._model64 = None
-        still = independent_of_inputs(outputs(), tol, close)
+            try:
+                if not remedy():
+                    continue
+            except Exception as e:  # noqa: BLE001 - a norm that cannot run in training mode (one value a channel)
+                self.notes.append(f"the reference's outputs did not depend on its inputs; {name} failed "
+                                  f"({type(e).__name__}: {e})")
+                continue
+            still = independent_of_inputs(outputs(), tol, close)
+            if not still:
+                self.notes.append(f"the reference's outputs did not depend on its inputs ({why}): {what}, "
+                                  "the same values for the reference and the program")
+                break
         if still:
             self.model.load_state_dict(saved)
+            self._model64 = None
             self.degenerate = still
-            self.notes.append(f"degenerate reference: {still}, even with its parameters drawn again")
-        else:
-            self.notes.append(f"the reference's outputs did not depend on its inputs ({why}): its parameters were "
-                              "drawn again at the layers' scale, for the reference and the program")
+            self.notes.append(f"degenerate reference: {still}, even with its batch norms calibrated and its "
+                              "parameters drawn again")
         torch.cuda.empty_cache() if self.device.type == "cuda" else None
 
     def nbytes(self) -> int:

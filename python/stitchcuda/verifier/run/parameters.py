@@ -9,10 +9,19 @@ boolean tensors, and floating buffers whose every value is an integer (a causal 
 table); a tensor of one sign keeps its sign (a variance, a scale under a logarithm).
 
 A reference whose outputs do not depend on its inputs (:func:`independent_of_inputs`) passes any
-program that returns its constant answer: a pass on it proves nothing. :func:`redraw_parameters`
-replaces every floating parameter by fresh random values of the layer's scale, which makes a head
-initialised to zeros depend on its inputs again; where nothing does (outputs that are identically
-constant), the verdict says the pass is degenerate.
+program that returns its constant answer: a pass on it proves nothing. Two causes are common in
+models built from a config with random weights, and each has its remedy:
+
+* activations that vanish through the layers: an eval-mode batch norm keeps its initial statistics
+  (mean 0, variance 1) while the convolutions before it are drawn at 0.02, so after fifty layers
+  every activation is below float32's range and the output is the biases' alone.
+  :func:`calibrate_norms` measures each such norm's statistics on drawn inputs, as training would
+  have; the parameters stay as they are;
+* a layer initialised to zeros (a head, a norm's scale drawn at 0.02): :func:`redraw_parameters`
+  replaces every floating parameter by fresh values of the layer's scale, a norm's scale around one.
+
+Where neither helps (outputs that are identically constant), the verdict says the pass is
+degenerate.
 """
 
 from __future__ import annotations
@@ -83,16 +92,68 @@ def vary_parameters(model: torch.nn.Module, seed: int) -> list[str]:
     return kept
 
 
+def is_norm(module: torch.nn.Module) -> bool:
+    """A normalisation layer (PyTorch's batch / instance / layer / group / RMS norms, or any module
+    whose class is named for one, as Hugging Face's ``LlamaRMSNorm``): its ``weight`` is a scale
+    around one, its ``bias`` a shift around zero."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    return isinstance(module, (_NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm)) or "norm" in type(module).__name__.lower()
+
+
 def redraw_parameters(model: torch.nn.Module, seed: int) -> None:
-    """Every floating parameter replaced by ``N(0, 1 / fan_in)`` values (a layer's scale, whatever its
-    initialisation: zeros included), in place; buffers are left as they are."""
+    """Every floating parameter replaced by values of its layer's scale, whatever its initialisation
+    (zeros included), in place; buffers are left as they are. A norm's scale is drawn as
+    ``exp(N(0, 1/16))`` (around one, positive), its shift as ``N(0, 0.1^2)``; every other parameter as
+    ``N(0, 1 / fan_in)``."""
+    scales, shifts = set(), set()
+    for module in model.modules():
+        if is_norm(module):
+            for attr, into in (("weight", scales), ("bias", shifts)):
+                t = getattr(module, attr, None)
+                if isinstance(t, torch.Tensor):
+                    into.add(t.data_ptr())
     for name, t, is_param in _tensors(model):
         if not is_param or not t.is_floating_point() or t.numel() == 0:
             continue
         gen = torch.Generator(device=t.device).manual_seed((seed * 7_000_003 + _stable_hash(name)) % (1 << 62))
-        fan_in = t.numel() // t.shape[0] if t.dim() > 1 else t.numel()
+        noise = torch.randn(t.shape, generator=gen, device=t.device)
+        if t.data_ptr() in scales:
+            new = torch.exp(noise * 0.25)
+        elif t.data_ptr() in shifts:
+            new = noise * 0.1
+        else:
+            fan_in = t.numel() // t.shape[0] if t.dim() > 1 else t.numel()
+            new = noise / math.sqrt(max(fan_in, 1))
         with torch.no_grad():
-            t.copy_((torch.randn(t.shape, generator=gen, device=t.device) / math.sqrt(max(fan_in, 1))).to(t.dtype))
+            t.copy_(new.to(t.dtype))
+
+
+def calibrate_norms(model: torch.nn.Module, run: Callable[[], Any], passes: int = 2) -> int:
+    """Every eval-mode batch norm that keeps running statistics gets them measured: reset, then
+    averaged over ``passes`` calls of ``run`` (a forward on drawn inputs) with those norms in
+    training mode, as training would have left them; the norms are back in eval mode after, with
+    their momentum. Returns how many norms were calibrated (0: none, ``run`` not called). Norms in
+    training mode are left alone: they use their batch's statistics anyway."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    norms = [m for m in model.modules() if isinstance(m, _BatchNorm) and not m.training
+             and m.track_running_stats and m.running_mean is not None]
+    if not norms:
+        return 0
+    momenta = [m.momentum for m in norms]
+    try:
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average over the passes
+            m.train()
+        for _ in range(passes):
+            run()
+    finally:
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum
+            m.eval()
+    return len(norms)
 
 
 def _stable_hash(name: str) -> int:
@@ -120,4 +181,4 @@ def independent_of_inputs(outputs: Sequence[Sequence[Any]], tol: float,
             "other: a constant answer passes")
 
 
-__all__ = ["vary_parameters", "redraw_parameters", "structural", "independent_of_inputs"]
+__all__ = ["vary_parameters", "redraw_parameters", "calibrate_norms", "is_norm", "structural", "independent_of_inputs"]

@@ -206,9 +206,19 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "pad_reflect": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 1, 1), mode="reflect")), [_x(2, 6, 9, 10)])),
     "pad_replicate": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 1, 1), mode="replicate")), [_x(2, 6, 9, 10)])),
     "repeat": ("gather", lambda: (Fn(lambda s, x: x.repeat(2, 1, 1, 2)), [_x(2, 3, 17)])),
-    # bilinear and bicubic interpolation, PyTorch's decompositions (gathers of computed indices)
+    # linear interpolations: one gather blending its taps; bicubic: PyTorch's decomposition (gathers
+    # of computed indices and arithmetic)
     "upsample_bilinear": ("gather", lambda: (Fn(lambda s, x: F.interpolate(x, scale_factor=1.5, mode="bilinear")),
                                              [_x(2, 3, 6, 7)])),
+    "upsample_linear_trilinear": ("gather", lambda: (Fn(lambda s, x, v: (
+        F.interpolate(x, size=11, mode="linear", align_corners=True),
+        F.interpolate(v, scale_factor=(0.5, 2.0, 1.7), mode="trilinear"))), [_x(2, 3, 6), _x(2, 3, 4, 5, 6)])),
+    # a decode head's shape: channels-last features (a linear layer's output permuted), each
+    # upsampled straight into its slot of a join along channels that a convolution reads
+    "upsample_bilinear_into_cat": ("gather", lambda: (Fn(lambda s, a, b: s.fuse(torch.cat([
+        F.interpolate(s.pa(a).permute(0, 3, 1, 2), size=(8, 8), mode="bilinear", align_corners=False),
+        F.interpolate(s.pb(b).permute(0, 3, 1, 2), size=(8, 8), mode="bilinear", align_corners=True)], dim=1)),
+        pa=nn.Linear(6, 16), pb=nn.Linear(6, 16), fuse=nn.Conv2d(32, 8, 1)), [_x(2, 8, 8, 6), _x(2, 3, 3, 6, seed=1)])),
     "upsample_bicubic_corners": ("gather", lambda: (Fn(lambda s, x: F.interpolate(
         x, size=(9, 4), mode="bicubic", align_corners=True)), [_x(2, 3, 6, 7)])),
     "upsample_nearest": ("gather", lambda: (Fn(lambda s, x: F.interpolate(x, scale_factor=2)), [_x(2, 6, 9, 10)])),

@@ -99,6 +99,15 @@ def test_fusion_of_the_families():
     ar = _plan("arange")
     assert [t.phase for t in ar.tasks] == ["create", "run"], "arange is computed once, at create"
     assert _kinds(_plan("flip")) == ["Gather"] and _plan("flip").tasks[0].params.base > 0
+    up = _plan("upsample_bilinear_into_cat")
+    gathers = [t.params for t in up.tasks if type(t.params).__name__ == "GatherSpec"]
+    # each interpolation one gather (not four and a blend) reading the channels-last features as they
+    # are, written into its slot of the join
+    assert len(gathers) == 2 and all(g.linear == (0, 0, 1, 1) for g in gathers), _kinds(up)
+    assert [g.align_corners for g in gathers] == [False, True]
+    assert all(g.x.strides[1] == 1 and g.out.buffer == gathers[0].out.buffer for g in gathers), \
+        [(g.x, g.out) for g in gathers]
+    assert sorted(g.out.offset for g in gathers) == [0, 16 * 8 * 8], "the join's two slots"
 
 
 def test_convolutions_fuse_their_activation():
@@ -153,3 +162,23 @@ def test_programs_pass_the_static_rules():
                 check_manifest(src.manifest, source=src.program_cu)
             assert not findings, f"{name} {policy}: " + "; ".join(str(f) for f in findings)
 
+
+
+def test_a_gather_walks_its_output_in_memory_order():
+    """The gather kernel's last dim is its fastest: the dims are handed over as the output lies in
+    memory, so an interpolation written channels-last writes (and reads channels-last features)
+    along the channels."""
+    from types import SimpleNamespace
+
+    from stitchcuda.kinds import gather as G
+    from stitchcuda.layout import View
+
+    x = View("x", 0, (2, 3, 4, 5), (60, 1, 15, 3), "float32")
+    out = View("o", 0, (2, 3, 8, 10), (240, 1, 30, 3), "float32")
+    g = G.GatherSpec("gather", x, out, 0, x.strides, (0, 0, 0, 0), (2, 3, 4, 5), linear=(0, 0, 1, 1),
+                     linear_scale=(0.0, 0.0, 0.5, 0.5))
+    _, body = G.render(SimpleNamespace(name="up"), g, lambda s: s, "up")
+    text = "\n".join(body)
+    assert "g.shape[0] = 2; g.shape[1] = 8; g.shape[2] = 10; g.shape[3] = 3;" in text, text
+    assert "g.out_stride[3] = 1;" in text and "g.coef[3] = 1;" in text, text
+    assert "g.linear[0] = 0; g.linear[1] = 1; g.linear[2] = 1; g.linear[3] = 0;" in text, text

@@ -38,6 +38,11 @@ PRESERVED_OPS: tuple[str, ...] = (
     "aten.gru.input",
     "aten.rnn_tanh.input",
     "aten.rnn_relu.input",
+    # Linear interpolations: one gather task reads each output's two, four or eight taps and blends
+    # them (kinds/gather.py); taken apart they were four gathers and a blend, each gather writing a
+    # tensor as large as the output.
+    *(f"aten.{op}.{form}" for op in ("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d")
+      for form in ("vec", "default")),
 )
 
 class _Registry:
@@ -114,9 +119,7 @@ def decomposition_table() -> dict:
 
 #: Interpolations core ATen keeps whole, taken apart into gathers and arithmetic by PyTorch's own
 #: decompositions (the index math is computed once, at create; the weighted taps fuse).
-DECOMPOSED_OPS: tuple[str, ...] = tuple(f"aten.{op}.{form}" for op in (
-    "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d")
-    for form in ("vec", "default"))
+DECOMPOSED_OPS: tuple[str, ...] = tuple(f"aten.upsample_bicubic2d.{form}" for form in ("vec", "default"))
 
 
 def _decomposed_interpolation() -> dict:

@@ -1,5 +1,5 @@
 // index.cuh — gathers (gather, index_select, embedding, advanced indexing, flip, constant
-// padding, repeat, nearest-neighbour upsampling) and iota (arange).
+// padding, repeat, nearest-neighbour upsampling, linear interpolation) and iota (arange).
 //
 // launch_gather<Tx, Tout>(GatherParams<Tx, Tout>, stream)
 // Contract
@@ -9,11 +9,19 @@
 //       off   = base + sum_d src_d * coef[d] + sum_k idx_k * idx_coef[k]
 //       idx_k = idx[k][p . idx_stride[k]] (int64), plus idx_size[k] when negative
 //       out[p . out_stride] = (every 0 <= src_d < size[d]) ? x[off] : fill
+//   - Linear interpolation (linear[d] != 0, at most kGatherMaxLinear dims): the dim's source index
+//       s  = align_corners ? linear_scale[d] * p_d : max(linear_scale[d] * (p_d + 0.5) - 0.5, 0)
+//     (fp32, PyTorch's area_pixel_compute_source_index) gives two taps, i0 = min(int(s), size[d] - 1)
+//     and min(i0 + 1, size[d] - 1), blended as (1 - l) * x[.. i0 ..] + l * x[.. i1 ..], l = s - i0,
+//     in fp32, the innermost interpolated dim first (PyTorch's nesting).
 //     Offsets are elements from x (which points at the tensor's first element) and may step
 //     backwards (flip: base at the last element, a negative coef). An index out of its range is
 //     the caller's error, as in PyTorch (not checked).
 //   - Values convert Tx -> Tout through fp32 unless the types agree (value.cuh).
-//   - One thread per output element, grid-stride, 64-bit index math.
+//   - One thread per output element, grid-stride, the last dim fastest (the caller orders the dims
+//     as out lies in memory); offsets in 64 bits, an element's coordinates found with 32-bit
+//     divisions where the output has fewer than 2^31 elements (a 64-bit division is emulated in
+//     dozens of instructions, four of them an element made the gather instruction-bound).
 //
 // launch_iota<T>(out, n, stride, start, step, stream): out[i * stride] = start + i * step for
 //   i < n, computed in double and stored in T (arange).
@@ -28,6 +36,7 @@ namespace stitch {
 
 constexpr int kGatherMaxDims = 8;
 constexpr int kGatherMaxIndices = 4;
+constexpr int kGatherMaxLinear = 3;
 
 template <class Tx, class Tout>
 struct GatherParams {
@@ -47,22 +56,40 @@ struct GatherParams {
   int64_t idx_coef[kGatherMaxIndices];
   int64_t idx_size[kGatherMaxIndices];
   float fill;
+  int linear[kGatherMaxDims];         // 1: an interpolated dim (two taps blended)
+  float linear_scale[kGatherMaxDims];
+  int align_corners;
 };
 
 namespace detail {
 
-template <class Tx, class Tout>
+template <class Tx, class Tout, class Idx>
 __global__ void __launch_bounds__(256) gather_kernel(GatherParams<Tx, Tout> p, int64_t total) {
   const int64_t grid = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += grid) {
-    int64_t rem = e, off = p.base, o = 0;
+    Idx rem = Idx(e);
+    int64_t off = p.base, o = 0;
     int64_t ioff[kGatherMaxIndices] = {0, 0, 0, 0};
+    int64_t step[kGatherMaxLinear];  // the second tap's offset from the first, the innermost dim first
+    float w1[kGatherMaxLinear];
+    int nlin = 0;
     bool valid = true;
     for (int d = p.ndim - 1; d >= 0; --d) {
-      const int64_t q = rem / p.shape[d];
-      const int64_t c = rem - q * p.shape[d];
+      const Idx q = rem / Idx(p.shape[d]);
+      const int64_t c = int64_t(rem - q * Idx(p.shape[d]));
       rem = q;
       o += c * p.out_stride[d];
+      if (p.linear[d] && nlin < kGatherMaxLinear) {
+        const float s = p.align_corners ? p.linear_scale[d] * float(c)
+                                        : fmaxf(p.linear_scale[d] * (float(c) + 0.5f) - 0.5f, 0.f);
+        const int64_t i0 = min(int64_t(s), p.size[d] - 1);
+        off += i0 * p.coef[d];
+        step[nlin] = i0 < p.size[d] - 1 ? p.coef[d] : 0;
+        w1[nlin] = s - float(i0);
+        ++nlin;
+        for (int k = 0; k < p.nidx; ++k) ioff[k] += c * p.idx_stride[k][d];
+        continue;
+      }
       const int64_t src = p.nearest[d] > 0.f
                               ? min(int64_t(floorf(float(c) * p.nearest[d])), p.size[d] - 1)
                               : c - p.lo[d];
@@ -75,7 +102,21 @@ __global__ void __launch_bounds__(256) gather_kernel(GatherParams<Tx, Tout> p, i
       if (i < 0) i += p.idx_size[k];
       off += i * p.idx_coef[k];
     }
-    p.out[o] = valid ? convert_value<Tout>(p.x[off]) : any_from_float<Tout>(p.fill);
+    if (nlin == 0) {
+      p.out[o] = valid ? convert_value<Tout>(p.x[off]) : any_from_float<Tout>(p.fill);
+      continue;
+    }
+    // tap m: bit j set reads the second tap of the j-th interpolated dim (the innermost is j = 0);
+    // the blends pair taps 2m, 2m + 1 over the innermost dim, then the next, as PyTorch nests them
+    float v[1 << kGatherMaxLinear];
+    for (int m = 0; m < (1 << nlin); ++m) {
+      int64_t at = off;
+      for (int j = 0; j < nlin; ++j) at += (m >> j & 1) ? step[j] : 0;
+      v[m] = valid ? any_to_float<Tx>(p.x[at]) : p.fill;
+    }
+    for (int j = 0; j < nlin; ++j)
+      for (int m = 0; m < (1 << (nlin - 1 - j)); ++m) v[m] = (1.f - w1[j]) * v[2 * m] + w1[j] * v[2 * m + 1];
+    p.out[o] = any_from_float<Tout>(valid ? v[0] : p.fill);
   }
 }
 
@@ -103,7 +144,10 @@ cudaError_t launch_gather(const GatherParams<Tx, Tout>& p, cudaStream_t stream) 
   int64_t total = 1;
   for (int d = 0; d < p.ndim; ++d) total *= p.shape[d];
   if (total <= 0) return cudaSuccess;
-  detail::gather_kernel<Tx, Tout><<<detail::grid_for(total), 256, 0, stream>>>(p, total);
+  if (total < (int64_t(1) << 31))
+    detail::gather_kernel<Tx, Tout, uint32_t><<<detail::grid_for(total), 256, 0, stream>>>(p, total);
+  else
+    detail::gather_kernel<Tx, Tout, int64_t><<<detail::grid_for(total), 256, 0, stream>>>(p, total);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,7 @@
 """Gathers through index.cuh: gather, index_select, embedding, advanced indexing, flip, constant
-padding, repeat and nearest upsampling — every output element read from one computed offset of x.
+padding, repeat, nearest upsampling — every output element read from one computed offset of x —
+and linear interpolation (1-, 2- and 3-d), where each interpolated dim blends two neighbouring
+offsets.
 
 Claim: every free gather-like node (index tensors must be integers; boolean-mask indexing, whose
 shape depends on the data, is refused). Lowering reads the node's arguments into the offset's
@@ -42,7 +44,13 @@ class GatherSpec:
     ``src_d`` outside
     ``[0, size[d])`` is ``fill`` (padding). Offsets are in elements of x from its first element
     and may be negative (flip). Covers gather, index_select, embedding, advanced indexing, flip,
-    constant padding, repeat and nearest upsampling."""
+    constant padding, repeat and nearest upsampling.
+
+    Linear interpolation: a dim with ``linear[d]`` set reads two taps, ``i0 = min(trunc(s),
+    size[d] - 1)`` and ``min(i0 + 1, size[d] - 1)``, for the fp32 source index ``s = scale * p_d``
+    (``align_corners``) or ``max(scale * (p_d + 0.5) - 0.5, 0)``, ``scale = linear_scale[d]``, and
+    blends them with weights ``1 - (s - i0)`` and ``s - i0``, the innermost dim first, as PyTorch's
+    CUDA kernels do."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "gather")
 
@@ -58,6 +66,9 @@ class GatherSpec:
     index_coef: tuple[int, ...] = ()
     index_size: tuple[int, ...] = ()
     fill: float = 0.0
+    linear: tuple[int, ...] = ()
+    linear_scale: tuple[float, ...] = ()
+    align_corners: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,32 @@ def _gather(cx, n: Node) -> None:
 # ---------------------------------------------------------------------- lower
 
 
+#: The linear interpolations and how many trailing (spatial) dims each blends.
+LINEAR_MODES = {"upsample_linear1d": 1, "upsample_bilinear2d": 2, "upsample_trilinear3d": 3}
+
+
+def _scales_given(n: Node, nsp: int) -> list[float | None]:
+    """The scale factor each spatial dim was given (None: only a size), in either form of the op."""
+    if n.op.endswith(".vec"):
+        sf = n.attr("scale_factors")
+        return [float(sf[j]) if sf and sf[j] else None for j in range(nsp)]
+    names = {1: ("scales",), 2: ("scales_h", "scales_w"), 3: ("scales_d", "scales_h", "scales_w")}[nsp]
+    return [float(n.attr(k)) if n.attr(k) else None for k in names]
+
+
+def source_scale(n_in: int, n_out: int, align_corners: bool, given: float | None) -> float:
+    """PyTorch's ``area_pixel_compute_scale`` in fp32: the source index step of one output step."""
+    import numpy as np
+
+    if align_corners:
+        return float(np.float32(n_in - 1) / np.float32(n_out - 1)) if n_out > 1 else 0.0
+    if given is not None and given > 0:
+        return float(np.float32(1.0 / given))
+    return float(np.float32(n_in) / np.float32(n_out))
+
+
+
+
 def lower(lw, pr: GatherProto, pre: list) -> None:
     n = lw.ix.node(pr.node)
     kind = n.op.removeprefix("aten.").split(".")[0]
@@ -127,6 +164,9 @@ def lower(lw, pr: GatherProto, pre: list) -> None:
     icoef: list[int] = []
     isize: list[int] = []
     split = None  # repeat: the out dims, each split in (repeat, size)
+    linear: list[int] = []
+    linear_scale: list[float] = []
+    align = False
     if kind == "gather":
         dim = L.norm_dim(int(n.attr("dim")), len(xs))
         coef = [st[d] if d != dim else 0 for d in range(R)]
@@ -197,6 +237,15 @@ def lower(lw, pr: GatherProto, pre: list) -> None:
             d = R - nsp + j
             nearest[d] = 1.0 / float(sf[j]) if sf and sf[j] else xs[d] / oshape[d]
             size[d] = xs[d]
+    elif kind in LINEAR_MODES:
+        nsp = LINEAR_MODES[kind]
+        coef = list(st)
+        align = bool(n.attr("align_corners"))
+        linear, linear_scale = [0] * R, [0.0] * R
+        for j, given in enumerate(_scales_given(n, nsp)):
+            d = R - nsp + j
+            linear[d], linear_scale[d] = 1, source_scale(xs[d], oshape[d], align, given)
+            size[d] = xs[d]
     else:
         raise lw.fail(n, "no gather lowering")
     # The output, and (repeat) its dims split in two.
@@ -232,7 +281,8 @@ def lower(lw, pr: GatherProto, pre: list) -> None:
             v = r
         views.append(L.broadcast_to(v, wo.shape))
     spec = GatherSpec("gather", vx, wo, base, tuple(coef), tuple(lo), tuple(size),
-                      tuple(nearest) if any(nearest) else (), tuple(views), tuple(icoef), tuple(isize), fill)
+                      tuple(nearest) if any(nearest) else (), tuple(views), tuple(icoef), tuple(isize), fill,
+                      tuple(linear), tuple(linear_scale), align)
     lw.add(pr, pr.name, spec, [vx] + views, [wo], touched=list(pr.ins) + [pr.out])
     copy_back(lw, pr, post)
 
@@ -253,7 +303,15 @@ def interpret(mem, g: GatherSpec) -> None:
     grids = torch.meshgrid(*[torch.arange(d, device=mem.device) for d in shape], indexing="ij") if shape else []
     off = torch.full(shape, g.base, dtype=torch.int64, device=mem.device)
     valid = torch.ones(shape, dtype=torch.bool, device=mem.device)
+    blends = []  # (offset of the second tap, its weight) per interpolated dim, the outermost first
     for d, p_ in enumerate(grids):
+        if g.linear and g.linear[d]:
+            pf, scale = p_.to(torch.float32), torch.tensor(g.linear_scale[d], dtype=torch.float32)
+            s = scale * pf if g.align_corners else torch.clamp_min(scale * (pf + 0.5) - 0.5, 0.0)
+            i0 = torch.clamp_max(s.to(torch.int64), g.size[d] - 1)
+            off += i0 * g.coef[d]
+            blends.append(((i0 < g.size[d] - 1).to(torch.int64) * g.coef[d], (s - i0.to(torch.float32)).double()))
+            continue
         if g.nearest and g.nearest[d] > 0:
             scale = torch.tensor(g.nearest[d], dtype=torch.float32)
             src = torch.clamp_max(torch.floor(p_.to(torch.float32) * scale).to(torch.int64), g.size[d] - 1)
@@ -266,25 +324,44 @@ def interpret(mem, g: GatherSpec) -> None:
         off += torch.where(i < 0, i + n, i) * c
     flat = mem.typed(g.x.buffer, g.x.dtype)
     xo = g.x.offset
-    vals = flat[(xo + torch.where(valid, off, torch.zeros_like(off))).reshape(-1)].double().reshape(shape)
+
+    def tap(at):
+        return flat[(xo + torch.where(valid, at, torch.zeros_like(at))).reshape(-1)].double().reshape(shape)
+
+    # bit j of a tap's number: the second tap of the j-th interpolated dim counted from the innermost
+    taps = [tap(off + sum((blends[-1 - j][0] for j in range(len(blends)) if m >> j & 1), torch.zeros_like(off)))
+            for m in range(1 << len(blends))]
+    for _, w1 in reversed(blends):  # the innermost dim first, as PyTorch's kernels nest the blends
+        taps = [(1.0 - w1) * taps[2 * m] + w1 * taps[2 * m + 1] for m in range(len(taps) // 2)]
+    vals = taps[0]
     mem.write(g.out, torch.where(valid, vals, torch.full_like(vals, g.fill)))
 
 
 def render(t, g: GatherSpec, n, fn: str) -> tuple[list[str], list[str]]:
     o = g.out
+    # The kernel walks its dims in the order given, the last fastest: out's memory order, so that
+    # writes into a channels-last or sliced target are coalesced (any order computes the same).
+    perm = sorted(range(o.ndim), key=lambda d: -abs(o.strides[d]))
+
+    def permuted(vals):
+        return [vals[d] for d in perm] if vals else []
+
     body = [f"  stitch::GatherParams<{ctype(g.x.dtype)}, {ctype(o.dtype)}> g{{}};",
             f"  g.x = {n('x')}; g.out = {n('out')}; g.ndim = {o.ndim}; g.base = {g.base}; g.fill = {cxx.flit(g.fill)};"]
     for field, vals in (("shape", o.shape), ("out_stride", o.strides), ("coef", g.coef), ("lo", g.lo),
-                        ("size", g.size)):
+                        ("size", g.size), ("linear", g.linear)):
         if vals:
-            body.append("  " + " ".join(f"g.{field}[{d}] = {v};" for d, v in enumerate(vals)))
-    if g.nearest:
-        body.append("  " + " ".join(f"g.nearest[{d}] = {cxx.flit(v)};" for d, v in enumerate(g.nearest)))
+            body.append("  " + " ".join(f"g.{field}[{d}] = {v};" for d, v in enumerate(permuted(vals))))
+    for field, vals in (("nearest", g.nearest), ("linear_scale", g.linear_scale)):
+        if vals:
+            body.append("  " + " ".join(f"g.{field}[{d}] = {cxx.flit(v)};" for d, v in enumerate(permuted(vals))))
+    if g.align_corners:
+        body.append("  g.align_corners = 1;")
     body.append(f"  g.nidx = {len(g.inputs)};")
     for k, v in enumerate(g.inputs):
         body.append(f"  g.idx[{k}] = {n(f'inputs[{k}]')}; g.idx_coef[{k}] = {g.index_coef[k]}; "
                     f"g.idx_size[{k}] = {g.index_size[k]};")
-        body.append("  " + " ".join(f"g.idx_stride[{k}][{d}] = {s_};" for d, s_ in enumerate(v.strides)))
+        body.append("  " + " ".join(f"g.idx_stride[{k}][{d}] = {s_};" for d, s_ in enumerate(permuted(v.strides))))
     return cxx.include(HEADER), body + cxx.call(t.name, "stitch::launch_gather(g, stream)")
 
 

@@ -272,6 +272,15 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(6, 6, 5, stride=2, padding=2, groups=6)), [_x(2, 6, 75, 140)]))),
     "depthwise_rows_3x5": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 4, (3, 5), padding=(1, 2), groups=4)), [_x(2, 4, 9, 12)]))),
+    # TensorFlow's "same" padding as Hugging Face's MobileNets write it: F.pad (asymmetric, zeros)
+    # before a padding-free depthwise convolution, folded into it; on both of its paths (a 1x1
+    # convolution's channels-last output, and channels-first data on the tiled path), the second
+    # with the convolution's own padding on top
+    "depthwise_same_pad": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (F.hardtanh(s.dw(F.pad(s.pw(x), (0, 1, 0, 1))), 0.0, 6.0),
+                         s.dw2(F.pad(x, (2, 1, 1, 2)))),
+           pw=nn.Conv2d(4, 8, 1), dw=nn.Conv2d(8, 8, 3, stride=2, groups=8),
+           dw2=nn.Conv2d(4, 4, 3, padding=1, groups=4)), [_x(2, 4, 12, 10)]))),
     "depthwise_wide": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 4, (2, 9), padding=(1, 4), groups=4, bias=False)), [_x(2, 4, 7, 30)]))),
     "conv1d_tanh_gelu_tanh": ("conv", _seeded(lambda: (

@@ -99,6 +99,11 @@ def test_fusion_of_the_families():
     ar = _plan("arange")
     assert [t.phase for t in ar.tasks] == ["create", "run"], "arange is computed once, at create"
     assert _kinds(_plan("flip")) == ["Gather"] and _plan("flip").tasks[0].params.base > 0
+    same = _plan("depthwise_same_pad")
+    # each F.pad folded into the depthwise convolution after it: no gather writes a padded copy
+    dws = [t.params for t in same.tasks if type(t.params).__name__ == "DepthwiseSpec"]
+    assert "Gather" not in _kinds(same) and len(dws) == 2, _kinds(same)
+    assert sorted(d.padding for d in dws) == [(0, 0), (2, 3)], [d.padding for d in dws]
     up = _plan("upsample_bilinear_into_cat")
     gathers = [t.params for t in up.tasks if type(t.params).__name__ == "GatherSpec"]
     # each interpolation one gather (not four and a blend) reading the channels-last features as they

@@ -564,6 +564,44 @@ def test_mish_from_parts(broken):
     _sweep("mish_from_parts", mish_parts, broken, 8 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- drop_empty_pads
+
+EMPTY_PAD_GUARDS = ("padded", "returned")
+
+
+@st.composite
+def empty_pad(draw, broken: str | None):
+    """``F.pad`` by nothing (any number of dims, any fill value) before an op — a convolution
+    (Hugging Face's MobileNets), an elementwise op — or returned beside it; or one guard away:
+    one side of one dim padded (or cropped), the pad's result returned."""
+    shape = tuple(draw(st.integers(1, 5)) for _ in range(draw(st.integers(3, 4))))
+    dims = draw(st.integers(1, len(shape) - 2))
+    pads = [0] * (2 * dims)
+    if broken == "padded":
+        pads[draw(st.integers(0, 2 * dims - 1))] = draw(st.sampled_from([1, 2, -1]))
+        assume(all(s + pads[2 * (len(shape) - 1 - d)] + pads[2 * (len(shape) - 1 - d) + 1] > 0
+                   for d, s in enumerate(shape) if 2 * (len(shape) - 1 - d) + 1 < len(pads)))
+    value = draw(st.sampled_from([0.0, 1.5, -math.inf]))
+    after = draw(st.sampled_from(["conv", "relu"]))
+
+    def fn(s, x):
+        y = F.pad(x, pads, value=value)
+        z = s.conv(y) if after == "conv" else torch.relu(y)
+        return _guarded(broken, z, y, lambda: y)
+
+    c = shape[1]
+    params = dict(broken=broken, shape=shape, pads=pads, value=value, after=after)
+    mods = (("conv", lambda: _conv_class(len(shape) - 2, False)(c, 2, 1)),) if after == "conv" else ()
+    case = Case("aten.constant_pad_nd.default", params, fn, (T(shape),), mods,
+                policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()))
+    return _expect("drop_empty_pads", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + EMPTY_PAD_GUARDS)
+def test_drop_empty_pads(broken):
+    _sweep("drop_empty_pads", empty_pad, broken, 6 if broken is None else 2)
+
+
 # ---------------------------------------------------------------------- fold_channel_affine
 
 AFFINE_GUARDS = ("grouped_transposed", "shared", "returned", "input_operand", "per_pixel", "divided_by_y", "bf16")
@@ -702,7 +740,7 @@ def test_every_rewrite_is_swept():
                                              "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
                                              "drop_identities", "conv_bias_into_elementwise",
                                              "fold_channel_affine", "instance_norm_as_group_norm",
-                                             "group_norm_over_rows", "mish_from_parts"}
+                                             "group_norm_over_rows", "mish_from_parts", "drop_empty_pads"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

@@ -9,7 +9,10 @@ floor's scale.
 
 Claim (*fuse*, before the other convolutions): a 2-d, non-transposed convolution with
 ``groups == in_channels == out_channels`` over float data, with the unary elementwise ops right
-after it as an epilogue hook (applied to the biased result), as reductions and pooling take theirs.
+after it as an epilogue hook (applied to the biased result), as reductions and pooling take theirs,
+and a zero padding right before it (``F.pad``, TensorFlow's asymmetric "same" padding as Hugging
+Face's MobileNets and EfficientNets write it) folded into its own: the padded copy was a gather
+that wrote a tensor as large as the input, channels-first, from channels-last data.
 
 Lowering: the layout follows the input's (channels-last data from a channels-last region stays
 so, a channels-first input is read as it lies: no conversion either way); the weights are read
@@ -40,7 +43,9 @@ HEADER = "depthwise.cuh"
 class DepthwiseSpec:
     """depthwise.cuh: ``out = epilogue(bias + depthwise_conv(prologue(x), w))`` over x [N, C, H, W]
     and out [N, C, OH, OW] (any strides), w [C, kh, kw] dense, bias [C] (or None); ``stride``,
-    ``padding``, ``dilation`` per spatial dim (zero padding). Hooks as RowSpec."""
+    ``padding``, ``dilation`` per spatial dim. ``padding`` is the zeros before the first row and
+    column; after the last there are as many as out's extent reads (the padding may be
+    asymmetric: a folded ``F.pad``). Hooks as RowSpec."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "depthwise")
 
@@ -90,12 +95,29 @@ def claim(cx) -> None:
             a = ix.args(n, ops.args(n.op))
             x, w = a["input"][1], a["weight"][1]
             bias = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
+            padding = int_list(n.attr("padding"), 2, 0)
+            pad, x, (top, left) = _zero_pad(cx, x)
+            padding = (padding[0] + top, padding[1] + left)
             _, _, epi, out = cx.hooks(n, x, n.outputs[0].name)  # its epilogue hook (no prologue: padding)
-            nodes = [n.name] + epi
+            nodes = pad + [n.name] + epi
             cx.claim(DepthwiseProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x,
                                     w=w, bias=bias, out=out, stride=int_list(n.attr("stride"), 2, 1),
-                                    padding=int_list(n.attr("padding"), 2, 0),
-                                    dilation=int_list(n.attr("dilation"), 2, 1), epi=tuple(epi)))
+                                    padding=padding, dilation=int_list(n.attr("dilation"), 2, 1), epi=tuple(epi)))
+
+
+def _zero_pad(cx, x: str) -> tuple[list[str], str, tuple[int, int]]:
+    """``([the pad node], its input, (top, left))`` when ``x`` is a free zero ``constant_pad_nd`` of
+    the two spatial dims, non-negative, read by nothing else; else ``([], x, (0, 0))``. The zeros
+    after the last row and column need nothing: every tap outside the input reads as zero."""
+    ix = cx.ix
+    pn = ix.producer.get(x)
+    if pn is None or pn.op != A + "constant_pad_nd.default" or not cx.free(pn) or ix.only_user(x) is None:
+        return [], x, (0, 0)
+    pad = [int(v) for v in pn.attr("pad")]
+    if float(pn.attr("value") or 0.0) != 0.0 or len(pad) > 4 or any(v < 0 for v in pad):
+        return [], x, (0, 0)
+    pad += [0] * (4 - len(pad))  # (left, right, top, bottom)
+    return [pn.name], pn.inputs[0], (pad[2], pad[0])
 
 
 # ---------------------------------------------------------------------- lower
@@ -152,8 +174,12 @@ def interpret(mem, s: DepthwiseSpec) -> None:
     x = mem.hook(s.prologue, mem.read(s.x))
     w = mem.read(s.w).unsqueeze(1)
     b = mem.read(s.bias) if s.bias is not None else None
-    y = torch.nn.functional.conv2d(x, w, b, stride=s.stride, padding=s.padding, dilation=s.dilation,
-                                   groups=x.shape[1])
+    # the zeros before (padding) and after (as many as out's extent reads), then no padding
+    after = [max((o - 1) * st + d * (k - 1) + 1 - (i + p), 0) for o, st, d, k, i, p in
+             zip(s.out.shape[2:], s.stride, s.dilation, s.w.shape[1:], x.shape[2:], s.padding)]
+    x = torch.nn.functional.pad(x, (s.padding[1], after[1], s.padding[0], after[0]))
+    y = torch.nn.functional.conv2d(x, w, b, stride=s.stride, dilation=s.dilation, groups=x.shape[1])
+    y = y[:, :, :s.out.shape[2], :s.out.shape[3]]
     assert tuple(y.shape) == s.out.shape, (tuple(y.shape), s.out.shape)
     mem.write(s.out, mem.hook(s.epilogue, y))
 

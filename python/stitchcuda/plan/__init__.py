@@ -93,7 +93,9 @@ def plan(graph: Graph, policy: str = "fp32", ceilings: Ceilings | None = None, *
     graph = apply_rewrites(graph, constraints.rewrites)
     ix = GraphIndex(graph)
     ix.synthetic_cover.update((n, [origin]) for n, origin in chosen.items() if origin in reference_nodes)
-    ix.synthetic_cover.update((n, list(old)) for n, old in several.items() if n in ix.nodes)
+    for n, old in several.items():  # (to the node's heir where a later rewrite replaced it)
+        for m in [n] if n in ix.nodes else [m for m, origin in chosen.items() if origin == n and m in ix.nodes]:
+            ix.synthetic_cover[m] = list(dict.fromkeys(ix.synthetic_cover.get(m, []) + list(old)))
     fused = fuse(match(ix, pol.name, constraints, ceil), constraints, ceil)
 
     alloc = _buffers.Alloc(fused)

@@ -14,6 +14,10 @@ reports still point at the reference; weight-only subexpressions become create-t
 
 Applied to every graph (:func:`apply_always`), not asked for:
 
+``drop_empty_pads``      ``constant_pad_nd(x, [0, 0, …])`` is ``x``: Hugging Face's MobileNets pad
+                         before every convolution in TensorFlow's "same" manner, a 1×1 one by
+                         nothing, and each such pad was a copy of the whole tensor (34 of
+                         MobileNetV2's 52). Taken where the pad's result is not a graph output.
 ``pool_before_pointwise_conv``  ``avg_pool(W·x + b) = W·avg_pool(x) + b``: an average pool is a
                          weighted sum over pixels, a 1×1 convolution a linear map over channels
                          at each pixel, so they commute (exactly, in real arithmetic). Pooling
@@ -248,6 +252,14 @@ def _apply_identity(graph: Graph, n: Node) -> Graph:
     nodes = [dataclasses.replace(m, inputs=tuple(x if a == y else a for a in m.inputs))
              for m in graph.nodes if m.name != n.name]
     return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
+def _find_empty_pads(graph: Graph) -> list[tuple[Node, tuple[str, ...]]]:
+    """(the pad, the nodes reading it: they stand for it once it is gone)."""
+    return [(n, tuple(u.name for u in _users(graph, n.outputs[0].name))) for n in graph.nodes
+            if n.op == A + "constant_pad_nd.default" and len(n.inputs) == 1 and
+            not any(int(v) for v in n.attr("pad") or ()) and n.outputs[0].name not in graph.outputs and
+            graph.spec(n.inputs[0]).shape == n.outputs[0].shape and graph.spec(n.inputs[0]).dtype == n.outputs[0].dtype]
 
 
 # ---------------------------------------------------------------------- pointwise_conv_as_gemm
@@ -780,6 +792,8 @@ def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:
 
 #: Library choices made on every graph (module docstring), in order.
 ALWAYS: tuple[Rewrite, ...] = (
+    Rewrite("drop_empty_pads", _find_empty_pads, lambda graph, place: _apply_identity(graph, place[0]),
+            lambda place: {u: (u, place[0].name) for u in place[1]}),
     Rewrite("mish_from_parts", _find_mish_parts, _apply_mish_parts,
             lambda place: {place[-1].name: tuple(n.name for n in place)}),
     Rewrite("instance_norm_as_group_norm", _find_instance_norms, _apply_instance_norm,

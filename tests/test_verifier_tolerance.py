@@ -219,5 +219,8 @@ def test_an_honest_tf32_program_passes_the_precision_claim(gemm):
 
 def test_a_wrong_program_is_a_wrong_answer_not_a_precision_claim(gemm):
     w = gemm.weights[0]
-    v, _ = verdict(gemm, lambda x: x @ w.T + 0.1, "tf32", varied=0)
+    v, res = verdict(gemm, lambda x: x @ w.T + 0.1, "tf32", varied=0)
     assert v.kind == "wrong_answer", v.verdict
+    # the failure set beside PyTorch's own TF32 on the same inputs, once: the program's fault here
+    said = [n for n in res.notes if "PyTorch's own tf32 on the same inputs" in n]
+    assert len(said) == 1 and "(within the tolerance)" in said[0] and "max |err| 0.1" in said[0], res.notes

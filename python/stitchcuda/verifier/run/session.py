@@ -230,6 +230,7 @@ class Session:
         self.plain_nonfinite = False  # the reference itself gives NaN/Inf on get_inputs()'s inputs
         self.degenerate = ""  # why the reference's outputs prove nothing (see .parameters)
         self.first_refs: list[torch.Tensor] | None = None  # the first trial's outputs while degenerate
+        self._policy_compared: set[str] = set()  # outputs whose failure was set beside PyTorch's at the policy
         #: Inputs and outputs of several GiB: the extra checks that cost a reference each are thinned out
         #: (LARGE_BYTES), so that the correctness phase of the largest problems stays within its 30 s.
         self.large = sum(t.nbytes for t in (*self.in_specs, *self.out_specs)) > LARGE_BYTES
@@ -406,6 +407,8 @@ class Session:
                                                         at[i] if i < len(at) else None, e.atol)
                 if not passed and distribution:
                     passed, how = self._varied_slack(label, spec.name, o, ref64[i] if i < len(ref64) else r, how)
+            if not passed and is_float(o) and self.policy != "fp32" and spec.name not in self._policy_compared:
+                self._compare_policy(label, spec.name, e, lazy, i, r)
             if passed and how == "float64":
                 self.note(f"{label or 'a trial'}: output {spec.name} is within tolerance of the float64 reference "
                           f"(max |err| {e64.max_abs:.3g}) but not of the fp32 one ({e.max_abs:.3g})")
@@ -419,6 +422,20 @@ class Session:
         if record:
             self.trials.append(tr)
         return Judged(tr, ref, bad)
+
+    def _compare_policy(self, label: str, name: str, e, lazy, i: int, ref32: torch.Tensor) -> None:
+        """Once per output that fails under a reduced-precision policy, a note on what PyTorch itself
+        gets at that policy on the same inputs (its own TF32 / autocast), judged the same way: a
+        program worse than PyTorch at the policy is the program's fault; where PyTorch misses too,
+        the fix is precision (the loop's repair), not the arithmetic. Notes only: the verdict stands."""
+        self._policy_compared.add(name)
+        at = lazy("at")
+        if i >= len(at) or at[i] is None:
+            return
+        e_at = errors(at[i], ref32, self.tol, e.atol)
+        self.note(f"{label or 'a trial'}: output {name} at {self.policy}: the program's max |err| {e.max_abs:.3g}; "
+                  f"PyTorch's own {self.policy} on the same inputs {e_at.max_abs:.3g} "
+                  f"({'also over' if not e_at.passed else 'within'} the tolerance)")
 
     def _ill_conditioned(self, label: str, name: str, out: torch.Tensor, ref32: torch.Tensor,
                          ref64: torch.Tensor | None, at: torch.Tensor | None, atol: float) -> tuple[bool, str]:

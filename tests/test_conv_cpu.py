@@ -82,6 +82,8 @@ def conv_args(**over) -> ConvArgs:
     (dict(batch=0), "conv: batch must be >= 1, got 0"),
     (dict(in_channels=0), "conv: in_channels and out_channels must be >= 1"),
     (dict(activation=42), "conv: activation 42 is not one of st_activation"),
+    (dict(activation=8), "conv: activation 8 is not one of st_activation"),
+    (dict(activation=7, batch=0), "conv: batch must be >= 1, got 0"),  # ReLU6 (7) is one: the next check speaks
     (dict(stride=(0, 1)), "conv: stride (0, 1) has a value < 1"),
     (dict(dilation=(1, 0)), "conv: dilation (1, 0) has a value < 1"),
     (dict(padding=(-1, 0)), "conv: padding (-1, 0) has a negative value"),

@@ -252,6 +252,11 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     # no bias, fused activations, operands in other layouts, results written into a slot
     "conv2d_relu": ("conv", _seeded(lambda: (Fn(lambda s, x: F.relu(s.c(x)), c=nn.Conv2d(3, 8, 3, padding=1)),
                                              [_x(2, 3, 9, 10)]))),
+    # ReLU6 (nn.ReLU6, hardtanh(0, 6): the MobileNets' activation) fused as a clipped ReLU; another
+    # hardtanh stays apart
+    "conv2d_relu6": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (nn.ReLU6()(s.c(x)), F.hardtanh(s.d(x), 0.0, 5.0)), c=nn.Conv2d(3, 8, 3, padding=1),
+           d=nn.Conv2d(3, 4, 1)), [_x(2, 3, 9, 9, lo=None) * 4]))),
     "conv2d_strided_dilated": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1), bias=False)),
         [_x(2, 4, 11, 9)]))),

@@ -124,6 +124,7 @@ def test_convolutions_fuse_their_activation():
 
     assert conv("conv2d_relu") == [("Conv", "relu")]
     assert conv("conv2d_grouped_gelu") == [("Conv", "gelu")]
+    assert sorted(conv("conv2d_relu6")) == [("Conv", "none"), ("Conv", "relu6"), ("Ew", "")], "hardtanh(0, 5) apart"
     assert conv("depthwise_separable_swish") == [("Depthwise", ""), ("Conv", "silu")], "the depthwise stage has its own kind"
     assert conv("conv1d_tanh_gelu_tanh") == [("Conv", "tanh"), ("Ew", "")], "one activation, the next one apart"
     assert conv("conv_output_and_activation")[:2] == [("Conv", "none"), ("Ew", "")]

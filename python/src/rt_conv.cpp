@@ -9,7 +9,7 @@ namespace {
 st_activation parse_activation(const std::string& s) {
   static const std::pair<const char*, st_activation> names[] = {
       {"none", ST_ACT_NONE}, {"relu", ST_ACT_RELU},       {"gelu", ST_ACT_GELU_ERF}, {"gelu_tanh", ST_ACT_GELU_TANH},
-      {"silu", ST_ACT_SILU}, {"sigmoid", ST_ACT_SIGMOID}, {"tanh", ST_ACT_TANH}};
+      {"silu", ST_ACT_SILU}, {"sigmoid", ST_ACT_SIGMOID}, {"tanh", ST_ACT_TANH}, {"relu6", ST_ACT_RELU6}};
   for (auto& n : names)
     if (s == n.first) return n.second;
   arg_error(cat("activation must be one of 'none', 'relu', 'gelu', 'gelu_tanh', 'silu', 'sigmoid', 'tanh'; got '", s,

@@ -68,6 +68,7 @@ const char* act_name(st_activation a) {
     case ST_ACT_SILU: return "silu";
     case ST_ACT_SIGMOID: return "sigmoid";
     case ST_ACT_TANH: return "tanh";
+    case ST_ACT_RELU6: return "relu6";
   }
   return nullptr;
 }
@@ -294,7 +295,8 @@ cudnnDataType_t cudnn_type(st_dtype t) {
 
 cudnnPointwiseMode_t pointwise_mode(st_activation a) {
   switch (a) {
-    case ST_ACT_RELU: return CUDNN_POINTWISE_RELU_FWD;
+    case ST_ACT_RELU:
+    case ST_ACT_RELU6: return CUDNN_POINTWISE_RELU_FWD;  // (with an upper clip: add_pointwise)
     case ST_ACT_GELU_ERF: return CUDNN_POINTWISE_GELU_FWD;
     case ST_ACT_GELU_TANH: return CUDNN_POINTWISE_GELU_APPROX_TANH_FWD;
     case ST_ACT_SILU: return CUDNN_POINTWISE_SWISH_FWD;
@@ -333,12 +335,15 @@ cudnnBackendDescriptor_t add_tensor(ConvGraph& g, int64_t uid, cudnnDataType_t t
   return g.parts.back().get();
 }
 
+// upper_clip > 0: a ReLU's upper clip (ReLU6), in the math precision's type as cuDNN asks.
 cudnnBackendDescriptor_t add_pointwise(ConvGraph& g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                                       cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y, const char* what) {
+                                       cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y, const char* what,
+                                       float upper_clip = 0.f) {
   Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
   const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
   set_attr(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what);
   set_attr(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, what);
+  if (upper_clip > 0.f) set_attr(pw, CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP, CUDNN_TYPE_FLOAT, 1, &upper_clip, what);
   finalize(pw, what);
   Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
   cudnnBackendDescriptor_t pwd = pw.get();
@@ -422,7 +427,9 @@ std::shared_ptr<ConvGraph> build_graph(cudnnHandle_t handle, const st_conv_args&
     ops.push_back(add_pointwise(*g, CUDNN_POINTWISE_ADD, last, b, out, "bias add"));
     last = out;
   }
-  if (has_act) ops.push_back(add_pointwise(*g, pointwise_mode(a.activation), last, nullptr, y, "activation"));
+  if (has_act)
+    ops.push_back(add_pointwise(*g, pointwise_mode(a.activation), last, nullptr, y, "activation",
+                                a.activation == ST_ACT_RELU6 ? 6.f : 0.f));
 
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   set_attr(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "operation graph");

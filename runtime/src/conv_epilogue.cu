@@ -19,6 +19,7 @@ __device__ __forceinline__ float activate(float x, int act) {
     case ST_ACT_SILU: return stitch::Silu{}(x, none);
     case ST_ACT_SIGMOID: return stitch::Sigmoid{}(x, none);
     case ST_ACT_TANH: return stitch::op::tanh(x);
+    case ST_ACT_RELU6: return stitch::op::clamp(x, 0.f, 6.f);
     default: return x;
   }
 }

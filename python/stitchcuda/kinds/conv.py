@@ -49,7 +49,7 @@ class ConvSpec:
     *in_size], w [out_channels, in_channels / groups, *kernel] ([in_channels, out_channels /
     groups, *kernel] when ``transposed``), out [batch, out_channels, *out_size]: all dense
     channels-first, in the storage type of ``policy`` (bias too: one value per output channel).
-    ``activation``: ``none``, ``relu``, ``gelu`` (erf), ``gelu_tanh``, ``silu``, ``sigmoid``,
+    ``activation``: ``none``, ``relu``, ``relu6``, ``gelu`` (erf), ``gelu_tanh``, ``silu``, ``sigmoid``,
     ``tanh``. The workspace is the runtime's (per stream), the plan cached by shape."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "conv")
@@ -83,7 +83,7 @@ class ConvSpec:
 class ConvProto(Proto):
     """``out = activation(conv(x, w) + bias)``: PyTorch's convolution (``transposed``: its
     transposed form) over the last ``len(stride)`` dims, with cuDNN's fused activation
-    (``none``, ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``, ``tanh``) taking the
+    (``none``, ``relu``, ``relu6``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``, ``tanh``) taking the
     elementwise node(s) after it."""
 
     x: str = ""
@@ -163,6 +163,9 @@ def _conv_activation(cx, n: Node, out: str) -> tuple[str, list[str]]:
     if ok(u) and u.inputs == (out,):
         if u.op in _CONV_ACT:
             return _CONV_ACT[u.op], [u.name]
+        lo, hi = u.attr("min_val"), u.attr("max_val")
+        if u.op == A + "hardtanh.default" and (lo, hi) == (0.0, 6.0):  # ReLU6 (MobileNets): a clipped ReLU
+            return "relu6", [u.name]
         if u.op == A + "gelu.default":
             return ("gelu" if (u.attr("approximate") or "none") == "none" else "gelu_tanh"), [u.name]
     users = ix.users.get(out, [])
@@ -259,7 +262,7 @@ def interpret(mem, c: ConvSpec) -> None:
 
     F = torch.nn.functional
     act = {"none": lambda x: x, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": F.silu,
-           "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+           "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu6": lambda x: F.hardtanh(x, 0, 6)}
     sp = len(c.in_size)
     order = L.channels_last_order(sp + 2) if c.channels_last else None
     assert all(L.is_dense_in(v, order) for v in (c.x, c.w, c.out)), "st_conv takes dense operands, one layout"
@@ -278,7 +281,7 @@ def interpret(mem, c: ConvSpec) -> None:
 
 
 _ACTIVATION = {"none": "ST_ACT_NONE", "relu": "ST_ACT_RELU", "gelu": "ST_ACT_GELU_ERF", "gelu_tanh": "ST_ACT_GELU_TANH",
-               "silu": "ST_ACT_SILU", "sigmoid": "ST_ACT_SIGMOID", "tanh": "ST_ACT_TANH"}
+               "silu": "ST_ACT_SILU", "sigmoid": "ST_ACT_SIGMOID", "tanh": "ST_ACT_TANH", "relu6": "ST_ACT_RELU6"}
 
 
 def render(t, c: ConvSpec, n, fn: str) -> tuple[list[str], list[str]]:

@@ -241,7 +241,8 @@ typedef enum st_activation {
   ST_ACT_GELU_TANH = 3,  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
   ST_ACT_SILU = 4,       /* x * sigmoid(x) */
   ST_ACT_SIGMOID = 5,
-  ST_ACT_TANH = 6
+  ST_ACT_TANH = 6,
+  ST_ACT_RELU6 = 7       /* min(max(x, 0), 6): nn.ReLU6, hardtanh(x, 0, 6) */
 } st_activation;
 
 #define ST_CONV_MAX_SPATIAL 3

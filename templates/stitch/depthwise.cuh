@@ -6,7 +6,8 @@
 // Contract
 //   - x is [batch, channels, h, w] and out [batch, channels, oh, ow], each with its own element
 //     strides (any layout; the two need not match); w is [channels, kh, kw] dense (PyTorch's
-//     [channels, 1, kh, kw]), in Tin; bias (may be null) [channels] in Tin.
+//     [channels, 1, kh, kw]), in Tin — or tap-major, [kh, kw, channels], when w_tap_stride (=
+//     channels) is set: consecutive channels' taps side by side; bias (may be null) [channels] in Tin.
 //   - out[n, c, i, j] = act(bias[c] + sum over taps (a, b) inside the input of
 //       x[n, c, i * stride_h - pad_h + a * dil_h, j * stride_w - pad_w + b * dil_w] * w[c, a, b]),
 //     taps outside the input count as zero (PyTorch's zero padding); math in fp32.
@@ -45,7 +46,17 @@ struct DepthwiseParams {
   int64_t x_stride[4];    // batch, channel, row, column
   int64_t out_stride[4];
   int kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  int64_t w_tap_stride;  // 0: w is [channels, kh, kw]; channels: [kh, kw, channels] (tap-major)
 };
+
+namespace detail {
+// A channel's filter and the step between its taps, in either layout of w.
+template <class Tin, class Tout>
+__device__ __forceinline__ const Tin* filter(const DepthwiseParams<Tin, Tout>& p, int64_t c, int64_t& step) {
+  step = p.w_tap_stride ? p.w_tap_stride : 1;
+  return p.w + (p.w_tap_stride ? c : c * p.kh * p.kw);
+}
+}  // namespace detail
 
 namespace detail {
 
@@ -73,7 +84,8 @@ __global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tou
       n = t / channels;
     }
     const Tin* xc = p.x + int64_t(n) * p.x_stride[0] + int64_t(c) * p.x_stride[1];
-    const Tin* wc = p.w + int64_t(c) * p.kh * p.kw;
+    int64_t ts;
+    const Tin* wc = filter(p, int64_t(c), ts);
     float acc = p.bias ? to_float(p.bias[c]) : 0.f;
     const int r0 = int(i) * p.stride_h - p.pad_h, c0 = int(j) * p.stride_w - p.pad_w;
     for (int a = 0; a < p.kh; ++a) {
@@ -83,7 +95,7 @@ __global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tou
       for (int b = 0; b < p.kw; ++b) {
         const int col = c0 + b * p.dil_w;
         if (col < 0 || col >= w_in) continue;
-        acc = fmaf(to_float(row[int64_t(col) * p.x_stride[3]]), to_float(__ldg(wc + a * p.kw + b)), acc);
+        acc = fmaf(to_float(row[int64_t(col) * p.x_stride[3]]), to_float(__ldg(wc + (a * p.kw + b) * ts)), acc);
       }
     }
     p.out[int64_t(n) * p.out_stride[0] + int64_t(c) * p.out_stride[1] + int64_t(i) * p.out_stride[2] +
@@ -111,7 +123,8 @@ __global__ void __launch_bounds__(256) depthwise_rows_kernel(DepthwiseParams<Tin
     const I c = t % channels;
     const I n = t / channels;
     const Tin* xc = p.x + int64_t(n) * p.x_stride[0] + int64_t(c) * p.x_stride[1];
-    const Tin* wc = p.w + int64_t(c) * p.kh * kw;
+    int64_t ts;
+    const Tin* wc = filter(p, int64_t(c), ts);
     const float b0 = p.bias ? to_float(p.bias[c]) : 0.f;
     float acc[R];
 #pragma unroll
@@ -136,10 +149,10 @@ __global__ void __launch_bounds__(256) depthwise_rows_kernel(DepthwiseParams<Tin
       for (int q = 0; q < R; ++q) {
         const int tap = r - (first + q * sh);
         if (i0 + q >= oh || tap < 0 || tap > reach || (dh != 1 && tap % dh != 0)) continue;
-        const Tin* wr = wc + (dh == 1 ? tap : tap / dh) * kw;
+        const Tin* wr = wc + (dh == 1 ? tap : tap / dh) * kw * ts;
 #pragma unroll
         for (int b = 0; b < kDwMaxKw; ++b)
-          if (inside >> b & 1u) acc[q] = fmaf(xv[b], to_float(__ldg(wr + b)), acc[q]);
+          if (inside >> b & 1u) acc[q] = fmaf(xv[b], to_float(__ldg(wr + b * ts)), acc[q]);
       }
     }
     Tout* out = p.out + int64_t(n) * p.out_stride[0] + int64_t(c) * p.out_stride[1] + int64_t(j) * p.out_stride[3];
@@ -184,9 +197,10 @@ __global__ void __launch_bounds__(256) depthwise_tile_kernel(DepthwiseParams<Tin
       }
     }
     float wk[K * K];
-    const Tin* wc = p.w + c * K * K;
+    int64_t ts;
+    const Tin* wc = filter(p, c, ts);
 #pragma unroll
-    for (int t = 0; t < K * K; ++t) wk[t] = to_float(__ldg(wc + t));
+    for (int t = 0; t < K * K; ++t) wk[t] = to_float(__ldg(wc + t * ts));
     const float b0 = p.bias ? to_float(p.bias[c]) : 0.f;
     __syncthreads();
     const int64_t oj = oj0 + col;

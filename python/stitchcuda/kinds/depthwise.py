@@ -16,8 +16,10 @@ that wrote a tensor as large as the input, channels-first, from channels-last da
 
 Lowering: the layout follows the input's (channels-last data from a channels-last region stays
 so, a channels-first input is read as it lies: no conversion either way); the weights are read
-as one dense [channels, kh, kw] block in the input's storage type (converted once, at create,
-when they are not), the bias likewise.
+as one dense block in the input's storage type (converted once, at create, when they are not),
+the bias likewise: [channels, kh, kw] channels-first, tap-major ([kh, kw, channels]) channels-last,
+where consecutive threads take consecutive channels and a filter tap is then one coalesced load
+(channel-major, a warp's load of one tap spanned 32 filters: nine times the sectors).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ HEADER = "depthwise.cuh"
 @dataclass(frozen=True)
 class DepthwiseSpec:
     """depthwise.cuh: ``out = epilogue(bias + depthwise_conv(prologue(x), w))`` over x [N, C, H, W]
-    and out [N, C, OH, OW] (any strides), w [C, kh, kw] dense, bias [C] (or None); ``stride``,
+    and out [N, C, OH, OW] (any strides), w [C, kh, kw] dense channel-major (strides kh·kw, kw, 1)
+    or tap-major (1, kw·C, C), bias [C] (or None); ``stride``,
     ``padding``, ``dilation`` per spatial dim. ``padding`` is the zeros before the first row and
     column; after the last there are as many as out's extent reads (the padding may be
     asymmetric: a folded ``F.pad``). Hooks as RowSpec."""
@@ -140,9 +143,17 @@ def lower(lw, pr: DepthwiseProto, pre: list) -> None:
 
     c = vx.shape[1]
     ws = lw.shape(pr.w)
-    vw = dense(pr.w, (c, ws[2], ws[3]), "the depthwise kernel reads its filters as one dense block")
-    vb = dense(pr.bias, (c,), "the depthwise kernel reads its bias as one dense vector") if pr.bias else None
     order = L.channels_last_order(4) if L.is_channels_last(vx) else None
+    if order is None or c == 1:
+        vw = dense(pr.w, (c, ws[2], ws[3]), "the depthwise kernel reads its filters as one dense block")
+    else:  # tap-major (module docstring), made once at create
+        v = lw.read(pr.w, pre, pr.phase)
+        phase = "create" if lw.buffers[v.buffer].kind in ("weight", "const") else pr.phase
+        taps = lw.views[lw.copy_contiguous(pr.w, v, pre, phase, dtype=st, order=(1, 2, 3, 0),
+                                           why="channels-last, the depthwise kernel reads a filter tap of "
+                                               "consecutive channels at once")]
+        vw = View(taps.buffer, taps.offset, (c, ws[2], ws[3]), (1, ws[3] * c, c), st)
+    vb = dense(pr.bias, (c,), "the depthwise kernel reads its bias as one dense vector") if pr.bias else None
     vo = lw.out_view(pr, pr.out, lambda tv: all(s >= 0 for s in tv.strides) and
                      (order is None or L.is_dense_in(tv, order)), order=order)
     spec = DepthwiseSpec("depthwise", vx, vw, vo, tuple(pr.stride), tuple(pr.padding), tuple(pr.dilation), vb,
@@ -201,6 +212,8 @@ def render(t, s: DepthwiseSpec, n, fn: str) -> tuple[list[str], list[str]]:
             "  " + " ".join(f"p.out_stride[{j}] = {v};" for j, v in enumerate(o.strides)),
             f"  p.kh = {s.w.shape[1]}; p.kw = {s.w.shape[2]}; p.stride_h = {s.stride[0]}; p.stride_w = {s.stride[1]}; "
             f"p.pad_h = {s.padding[0]}; p.pad_w = {s.padding[1]}; p.dil_h = {s.dilation[0]}; p.dil_w = {s.dilation[1]};"]
+    if s.w.strides[0] == 1 and s.w.shape[0] > 1:
+        body.append(f"  p.w_tap_stride = {s.w.strides[2]};  // tap-major filters")
     return cxx.include(HEADER) + pre, body + cxx.call(t.name, f"stitch::launch_depthwise(p, stream{act})")
 
 

@@ -313,6 +313,48 @@ def nearest_cuda(x: torch.Tensor, out: tuple[int, ...], scales: tuple[float | No
     return x
 
 
+_LINEAR_OPS = {1: "upsample_linear1d", 2: "upsample_bilinear2d", 3: "upsample_trilinear3d"}
+
+
+@st.composite
+def linear_upsample(draw, op: str | None = None):
+    """Linear interpolation over 1-3 dims (one gather blending two taps a dim): by a size or by
+    scale factors (integral and not, below 1, per dim or one for all), ``align_corners`` either way,
+    ``recompute_scale_factor``; the ``.default`` overloads with their own ``scales`` arguments;
+    inputs read through views, an activation after."""
+    if op is None:
+        op = draw(st.sampled_from(sorted(o for o in ops.ATEN if o.startswith(A + "upsample_") and "linear" in o)))
+    base, form = op.removeprefix(A).split(".")
+    nsp = next(k for k, v in _LINEAR_OPS.items() if v == base)
+    size = tuple(draw(st.integers(1, 7)) for _ in range(nsp))
+    lead = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))
+    align = draw(st.booleans())
+    factor = st.sampled_from([2.0, 3.0, 1.0, 1.5, 1.7, 2.5, 0.5, 0.7, 1.25, 4.0 / 3.0])
+    if form == "default":
+        sf = tuple(draw(factor) for _ in range(nsp))
+        out = tuple(max(1, math.floor(n * f)) for n, f in zip(size, sf))
+        scales = sf if draw(st.booleans()) else (None,) * nsp
+        params = dict(nsp=nsp, output_size=out, align_corners=align, scales=scales)
+        call = lambda x: getattr(aten, base).default(x, list(out), align, *scales)  # noqa: E731
+    else:
+        mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[nsp]
+        by = draw(st.sampled_from(["scale", "scale", "size", "scale_recompute"]))
+        if by == "size":
+            kw = dict(size=tuple(draw(st.integers(1, 12)) for _ in range(nsp)))
+        else:
+            sf = tuple(draw(factor) for _ in range(nsp)) if draw(st.booleans()) or nsp == 1 else (draw(factor),) * nsp
+            assume(all(math.floor(n * f) >= 1 for n, f in zip(size, sf)))
+            kw = dict(scale_factor=sf if len(set(sf)) > 1 else sf[0])
+            if by == "scale_recompute":
+                kw["recompute_scale_factor"] = True
+        params = dict(nsp=nsp, align_corners=align, **kw)
+        call = lambda x: F.interpolate(x, mode=mode, align_corners=align, **kw)  # noqa: E731
+    post = draw(hooks(("none", "none", "relu", "scale")))
+    x, how = draw(laid_out(lead + size, layouts=("contiguous", "contiguous", "permuted", "strided")))
+    return Case(op, dict(params, input=lead + size), lambda s, x: HOOKS[post](call(view(x, how))), (x,),
+                kinds=("Gather",), policy=draw(policies(("fp32", "fp32", "tf32", "bf16"))), data_seed=draw(seeds()))
+
+
 @st.composite
 def interpolate(draw):
     """The other interpolation modes (linear, bilinear, bicubic, trilinear, nearest-exact, area),
@@ -368,7 +410,7 @@ def pad(draw, op: str = A + "constant_pad_nd.default"):
         call = lambda x: F.pad(x, pads, mode=mode)
         params = dict(mode=mode, pad=pads)
     x, how = draw(laid_out(shape, layouts=("contiguous", "contiguous", "permuted", "strided")))
-    kinds = ("Gather",) if mode == "constant" else ()
+    kinds = ("Gather",) if mode == "constant" and any(pads) else ()  # (a pad by nothing is dropped: no task)
     return Case(op if mode == "constant" else A + "index.Tensor", dict(params, input=shape),
                 lambda s, x: call(view(x, how)) * 2.0, (x,), kinds=kinds, data_seed=draw(seeds()))
 
@@ -1399,6 +1441,9 @@ for _op in POOL_OPS:
 for _op in _UP_OPS.values():
     OPS[_op] = upsample
 OPS[A + "upsample_nearest2d.default"] = upsample
+for _op in ops.ATEN:
+    if _op.startswith(A + "upsample_") and "linear" in _op:  # (bilinear2d's .default: taken apart while tracing)
+        OPS[_op] = linear_upsample
 OPS[A + "constant_pad_nd.default"] = pad
 for _op in (A + "gather.default", A + "index_select.default", A + "embedding.default", A + "index.Tensor",
             A + "flip.default", A + "repeat.default"):
@@ -1430,9 +1475,9 @@ KINDS: dict[str, tuple[Callable, ...]] = {
     "Gemm": (gemm,), "Ew": (fused, elementwise), "Row": (reduction,), "Axis": (reduction,),
     "Attention": (attention,), "AttentionMaskBlocks": (attention,), "Copy": (cat, scatter, views),
     "BnStats": (norm,), "GroupStats": (norm,), "Pool": (pool,), "Scan": (scan,), "Arg": (arg,),
-    "Gather": (gather, upsample, pad, interpolate), "Iota": (arange,), "Conv": (conv,), "Depthwise": (conv,),
+    "Gather": (gather, upsample, linear_upsample, pad, interpolate), "Iota": (arange,), "Conv": (conv,), "Depthwise": (conv,),
     "Recurrent": (recurrent,),
 }
 
-__all__ = ["OPS", "KINDS", "HOOKS", "conv", "pool", "upsample", "interpolate", "pad", "gather", "reduction", "scan",
+__all__ = ["OPS", "KINDS", "HOOKS", "conv", "pool", "upsample", "linear_upsample", "interpolate", "pad", "gather", "reduction", "scan",
            "arg", "norm", "gemm", "attention", "cat", "scatter", "arange", "recurrent", "views", "elementwise", "fused"]

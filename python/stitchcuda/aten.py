@@ -26,6 +26,11 @@ from .stateful import attribute_location
 # Operators
 # --------------------------------------------------------------------------------------
 
+#: The linear interpolations kept whole (a gather task each; the op registry lists the same).
+LINEAR_INTERPOLATIONS: tuple[str, ...] = ("aten.upsample_linear1d.vec", "aten.upsample_linear1d.default",
+                                          "aten.upsample_bilinear2d.vec", "aten.upsample_trilinear3d.vec",
+                                          "aten.upsample_trilinear3d.default")
+
 #: High-level operators kept whole instead of decomposed (see :mod:`stitchcuda.frontend`).
 PRESERVED_OPS: tuple[str, ...] = (
     "aten.linear.default",
@@ -40,9 +45,9 @@ PRESERVED_OPS: tuple[str, ...] = (
     "aten.rnn_relu.input",
     # Linear interpolations: one gather task reads each output's two, four or eight taps and blends
     # them (kinds/gather.py); taken apart they were four gathers and a blend, each gather writing a
-    # tensor as large as the output.
-    *(f"aten.{op}.{form}" for op in ("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d")
-      for form in ("vec", "default")),
+    # tensor as large as the output. (upsample_bilinear2d.default is taken apart while tracing: only
+    # its .vec form reaches the graph.)
+    *LINEAR_INTERPOLATIONS,
 )
 
 class _Registry:
@@ -119,7 +124,8 @@ def decomposition_table() -> dict:
 
 #: Interpolations core ATen keeps whole, taken apart into gathers and arithmetic by PyTorch's own
 #: decompositions (the index math is computed once, at create; the weighted taps fuse).
-DECOMPOSED_OPS: tuple[str, ...] = tuple(f"aten.upsample_bicubic2d.{form}" for form in ("vec", "default"))
+DECOMPOSED_OPS: tuple[str, ...] = ("aten.upsample_bicubic2d.vec", "aten.upsample_bicubic2d.default",
+                                   "aten.upsample_bilinear2d.default")
 
 
 def _decomposed_interpolation() -> dict:

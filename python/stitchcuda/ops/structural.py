@@ -48,8 +48,8 @@ _add("gather", ("index.Tensor", "flip.default", "constant_pad_nd.default", "repe
                 "upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_nearest3d.vec",
                 "upsample_nearest2d.default"), flops=0)
 # Linear interpolations: the taps blended in fp32 (a multiply-add a tap, per output element).
-_add("gather", tuple(f"{op}.{form}" for op in ("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d")
-                     for form in ("vec", "default")), flops=8)
+_add("gather", ("upsample_linear1d.vec", "upsample_linear1d.default", "upsample_bilinear2d.vec",
+                "upsample_trilinear3d.vec", "upsample_trilinear3d.default"), flops=8)
 _add("iota", ("arange.start_step", "arange.start", "arange.default"), (), 1)
 _add("view", ("unfold.default", "diagonal.default"), flops=0)
 _add("conv", ("convolution.default",), ("input", "weight", "bias"), 2)

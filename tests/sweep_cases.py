@@ -247,6 +247,24 @@ def pool(draw, op: str | None = None):
 _UP_OPS = {1: A + "upsample_nearest1d.vec", 2: A + "upsample_nearest2d.vec", 3: A + "upsample_nearest3d.vec"}
 
 
+#: Scale factors interpolations are drawn with: integral and not, below 1.
+_FACTORS = st.sampled_from([2.0, 3.0, 1.0, 1.5, 1.7, 2.5, 0.5, 0.7, 1.25, 4.0 / 3.0])
+
+
+def _interpolate_kwargs(draw, size: tuple[int, ...], by_size: bool) -> dict:
+    """F.interpolate's size or scale arguments over spatial ``size``: a size (when ``by_size``), or
+    scale factors per dim or one for all, maybe with ``recompute_scale_factor``."""
+    nsp = len(size)
+    if by_size:
+        return dict(size=tuple(draw(st.integers(1, 12)) for _ in range(nsp)))
+    sf = tuple(draw(_FACTORS) for _ in range(nsp)) if draw(st.booleans()) or nsp == 1 else (draw(_FACTORS),) * nsp
+    assume(all(math.floor(n * f) >= 1 for n, f in zip(size, sf)))
+    kw: dict = dict(scale_factor=sf if len(set(sf)) > 1 else sf[0])
+    if draw(st.booleans()):
+        kw["recompute_scale_factor"] = True
+    return kw
+
+
 @st.composite
 def upsample(draw, op: str | None = None):
     """Nearest upsampling over 1-3 dims: by a size, or by scale factors integral and not (and
@@ -257,20 +275,10 @@ def upsample(draw, op: str | None = None):
     nsp = 2 if op.endswith("2d.default") else int(op.split("upsample_nearest")[1][0])
     size = tuple(draw(st.integers(1, 7)) for _ in range(nsp))
     lead = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))
-    by = draw(st.sampled_from(["scale", "scale", "size", "scale_recompute"]))
-    factor = st.sampled_from([2.0, 3.0, 1.0, 1.5, 1.7, 2.5, 0.5, 0.7, 1.25, 4.0 / 3.0])
-    if by == "size" and op.endswith(".vec"):
-        out = tuple(draw(st.integers(1, 12)) for _ in range(nsp))
-        kw = dict(size=out)
-    else:
-        sf = tuple(draw(factor) for _ in range(nsp)) if draw(st.booleans()) or nsp == 1 else (draw(factor),) * nsp
-        assume(all(math.floor(n * f) >= 1 for n, f in zip(size, sf)))
-        kw = dict(scale_factor=sf if len(set(sf)) > 1 else sf[0])
-        if by == "scale_recompute":
-            kw["recompute_scale_factor"] = True
+    kw = _interpolate_kwargs(draw, size, op.endswith(".vec") and draw(st.integers(0, 3)) == 0)
     params = dict(nsp=nsp, input=lead + size, **kw)
     if op.endswith("2d.default"):
-        sf = draw(st.tuples(factor, factor))
+        sf = draw(st.tuples(_FACTORS, _FACTORS))
         out = tuple(max(1, math.floor(n * f)) for n, f in zip(size, sf))
         scales = sf if draw(st.booleans()) else (None, None)
         params = dict(nsp=2, input=lead + size, output_size=out, scales=scales)
@@ -329,24 +337,15 @@ def linear_upsample(draw, op: str | None = None):
     size = tuple(draw(st.integers(1, 7)) for _ in range(nsp))
     lead = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))
     align = draw(st.booleans())
-    factor = st.sampled_from([2.0, 3.0, 1.0, 1.5, 1.7, 2.5, 0.5, 0.7, 1.25, 4.0 / 3.0])
     if form == "default":
-        sf = tuple(draw(factor) for _ in range(nsp))
+        sf = tuple(draw(_FACTORS) for _ in range(nsp))
         out = tuple(max(1, math.floor(n * f)) for n, f in zip(size, sf))
         scales = sf if draw(st.booleans()) else (None,) * nsp
         params = dict(nsp=nsp, output_size=out, align_corners=align, scales=scales)
         call = lambda x: getattr(aten, base).default(x, list(out), align, *scales)  # noqa: E731
     else:
         mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[nsp]
-        by = draw(st.sampled_from(["scale", "scale", "size", "scale_recompute"]))
-        if by == "size":
-            kw = dict(size=tuple(draw(st.integers(1, 12)) for _ in range(nsp)))
-        else:
-            sf = tuple(draw(factor) for _ in range(nsp)) if draw(st.booleans()) or nsp == 1 else (draw(factor),) * nsp
-            assume(all(math.floor(n * f) >= 1 for n, f in zip(size, sf)))
-            kw = dict(scale_factor=sf if len(set(sf)) > 1 else sf[0])
-            if by == "scale_recompute":
-                kw["recompute_scale_factor"] = True
+        kw = _interpolate_kwargs(draw, size, draw(st.integers(0, 3)) == 0)
         params = dict(nsp=nsp, align_corners=align, **kw)
         call = lambda x: F.interpolate(x, mode=mode, align_corners=align, **kw)  # noqa: E731
     post = draw(hooks(("none", "none", "relu", "scale")))

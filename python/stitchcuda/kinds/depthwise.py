@@ -45,10 +45,10 @@ HEADER = "depthwise.cuh"
 class DepthwiseSpec:
     """depthwise.cuh: ``out = epilogue(bias + depthwise_conv(prologue(x), w))`` over x [N, C, H, W]
     and out [N, C, OH, OW] (any strides), w [C, kh, kw] dense channel-major (strides kh·kw, kw, 1)
-    or tap-major (1, kw·C, C), bias [C] (or None); ``stride``,
-    ``padding``, ``dilation`` per spatial dim. ``padding`` is the zeros before the first row and
-    column; after the last there are as many as out's extent reads (the padding may be
-    asymmetric: a folded ``F.pad``). Hooks as RowSpec."""
+    or tap-major (1, kw·C, C), bias [C] (or None); ``stride``, ``padding``, ``dilation`` per
+    spatial dim. ``padding`` is the zeros before the first row and column; after the last there
+    are as many as out's extent reads (the padding may be asymmetric: a folded ``F.pad``). Hooks
+    as RowSpec."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "depthwise")
 

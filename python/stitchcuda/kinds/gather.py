@@ -140,8 +140,6 @@ def source_scale(n_in: int, n_out: int, align_corners: bool, given: float | None
     return float(np.float32(n_in) / np.float32(n_out))
 
 
-
-
 def lower(lw, pr: GatherProto, pre: list) -> None:
     n = lw.ix.node(pr.node)
     kind = n.op.removeprefix("aten.").split(".")[0]

@@ -98,7 +98,8 @@ def is_norm(module: torch.nn.Module) -> bool:
     around one, its ``bias`` a shift around zero."""
     from torch.nn.modules.batchnorm import _NormBase
 
-    return isinstance(module, (_NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm)) or "norm" in type(module).__name__.lower()
+    named = "norm" in type(module).__name__.lower()
+    return named or isinstance(module, (_NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm))
 
 
 def redraw_parameters(model: torch.nn.Module, seed: int) -> None:

@@ -98,6 +98,8 @@ void every_entry(const T* a, const T* b, const float* f, const bool* m, T* y, fl
   launch_elementwise(Spread<3, Fma>{}, y, l3, s, a, b, f);
   launch_elementwise(Lerp4{}, y, l4, s, a, b, a, f);
   launch_elementwise(EwMax{}, (bool*)nullptr, l2, s, a, b);
+  launch_elementwise_once(EwAdd{}, y, l2, s, a, b);  // (create-phase work: one kernel)
+  launch_elementwise_once(Spread<3, Fma>{}, y, l3, s, a, b, f);
   launch_strided_copy(a, y, l1, s);
   launch_strided_copy(a, yf, l1, s);
   launch_strided_copy(f, y, l1, s);

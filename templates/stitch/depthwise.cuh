@@ -238,7 +238,13 @@ inline bool depthwise_tiled(const DepthwiseParams<Tin, Tout>& p, cudaStream_t st
 
 }  // namespace detail
 
-template <class Tin, class Tout, class Act = Identity>
+// FAST and SQ: what the caller knows when it compiles the call, so that only the kernels that can
+// run are instantiated (nine a call otherwise: a net of seventeen depthwise convolutions spent most
+// of its two and a half minutes of nvcc on them). FAST: 1 when out's channel stride is 1 and there
+// are several channels, 0 when not, -1 decided from p at run time. SQ: the square filter size
+// (3, 5, 7) of the tiled path, 0 when it cannot apply, -1 any. A hint changes which kernel runs,
+// never what it computes (every path reads and writes through the strides).
+template <int FAST = -1, int SQ = -1, class Tin, class Tout, class Act = Identity>
 cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t stream, const Act& act = Act{}) {
   if (!p.x || !p.w || !p.out || p.kh < 1 || p.kw < 1 || p.stride_h < 1 || p.stride_w < 1 || p.dil_h < 1 ||
       p.dil_w < 1 || p.pad_h < 0 || p.pad_w < 0)
@@ -247,33 +253,41 @@ cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t s
   if (total <= 0) return cudaSuccess;
   const int64_t want = ceil_div<int64_t>(total, 256);
   const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
-  const bool fast_channels = p.out_stride[1] == 1 && p.channels > 1;
+  const bool fast_channels = FAST >= 0 ? FAST == 1 : p.out_stride[1] == 1 && p.channels > 1;
   const bool small = total <= INT_MAX && p.h <= INT_MAX / 2 && p.w_in <= INT_MAX / 2;
-  if (!fast_channels && p.kh == p.kw && (p.kh == 3 || p.kh == 5 || p.kh == 7)) {
-    const bool tiled = p.kh == 3   ? detail::depthwise_tiled<3>(p, stream, act)
-                       : p.kh == 5 ? detail::depthwise_tiled<5>(p, stream, act)
-                                   : detail::depthwise_tiled<7>(p, stream, act);
-    if (tiled) return cudaGetLastError();
+  if constexpr (FAST != 1 && SQ != 0) {
+    if (!fast_channels && p.kh == p.kw && (p.kh == 3 || p.kh == 5 || p.kh == 7)) {
+      bool tiled = false;
+      if constexpr (SQ == 3 || SQ < 0) tiled = tiled || (p.kh == 3 && detail::depthwise_tiled<3>(p, stream, act));
+      if constexpr (SQ == 5 || SQ < 0) tiled = tiled || (p.kh == 5 && detail::depthwise_tiled<5>(p, stream, act));
+      if constexpr (SQ == 7 || SQ < 0) tiled = tiled || (p.kh == 7 && detail::depthwise_tiled<7>(p, stream, act));
+      if (tiled) return cudaGetLastError();
+    }
   }
-  if (!fast_channels && p.kw <= detail::kDwMaxKw) {
-    const int64_t work = p.batch * p.channels * ceil_div<int64_t>(p.oh, detail::kDwRows) * p.ow;
-    const int64_t w2 = ceil_div<int64_t>(work, 256);
-    const unsigned b2 = unsigned(w2 < (int64_t(1) << 20) ? w2 : (int64_t(1) << 20));
+  if constexpr (FAST != 1) {
+    if (!fast_channels && p.kw <= detail::kDwMaxKw) {
+      const int64_t work = p.batch * p.channels * ceil_div<int64_t>(p.oh, detail::kDwRows) * p.ow;
+      const int64_t w2 = ceil_div<int64_t>(work, 256);
+      const unsigned b2 = unsigned(w2 < (int64_t(1) << 20) ? w2 : (int64_t(1) << 20));
+      if (small)
+        detail::depthwise_rows_kernel<int32_t><<<b2, 256, 0, stream>>>(p, int32_t(work), act);
+      else
+        detail::depthwise_rows_kernel<int64_t><<<b2, 256, 0, stream>>>(p, work, act);
+      return cudaGetLastError();
+    }
+  }
+  if (fast_channels) {
+    if constexpr (FAST != 0) {
+      if (small)
+        detail::depthwise_kernel<true, int32_t><<<blocks, 256, 0, stream>>>(p, int32_t(total), act);
+      else
+        detail::depthwise_kernel<true, int64_t><<<blocks, 256, 0, stream>>>(p, total, act);
+    }
+  } else if constexpr (FAST != 1) {
     if (small)
-      detail::depthwise_rows_kernel<int32_t><<<b2, 256, 0, stream>>>(p, int32_t(work), act);
-    else
-      detail::depthwise_rows_kernel<int64_t><<<b2, 256, 0, stream>>>(p, work, act);
-    return cudaGetLastError();
-  }
-  if (small) {
-    if (fast_channels)
-      detail::depthwise_kernel<true, int32_t><<<blocks, 256, 0, stream>>>(p, int32_t(total), act);
-    else
       detail::depthwise_kernel<false, int32_t><<<blocks, 256, 0, stream>>>(p, int32_t(total), act);
-  } else if (fast_channels) {
-    detail::depthwise_kernel<true, int64_t><<<blocks, 256, 0, stream>>>(p, total, act);
-  } else {
-    detail::depthwise_kernel<false, int64_t><<<blocks, 256, 0, stream>>>(p, total, act);
+    else
+      detail::depthwise_kernel<false, int64_t><<<blocks, 256, 0, stream>>>(p, total, act);
   }
   return cudaGetLastError();
 }

@@ -30,6 +30,10 @@
 //     read directly, and out is written along a — reads and writes both coalesced, where the
 //     strided path would stride every warp's loads by the other layout.
 //
+// launch_elementwise_once(...): the same contract, one kernel (the strided path, element by
+//   element): for work a program does once, at create, where compiling seven kernels costs more
+//   than the path saves.
+//
 // launch_strided_copy<Tin, Tout>(in, out, EwLayout<1>, stream): out[idx . out_stride] =
 //   in[idx . in_stride[0]] with conversion: launch_elementwise of the identity (a layout change
 //   takes the tiled path above).
@@ -592,6 +596,34 @@ cudaError_t launch_elementwise(const F& f, TOut* out, const EwLayout<sizeof...(T
                  : detail::ew_launch_strided<F, int64_t, VEC, TOut, TIn...>(f, ptr, m, shape, st, n, bcast_mask, stream);
   return small ? detail::ew_launch_strided<F, uint32_t, 1, TOut, TIn...>(f, ptr, m, shape, st, n, 0u, stream)
                : detail::ew_launch_strided<F, int64_t, 1, TOut, TIn...>(f, ptr, m, shape, st, n, 0u, stream);
+}
+
+// Launch out = f(in...) over `layout` for work done once (a program's create phase: weights
+// folded, tables computed): the strided path alone, element by element in 64-bit index math, so
+// one kernel is compiled where launch_elementwise compiles up to seven (each layout's best path).
+// A net whose batch norms fold at create had 1,100 kernels to compile, nearly all of them these.
+template <class F, class TOut, class... TIn>
+cudaError_t launch_elementwise_once(const F& f, TOut* out, const EwLayout<sizeof...(TIn)>& layout,
+                                    cudaStream_t stream, const TIn*... in) {
+  constexpr int NIN = sizeof...(TIn);
+  static_assert(NIN >= 1 && NIN <= kEwMaxInputs, "1 to 8 inputs");
+  if (layout.ndim < 0 || layout.ndim > kEwMaxDims) return cudaErrorInvalidValue;
+  int64_t n = 1;
+  for (int d = 0; d < layout.ndim; ++d) {
+    if (layout.shape[d] < 0) return cudaErrorInvalidValue;
+    n *= layout.shape[d];
+  }
+  if (n == 0) return cudaSuccess;
+  detail::EwPtrs<NIN> ptr{out, {static_cast<const void*>(in)...}};
+  for (int k = 0; k < NIN; ++k)
+    if (!ptr.in[k]) return cudaErrorInvalidValue;
+  if (!out) return cudaErrorInvalidValue;
+  int64_t st[NIN + 1][kEwMaxDims];
+  for (int d = 0; d < layout.ndim; ++d) {
+    st[0][d] = layout.out_stride[d];
+    for (int k = 0; k < NIN; ++k) st[k + 1][d] = layout.in_stride[k][d];
+  }
+  return detail::ew_launch_strided<F, int64_t, 1, TOut, TIn...>(f, ptr, layout.ndim, layout.shape, st, n, 0u, stream);
 }
 
 // ---- strided copy / permute -------------------------------------------------------------------

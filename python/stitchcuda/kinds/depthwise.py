@@ -214,7 +214,11 @@ def render(t, s: DepthwiseSpec, n, fn: str) -> tuple[list[str], list[str]]:
             f"p.pad_h = {s.padding[0]}; p.pad_w = {s.padding[1]}; p.dil_h = {s.dilation[0]}; p.dil_w = {s.dilation[1]};"]
     if s.w.strides[0] == 1 and s.w.shape[0] > 1:
         body.append(f"  p.w_tap_stride = {s.w.strides[2]};  // tap-major filters")
-    return cxx.include(HEADER) + pre, body + cxx.call(t.name, f"stitch::launch_depthwise(p, stream{act})")
+    # the kernels this call can take, known now (depthwise.cuh: launch_depthwise's FAST and SQ)
+    fast = int(o.strides[1] == 1 and x.shape[1] > 1)
+    kh, kw = s.w.shape[1], s.w.shape[2]
+    sq = kh if not fast and kh == kw and kh in (3, 5, 7) else 0
+    return cxx.include(HEADER) + pre, body + cxx.call(t.name, f"stitch::launch_depthwise<{fast}, {sq}>(p, stream{act})")
 
 
 KIND = TaskKind("depthwise", DepthwiseSpec, "custom_kernel", cost, interpret, render,

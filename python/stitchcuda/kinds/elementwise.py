@@ -260,8 +260,9 @@ def render(t, e: EwSpec, n, fn: str) -> tuple[list[str], list[str]]:
     layout = (f"  const stitch::EwLayout<{k}> layout{{{len(e.shape)}, {cxx.ilist(e.shape)}, "
               f"{cxx.ilist(e.out_strides)}, {{{', '.join(cxx.ilist(s) for s in e.in_strides)}}}}};")
     args = ", ".join(n(f"inputs[{i}]") for i in range(k))
+    launch = "launch_elementwise_once" if t.phase == "create" else "launch_elementwise"  # (one kernel: run once)
     body = [layout,
-            f"  return cuda_check(stitch::launch_elementwise({fn}_fn{{}}, {n('out')}, layout, stream,",
+            f"  return cuda_check(stitch::{launch}({fn}_fn{{}}, {n('out')}, layout, stream,",
             f"                                               {args}),",
             f'                    "{t.name}");']
     return pre, body

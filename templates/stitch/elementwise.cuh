@@ -496,6 +496,30 @@ bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const
 
 }  // namespace detail
 
+namespace detail {
+
+// What both launchers check: a layout of at most kEwMaxDims non-negative dims and, when there is
+// anything to do, non-null pointers. cudaSuccess with n the element count (0: nothing to launch),
+// else cudaErrorInvalidValue.
+template <int NIN>
+inline cudaError_t ew_check(const EwLayout<NIN>& layout, const EwPtrs<NIN>& ptr, int64_t& n) {
+  n = 0;
+  if (layout.ndim < 0 || layout.ndim > kEwMaxDims) return cudaErrorInvalidValue;
+  int64_t count = 1;
+  for (int d = 0; d < layout.ndim; ++d) {
+    if (layout.shape[d] < 0) return cudaErrorInvalidValue;
+    count *= layout.shape[d];
+  }
+  if (count == 0) return cudaSuccess;
+  for (int k = 0; k < NIN; ++k)
+    if (!ptr.in[k]) return cudaErrorInvalidValue;
+  if (!ptr.out) return cudaErrorInvalidValue;
+  n = count;
+  return cudaSuccess;
+}
+
+}  // namespace detail
+
 // Launch out = f(in...) over `layout` on `stream`; returns the launch status.
 template <class F, class TOut, class... TIn>
 cudaError_t launch_elementwise(const F& f, TOut* out, const EwLayout<sizeof...(TIn)>& layout,
@@ -503,17 +527,9 @@ cudaError_t launch_elementwise(const F& f, TOut* out, const EwLayout<sizeof...(T
   constexpr int NIN = sizeof...(TIn);
   static_assert(NIN >= 1 && NIN <= kEwMaxInputs, "1 to 8 inputs");
   constexpr int NT = NIN + 1;
-  if (layout.ndim < 0 || layout.ndim > kEwMaxDims) return cudaErrorInvalidValue;
-  int64_t n = 1;
-  for (int d = 0; d < layout.ndim; ++d) {
-    if (layout.shape[d] < 0) return cudaErrorInvalidValue;
-    n *= layout.shape[d];
-  }
-  if (n == 0) return cudaSuccess;
-  detail::EwPtrs<NIN> ptr{out, {static_cast<const void*>(in)...}};
-  for (int k = 0; k < NIN; ++k)
-    if (!ptr.in[k]) return cudaErrorInvalidValue;
-  if (!out) return cudaErrorInvalidValue;
+  const detail::EwPtrs<NIN> ptr{out, {static_cast<const void*>(in)...}};
+  int64_t n = 0;
+  if (const cudaError_t e = detail::ew_check(layout, ptr, n); e != cudaSuccess || n == 0) return e;
 
   // Dims in the output's memory order (largest stride first; a stable sort keeps ties in
   // place): a channels-last tensor described in logical NCHW order then walks its channels
@@ -607,17 +623,9 @@ cudaError_t launch_elementwise_once(const F& f, TOut* out, const EwLayout<sizeof
                                     cudaStream_t stream, const TIn*... in) {
   constexpr int NIN = sizeof...(TIn);
   static_assert(NIN >= 1 && NIN <= kEwMaxInputs, "1 to 8 inputs");
-  if (layout.ndim < 0 || layout.ndim > kEwMaxDims) return cudaErrorInvalidValue;
-  int64_t n = 1;
-  for (int d = 0; d < layout.ndim; ++d) {
-    if (layout.shape[d] < 0) return cudaErrorInvalidValue;
-    n *= layout.shape[d];
-  }
-  if (n == 0) return cudaSuccess;
-  detail::EwPtrs<NIN> ptr{out, {static_cast<const void*>(in)...}};
-  for (int k = 0; k < NIN; ++k)
-    if (!ptr.in[k]) return cudaErrorInvalidValue;
-  if (!out) return cudaErrorInvalidValue;
+  const detail::EwPtrs<NIN> ptr{out, {static_cast<const void*>(in)...}};
+  int64_t n = 0;
+  if (const cudaError_t e = detail::ew_check(layout, ptr, n); e != cudaSuccess || n == 0) return e;
   int64_t st[NIN + 1][kEwMaxDims];
   for (int d = 0; d < layout.ndim; ++d) {
     st[0][d] = layout.out_stride[d];

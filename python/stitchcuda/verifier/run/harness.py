@@ -49,10 +49,11 @@ class ReferenceHarness:
     unless ``vary`` is False) and, where its outputs then do not depend on its inputs, its batch
     norms' statistics measured on drawn inputs (:func:`.parameters.calibrate_norms`), else its
     parameters drawn again at the layers' scale (:func:`.parameters.redraw_parameters`);
-    ``degenerate`` says why when even that does not help. Every tensor the manifest lists as a weight is taken from it by name:
-    parameters, buffers, non-persistent buffers. ``weights`` (manifest order and dtypes, contiguous, on the device) is what
-    the program's create() gets; the reference computes with the same values. Nothing of the program
-    folder (its weights file) flows into the reference.
+    ``degenerate`` says why when even that does not help. Every tensor the manifest lists as a
+    weight is taken from it by name: parameters, buffers, non-persistent buffers. ``weights``
+    (manifest order and dtypes, contiguous, on the device) is what the program's create() gets; the
+    reference computes with the same values. Nothing of the program folder (its weights file) flows
+    into the reference.
 
     ``draw(seed)`` gives fresh inputs (drawn on the device, state as the module docstring says);
     ``forward`` the reference's outputs in

@@ -201,3 +201,37 @@ def test_cli_runs_list_show_diff(tmp_path, capsys):
     assert main(["runs", "diff", "r1:c0000", "r1", "--dir", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert '"linear_1": "fp32"' in out and "program.cu" in out
+
+
+def test_precision_repair_suspects_every_task_the_policy_rounds():
+    """Under tf32 cuDNN's convolutions and the recurrent template run on tensor cores as GEMMs do:
+    a deep conv net's wrong answer must have suspects to raise (it had none: the loop gave up)."""
+    import torch
+
+    from stitchcuda import frontend, plan
+
+    class ConvNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.gru = torch.nn.GRU(8, 8, batch_first=True)
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            y = torch.relu(self.c2(torch.relu(self.c1(x))))
+            s, _ = self.gru(y.mean(3).transpose(1, 2))
+            return self.fc(s[:, -1])
+
+    torch.manual_seed(0)
+    g = frontend.capture(ConvNet().eval(), [torch.randn(2, 3, 8, 8)], "convnet").graph
+    p = plan.plan(g, "tf32")
+    sus = dict(PrecisionRepair().suspects(p))
+    by = {t.name: t.strategy for t in p.tasks if t.name in sus}
+    assert sorted(set(by.values())) == ["cublaslt_gemm", "cudnn_conv", "recurrent_template"], by
+    assert sum(s == "cudnn_conv" for s in by.values()) == 2
+    # raising a convolution's nodes is honoured: its task plans at fp32 (channels-first, no TF32)
+    conv = next(t for t, s in by.items() if s == "cudnn_conv")
+    raised = plan.plan(g, "tf32", constraints=plan.Constraints.from_dict({"precision": {n: "fp32" for n in sus[conv]}}))
+    t = next(t for t in raised.tasks if set(sus[conv]) <= set(t.covers))
+    assert t.strategy == "cudnn_conv" and t.params.policy == "fp32"
+    assert all(x.params.policy == "tf32" for x in raised.tasks if x.strategy == "cudnn_conv" and x is not t)

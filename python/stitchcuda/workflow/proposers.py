@@ -6,7 +6,8 @@ the base's plus the change). The loop drops proposals it has already tried, so a
 simply say everything it knows each time; one with nothing new returns ``[]``.
 
 * :class:`PrecisionRepair` — a wrong answer under tf32/bf16/fp16: first every task that rounds
-  (GEMMs, attention, reductions) raised to fp32 (*repair*); once that verifies, a bisection over
+  (under tf32 GEMMs, convolutions, attention and recurrences; under 16-bit storage every task that
+  computes) raised to fp32 (*repair*); once that verifies, a bisection over
   those tasks (*replan*) lowers them back half at a time, keeping only the tasks that are
   responsible at fp32. Its notes say which tasks and why.
 * :class:`Rewrites` — the exact algebraic rewrites that apply (``plan.rewrite``): reductions

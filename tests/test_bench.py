@@ -95,11 +95,15 @@ def _fake_report(name: str, precision: str, ok: bool, program_ms: float):
     from stitchcuda.device import H200
     from stitchcuda.verifier import Passed, Timing, TimingTable, VerificationReport, VerificationResult, WrongAnswer
 
+    from stitchcuda.verifier.report.records import GpuDetails
+
     verdict = Passed(5, 1e-6, 1e-4) if ok else WrongAnswer(0, 1.0, 0.5, tolerance=1e-4)
     table = TimingTable(Timing(program_ms), eager_fp32=Timing(2.0), eager_policy=Timing(1.5),
                         compile_policy=Timing(1.0)) if ok else None
+    said = ("trial 0: output out at tf32: the program's max |err| 0.5; PyTorch's own tf32 on the same inputs 0.4 "
+            "(also over the tolerance)",)
     return VerificationReport(name, precision, "sm_90", VerificationResult(verdict), timings=table, ceilings=H200,
-                              device="fake GPU")
+                              device="fake GPU", details=GpuDetails(correctness_notes=said))
 
 
 def fake_build(ref, precision, out, quiet):
@@ -129,7 +133,9 @@ def fake_optimize(reference, precision, budget, out):
     assert budget == 30.0
     Path(out).mkdir(parents=True)
     if "WRONG" in Path(reference).read_text():
-        return SimpleNamespace(best=None, report=None)
+        root = SimpleNamespace(proposer="template", judgement=SimpleNamespace(summary="wrong answer: max |err| 0.03"))
+        state = SimpleNamespace(finished="no candidate verified, and no proposer has another repair", candidates=[root])
+        return SimpleNamespace(best=None, report=None, state=state)
     return SimpleNamespace(best=out, report=_fake_report("opt", precision, True, 0.5))
 
 
@@ -194,11 +200,16 @@ def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
     assert res["p1"]["status"] == "passed" and res["p1"]["ms"]["eager_fp32"] / res["p1"]["ms"]["program"] == 4.0
     assert res["p1"]["flops"] == 10**9 and res["p1"]["ceilings"]["name"].startswith("H200")
     assert res["p3"]["status"] == "wrong_answer" and res["p4"]["status"] == "unsupported"
+    # a failure keeps the Verifier's notes (PyTorch's own error at the policy); a pass keeps none
+    assert "PyTorch's own tf32" in res["p3"]["notes"][0] and "notes" not in res["p1"]
     assert res["p5"]["status"] == "error" and "worker process died" in res["p5"]["summary"]
     assert {r["gpu"] for r in res.values() if r["id"] != "p5"} <= {"0", "1"}
     assert len({r["gpu"] for r in res.values()}) == 2, "both workers took problems"
     assert s.correct == 3 and s.geomeans["eager fp32"] == pytest.approx((4.0 * 0.5 * 2.0) ** (1 / 3))
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    why = (out / "report.md").read_text().split("## Why problems did not pass")[1]
+    assert "- **p3** (wrong_answer): wrong answer" in why and "  - trial 0: output out at tf32" in why
+    assert "**p1**" not in why
     assert any(ln.startswith("[6/6]") for ln in lines)
     # a rerun skips everything; dropping a line reruns exactly that problem
     s2 = bench.run_suite(suite, out, opts, log=lines.append)
@@ -222,7 +233,10 @@ def test_optimize_mode_through_the_cli(tmp_path, workers_env, capfd):
     assert rc == 0 and data["total"] == 2 and data["correct"] == 1
     res = {r["id"]: r for r in bench.read_results(out / "results.jsonl")}
     assert res["q1"]["status"] == "passed" and res["q1"]["mode"] == "optimize"
-    assert res["q2"]["status"] == "failed" and "no candidate" in res["q2"]["summary"]
+    # a run that verified nothing says why: the loop's last word and what its candidates were judged
+    assert res["q2"]["status"] == "failed" and res["q2"]["summary"] == (
+        "no candidate verified: no candidate verified, and no proposer has another repair; "
+        "1 candidate(s) (template: wrong answer: max |err| 0.03)")
 
 
 def test_bad_suites_are_one_line(tmp_path, capfd):

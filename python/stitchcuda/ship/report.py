@@ -218,6 +218,19 @@ def _tables(results: Sequence[dict], m: SuiteMetrics) -> tuple[list, list, list,
     return summary, [bh, brows], [ph, prows], []
 
 
+def _failures(results: Sequence[dict]) -> list[str]:
+    """Each problem that did not pass, its whole verdict and the Verifier's notes on it (what the
+    table's detail column cuts short)."""
+    failed = [r for r in sorted(results, key=lambda r: r.get("id", "")) if r.get("status") != "passed"]
+    if not failed:
+        return []
+    lines = ["## Why problems did not pass", ""]
+    for r in failed:
+        lines.append(f"- **{r.get('id', '?')}** ({r.get('status', '?')}): {r.get('summary') or 'no summary'}")
+        lines += [f"  - {n}" for n in r.get("notes") or ()]
+    return lines + [""]
+
+
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
     return "\n".join(["| " + " | ".join(map(esc, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -234,6 +247,7 @@ def render_markdown(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, An
     for p in plots:
         lines += [f"![{p.stem}]({p.name})", ""]
     lines += ["## Problems", "", _md_table(ph, prows), ""]
+    lines += _failures(results)
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)

@@ -122,6 +122,9 @@ def record_from_report(problem: SuiteProblem, report: Any, manifest: Any = None,
                            "summary": v.summary(), "device": report.device, "program": program}
     if getattr(v, "degenerate", ""):  # a pass that proves nothing: the reference's outputs ignore its inputs
         rec["degenerate"] = v.degenerate
+    said = getattr(report.details, "correctness_notes", ()) if report.details is not None else ()
+    if said and not report.result.ok:  # why it failed, beyond the first wrong element (PyTorch's own error at
+        rec["notes"] = list(dict.fromkeys(said))[:NOTES_KEPT]  # the policy, inputs the harness redrew)
     t = report.timings
     if t is not None:
         from .report import BASELINES  # one list of the baselines a result records and a report shows
@@ -212,9 +215,21 @@ class OptimizeSolver:
         kw = {"progress": lambda s: report_stage(f"optimize: {s}")} if self.optimize is None else {}
         res = fn(str(ref), precision=opts.precision, budget=opts.budget, out=str(folder / "run"), **kw)
         if res.best is None or res.report is None:
-            return {"status": "failed", "summary": "no candidate verified within the budget"}
+            return {"status": "failed", "summary": _no_candidate(res.state)}
         manifest = mf.Manifest.load(res.best) if Path(res.best, mf.MANIFEST_FILE).is_file() else None
         return record_from_report(problem, res.report, manifest, str(res.best))
+
+
+#: Correctness notes a failed result keeps (the report's own file has every one).
+NOTES_KEPT = 6
+
+
+def _no_candidate(state: Any) -> str:
+    """Why an optimisation run ended with nothing verified: the loop's last word and what its
+    candidates were judged."""
+    said = [f"{c.proposer}: {c.judgement.summary}" for c in state.candidates if c.judgement is not None]
+    tried = f"{len(state.candidates)} candidate(s)" + (f" ({'; '.join(said[:3])})" if said else "")
+    return f"no candidate verified: {state.finished or 'the budget ran out'}; {tried}"
 
 
 def one_line(e: BaseException) -> str:

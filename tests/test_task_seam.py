@@ -81,11 +81,11 @@ def test_interpreter_state_around_a_task_is_what_the_body_reads(mlp):
     import torch
 
     from stitchcuda.check.interp import Simulator
-    from stitchcuda.check.task import _random, _view
+    from stitchcuda.check.task import _view, random_values
 
     graph, plan = mlp
-    weights = _random(graph.weights, 3, scale_by_fan_in=True)
-    inputs = list(_random(graph.inputs, 4).values())
+    weights = random_values(graph.weights, 3, scale_by_fan_in=True)
+    inputs = list(random_values(graph.inputs, 4).values())
     sim = Simulator(plan)
     sim.create(weights)
     before, after = sim.around("linear_2", inputs, weights)

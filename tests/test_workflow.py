@@ -235,3 +235,49 @@ def test_precision_repair_suspects_every_task_the_policy_rounds():
     t = next(t for t in raised.tasks if set(sus[conv]) <= set(t.covers))
     assert t.strategy == "cudnn_conv" and t.params.policy == "fp32"
     assert all(x.params.policy == "tf32" for x in raised.tasks if x.strategy == "cudnn_conv" and x is not t)
+
+
+def test_tf32_model_of_the_interpreter_finds_the_sensitive_layer():
+    """The interpreter at TF32 (operands to 10 mantissa bits) reproduces a cancellation's failure and
+    names the one layer responsible; the other three at TF32 stay within half the bound."""
+    import torch
+
+    from stitchcuda import frontend, plan
+    from stitchcuda.check.interp import round_tf32
+    from stitchcuda.check.sensitivity import tf32_sensitivity
+
+    from .workflow_script import CancellingChain
+
+    vals = torch.tensor([1.0 + 2.0**-11 + 2.0**-20, 1.0 + 2.0**-12, -(1.0 + 3 * 2.0**-12), 96.0 + 2.0**-5], dtype=torch.float64)
+    assert round_tf32(vals).tolist() == [1.0 + 2.0**-10, 1.0, -(1.0 + 2.0**-10), 96.0]  # to nearest, 10 bits
+    r = round_tf32(torch.randn(1000, dtype=torch.float64) * 1e-30)
+    m, _ = torch.frexp(r)
+    assert bool((m * 2048 == torch.round(m * 2048)).all())  # 11 significant bits, at any scale
+    torch.manual_seed(0)
+    x = torch.randn(32, 64)
+    cap = frontend.capture(CancellingChain().eval(), [x], "chain")
+    p = plan.plan(cap.graph, "tf32")
+    sus = [t for t, _ in PrecisionRepair().suspects(p)]
+    s = tf32_sensitivity(p, dict(cap.weights), [x], sus, tol=1e-2)
+    assert len(sus) == 4 and s.every > 2.0 and s.alone[0][0] == "linear" and s.alone[0][1] > 2.0
+    assert all(r < 0.5 for _, r in s.alone[1:]) and s.raise_ == ("linear",) and s.rest <= s.target
+    assert "all but 1 of 4" in s.describe()
+
+
+def test_precision_repair_raises_the_interpreters_choice_first(tmp_path):
+    """A wrong answer at tf32: the candidate after the first raises only the task the interpreter
+    found responsible, it verifies, and the every-task candidate is never built."""
+    import torch
+
+    from .workflow_script import CancellingChain
+
+    torch.manual_seed(0)
+    judge = ScriptedJudge(sensitive=("linear",))
+    r = optimize(CancellingChain().eval(), [torch.randn(32, 64)], precision="tf32", budget="5m", judge=judge,
+                 proposers=[PrecisionRepair()], compile=False, out=tmp_path / "run")
+    st = r.state
+    guided = st.candidates[1]
+    assert st.root_candidate.judgement.kind == "wrong_answer" and guided.ok
+    assert [t for t, _ in guided.meta["precision_raised"]] == ["linear"] and "interpreter" in guided.description
+    assert guided.meta["sensitivity"]["alone"][0][0] == "linear" and st.best == guided.id
+    assert not any(len(c.meta.get("precision_raised", ())) == 4 for c in st.candidates), "every task was raised"

@@ -110,3 +110,22 @@ class ScriptedBodies:
             out.append(Proposal(self.name, f"body {b} {i} for {route.target}", dict(ctx.base.constraints), ovs,
                                 {"task": route.target}))
         return out
+
+
+class CancellingChain(nn.Module):
+    """Four linears; the first's weight is [M, -M + D] over its input twice, so its output (x D) is a
+    hundredth of its terms: TF32's rounding of M (10 mantissa bits) is then a few times the tolerance,
+    where the other three, alone at TF32, stay far within it. Only fc1 is sensitive."""
+
+    def __init__(self, width: int = 64):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        m = torch.randn(width, width, generator=g)
+        d = 0.01 * torch.randn(width, width, generator=g)
+        self.fc1 = nn.Linear(2 * width, width, bias=False)
+        self.fc1.weight.data = torch.cat([m, -m + d], 1)
+        self.fc2, self.fc3, self.fc4 = (nn.Linear(width, width, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        h = self.fc1(torch.cat([x, x], -1))
+        return self.fc4(torch.relu(self.fc3(torch.relu(self.fc2(h)))))

@@ -19,7 +19,7 @@ It is a model of the plan, not of the kernels: the kernels are checked against i
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 import torch
 
@@ -50,12 +50,21 @@ def eval_instrs(instrs: Sequence[EwInstr], leaves: Sequence[torch.Tensor]) -> to
     return vals[-1] if vals else leaves[0]
 
 
+def round_tf32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` rounded to TF32 (10 mantissa bits, to nearest), as tensor cores take fp32 operands."""
+    m, e = torch.frexp(x)
+    return torch.ldexp(torch.round(m * 2048.0) / 2048.0, e)
+
+
 class Memory:
-    """One byte array per buffer (the arena one array for all of its buffers), on ``device``."""
+    """One byte array per buffer (the arena one array for all of its buffers), on ``device``.
+    ``tf32``: the task running reads its float32 operands rounded to TF32 (a model of its products
+    on tensor cores; its epilogue's operands are rounded too, so an upper bound)."""
 
     def __init__(self, plan: P.Plan, device: str = "cpu"):
         self.plan = plan
         self.device = torch.device(device)
+        self.tf32 = False
         self.bufs: dict[str, torch.Tensor] = {}
         self.arena = torch.zeros(max(plan.arena_bytes, 1), dtype=torch.uint8, device=self.device)
         for b in plan.buffers:
@@ -71,6 +80,7 @@ class Memory:
         m = Memory.__new__(Memory)
         m.plan = self.plan
         m.device = self.device
+        m.tf32 = self.tf32
         m.arena = self.arena.clone()
         m.bufs = {}
         for b in self.plan.buffers:
@@ -95,7 +105,8 @@ class Memory:
         return torch.as_strided(flat, shape, strides, flat.storage_offset() + v.offset + offset)
 
     def read(self, v: View, shape=None, strides=None, offset: int = 0) -> torch.Tensor:
-        return self.view(v, shape, strides, offset).to(F64)
+        x = self.view(v, shape, strides, offset).to(F64)
+        return round_tf32(x) if self.tf32 and v.dtype == "float32" else x
 
     def eval(self, instrs: Sequence[EwInstr], leaves: Sequence[torch.Tensor]) -> torch.Tensor:
         """An elementwise expression over float64 leaves, each instruction by its registry reference."""
@@ -151,7 +162,10 @@ class Simulator:
         for t in self.plan.create_tasks:
             run_task(self.mem, t)
 
-    def run(self, inputs: Sequence[torch.Tensor], garbage: float = float("nan")) -> list[torch.Tensor]:
+    def run(self, inputs: Sequence[torch.Tensor], garbage: float = float("nan"), tf32: Collection[str] = ()
+            ) -> list[torch.Tensor]:
+        """The outputs for ``inputs``; the tasks named in ``tf32`` read their float32 operands at
+        TF32 (:class:`Memory`)."""
         plan = self.plan
         self.mem.arena.fill_(0xFF)  # NaN in every float type
         for b in plan.buffers:
@@ -161,7 +175,9 @@ class Simulator:
                 self.mem.bufs[b.name].fill_(0xFF)
         before = [x.clone() for x in inputs]
         for t in plan.run_tasks:
+            self.mem.tf32 = t.name in tf32
             run_task(self.mem, t)
+        self.mem.tf32 = False
         for b in plan.buffers:
             if b.kind == "input":
                 now = self.mem.typed(b.name, b.dtype)[: math.prod(b.shape)].reshape(b.shape)

@@ -142,11 +142,11 @@ def _run(plan: Plan, c: TaskContract, graph: Graph, weights, library: str, trial
     fn.restype = ctypes.c_int
     rng = torch.Generator().manual_seed(seed if seed is not None else int(time.time_ns() % 2**31))
     seeds = tuple(int(torch.randint(0, 2**31 - 1, (1,), generator=rng)) for _ in range(trials))
-    weights = dict(weights) if weights is not None else _random(graph.weights, seeds[0], scale_by_fan_in=True)
+    weights = dict(weights) if weights is not None else random_values(graph.weights, seeds[0], scale_by_fan_in=True)
     worst_abs = worst_rel = 0.0
     stream = torch.cuda.Stream(dev)
     for k, s in enumerate(seeds):
-        inputs = [x.to(dev) for x in _random(graph.inputs, s).values()]
+        inputs = [x.to(dev) for x in random_values(graph.inputs, s).values()]
         sim = Simulator(plan, device="cuda")
         sim.create({n: w.to(dev) for n, w in weights.items()})
         before, after = sim.around(c.task, inputs, {n: w.to(dev) for n, w in weights.items()})
@@ -216,7 +216,7 @@ def _view(raw, p):
     return torch.as_strided(flat, p.shape, p.strides, flat.storage_offset() + p.offset)
 
 
-def _random(specs, seed: int, scale_by_fan_in: bool = False) -> dict:
+def random_values(specs, seed: int, scale_by_fan_in: bool = False) -> dict:
     """Fresh values for tensors of these specs: normal floats, small integers, random bools.
     ``scale_by_fan_in``: floats of two or more dims scaled by 1 / sqrt(fan-in) and vectors by
     0.1, as layers are initialised (unit-variance weights make activations grow a hundredfold per
@@ -249,8 +249,8 @@ def check_plan_semantics(plan: Plan, graph: Graph, weights: Mapping[str, Any] | 
     from ..evaluate import evaluate_graph
     from .interp import simulate
 
-    weights = dict(weights) if weights is not None else _random(graph.weights, seed, scale_by_fan_in=True)
-    inputs = _random(graph.inputs, seed + 1)
+    weights = dict(weights) if weights is not None else random_values(graph.weights, seed, scale_by_fan_in=True)
+    inputs = random_values(graph.inputs, seed + 1)
     got = simulate(plan, weights, list(inputs.values()))
     want = evaluate_graph(graph, {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()},
                           {k: v.double() if v.is_floating_point() else v for k, v in weights.items()})

@@ -73,6 +73,9 @@ class PrecisionRepair:
     name = "precision"
     routes = ("repair", "replan")
 
+    def __init__(self) -> None:
+        self._guides: dict[str, tuple[Proposal | None, str]] = {}  # base candidate -> the interpreter's choice
+
     def suspects(self, plan: Any) -> list[tuple[str, tuple[str, ...]]]:
         """(task, nodes) of the run tasks whose arithmetic the policy rounds, in plan order."""
         rounding = ROUNDING.get(plan.policy, ())
@@ -88,9 +91,42 @@ class PrecisionRepair:
             sus = self.suspects(ctx.plan)
             if not sus:
                 return []
-            return [self._raise(ctx.base, sus, sus, "every task that rounds raised to fp32: is precision the cause? "
-                                                    f"({j.summary})")]
+            if ctx.base.id not in self._guides:  # the model runs once per failing base, not once per call
+                self._guides[ctx.base.id] = self._guided(ctx, sus)
+            guided, said = self._guides[ctx.base.id]
+            every = self._raise(ctx.base, sus, sus, "every task that rounds raised to fp32: is precision the cause? "
+                                                     f"({j.summary})" + (f"; {said}" if said and guided is None else ""))
+            return [guided, every] if guided is not None else [every]
         return self._bisect(ctx)
+
+    def _guided(self, ctx: Context, sus: Sequence[tuple[str, tuple[str, ...]]]) -> tuple[Proposal | None, str]:
+        """Under tf32, the fewest tasks the plan interpreter finds responsible (:mod:`stitchcuda.check.sensitivity`),
+        raised first: one GPU candidate where a bisection from every task takes many. (None, why)
+        when the model cannot say."""
+        if ctx.plan.policy != "tf32" or len(sus) < 2 or not hasattr(ctx.problem, "graph"):
+            return None, ""
+        from ..check.sensitivity import tf32_sensitivity
+        from ..check.task import random_values
+        from ..device import has_gpu
+
+        g = ctx.problem.graph
+        weights = ctx.problem.weights if ctx.problem.weights is not None else \
+            random_values(g.weights, 0, scale_by_fan_in=True)
+        inputs = list(random_values(g.inputs, 1).values())
+        try:
+            s = tf32_sensitivity(ctx.plan, weights, inputs, [t for t, _ in sus], tol=get_policy("tf32").tolerance,
+                                 device="cuda" if has_gpu() else "cpu")
+        except Exception as e:  # noqa: BLE001 - the model is a guide; without it the repair raises every task
+            return None, f"the interpreter's TF32 model failed ({type(e).__name__}: {e})"
+        if not s.raise_ or len(s.raise_) == len(sus):
+            return None, s.describe()
+        keep = set(s.raise_)
+        prop = self._raise(ctx.base, [(t, ns) for t, ns in sus if t in keep], sus,
+                           f"the {len(keep)} of {len(sus)} rounding tasks the interpreter finds most sensitive "
+                           f"raised to fp32: {s.describe()}")
+        prop.meta["sensitivity"] = {"alone": [list(p) for p in s.alone], "every": s.every, "rest": s.rest,
+                                    "runs": s.runs, "seconds": round(s.seconds, 2)}
+        return prop, s.describe()
 
     def _raise(self, base: Candidate, raised: Sequence[tuple[str, tuple[str, ...]]],
                suspects: Sequence[tuple[str, tuple[str, ...]]], why: str) -> Proposal:

@@ -1,0 +1,122 @@
+"""Where TF32 hurts a program: each rounding task's share of its outputs' error, by the plan interpreter.
+
+A deep net that fails at tf32 fails by accumulation: every convolution or GEMM rounds its
+operands to 10 mantissa bits, and some layers amplify what the earlier ones lost. Raising every
+such task to fp32 verifies but costs the speed; a bisection over them on the GPU costs a build and
+a verification per step. The interpreter (:mod:`.interp`, float64 math, each buffer stored in its
+own dtype) can say where the error comes from at a fraction of that: run the plan once exactly,
+once per suspect task with only that task's operands at TF32, and order the suspects by the error
+each alone gives the outputs (as a ratio to the policy's bound, ``atol + tol |ref|`` with the
+Verifier's ``atol``). The fewest of the worst are then raised so that the rest, still at TF32,
+stay within ``target`` of the bound (a binary search over how many, each step one run).
+
+It is a model, not the verdict: the GPU's verification of the candidate decides. When the model
+does not show the failure (every suspect at TF32 still within the bound: the drawn weights do not
+amplify as the Verifier's do) or would take too long, :func:`tf32_sensitivity` says so and the
+loop raises every suspect, as before.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+#: The fraction of the policy's bound the tasks left at TF32 may use in the model (the rest is the
+#: margin for what the model does not see: other inputs, other draws, the kernels' own order).
+TARGET = 0.5
+
+#: Seconds the analysis may take before it gives up (estimated from the exact run's time).
+TIME_LIMIT_S = 90.0
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """``alone``: suspect -> the error ratio of the outputs with only it at TF32 (most sensitive
+    first); ``every``: with every suspect at TF32; ``raise_``: the fewest suspects whose raising
+    brings the rest within ``target`` (empty with ``why`` when the model cannot say); ``rest``:
+    the ratio with every suspect but those at TF32; ``runs``, ``seconds``: what it cost."""
+
+    alone: tuple[tuple[str, float], ...]
+    every: float
+    raise_: tuple[str, ...]
+    rest: float
+    target: float
+    runs: int
+    seconds: float
+    why: str = ""
+
+    def describe(self) -> str:
+        if not self.raise_:
+            return f"the interpreter cannot guide the repair: {self.why}"
+        return (f"the interpreter's TF32 model: every rounding task at TF32 gives {self.every:.2g}x the bound, "
+                f"all but {len(self.raise_)} of {len(self.alone)} give {self.rest:.2g}x "
+                f"(most sensitive alone: {', '.join(f'{t} {r:.2g}x' for t, r in self.alone[:3])})")
+
+
+def error_ratio(outs: Sequence[Any], exact: Sequence[Any], tol: float) -> float:
+    """The worst element's error over the Verifier's bound ``atol + tol |ref|``, over every output."""
+    import torch
+
+    from ..verifier.run.compare import atol_for, output_scale
+
+    worst = 0.0
+    for o, e in zip(outs, exact):
+        if not o.is_floating_point() or o.numel() == 0:
+            continue
+        o64, e64 = o.double(), e.double()
+        fin = torch.isfinite(e64)
+        bound = atol_for(tol, output_scale(e)) + tol * e64.abs()
+        err = torch.where(fin, (o64 - e64).abs(), torch.zeros_like(e64))
+        if bool((fin & ~torch.isfinite(o64)).any()):
+            return float("inf")
+        worst = max(worst, float((err / bound).max()))
+    return worst
+
+
+def tf32_sensitivity(plan: Any, weights: Mapping[str, Any], inputs: Sequence[Any], suspects: Sequence[str], *,
+                     tol: float, target: float = TARGET, device: str = "cpu",
+                     time_limit_s: float = TIME_LIMIT_S) -> Sensitivity:
+    """See the module docstring. ``suspects``: run-phase task names of ``plan`` whose products
+    the policy rounds; ``weights`` by source name, ``inputs`` in the plan's order."""
+    from .interp import Simulator
+
+    t0 = time.monotonic()
+    sim = Simulator(plan, device)
+    sim.create({k: v.to(device) for k, v in weights.items()})
+    xs = [x.to(device) for x in inputs]
+    exact = sim.run(xs)
+    runs = 1
+    once = time.monotonic() - t0
+
+    def ratio(rounded: Sequence[str]) -> float:
+        nonlocal runs
+        runs += 1
+        return error_ratio(sim.run(xs, tf32=frozenset(rounded)), exact, tol)
+
+    def give_up(why: str, alone=(), every: float = 0.0) -> Sensitivity:
+        return Sensitivity(tuple(alone), every, (), every, target, runs, time.monotonic() - t0, why)
+
+    need = once * (len(suspects) + 2 + max(1, len(suspects)).bit_length())
+    if need > time_limit_s:
+        return give_up(f"{len(suspects)} suspects at {once:.1f} s a run would take about {need:.0f} s")
+    every = ratio(suspects)
+    if every <= 1.0:
+        return give_up(f"with every suspect at TF32 the model's outputs are within the bound ({every:.2g}x): "
+                       "it does not show the failure", every=every)
+    alone = sorted(((t, ratio([t])) for t in suspects), key=lambda p: -p[1])
+    order = [t for t, _ in alone]
+    # the fewest of the most sensitive to raise: binary search over how many (the rest stay at TF32)
+    lo, hi, rest = 0, len(order), {len(order): 0.0}
+    while lo < hi:
+        mid = (lo + hi) // 2
+        r = ratio(order[mid:])
+        rest[mid] = r
+        if r <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return Sensitivity(tuple(alone), every, tuple(order[:lo]), rest[lo], target, runs, time.monotonic() - t0)
+
+
+__all__ = ["Sensitivity", "tf32_sensitivity", "error_ratio", "TARGET"]

@@ -101,7 +101,7 @@ def _fake_report(name: str, precision: str, ok: bool, program_ms: float):
     table = TimingTable(Timing(program_ms), eager_fp32=Timing(2.0), eager_policy=Timing(1.5),
                         compile_policy=Timing(1.0)) if ok else None
     said = ("trial 0: output out at tf32: the program's max |err| 0.5; PyTorch's own tf32 on the same inputs 0.4 "
-            "(also over the tolerance)",)
+            "(also over the tolerance)", f"host lock {os.environ.get('STITCHCUDA_HOST_LOCK')}")
     return VerificationReport(name, precision, "sm_90", VerificationResult(verdict), timings=table, ceilings=H200,
                               device="fake GPU", details=GpuDetails(correctness_notes=said))
 
@@ -202,6 +202,8 @@ def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
     assert res["p3"]["status"] == "wrong_answer" and res["p4"]["status"] == "unsupported"
     # a failure keeps the Verifier's notes (PyTorch's own error at the policy); a pass keeps none
     assert "PyTorch's own tf32" in res["p3"]["notes"][0] and "notes" not in res["p1"]
+    # the workers take turns with every suite on this host: one lock file in the cache (hostlock.py)
+    assert res["p3"]["notes"][1] == f"host lock {tmp_path / 'cache' / 'host.lock'}"
     assert res["p5"]["status"] == "error" and "worker process died" in res["p5"]["summary"]
     assert {r["gpu"] for r in res.values() if r["id"] != "p5"} <= {"0", "1"}
     assert len({r["gpu"] for r in res.values()}) == 2, "both workers took problems"

@@ -102,9 +102,12 @@ def compile_program(src: Path, out: Path, arch: str | None = None, extra: tuple[
     cmd = (str(nvcc), "-shared", "-Xcompiler", vis, f"-arch={arch}", "-std=c++17", "-O3",
            "--expt-relaxed-constexpr", f"-I{INCLUDE_DIR}", *extra, str(src),
            f"-L{LIB_DIR}", "-lstitchrt", f"-Xlinker=-rpath,{LIB_DIR}", "-o", str(out))
+    from .hostlock import busy
+
     t0 = time.monotonic()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        with busy():  # not while another worker of a suite on this host times (hostlock.py)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         return CompileResult(False, cmd, f"nvcc timed out after {timeout:.0f} s\n{e.stderr or ''}",
                              time.monotonic() - t0)

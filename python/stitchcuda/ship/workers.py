@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import _rt as rt
+from .. import hostlock
 from ..device import has_gpu
 from ..fsutil import atomic_write_text
 from ..paths import cache_dir
@@ -65,6 +66,9 @@ class _Worker:
         env = dict(os.environ)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
+        # every suite on this host takes turns: no compile while a worker times (hostlock.py); one
+        # file in the cache, so that two suites run side by side also do
+        env.setdefault(hostlock.ENV, str(cache_dir() / "host.lock"))
         env["PYTHONUNBUFFERED"] = "1"
         (folder / "logs").mkdir(parents=True, exist_ok=True)
         self.log = open(folder / "logs" / f"worker-{index}.log", "a")

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from ...hostlock import busy, quiet
 from ..report.profile import Timing, TimingTable
 from ..report.records import SpeedupRecheck, TimedCallCheck, TimingDetails, WallCheck
 
@@ -337,7 +338,10 @@ def time_all(program: "Callable[[], Any] | ProgramClock", model: Any, model_args
     def run_measure(fn: Callable[[], Any], what: str) -> tuple[Timing | None, int]:
         log(f"timing {what}")
         try:
-            with torch.cuda.stream(stream), torch.no_grad():
+            with quiet() as host, torch.cuda.stream(stream), torch.no_grad():
+                if host.seconds >= 1.0:
+                    notes.append(f"{what}: timed after {host.seconds:.0f} s waiting for other workers' compiles "
+                                 "on this host to end" + ("" if host.acquired else " (gave up waiting: timed beside them)"))
                 if what == "program":
                     t, warm, _ = measure(None, _ClockTimer(clock), lambda: None, settings, calls=calls)
                 else:
@@ -424,8 +428,8 @@ def _time_compiled(model, args, ctx, run_measure, what: str, notes: list[str], m
         return None, None
     t0 = time.monotonic()
     try:
-        with torch.no_grad():
-            _call_in(compiled, args, ctx)  # compile outside the timed loop
+        with busy(), torch.no_grad():  # compile outside the timed loop, as a compile (hostlock.py)
+            _call_in(compiled, args, ctx)
             torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001
         notes.append(f"{what}: compilation failed ({type(e).__name__}: {str(e)[:200]})")

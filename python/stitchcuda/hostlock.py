@@ -1,0 +1,96 @@
+"""One host, several workers: no compile runs while a worker times.
+
+PyTorch's baselines (eager, and ``torch.compile`` in its default mode) launch their kernels from
+Python one at a time, so their times depend on the host's CPUs. In a suite of three workers on one
+host, torch.compile's time for the same model moved by up to 1.8x between two runs, both ways,
+while other workers' nvcc and inductor compiles shared the CPUs; the programs, replaying CUDA
+graphs from the native runner, moved by under 5 % (BENCHMARKS.md, "The zoo and the performance set
+again"). A ratio taken in one process is still unfair when the baseline alone is starved.
+
+When ``STITCHCUDA_HOST_LOCK`` names a file (``stitchcuda bench`` sets it when it runs several
+workers on one host), a timing loop holds the host alone (:func:`quiet`) and a compile holds it
+shared (:func:`busy`): a timing loop waits for the compiles in flight, and no new compile starts
+while it waits (a turnstile: a stream of compiles cannot starve it). Without the variable both
+are free. Locks are ``flock`` on the file (released by the kernel when a process dies); a wait
+longer than ``MAX_WAIT_S`` gives up and goes on unlocked, and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+ENV = "STITCHCUDA_HOST_LOCK"
+
+#: Seconds a worker waits for the host before it goes on without it (a compile can take minutes).
+MAX_WAIT_S = 600.0
+
+_held = [0]  # this process's depth: a compile inside a timing window (or the reverse) does not wait for itself
+
+
+@dataclass
+class Held:
+    """What a holder waited: ``seconds``; ``acquired`` False when it gave up waiting or no lock is set."""
+
+    seconds: float = 0.0
+    acquired: bool = False
+
+
+def _take(path: str, mode: int, deadline: float) -> int | None:
+    """An fd of ``path`` locked in ``mode``, or None at the deadline."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _hold(exclusive: bool, max_wait_s: float) -> Iterator[Held]:
+    path = os.environ.get(ENV, "")
+    if not path or _held[0]:
+        _held[0] += 1
+        try:
+            yield Held()
+        finally:
+            _held[0] -= 1
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    t0 = time.monotonic()
+    deadline = t0 + max_wait_s
+    gate = _take(path + ".gate", fcntl.LOCK_EX, deadline)  # the turnstile
+    main = _take(path, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline) if gate is not None else None
+    if gate is not None and not exclusive:
+        os.close(gate)  # a compile passes the turnstile; a timing loop keeps it until it is done
+        gate = None
+    held = Held(time.monotonic() - t0, main is not None)
+    _held[0] += 1
+    try:
+        yield held
+    finally:
+        _held[0] -= 1
+        for fd in (main, gate):
+            if fd is not None:
+                os.close(fd)
+
+
+def quiet(max_wait_s: float = MAX_WAIT_S) -> contextlib.AbstractContextManager[Held]:
+    """The host alone for a timing loop (see the module docstring)."""
+    return _hold(True, max_wait_s)
+
+
+def busy(max_wait_s: float = MAX_WAIT_S) -> contextlib.AbstractContextManager[Held]:
+    """The host shared, for a compile (see the module docstring)."""
+    return _hold(False, max_wait_s)
+
+
+__all__ = ["ENV", "MAX_WAIT_S", "Held", "quiet", "busy"]

@@ -1,0 +1,94 @@
+"""Workers of one host take turns (stitchcuda.hostlock): a timing loop waits for the compiles in
+flight, no compile starts while it waits, and nothing waits without the variable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from stitchcuda import hostlock
+
+HOLD = """
+import sys, time
+from stitchcuda import hostlock
+with hostlock.{kind}() as h:
+    print("held", time.time(), flush=True)
+    time.sleep({seconds})
+print("released", time.time(), flush=True)
+"""
+
+
+def _holder(kind: str, seconds: float, env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOLD.format(kind=kind, seconds=seconds)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _wait_held(p: subprocess.Popen) -> float:
+    line = p.stdout.readline().split()
+    assert line and line[0] == "held", line
+    return float(line[1])
+
+
+@pytest.fixture
+def lock_env(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv(hostlock.ENV, str(tmp_path / "sub" / "host.lock"))  # its folder made on first use
+    return dict(os.environ)
+
+
+def test_without_the_variable_nothing_waits(monkeypatch):
+    monkeypatch.delenv(hostlock.ENV, raising=False)
+    with hostlock.quiet() as a, hostlock.busy() as b:
+        assert (a.acquired, b.acquired, a.seconds, b.seconds) == (False, False, 0.0, 0.0)
+
+
+def test_a_timing_loop_waits_for_the_compile_in_flight(lock_env):
+    compiling = _holder("busy", 1.0, lock_env)
+    _wait_held(compiling)
+    t0 = time.monotonic()
+    with hostlock.quiet() as h:
+        waited = time.monotonic() - t0
+        assert h.acquired and waited >= 0.5 and h.seconds == pytest.approx(waited, abs=0.05)
+        with hostlock.busy() as inner:  # this process's own compile inside its window does not wait for itself
+            assert inner.seconds == 0.0
+    compiling.wait(10)
+    # two compiles share the host
+    a, b = _holder("busy", 1.0, lock_env), _holder("busy", 1.0, lock_env)
+    ta, tb = _wait_held(a), _wait_held(b)
+    assert abs(ta - tb) < 0.8, "the second compile waited for the first"
+    a.wait(10), b.wait(10)
+
+
+def test_no_compile_starts_while_a_timing_loop_waits(lock_env):
+    """A stream of compiles cannot starve the timing loop: the turnstile holds new ones back."""
+    first = _holder("busy", 3.0, lock_env)
+    _wait_held(first)
+    released = []
+
+    def timer():
+        with hostlock.quiet() as h:
+            assert h.acquired
+            time.sleep(0.5)
+        released.append(time.time())
+
+    t = threading.Thread(target=timer)
+    t.start()
+    time.sleep(0.3)  # the timing loop is now waiting for the first compile
+    second = _holder("busy", 0.1, lock_env)
+    started = _wait_held(second)
+    t.join(10)
+    assert released and started >= released[0] - 0.05, "a compile started while the timing loop waited"
+    first.wait(10), second.wait(10)
+
+
+def test_a_wait_too_long_gives_up_and_says_so(lock_env):
+    compiling = _holder("busy", 2.0, lock_env)
+    _wait_held(compiling)
+    with hostlock.quiet(max_wait_s=0.3) as h:
+        assert not h.acquired and 0.25 <= h.seconds < 1.5
+    compiling.wait(10)

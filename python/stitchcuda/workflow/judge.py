@@ -102,9 +102,28 @@ def judgement_of(report: Any, seconds: float, path: str = "") -> Judgement:
     return Judgement(res.kind, res.verdict.summary(), ms, base, tuple(tasks), seconds, path, wrong)
 
 
+def verifier_values(problem: Any, plan: Any, device: str, seed: int = 0) -> tuple[dict[str, Any], list[Any]]:
+    """Weights and inputs as the Verifier draws them for ``problem`` (its reference harness:
+    parameters drawn away from their initial values, batch norms calibrated or parameters drawn
+    again where the outputs would not depend on the inputs), by the names and in the order of
+    ``plan``: what a model of the program's error must see, since the captured weights may not
+    amplify as the judged ones do. Raises when the reference cannot be built here (no source)."""
+    from ..verifier.run.harness import ReferenceHarness
+    from ..verifier.run.reference import ReferenceSpec
+
+    if not problem.source:
+        raise ValueError("the problem has no reference source to draw from")
+    manifest = problem.code(plan).manifest
+    spec = ReferenceSpec(problem.name, problem.name, source=problem.source)
+    h = ReferenceHarness(spec, manifest, device, weights_seed=seed)
+    weights = {w.name: t for w, t in zip(manifest.weights, h.weights)}
+    return weights, list(h.draw(seed ^ 0x5EED).program)
+
+
 def estimated_tasks(plan: Any) -> tuple[TaskTime, ...]:
     """Per-task times from the plan's cost model (no profile): efficiency unknown, taken as 0.5."""
     return tuple(TaskTime(t.name, t.est_time_s * 1e6, 0.5, measured=False) for t in plan.tasks if t.phase == "run")
 
 
-__all__ = ["CandidateJudge", "JudgeOptions", "VerifierJudge", "CannotJudge", "judgement_of", "estimated_tasks"]
+__all__ = ["CandidateJudge", "JudgeOptions", "VerifierJudge", "CannotJudge", "judgement_of", "estimated_tasks",
+           "verifier_values"]

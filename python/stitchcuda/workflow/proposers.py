@@ -106,16 +106,13 @@ class PrecisionRepair:
         if ctx.plan.policy != "tf32" or len(sus) < 2 or not hasattr(ctx.problem, "graph"):
             return None, ""
         from ..check.sensitivity import tf32_sensitivity
-        from ..check.task import random_values
         from ..device import has_gpu
 
-        g = ctx.problem.graph
-        weights = ctx.problem.weights if ctx.problem.weights is not None else \
-            random_values(g.weights, 0, scale_by_fan_in=True)
-        inputs = list(random_values(g.inputs, 1).values())
+        device = "cuda" if has_gpu() else "cpu"
         try:
+            weights, inputs = self._values(ctx, device)
             s = tf32_sensitivity(ctx.plan, weights, inputs, [t for t, _ in sus], tol=get_policy("tf32").tolerance,
-                                 device="cuda" if has_gpu() else "cpu")
+                                 device=device)
         except Exception as e:  # noqa: BLE001 - the model is a guide; without it the repair raises every task
             return None, f"the interpreter's TF32 model failed ({type(e).__name__}: {e})"
         if not s.raise_ or len(s.raise_) == len(sus):
@@ -127,6 +124,22 @@ class PrecisionRepair:
         prop.meta["sensitivity"] = {"alone": [list(p) for p in s.alone], "every": s.every, "rest": s.rest,
                                     "runs": s.runs, "seconds": round(s.seconds, 2)}
         return prop, s.describe()
+
+    @staticmethod
+    def _values(ctx: Context, device: str) -> tuple[dict, list]:
+        """The weights and inputs the model runs on: the Verifier's own draw where the reference can
+        be built here (the judged parameters: the captured ones may not amplify as they do), else
+        the captured weights and random inputs."""
+        from ..check.task import random_values
+        from .judge import verifier_values
+
+        try:
+            return verifier_values(ctx.problem, ctx.plan, device)
+        except Exception:  # noqa: BLE001 - no source (an nn.Module), a reference that needs a GPU: the captured ones
+            g = ctx.problem.graph
+            weights = ctx.problem.weights if ctx.problem.weights is not None else \
+                random_values(g.weights, 0, scale_by_fan_in=True)
+            return weights, list(random_values(g.inputs, 1).values())
 
     def _raise(self, base: Candidate, raised: Sequence[tuple[str, tuple[str, ...]]],
                suspects: Sequence[tuple[str, tuple[str, ...]]], why: str) -> Proposal:

@@ -109,12 +109,21 @@ class PrecisionRepair:
         from ..device import has_gpu
 
         device = "cuda" if has_gpu() else "cpu"
-        try:
+
+        def model():  # its tensors die with it, before the cache is emptied
             weights, inputs = self._values(ctx, device)
-            s = tf32_sensitivity(ctx.plan, weights, inputs, [t for t, _ in sus], tol=get_policy("tf32").tolerance,
-                                 device=device)
+            return tf32_sensitivity(ctx.plan, weights, inputs, [t for t, _ in sus], tol=get_policy("tf32").tolerance,
+                                    device=device)
+
+        try:
+            s = model()
         except Exception as e:  # noqa: BLE001 - the model is a guide; without it the repair raises every task
             return None, f"the interpreter's TF32 model failed ({type(e).__name__}: {e})"
+        finally:
+            if device == "cuda":  # the Verifier's children need the memory this process's cache holds
+                import torch
+
+                torch.cuda.empty_cache()
         if not s.raise_ or len(s.raise_) == len(sus):
             return None, s.describe()
         keep = set(s.raise_)

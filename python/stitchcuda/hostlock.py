@@ -7,8 +7,8 @@ while other workers' nvcc and inductor compiles shared the CPUs; the programs, r
 graphs from the native runner, moved by under 5 % (BENCHMARKS.md, "The zoo and the performance set
 again"). A ratio taken in one process is still unfair when the baseline alone is starved.
 
-When ``STITCHCUDA_HOST_LOCK`` names a file (``stitchcuda bench`` sets it when it runs several
-workers on one host), a timing loop holds the host alone (:func:`quiet`) and a compile holds it
+When ``STITCHCUDA_HOST_LOCK`` names a file (``stitchcuda bench`` sets it for its workers: one file
+in the cache, shared by every suite on the host), a timing loop holds the host alone (:func:`quiet`) and a compile holds it
 shared (:func:`busy`): a timing loop waits for the compiles in flight, and no new compile starts
 while it waits (a turnstile: a stream of compiles cannot starve it). Without the variable both
 are free. Locks are ``flock`` on the file (released by the kernel when a process dies); a wait

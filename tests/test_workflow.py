@@ -321,3 +321,39 @@ def test_the_tf32_model_runs_on_the_verifiers_own_draw(tmp_path):
     got = simulate(p, w, xs)[0]
     want = evaluate_graph(prob.graph, {t.name: x for t, x in zip(prob.graph.inputs, xs)}, w)[0]
     assert torch.allclose(got.double(), want.double(), rtol=1e-4, atol=1e-5)
+
+
+def test_the_tf32_model_is_scaled_up_to_the_gpus_error():
+    """The model rounds to nearest; a library may drop the bits instead, and the GPU's error is then
+    larger (efficientnet_b0: the model 0.8x the bound, the GPU 3.0x). Given the GPU's own error the
+    model is scaled up to it (never down): it guides where it saw too little, and raises more
+    where the GPU missed by more."""
+    import torch
+
+    from stitchcuda import frontend, plan
+    from stitchcuda.check.sensitivity import tf32_sensitivity
+    from stitchcuda.verifier.report.verdict import WrongAnswer
+    from stitchcuda.workflow.judge import error_ratio
+
+    from .workflow_script import CancellingChain
+
+    # the GPU's reported element of mobilenet_v1 (call 4): |0.288576 - 0.309394| / (4.4e-3 + 1e-2 * 0.309394)
+    v = WrongAnswer(0, 0.0285, 0.0038, (20, 457), "view", tolerance=1e-2, expected=0.309394, got=0.288576, atol=4.4e-3)
+    assert error_ratio(v) == pytest.approx(2.78, abs=0.01)
+    assert error_ratio(WrongAnswer(0, float("nan"), 0.0, tolerance=1e-2, nan_count=3)) is None
+
+    def model(cancel: float, observed):
+        torch.manual_seed(0)
+        x = torch.randn(32, 64)
+        cap = frontend.capture(CancellingChain(cancel=cancel).eval(), [x], "chain")
+        p = plan.plan(cap.graph, "tf32")
+        sus = [t for t, _ in PrecisionRepair().suspects(p)]
+        return tf32_sensitivity(p, dict(cap.weights), [x], sus, tol=1e-2, observed=observed)
+
+    weak, scaled = model(0.2, None), model(0.2, 3.0)  # a milder cancellation: the model alone under the bound
+    assert weak.every < 1.0 and weak.raise_ == () and "does not show the failure" in weak.why
+    assert scaled.scale == pytest.approx(3.0 / weak.every) and scaled.raise_[0] == "linear"
+    assert 1 < len(scaled.raise_) < 4 and scaled.rest * scaled.scale <= 0.5 and "scaled x" in scaled.describe()
+    plain, below, above = model(0.01, None), model(0.01, 3.0), model(0.01, 100.0)
+    assert plain.raise_ == below.raise_ == ("linear",) and below.scale == 1.0  # a GPU below the model: not scaled down
+    assert len(above.raise_) == 4  # a GPU far above it: every task

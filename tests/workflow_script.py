@@ -117,11 +117,11 @@ class CancellingChain(nn.Module):
     hundredth of its terms: TF32's rounding of M (10 mantissa bits) is then a few times the tolerance,
     where the other three, alone at TF32, stay far within it. Only fc1 is sensitive."""
 
-    def __init__(self, width: int = 64):
+    def __init__(self, width: int = 64, cancel: float = 0.01):
         super().__init__()
         g = torch.Generator().manual_seed(7)
         m = torch.randn(width, width, generator=g)
-        d = 0.01 * torch.randn(width, width, generator=g)
+        d = cancel * torch.randn(width, width, generator=g)
         self.fc1 = nn.Linear(2 * width, width, bias=False)
         self.fc1.weight.data = torch.cat([m, -m + d], 1)
         self.fc2, self.fc3, self.fc4 = (nn.Linear(width, width, bias=False) for _ in range(3))

@@ -113,7 +113,7 @@ class PrecisionRepair:
         def model():  # its tensors die with it, before the cache is emptied
             weights, inputs = self._values(ctx, device)
             return tf32_sensitivity(ctx.plan, weights, inputs, [t for t, _ in sus], tol=get_policy("tf32").tolerance,
-                                    device=device)
+                                    device=device, observed=ctx.base.judgement.error_ratio)
 
         try:
             s = model()
@@ -131,7 +131,7 @@ class PrecisionRepair:
                            f"the {len(keep)} of {len(sus)} rounding tasks the interpreter finds most sensitive "
                            f"raised to fp32: {s.describe()}")
         prop.meta["sensitivity"] = {"alone": [list(p) for p in s.alone], "every": s.every, "rest": s.rest,
-                                    "runs": s.runs, "seconds": round(s.seconds, 2)}
+                                    "scale": s.scale, "runs": s.runs, "seconds": round(s.seconds, 2)}
         return prop, s.describe()
 
     @staticmethod

@@ -129,6 +129,8 @@ class Judgement:
     gpu_s: float = 0.0
     report: str = ""
     wrong_output: str = ""
+    #: a wrong answer's worst reported element: its error over the bound ``atol + tol |expected|``
+    error_ratio: float | None = None
 
     @property
     def ok(self) -> bool:

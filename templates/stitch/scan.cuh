@@ -12,10 +12,11 @@
 //   - fp32 accumulation; Max / Min let a NaN win (PyTorch's cummax); LogSumExp is
 //     m + log(exp(a - m) + exp(b - m)) with m = max(a, b).
 //   - inner == 1, rows contiguous and 16-byte aligned, forward, n >= 4096: one block of 256
-//     threads per row, the row in tiles of 256 x 16 elements; each thread loads 16 consecutive
-//     elements in 16-byte packs and scans them in registers, the threads' totals are scanned by
-//     warp shuffles and shared memory, and the running total is carried from tile to tile: every
-//     element read once and written once. Other rows (inner == 1): one block per row, its warps
+//     threads per row, the row in tiles of 4096 elements, a warp a contiguous 512 of them as four
+//     chunks of 32 lanes x 4 (every load and store of a warp one contiguous piece; the next tile's
+//     loaded while this one is scanned); a lane scans its pieces in registers, the chunks are
+//     scanned across lanes by shuffles, the warps' totals through shared memory, and the running
+//     total is carried from tile to tile: every element read once and written once. Other rows (inner == 1): one block per row, its warps
 //     each scanning a contiguous piece 32 elements at a time: pass 1 reduces each piece, the
 //     pieces' totals are scanned in shared memory, pass 2 scans each piece again from its carry
 //     (a second read of the row). inner > 1: one thread per (outer, inner) column, walking n
@@ -121,53 +122,79 @@ __global__ void __launch_bounds__(1024) scan_rows_kernel(ScanParams<Tin, Tout> p
 }
 
 constexpr int kScanItems = 16;  // elements per thread per tile of the tiled row scan
+constexpr int kScanVec = 4;     // elements per load: a lane's piece of one chunk
 
 // One block of 256 threads per row (see the contract: contiguous, aligned, forward).
 template <ScanOp OP, class Tin, class Tout, class Pro, class Epi>
 __global__ void __launch_bounds__(256) scan_rows_tiled_kernel(ScanParams<Tin, Tout> p, Pro pro, Epi epi) {
-  constexpr int E = kScanItems, WARPS = 8;
+  constexpr int V = kScanVec, J = kScanItems / kScanVec, WARPS = 8;
+  constexpr int64_t CHUNK = 32 * V, SEG = CHUNK * J, TILE = SEG * WARPS;
   __shared__ float totals[WARPS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int64_t row = blockIdx.x; row < p.outer; row += gridDim.x) {
     const Tin* x = p.in + row * p.in_so;
     Tout* y = p.out + row * p.out_so;
     float carry = scan_identity<OP>();
-    for (int64_t base = 0; base < p.n; base += int64_t(32 * WARPS) * E) {
-      const int64_t k0 = base + int64_t(threadIdx.x) * E;
-      const bool full = k0 + E <= p.n;
-      float v[E];
-      if (full) {
-        const Pack<Tin, E> pk = load_pack<Tin, E>(x + k0);
+    // Warp w scans elements [w * SEG, (w + 1) * SEG) of a tile, in J chunks of 32 x V: lane l
+    // holds elements j * CHUNK + l * V .. + V - 1, so each load of a warp is one contiguous piece.
+    // The next tile's packs are loaded before this one is scanned: a tile's loads are in flight
+    // through the scan and the barriers of the one before it.
+    const int64_t mine = int64_t(warp) * SEG + int64_t(lane) * V;  // chunk 0's first element
+    Pack<Tin, V> ahead[J];
 #pragma unroll
-        for (int e = 0; e < E; ++e) v[e] = pro(any_to_float(pk.v[e]));
-      } else {
+    for (int j = 0; j < J; ++j)
+      if (mine + j * CHUNK + V <= p.n) ahead[j] = load_pack<Tin, V>(x + mine + j * CHUNK);
+    for (int64_t base = 0; base < p.n; base += TILE) {
+      float v[J][V];
 #pragma unroll
-        for (int e = 0; e < E; ++e) v[e] = k0 + e < p.n ? pro(any_to_float(x[k0 + e])) : scan_identity<OP>();
+      for (int j = 0; j < J; ++j) {
+        const int64_t k = base + mine + j * CHUNK;
+        if (k + V <= p.n) {
+          const Pack<Tin, V> pk = ahead[j];
+          if (k + TILE + V <= p.n) ahead[j] = load_pack<Tin, V>(x + k + TILE);
+#pragma unroll
+          for (int e = 0; e < V; ++e) v[j][e] = pro(any_to_float(pk.v[e]));
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) v[j][e] = k + e < p.n ? pro(any_to_float(x[k + e])) : scan_identity<OP>();
+        }
       }
+      // Each lane's pieces in registers, then each chunk across the lanes, chunk after chunk.
+      float pre[J];  // what precedes a lane's piece j within the warp's segment
+      float run = scan_identity<OP>();
 #pragma unroll
-      for (int e = 1; e < E; ++e) v[e] = scan_combine<OP>(v[e - 1], v[e]);
-      const float incl = warp_inclusive_scan<OP>(v[E - 1]);  // this thread's total, lanes before it included
-      if (lane == 31) totals[warp] = incl;
-      const float prev = __shfl_up_sync(0xffffffffu, incl, 1);
+      for (int j = 0; j < J; ++j) {
+#pragma unroll
+        for (int e = 1; e < V; ++e) v[j][e] = scan_combine<OP>(v[j][e - 1], v[j][e]);
+        const float incl = warp_inclusive_scan<OP>(v[j][V - 1]);
+        const float prev = __shfl_up_sync(0xffffffffu, incl, 1);
+        pre[j] = lane > 0 ? scan_combine<OP>(run, prev) : run;
+        run = scan_combine<OP>(run, __shfl_sync(0xffffffffu, incl, 31));
+      }
+      if (lane == 0) totals[warp] = run;
       __syncthreads();
-      float before = carry, next = carry;  // what precedes this thread; the carry into the next tile
+      float before = carry, next = carry;  // what precedes this warp's segment; the next tile's carry
 #pragma unroll
       for (int w = 0; w < WARPS; ++w) {
         if (w < warp) before = scan_combine<OP>(before, totals[w]);
         next = scan_combine<OP>(next, totals[w]);
       }
-      if (lane > 0) before = scan_combine<OP>(before, prev);
       __syncthreads();  // totals is the next tile's
       carry = next;
-      if (full) {
-        Pack<Tout, E> o;
 #pragma unroll
-        for (int e = 0; e < E; ++e) o.v[e] = any_from_float<Tout>(epi(scan_combine<OP>(before, v[e])));
-        store_pack<Tout, E>(y + k0, o);
-      } else {
+      for (int j = 0; j < J; ++j) {
+        const int64_t k = base + mine + j * CHUNK;
+        const float lead = scan_combine<OP>(before, pre[j]);
+        if (k + V <= p.n) {
+          Pack<Tout, V> o;
 #pragma unroll
-        for (int e = 0; e < E; ++e)
-          if (k0 + e < p.n) y[k0 + e] = any_from_float<Tout>(epi(scan_combine<OP>(before, v[e])));
+          for (int e = 0; e < V; ++e) o.v[e] = any_from_float<Tout>(epi(scan_combine<OP>(lead, v[j][e])));
+          store_pack<Tout, V>(y + k, o);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e)
+            if (k + e < p.n) y[k + e] = any_from_float<Tout>(epi(scan_combine<OP>(lead, v[j][e])));
+        }
       }
     }
   }

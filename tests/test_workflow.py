@@ -279,6 +279,8 @@ def test_precision_repair_raises_the_interpreters_choice_first(tmp_path):
     guided = st.candidates[1]
     assert st.root_candidate.judgement.kind == "wrong_answer" and guided.ok
     assert [t for t, _ in guided.meta["precision_raised"]] == ["linear"] and "interpreter" in guided.description
+    # an nn.Module has no source for the Verifier's draw: the description says what the model ran on, and why
+    assert "on the captured weights, not the Verifier's draw (" in guided.description
     assert guided.meta["sensitivity"]["alone"][0][0] == "linear" and st.best == guided.id
     assert not any(len(c.meta.get("precision_raised", ())) == 4 for c in st.candidates), "every task was raised"
 
@@ -333,14 +335,14 @@ def test_the_tf32_model_is_scaled_up_to_the_gpus_error():
     from stitchcuda import frontend, plan
     from stitchcuda.check.sensitivity import tf32_sensitivity
     from stitchcuda.verifier.report.verdict import WrongAnswer
-    from stitchcuda.workflow.judge import error_ratio
+    from stitchcuda.workflow.judge import reported_ratio
 
     from .workflow_script import CancellingChain
 
     # the GPU's reported element of mobilenet_v1 (call 4): |0.288576 - 0.309394| / (4.4e-3 + 1e-2 * 0.309394)
     v = WrongAnswer(0, 0.0285, 0.0038, (20, 457), "view", tolerance=1e-2, expected=0.309394, got=0.288576, atol=4.4e-3)
-    assert error_ratio(v) == pytest.approx(2.78, abs=0.01)
-    assert error_ratio(WrongAnswer(0, float("nan"), 0.0, tolerance=1e-2, nan_count=3)) is None
+    assert reported_ratio(v) == pytest.approx(2.78, abs=0.01)
+    assert reported_ratio(WrongAnswer(0, float("nan"), 0.0, tolerance=1e-2, nan_count=3)) is None
 
     def model(cancel: float, observed):
         torch.manual_seed(0)

@@ -70,7 +70,7 @@ def error_ratio(outs: Sequence[Any], exact: Sequence[Any], tol: float) -> float:
     """The worst element's error over the Verifier's bound ``atol + tol |ref|``, over every output."""
     import torch
 
-    from ..verifier.run.compare import atol_for, output_scale
+    from ..verifier.run.compare import atol_for, bound, output_scale
 
     worst = 0.0
     for o, e in zip(outs, exact):
@@ -78,11 +78,11 @@ def error_ratio(outs: Sequence[Any], exact: Sequence[Any], tol: float) -> float:
             continue
         o64, e64 = o.double(), e.double()
         fin = torch.isfinite(e64)
-        bound = atol_for(tol, output_scale(e)) + tol * e64.abs()
+        lim = bound(e64.abs(), tol, atol_for(tol, output_scale(e)))
         err = torch.where(fin, (o64 - e64).abs(), torch.zeros_like(e64))
         if bool((fin & ~torch.isfinite(o64)).any()):
             return float("inf")
-        worst = max(worst, float((err / bound).max()))
+        worst = max(worst, float((err / lim).max()))
     return worst
 
 

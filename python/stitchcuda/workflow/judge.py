@@ -101,17 +101,19 @@ def judgement_of(report: Any, seconds: float, path: str = "") -> Judgement:
             tasks.append(TaskTime(tt.task, tt.per_run_ns / 1e3, eff))
     wrong = getattr(res.verdict, "output", "") if res.kind == "wrong_answer" else ""
     return Judgement(res.kind, res.verdict.summary(), ms, base, tuple(tasks), seconds, path, wrong,
-                     error_ratio(res.verdict) if res.kind == "wrong_answer" else None)
+                     reported_ratio(res.verdict) if res.kind == "wrong_answer" else None)
 
 
-def error_ratio(v: Any) -> float | None:
+def reported_ratio(v: Any) -> float | None:
     """A wrong answer's reported element (the worst violation): its error over the Verifier's bound
     ``atol + tol |expected|``; None without the numbers (a NaN, a non-finite expected value)."""
+    from ..verifier.run.compare import bound
+
     e, g, tol = getattr(v, "expected", None), getattr(v, "got", None), getattr(v, "tolerance", 0.0)
     if e is None or g is None or not tol or not math.isfinite(e) or not math.isfinite(g):
         return None
     atol = v.atol if getattr(v, "atol", None) is not None else tol
-    return abs(g - e) / (atol + tol * abs(e))
+    return abs(g - e) / bound(abs(e), tol, atol)
 
 
 def verifier_values(problem: Any, plan: Any, device: str, seed: int = 0) -> tuple[dict[str, Any], list[Any]]:
@@ -138,4 +140,4 @@ def estimated_tasks(plan: Any) -> tuple[TaskTime, ...]:
 
 
 __all__ = ["CandidateJudge", "JudgeOptions", "VerifierJudge", "CannotJudge", "judgement_of", "estimated_tasks",
-           "verifier_values", "error_ratio"]
+           "verifier_values", "reported_ratio"]

@@ -110,8 +110,11 @@ class PrecisionRepair:
 
         device = "cuda" if has_gpu() else "cpu"
 
+        drawn = ""  # which parameters the model ran on, said in every description
+
         def model():  # its tensors die with it, before the cache is emptied
-            weights, inputs = self._values(ctx, device)
+            nonlocal drawn
+            weights, inputs, drawn = self._values(ctx, device)
             return tf32_sensitivity(ctx.plan, weights, inputs, [t for t, _ in sus], tol=get_policy("tf32").tolerance,
                                     device=device, observed=ctx.base.judgement.error_ratio)
 
@@ -124,31 +127,34 @@ class PrecisionRepair:
                 import torch
 
                 torch.cuda.empty_cache()
+        said = f"{s.describe()}; on {drawn}"
         if not s.raise_ or len(s.raise_) == len(sus):
-            return None, s.describe()
+            return None, said
         keep = set(s.raise_)
         prop = self._raise(ctx.base, [(t, ns) for t, ns in sus if t in keep], sus,
                            f"the {len(keep)} of {len(sus)} rounding tasks the interpreter finds most sensitive "
-                           f"raised to fp32: {s.describe()}")
+                           f"raised to fp32: {said}")
         prop.meta["sensitivity"] = {"alone": [list(p) for p in s.alone], "every": s.every, "rest": s.rest,
                                     "scale": s.scale, "runs": s.runs, "seconds": round(s.seconds, 2)}
-        return prop, s.describe()
+        return prop, said
 
     @staticmethod
-    def _values(ctx: Context, device: str) -> tuple[dict, list]:
-        """The weights and inputs the model runs on: the Verifier's own draw where the reference can
-        be built here (the judged parameters: the captured ones may not amplify as they do), else
-        the captured weights and random inputs."""
+    def _values(ctx: Context, device: str) -> tuple[dict, list, str]:
+        """The weights and inputs the model runs on, and which they are: the Verifier's own draw
+        where the reference can be built here (the judged parameters: the captured ones may not
+        amplify as they do), else the captured weights and random inputs, with the reason."""
         from ..check.task import random_values
         from .judge import verifier_values
 
         try:
-            return verifier_values(ctx.problem, ctx.plan, device)
-        except Exception:  # noqa: BLE001 - no source (an nn.Module), a reference that needs a GPU: the captured ones
+            return (*verifier_values(ctx.problem, ctx.plan, device), "the Verifier's draw of the parameters")
+        except Exception as e:  # noqa: BLE001 - no source (an nn.Module), a reference that needs a GPU: the captured ones
             g = ctx.problem.graph
             weights = ctx.problem.weights if ctx.problem.weights is not None else \
                 random_values(g.weights, 0, scale_by_fan_in=True)
-            return weights, list(random_values(g.inputs, 1).values())
+            why = f"{type(e).__name__}: {e}"
+            return (weights, list(random_values(g.inputs, 1).values()),
+                    f"the captured weights, not the Verifier's draw ({why[:160]})")
 
     def _raise(self, base: Candidate, raised: Sequence[tuple[str, tuple[str, ...]]],
                suspects: Sequence[tuple[str, tuple[str, ...]]], why: str) -> Proposal:

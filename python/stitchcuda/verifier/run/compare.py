@@ -68,6 +68,12 @@ def atol_for(tol: float, scale: float) -> float:
     return tol * min(1.0, max(scale, SCALE_FLOOR))
 
 
+def bound(ref_abs, tol: float, atol: float):
+    """The Verifier's bound on an element's error, ``atol + tol |ref|`` (numbers or tensors): the
+    one formula every judge of an error uses (this module, the judgement's ratio, the TF32 model)."""
+    return atol + tol * ref_abs
+
+
 @dataclass(frozen=True)
 class Errors:
     """One output against one reference: the verdict of ``|out - ref| <= atol + tol |ref|`` over every
@@ -119,10 +125,10 @@ def errors(out: torch.Tensor, ref: torch.Tensor, tol: float, atol: float | None 
         fin_r, fin_o = torch.isfinite(r), torch.isfinite(o)
         both = fin_r & fin_o
         err = torch.where(both, (o - r).abs(), torch.zeros_like(o))
-        bound = atol + tol * torch.where(fin_r, r.abs(), torch.zeros_like(r))
+        lim = bound(torch.where(fin_r, r.abs(), torch.zeros_like(r)), tol, atol)
         nonfinite_bad = (fin_r & ~fin_o) | (~fin_r & ~((o == r) | (torch.isnan(o) & torch.isnan(r))))
-        ratio = err / bound
-        n_bad += (both & (err > bound)).sum() + nonfinite_bad.sum()
+        ratio = err / lim
+        n_bad += (both & (err > lim)).sum() + nonfinite_bad.sum()
         n_nf += nonfinite_bad.sum()
         hit = torch.nonzero(nonfinite_bad)
         if hit.numel():  # rare: only a failing output pays this synchronisation
@@ -158,7 +164,7 @@ def close_mask(out: torch.Tensor, ref: torch.Tensor, tol: float, atol: float | N
     for lo, hi in _chunks(of.numel()):
         o, r = of[lo:hi].double(), rf[lo:hi].double()
         fin_r, fin_o = torch.isfinite(r), torch.isfinite(o)
-        ok = fin_r & fin_o & ((o - r).abs() <= atol + tol * r.abs())
+        ok = fin_r & fin_o & ((o - r).abs() <= bound(r.abs(), tol, atol))
         mask[lo:hi] = ok | (~fin_r & ((o == r) | (torch.isnan(o) & torch.isnan(r))))
     return mask.reshape(out.shape)
 

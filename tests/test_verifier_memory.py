@@ -39,6 +39,18 @@ def test_placement(nbytes, device_free, host_free, want):
     assert vm.place(nbytes, vm.Room(device_free, host_free), limit=GiB) == want
 
 
+def test_a_bare_cuda_device_gets_the_current_index(monkeypatch):
+    """A bare "cuda" (as the repair's TF32 model asked for the Verifier's draw) is the current device:
+    torch.cuda.mem_get_info refuses a CUDA device without an index, and the model fell back to the
+    captured weights on every GPU run."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert vm.indexed("cuda") == torch.device("cuda", 1)
+    assert vm.indexed("cuda:0") == torch.device("cuda", 0) and vm.indexed("cpu") == torch.device("cpu")
+    assert vm.CopyBudget("cuda", limit=0).device == torch.device("cuda", 1)
+
+
 def test_the_limit_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("STITCHCUDA_VERIFY_COPY_GIB", "16")
     assert vm.CopyBudget("cpu").limit == 16 * GiB

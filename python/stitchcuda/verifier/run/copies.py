@@ -63,6 +63,13 @@ def host_available() -> int | None:
         return None
 
 
+def indexed(device: torch.device | str) -> torch.device:
+    """``device`` with its index: a bare ``"cuda"`` is the current CUDA device (the memory queries
+    here, ``torch.cuda.mem_get_info`` among them, refuse a CUDA device without an index)."""
+    d = torch.device(device)
+    return torch.device("cuda", torch.cuda.current_device()) if d.type == "cuda" and d.index is None else d
+
+
 def device_free(device: torch.device) -> int | None:
     """What this process may still allocate on ``device``: the driver's free memory plus PyTorch's
     unused cache, bounded by the per-process fraction; None on a CPU device."""
@@ -105,7 +112,7 @@ class CopyBudget:
 
     def __init__(self, device: torch.device | str, *, limit: int | None = None,
                  room_fn: Callable[[], Room] | None = None):
-        self.device = torch.device(device)
+        self.device = indexed(device)
         self.limit = extra_device_bytes() if limit is None else int(limit)
         self._room = room_fn or (lambda: room(self.device))
         self.notes: list[str] = []

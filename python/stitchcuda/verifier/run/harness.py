@@ -67,8 +67,9 @@ class ReferenceHarness:
         import torch
 
         from .compare import torch_dtype
+        from .copies import indexed
 
-        self.spec, self.manifest, self.device = spec, manifest, torch.device(device)
+        self.spec, self.manifest, self.device = spec, manifest, indexed(device)
         self.input_specs, self.output_specs = manifest.inputs, manifest.outputs
         self.notes: list[str] = []
         self.module = load_module(spec)

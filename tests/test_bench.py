@@ -136,6 +136,17 @@ def fake_optimize(reference, precision, budget, out):
         root = SimpleNamespace(proposer="template", judgement=SimpleNamespace(summary="wrong answer: max |err| 0.03"))
         state = SimpleNamespace(finished="no candidate verified, and no proposer has another repair", candidates=[root])
         return SimpleNamespace(best=None, report=None, state=state)
+    if "REPAIRED" in Path(reference).read_text():  # build's program wrong at tf32; two of three GEMMs raised
+        note = ("trial 0: output out at tf32: the program's max |err| 0.03; PyTorch's own tf32 on the same inputs "
+                "0.028 (also over the tolerance)")
+        root = SimpleNamespace(id="c0000", proposer="template",
+                               judgement=SimpleNamespace(kind="wrong_answer", summary="wrong answer: max |err| 0.03",
+                                                         policy_note=note))
+        best = SimpleNamespace(id="c0001", proposer="precision",
+                               meta={"precision_raised": [["mm_1", ["mm_1"]], ["mm_2", ["mm_2"]]],
+                                     "precision_suspects": [["mm_1", ["mm_1"]], ["mm_2", ["mm_2"]], ["mm_3", ["mm_3"]]]})
+        state = SimpleNamespace(root_candidate=root, best_candidate=best)
+        return SimpleNamespace(best=out, report=_fake_report("opt", precision, True, 0.5), state=state)
     return SimpleNamespace(best=out, report=_fake_report("opt", precision, True, 0.5))
 
 
@@ -227,18 +238,26 @@ def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
 
 
 def test_optimize_mode_through_the_cli(tmp_path, workers_env, capfd):
-    suite = _suite(tmp_path, {"q1": "fine", "q2": "WRONG"})
+    suite = _suite(tmp_path, {"q1": "fine", "q2": "WRONG", "q3": "REPAIRED"})
     out = tmp_path / "out"
     rc = cli.main(["bench", str(suite), "--optimize", "--budget", "30", "--gpus", "1", "--out", str(out), "--json",
                    "--solver", "tests.test_bench:fake_optimize_solver"])
     data = json.loads(capfd.readouterr().out)
-    assert rc == 0 and data["total"] == 2 and data["correct"] == 1
+    assert rc == 0 and data["total"] == 3 and data["correct"] == 2
     res = {r["id"]: r for r in bench.read_results(out / "results.jsonl")}
     assert res["q1"]["status"] == "passed" and res["q1"]["mode"] == "optimize"
     # a run that verified nothing says why: the loop's last word and what its candidates were judged
     assert res["q2"]["status"] == "failed" and res["q2"]["summary"] == (
         "no candidate verified: no candidate verified, and no proposer has another repair; "
         "1 candidate(s) (template: wrong answer: max |err| 0.03)")
+    # a repair says what build's program got wrong, what was raised, and whether PyTorch itself meets the
+    # tolerance at the policy (here not: a baseline allowed tf32 is timed on an answer that would fail)
+    assert "repaired" not in res["q1"] and res["q3"]["repaired"]["raised"] == ["mm_1", "mm_2"]
+    rep = (out / "report.md").read_text().split("## Repaired by the loop")[1]
+    assert "- **q3**: 2 of 3 rounding tasks raised to fp32; `build` gave: wrong answer: max |err| 0.03" in rep
+    assert "PyTorch's own tf32 on the same inputs 0.028 (also over the tolerance)" in rep and "**q1**" not in rep
+    page = (out / "report.html").read_text()
+    assert "<h2>Repaired by the loop</h2>" in page and "<h2>Why problems did not pass</h2>" in page
 
 
 def test_bad_suites_are_one_line(tmp_path, capfd):

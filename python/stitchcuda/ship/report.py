@@ -231,6 +231,37 @@ def _failures(results: Sequence[dict]) -> list[str]:
     return lines + [""]
 
 
+def _repairs(results: Sequence[dict]) -> list[str]:
+    """Each problem the loop repaired: what ``build``'s program got wrong, what was changed (the
+    tasks raised), and what PyTorch itself gets at the policy on the same inputs: where it too is
+    over the tolerance, a baseline allowed the policy is timed on an answer that would not verify."""
+    fixed = [r for r in sorted(results, key=lambda r: r.get("id", "")) if r.get("status") == "passed" and r.get("repaired")]
+    if not fixed:
+        return []
+    lines = ["## Repaired by the loop", ""]
+    for r in fixed:
+        rp = r["repaired"]
+        how = (f"{len(rp['raised'])} of {rp.get('suspects', '?')} rounding tasks raised to fp32"
+               if rp.get("raised") else f"candidate {rp.get('candidate', '?')} ({rp.get('by', '?')})")
+        lines.append(f"- **{r.get('id', '?')}**: {how}; `build` gave: {rp.get('from', '?')}")
+        if rp.get("policy_note"):
+            lines.append(f"  - {rp['policy_note']}")
+    return lines + [""]
+
+
+def _html_list(md: Sequence[str]) -> list[str]:
+    """A section of :func:`_failures` / :func:`_repairs` (a heading, items, indented sub-items) as HTML."""
+    if not md:
+        return []
+    out = [f"<h2>{html.escape(md[0].lstrip('# '))}</h2><ul>"]
+    for ln in md[1:]:
+        if ln.startswith("- "):
+            out.append(f"<li>{html.escape(ln[2:].replace('**', ''))}</li>")
+        elif ln.startswith("  - "):
+            out.append(f"<ul><li>{html.escape(ln[4:])}</li></ul>")
+    return out + ["</ul>"]
+
+
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
     return "\n".join(["| " + " | ".join(map(esc, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -247,7 +278,7 @@ def render_markdown(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, An
     for p in plots:
         lines += [f"![{p.stem}]({p.name})", ""]
     lines += ["## Problems", "", _md_table(ph, prows), ""]
-    lines += _failures(results)
+    lines += _failures(results) + _repairs(results)
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
@@ -294,6 +325,8 @@ def render_html(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, Any], 
         data = base64.b64encode(p.read_bytes()).decode()
         parts.append(f"<img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>")
     parts += ["<h2>Problems</h2>", _html_table(ph, prows, status_col=1)]
+    for section in (_failures(results), _repairs(results)):
+        parts += _html_list(section)
     if notes:
         parts += ["<h2>Notes</h2><ul>"] + [f"<li>{html.escape(n)}</li>" for n in notes] + ["</ul>"]
     parts.append("</body></html>")

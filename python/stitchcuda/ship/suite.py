@@ -217,7 +217,31 @@ class OptimizeSolver:
         if res.best is None or res.report is None:
             return {"status": "failed", "summary": _no_candidate(res.state)}
         manifest = mf.Manifest.load(res.best) if Path(res.best, mf.MANIFEST_FILE).is_file() else None
-        return record_from_report(problem, res.report, manifest, str(res.best))
+        rec = record_from_report(problem, res.report, manifest, str(res.best))
+        repaired = _repaired(getattr(res, "state", None))
+        if repaired:
+            rec["repaired"] = repaired
+        return rec
+
+
+def _repaired(state: Any) -> dict | None:
+    """What the loop repaired, where ``build``'s program was a wrong answer and the best candidate
+    raised precision: the first verdict, the tasks raised (of how many that round), and the
+    Verifier's note on PyTorch's own arithmetic at the policy on the same inputs — whether the
+    policy itself could meet the tolerance, so whether a baseline allowed it is a fair bar."""
+    if state is None:
+        return None
+    root, best = state.root_candidate, state.best_candidate
+    if root is None or best is None or root is best or root.judgement is None or root.judgement.kind != "wrong_answer":
+        return None
+    raised = [t for t, _ in best.meta.get("precision_raised", ())]
+    out = {"from": root.judgement.summary, "by": best.proposer, "candidate": best.id}
+    if raised:
+        out["raised"] = raised
+        out["suspects"] = len(best.meta.get("precision_suspects", ()))
+    if root.judgement.policy_note:
+        out["policy_note"] = root.judgement.policy_note
+    return out
 
 
 #: Correctness notes a failed result keeps (the report's own file has every one).

@@ -131,6 +131,9 @@ class Judgement:
     wrong_output: str = ""
     #: a wrong answer's worst reported element: its error over the bound ``atol + tol |expected|``
     error_ratio: float | None = None
+    #: a wrong answer under a reduced policy: the Verifier's note on PyTorch's own arithmetic at that
+    #: policy on the same inputs (its error, and whether it too is over the tolerance)
+    policy_note: str = ""
 
     @property
     def ok(self) -> bool:

@@ -47,6 +47,10 @@ LARGE_BYTES = 4 << 30
 #: How much looser than the policy's tolerance a varied trial's last judge is (``_varied_slack``).
 VARIED_SLACK = 10.0
 
+#: How the note on PyTorch's own arithmetic at a reduced policy names it (``_compare_policy``): the
+#: loop keeps that note with a wrong answer's judgement, and a suite's report shows it beside a repair.
+POLICY_NOTE = "PyTorch's own"
+
 
 
 class Runner(Protocol):
@@ -434,7 +438,7 @@ class Session:
             return
         e_at = errors(at[i], ref32, self.tol, e.atol)
         self.note(f"{label or 'a trial'}: output {name} at {self.policy}: the program's max |err| {e.max_abs:.3g}; "
-                  f"PyTorch's own {self.policy} on the same inputs {e_at.max_abs:.3g} "
+                  f"{POLICY_NOTE} {self.policy} on the same inputs {e_at.max_abs:.3g} "
                   f"({'also over' if not e_at.passed else 'within'} the tolerance)")
 
     def _ill_conditioned(self, label: str, name: str, out: torch.Tensor, ref32: torch.Tensor,
@@ -539,6 +543,6 @@ def _hash(t: torch.Tensor, key: int) -> int:
     return fingerprint(t, key) if t.numel() else 0
 
 
-__all__ = ["LOCATE_BYTES", "LARGE_BYTES", "VARIED_SLACK", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
+__all__ = ["LOCATE_BYTES", "LARGE_BYTES", "VARIED_SLACK", "POLICY_NOTE", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
            "Judged", "LastTrial", "one_determinism", "poison_", "poisoned", "any_poison", "is_float", "count_where", "all_finite", "fmt_index",
            "empty_outputs", "fresh_copy", "check_shapes"]

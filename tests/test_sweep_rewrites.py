@@ -681,6 +681,79 @@ def test_fold_channel_affine(broken):
     _sweep("fold_channel_affine", conv_then_channel_affine, broken, 8 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- fold_feature_affine
+
+# (no dtype guard here: a GEMM on another dtype than float32 is refused at capture, before any rewrite)
+FEATURE_GUARDS = ("shared", "returned", "input_operand", "per_row", "divided_by_y")
+
+
+@st.composite
+def linear_then_feature_affine(draw, broken: str | None):
+    """A linear layer (x with zero to two leading dims, bias or not) followed by a chain of one to
+    three of + - × ÷ with a per-feature weight (shape [out] or [1, ..., out]) or a number, then
+    maybe an activation; or one guard away: the linear's output also read or returned, the operand
+    an input of the program, an operand that varies along another dim, a weight divided by the
+    linear's output."""
+    lead = tuple(draw(st.integers(2 if broken == "per_row" else 1, 4)) for _ in range(draw(st.integers(
+        1 if broken == "per_row" else 0, 2))))
+    cin, cout = draw(st.integers(1, 6)), draw(st.integers(2, 6))
+    bias = draw(st.booleans())
+    chain = draw(st.lists(st.tuples(st.sampled_from(["add", "sub", "mul", "div"]),
+                                    st.sampled_from(["feature", "feature_nd", "one", "number"])), min_size=1, max_size=3))
+    if not bias:  # (a number added to a linear layer without bias is left: it would need a bias made)
+        chain = [(op, "feature" if op in ("add", "sub") and kind in ("one", "number") else kind) for op, kind in chain]
+    act = draw(st.sampled_from(["none", "relu", "sigmoid"]))
+    dtype = "float32"
+
+    def make_linear():
+        return nn.Linear(cin, cout, bias=bias)
+
+    def make_params():
+        m = nn.Module()
+        for i, (op, kind) in enumerate(chain):
+            shape = {"feature": (cout,), "feature_nd": (1,) * len(lead) + (cout,), "one": (1,), "number": (1,)}[kind]
+            v = torch.empty(shape).uniform_(0.5, 1.5) * (1 if op in ("mul", "div") else 0.0) + \
+                (torch.empty(shape).uniform_(-1, 1) if op in ("add", "sub") else 0.0)
+            m.register_parameter(f"p{i}", nn.Parameter(v.to(getattr(torch, dtype))))
+        m.rows = nn.Parameter(torch.empty(lead[-1:] + (1,)).uniform_(0.5, 1.5).to(getattr(torch, dtype))
+                              if lead else torch.ones(1))
+        return m
+
+    inputs = [T(lead + (cin,), dtype)]
+    if broken == "input_operand":
+        inputs.append(T((cout,), dtype))
+
+    def fn(s, x, *extra):
+        y = s.linear(x)
+        z = y
+        for i, (op, kind) in enumerate(chain):
+            p = getattr(s.params, f"p{i}")
+            if i == 0 and broken == "input_operand":
+                p = extra[0]
+            elif i == 0 and broken == "per_row":
+                p = s.params.rows  # (a weight, but one value a row, not a feature)
+            if kind == "number" and not (i == 0 and broken in ("input_operand", "per_row")):
+                p = 1.25 if op in ("mul", "div") else 0.375
+            if i == 0 and broken == "divided_by_y":
+                z = p / z
+                continue
+            z = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+                 "div": lambda a, b: a / b}[op](z, p)
+        z = {"none": lambda t: t, "relu": torch.relu, "sigmoid": torch.sigmoid}[act](z)
+        return _guarded(broken, z, y, lambda: y.amax(-1))
+
+    params = dict(broken=broken, lead=lead, cin=cin, cout=cout, bias=bias, chain=chain, act=act)
+    case = Case("aten.linear.default", params, fn, tuple(inputs), (("linear", make_linear), ("params", make_params)),
+                policy=draw(st.sampled_from(["fp32", "fp32", "tf32"])), kinds=("Gemm",), data_seed=draw(seeds()),
+                tol=0.0)
+    return _expect("fold_feature_affine", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + FEATURE_GUARDS)
+def test_fold_feature_affine(broken):
+    _sweep("fold_feature_affine", linear_then_feature_affine, broken, 8 if broken is None else 2)
+
+
 # ---------------------------------------------------------------------- conv_bias_into_elementwise
 
 BIAS_GUARDS = ("forward", "no_bias", "activation", "shared", "returned", "hooked")
@@ -739,7 +812,7 @@ def test_every_rewrite_is_swept():
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",
                                              "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
                                              "drop_identities", "conv_bias_into_elementwise",
-                                             "fold_channel_affine", "instance_norm_as_group_norm",
+                                             "fold_channel_affine", "fold_feature_affine", "instance_norm_as_group_norm",
                                              "group_norm_over_rows", "mish_from_parts", "drop_empty_pads"}
 
 

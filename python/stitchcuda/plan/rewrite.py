@@ -74,6 +74,12 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          chain folds one op at a time (after ``fold_batch_norm``). Taken when the
                          op is the convolution's only reader, every operand but the input is a
                          weight (transposed convolutions of one group too).
+``fold_feature_affine``  ``linear(x, W, b) ⊙ p = linear(x, W ⊙ p, b ⊙ p)``, the same for a linear
+                         layer, ``p`` one value per output feature (the last dim) or one value: a
+                         layer scale (ConvNeXt's, DINOv2's ``gamma * x``) or a ``* self.scale`` /
+                         ``+ self.shift`` after ``nn.Linear`` becomes the GEMM's weights and bias
+                         (at create). ConvNeXt's scale was a pass of its own: a permute between it
+                         and the residual add kept it out of that elementwise group.
 ``group_norm_over_rows``  ``group_norm(x, G, w, b) = view(layer_norm(view(x, [N, G, C/G])), [N, C]) · w + b``
                          where x has one position a channel ([N, C], or [N, C, 1, …]: a group norm
                          after a linear layer). Its statistics task wrote a scale and a shift per
@@ -620,10 +626,12 @@ def _apply_mish_parts(graph: Graph, place) -> Graph:
 _AFFINE_OPS = (A + "add.Tensor", A + "sub.Tensor", A + "mul.Tensor", A + "div.Tensor")
 
 
-def _channel_operand(graph: Graph, y: TensorSpec, u: Node, consts: set[str]) -> tuple[str, str | float] | None:
-    """How ``u`` (add / sub / mul / div reading ``y``) combines ``y`` with a per-output-channel
-    constant: (op, tensor of ``consts`` or Python scalar), with ``y`` on the left (``p + y`` and
-    ``p * y`` commute; ``p - y`` and ``p / y`` are not this form). None otherwise."""
+def _channel_operand(graph: Graph, y: TensorSpec, u: Node, consts: set[str], dim: int = 1
+                     ) -> tuple[str, str | float] | None:
+    """How ``u`` (add / sub / mul / div reading ``y``) combines ``y`` with a constant of one value
+    per output channel (along ``dim`` of ``y``: 1 for a convolution, the last for a linear layer):
+    (op, tensor of ``consts`` or Python scalar), with ``y`` on the left (``p + y`` and ``p * y``
+    commute; ``p - y`` and ``p / y`` are not this form). None otherwise."""
     if u.op not in _AFFINE_OPS or u.outputs[0].dtype != "float32" or tuple(u.outputs[0].shape) != tuple(y.shape):
         return None
     op = u.op[len(A):].split(".")[0]
@@ -647,7 +655,7 @@ def _channel_operand(graph: Graph, y: TensorSpec, u: Node, consts: set[str]) -> 
     if len(ps) > len(y.shape):
         return None
     full = (1,) * (len(y.shape) - len(ps)) + ps  # p broadcast against y: only its channel dim may exceed 1
-    if any(d != 1 for i, d in enumerate(full) if i != 1) or full[1] not in (1, y.shape[1]):
+    if any(d != 1 for i, d in enumerate(full) if i != dim) or full[dim] not in (1, y.shape[dim]):
         return None
     return op, p
 
@@ -728,6 +736,72 @@ def _apply_fold_channel_affine(graph: Graph, place) -> Graph:
     return _replace(graph, [conv, u], new)
 
 
+# ---------------------------------------------------------------------- fold_feature_affine
+
+
+def _find_linear_then_feature_affine(graph: Graph) -> list[tuple[Node, Node]]:
+    consts = _of_weights(graph)
+    out = []
+    for lin in graph.nodes:
+        if lin.op != A + "linear.default" or len(lin.inputs) < 2:
+            continue
+        y = lin.outputs[0]
+        users = _users(graph, y.name)
+        if len(users) != 1 or y.name in graph.outputs or y.dtype != "float32" or not y.shape:
+            continue
+        if not all(t in consts and graph.spec(t).dtype == "float32" for t in lin.inputs[1:]):
+            continue  # (folding computes new weights once, at create: every operand but x must be a weight)
+        how = _channel_operand(graph, y, users[0], consts, dim=len(y.shape) - 1)
+        if how is None:
+            continue
+        op, p = how
+        if op in ("add", "sub") and len(lin.inputs) < 3 and \
+                (not isinstance(p, str) or math.prod(graph.spec(p).shape) != y.shape[-1]):
+            continue  # (one value added to a linear layer without bias would need a bias tensor made)
+        out.append((lin, users[0]))
+    return out
+
+
+def _apply_fold_feature_affine(graph: Graph, place) -> Graph:
+    lin, u = place
+    y = lin.outputs[0]
+    op, p = _channel_operand(graph, y, u, _of_weights(graph), dim=len(y.shape) - 1)
+    x, w = lin.inputs[0], lin.inputs[1]
+    b = lin.inputs[2] if len(lin.inputs) > 2 else None
+    ws = graph.spec(w).shape  # [out, in]
+    c = y.shape[-1]
+    node = _NewNodes(graph, u.name, u.source)
+
+    def per_feature(t: str, shape: Sequence[int]) -> str:
+        size = tuple(shape) if math.prod(graph.spec(t).shape) > 1 else (1,) * len(shape)
+        return node(A + "view.default", [t], size, (("size", size),))
+
+    if op in ("mul", "div"):
+        scale = A + f"{op}.Tensor"
+        if isinstance(p, str):
+            w2 = node(scale, [w, per_feature(p, (c, 1))], ws)
+            b2 = node(scale, [b, per_feature(p, (c,))], (c,)) if b is not None else None
+        else:
+            w2 = node(scale, [w], ws, (("other", p),))
+            b2 = node(scale, [b], (c,), (("other", p),)) if b is not None else None
+    else:
+        w2 = w
+        if isinstance(p, str):
+            pc = per_feature(p, (c,))
+            if b is None:
+                b2 = pc if op == "add" else node(A + "neg.default", [pc], (c,))
+            else:
+                b2 = node(A + f"{op}.Tensor", [b, pc], (c,), (("alpha", 1),))
+        else:
+            b2 = node(A + f"{op}.Tensor", [b], (c,), (("other", p), ("alpha", 1)))
+    # The linear layer keeps its node name and writes the folded op's result tensor (an absent bias
+    # is an attribute of the node, None: gone once there is one).
+    attrs = tuple((k, v) for k, v in lin.attrs if k != "bias") + (() if b2 is not None else (("bias", None),))
+    node.nodes.append(Node(lin.name, lin.op, (x, w2) + ((b2,) if b2 is not None else ()), (u.outputs[0],),
+                           attrs, lin.source))
+    return _replace(graph, [lin, u], node.nodes)
+
+
 # ---------------------------------------------------------------------- conv_bias_into_elementwise
 
 #: Elementwise ops a convolution's epilogue computes after its bias (kinds/conv.py claims them).
@@ -801,6 +875,7 @@ ALWAYS: tuple[Rewrite, ...] = (
     # (first: a folded convolution gains a bias, and is no longer a bare 1x1 product for the next two)
     Rewrite("fold_batch_norm", _find_conv_then_eval_bn, _apply_fold_batch_norm),
     Rewrite("fold_channel_affine", _find_conv_then_channel_affine, _apply_fold_channel_affine),
+    Rewrite("fold_feature_affine", _find_linear_then_feature_affine, _apply_fold_feature_affine),
     Rewrite("pool_before_pointwise_conv", _find_pool_after_pointwise, _apply_pool_before_pointwise),
     Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
     Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),

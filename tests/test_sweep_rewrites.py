@@ -604,6 +604,27 @@ def test_drop_empty_pads(broken):
 
 # ---------------------------------------------------------------------- fold_channel_affine
 
+def _affine_chain(y, chain, act, broken, params, extra, misplaced: str, elsewhere):
+    """``y`` through ``chain`` ((op, kind) of + - × ÷ with ``params.p<i>``, or a number), then ``act``;
+    the first operand replaced where a guard is broken: the program's input (``extra[0]``), a weight
+    laid along another dim (``elsewhere``, when ``broken`` is ``misplaced``), or y divided into it."""
+    z = y
+    for i, (op, kind) in enumerate(chain):
+        p = getattr(params, f"p{i}")
+        if i == 0 and broken == "input_operand":
+            p = extra[0]
+        elif i == 0 and broken == misplaced:
+            p = elsewhere  # (a weight, but not one value an output channel)
+        if kind == "number" and not (i == 0 and broken in ("input_operand", misplaced)):
+            p = 1.25 if op in ("mul", "div") else 0.375
+        if i == 0 and broken == "divided_by_y":
+            z = p / z
+            continue
+        z = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+             "div": lambda a, b: a / b}[op](z, p)
+    return {"none": lambda t: t, "relu": torch.relu, "sigmoid": torch.sigmoid}[act](z)
+
+
 AFFINE_GUARDS = ("grouped_transposed", "shared", "returned", "input_operand", "per_pixel", "divided_by_y", "bf16")
 
 
@@ -651,21 +672,7 @@ def conv_then_channel_affine(draw, broken: str | None):
 
     def fn(s, x, *extra):
         y = s.conv(x)
-        z = y
-        for i, (op, kind) in enumerate(chain):
-            p = getattr(s.params, f"p{i}")
-            if i == 0 and broken == "input_operand":
-                p = extra[0]
-            elif i == 0 and broken == "per_pixel":
-                p = s.params.pixels  # (a weight, but one value a pixel, not a channel)
-            if kind == "number" and not (i == 0 and broken in ("input_operand", "per_pixel")):
-                p = 1.25 if op in ("mul", "div") else 0.375
-            if i == 0 and broken == "divided_by_y":
-                z = p / z
-                continue
-            z = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-                 "div": lambda a, b: a / b}[op](z, p)
-        z = {"none": lambda t: t, "relu": torch.relu, "sigmoid": torch.sigmoid}[act](z)
+        z = _affine_chain(y, chain, act, broken, s.params, extra, "per_pixel", s.params.pixels)
         return _guarded(broken, z, y, lambda: y.amax(1))
 
     params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, kernel=k, stride=stride, bias=bias,
@@ -725,21 +732,7 @@ def linear_then_feature_affine(draw, broken: str | None):
 
     def fn(s, x, *extra):
         y = s.linear(x)
-        z = y
-        for i, (op, kind) in enumerate(chain):
-            p = getattr(s.params, f"p{i}")
-            if i == 0 and broken == "input_operand":
-                p = extra[0]
-            elif i == 0 and broken == "per_row":
-                p = s.params.rows  # (a weight, but one value a row, not a feature)
-            if kind == "number" and not (i == 0 and broken in ("input_operand", "per_row")):
-                p = 1.25 if op in ("mul", "div") else 0.375
-            if i == 0 and broken == "divided_by_y":
-                z = p / z
-                continue
-            z = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-                 "div": lambda a, b: a / b}[op](z, p)
-        z = {"none": lambda t: t, "relu": torch.relu, "sigmoid": torch.sigmoid}[act](z)
+        z = _affine_chain(y, chain, act, broken, s.params, extra, "per_row", s.params.rows)
         return _guarded(broken, z, y, lambda: y.amax(-1))
 
     params = dict(broken=broken, lead=lead, cin=cin, cout=cout, bias=bias, chain=chain, act=act)

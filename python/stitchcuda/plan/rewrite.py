@@ -695,22 +695,29 @@ def _find_conv_then_channel_affine(graph: Graph) -> list[tuple[Node, Node]]:
 
 def _apply_fold_channel_affine(graph: Graph, place) -> Graph:
     conv, u = place
-    y = conv.outputs[0]
-    op, p = _channel_operand(graph, y, u, _of_weights(graph))
-    x, w = conv.inputs[0], conv.inputs[1]
-    b = conv.inputs[2] if len(conv.inputs) > 2 else None
+    ws, c = graph.spec(conv.inputs[1]).shape, conv.outputs[0].shape[1]
+    # output channels: a forward weight's dim 0, a transposed one's dim 1 (one group)
+    wshape = (1, c) + (1,) * (len(ws) - 2) if conv.attr("transposed") else (c,) + (1,) * (len(ws) - 1)
+    return _fold_affine(graph, conv, u, 1, wshape)
+
+
+def _fold_affine(graph: Graph, layer: Node, u: Node, dim: int, wshape: tuple[int, ...]) -> Graph:
+    """``layer`` (a convolution or a linear layer: x, W and maybe b) with its one reader ``u`` folded
+    into its weights: ``u`` combines the output with a value per output channel (along ``dim`` of
+    the output) or one value, which is viewed as ``wshape`` against W and as [C] against b."""
+    y = layer.outputs[0]
+    op, p = _channel_operand(graph, y, u, _of_weights(graph), dim=dim)
+    x, w = layer.inputs[0], layer.inputs[1]
+    b = layer.inputs[2] if len(layer.inputs) > 2 else None
     ws = graph.spec(w).shape
-    c = y.shape[1]
+    c = y.shape[dim]
     node = _NewNodes(graph, u.name, u.source)
-    new = node.nodes
 
     def per_channel(t: str, shape: Sequence[int]) -> str:
         """``t`` viewed as ``shape`` (one value: all ones, broadcast)."""
         size = tuple(shape) if math.prod(graph.spec(t).shape) > 1 else (1,) * len(shape)
         return node(A + "view.default", [t], size, (("size", size),))
 
-    # output channels: a forward weight's dim 0, a transposed one's dim 1 (one group)
-    wshape = (1, c) + (1,) * (len(ws) - 2) if conv.attr("transposed") else (c,) + (1,) * (len(ws) - 1)
     if op in ("mul", "div"):
         scale = A + f"{op}.Tensor"
         if isinstance(p, str):
@@ -729,11 +736,12 @@ def _apply_fold_channel_affine(graph: Graph, place) -> Graph:
                 b2 = node(A + f"{op}.Tensor", [b, pc], (c,), (("alpha", 1),))
         else:
             b2 = node(A + f"{op}.Tensor", [b], (c,), (("other", p), ("alpha", 1)))
-    # The convolution keeps its node name and writes the folded op's result tensor.
-    attrs = tuple((k, v) for k, v in conv.attrs if k != "bias") + (() if b2 is not None else (("bias", None),))
-    new.append(Node(conv.name, conv.op, (x, w2) + ((b2,) if b2 is not None else ()), (u.outputs[0],), attrs,
-                    conv.source))
-    return _replace(graph, [conv, u], new)
+    # The layer keeps its node name and writes the folded op's result tensor (an absent bias is an
+    # attribute of the node, None: gone once there is one).
+    attrs = tuple((k, v) for k, v in layer.attrs if k != "bias") + (() if b2 is not None else (("bias", None),))
+    node.nodes.append(Node(layer.name, layer.op, (x, w2) + ((b2,) if b2 is not None else ()), (u.outputs[0],),
+                           attrs, layer.source))
+    return _replace(graph, [layer, u], node.nodes)
 
 
 # ---------------------------------------------------------------------- fold_feature_affine
@@ -765,41 +773,7 @@ def _find_linear_then_feature_affine(graph: Graph) -> list[tuple[Node, Node]]:
 def _apply_fold_feature_affine(graph: Graph, place) -> Graph:
     lin, u = place
     y = lin.outputs[0]
-    op, p = _channel_operand(graph, y, u, _of_weights(graph), dim=len(y.shape) - 1)
-    x, w = lin.inputs[0], lin.inputs[1]
-    b = lin.inputs[2] if len(lin.inputs) > 2 else None
-    ws = graph.spec(w).shape  # [out, in]
-    c = y.shape[-1]
-    node = _NewNodes(graph, u.name, u.source)
-
-    def per_feature(t: str, shape: Sequence[int]) -> str:
-        size = tuple(shape) if math.prod(graph.spec(t).shape) > 1 else (1,) * len(shape)
-        return node(A + "view.default", [t], size, (("size", size),))
-
-    if op in ("mul", "div"):
-        scale = A + f"{op}.Tensor"
-        if isinstance(p, str):
-            w2 = node(scale, [w, per_feature(p, (c, 1))], ws)
-            b2 = node(scale, [b, per_feature(p, (c,))], (c,)) if b is not None else None
-        else:
-            w2 = node(scale, [w], ws, (("other", p),))
-            b2 = node(scale, [b], (c,), (("other", p),)) if b is not None else None
-    else:
-        w2 = w
-        if isinstance(p, str):
-            pc = per_feature(p, (c,))
-            if b is None:
-                b2 = pc if op == "add" else node(A + "neg.default", [pc], (c,))
-            else:
-                b2 = node(A + f"{op}.Tensor", [b, pc], (c,), (("alpha", 1),))
-        else:
-            b2 = node(A + f"{op}.Tensor", [b], (c,), (("other", p), ("alpha", 1)))
-    # The linear layer keeps its node name and writes the folded op's result tensor (an absent bias
-    # is an attribute of the node, None: gone once there is one).
-    attrs = tuple((k, v) for k, v in lin.attrs if k != "bias") + (() if b2 is not None else (("bias", None),))
-    node.nodes.append(Node(lin.name, lin.op, (x, w2) + ((b2,) if b2 is not None else ()), (u.outputs[0],),
-                           attrs, lin.source))
-    return _replace(graph, [lin, u], node.nodes)
+    return _fold_affine(graph, lin, u, len(y.shape) - 1, (y.shape[-1], 1))  # W is [out, in]
 
 
 # ---------------------------------------------------------------------- conv_bias_into_elementwise

@@ -225,10 +225,11 @@ class OptimizeSolver:
 
 
 def _repaired(state: Any) -> dict | None:
-    """What the loop repaired, where ``build``'s program was a wrong answer and the best candidate
-    raised precision: the first verdict, the tasks raised (of how many that round), and the
-    Verifier's note on PyTorch's own arithmetic at the policy on the same inputs — whether the
-    policy itself could meet the tolerance, so whether a baseline allowed it is a fair bar."""
+    """What the loop repaired, where ``build``'s program was a wrong answer and a later candidate
+    verified: the first verdict, the candidate and who proposed it, the tasks it raised to fp32 (of
+    how many suspects) where it raised precision, and the Verifier's note on PyTorch's own
+    arithmetic at the policy on the same inputs — whether the policy itself could meet the
+    tolerance, so whether a baseline allowed it is a fair bar."""
     if state is None:
         return None
     root, best = state.root_candidate, state.best_candidate

@@ -691,24 +691,25 @@ def test_fold_channel_affine(broken):
 # ---------------------------------------------------------------------- fold_feature_affine
 
 # (no dtype guard here: a GEMM on another dtype than float32 is refused at capture, before any rewrite)
-FEATURE_GUARDS = ("shared", "returned", "input_operand", "per_row", "divided_by_y")
+FEATURE_GUARDS = ("shared", "returned", "input_operand", "per_row", "one_value", "divided_by_y")
 
 
 @st.composite
 def linear_then_feature_affine(draw, broken: str | None):
-    """A linear layer (x with zero to two leading dims, bias or not) followed by a chain of one to
-    three of + - × ÷ with a per-feature weight (shape [out] or [1, ..., out]) or a number, then
-    maybe an activation; or one guard away: the linear's output also read or returned, the operand
-    an input of the program, an operand that varies along another dim, a weight divided by the
-    linear's output."""
+    """A linear layer (x with zero to two leading dims, bias or not, two or more features) followed
+    by a chain of one to three of + - × ÷, the first with a per-feature weight (shape [out] or [1,
+    ..., out]), the others with such a weight, one value or a number, then maybe an activation; or
+    one guard away: the linear's output also read or returned, the operand an input of the program,
+    one that varies along another dim, one value (a number: the GEMM's epilogue takes it), a weight
+    divided by the linear's output."""
     lead = tuple(draw(st.integers(2 if broken == "per_row" else 1, 4)) for _ in range(draw(st.integers(
         1 if broken == "per_row" else 0, 2))))
     cin, cout = draw(st.integers(1, 6)), draw(st.integers(2, 6))
     bias = draw(st.booleans())
     chain = draw(st.lists(st.tuples(st.sampled_from(["add", "sub", "mul", "div"]),
                                     st.sampled_from(["feature", "feature_nd", "one", "number"])), min_size=1, max_size=3))
-    if not bias:  # (a number added to a linear layer without bias is left: it would need a bias made)
-        chain = [(op, "feature" if op in ("add", "sub") and kind in ("one", "number") else kind) for op, kind in chain]
+    first = "number" if broken == "one_value" else draw(st.sampled_from(["feature", "feature_nd"]))
+    chain = [(chain[0][0], first)] + chain[1:]  # (the first op decides whether the fold fires)
     act = draw(st.sampled_from(["none", "relu", "sigmoid"]))
     dtype = "float32"
 

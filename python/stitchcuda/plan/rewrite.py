@@ -75,11 +75,13 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          op is the convolution's only reader, every operand but the input is a
                          weight (transposed convolutions of one group too).
 ``fold_feature_affine``  ``linear(x, W, b) ⊙ p = linear(x, W ⊙ p, b ⊙ p)``, the same for a linear
-                         layer, ``p`` one value per output feature (the last dim) or one value: a
+                         layer, ``p`` a weight of one value per output feature (the last dim): a
                          layer scale (ConvNeXt's, DINOv2's ``gamma * x``) or a ``* self.scale`` /
                          ``+ self.shift`` after ``nn.Linear`` becomes the GEMM's weights and bias
                          (at create). ConvNeXt's scale was a pass of its own: a permute between it
-                         and the residual add kept it out of that elementwise group.
+                         and the residual add kept it out of that elementwise group. Not for one
+                         value (a number, a one-element weight): the GEMM's epilogue chain applies
+                         that at run time for free, where folding would copy W at create.
 ``group_norm_over_rows``  ``group_norm(x, G, w, b) = view(layer_norm(view(x, [N, G, C/G])), [N, C]) · w + b``
                          where x has one position a channel ([N, C], or [N, C, 1, …]: a group norm
                          after a linear layer). Its statistics task wrote a scale and a shift per
@@ -763,9 +765,8 @@ def _find_linear_then_feature_affine(graph: Graph) -> list[tuple[Node, Node]]:
         if how is None:
             continue
         op, p = how
-        if op in ("add", "sub") and len(lin.inputs) < 3 and \
-                (not isinstance(p, str) or math.prod(graph.spec(p).shape) != y.shape[-1]):
-            continue  # (one value added to a linear layer without bias would need a bias tensor made)
+        if not isinstance(p, str) or math.prod(graph.spec(p).shape) != y.shape[-1]:
+            continue  # (one value for every feature: the GEMM's epilogue chain takes it, free, at run time)
         out.append((lin, users[0]))
     return out
 

@@ -158,6 +158,34 @@ def test_a_wrong_answers_judgement_keeps_the_note_on_pytorch_at_the_policy():
     assert State.from_json(st.to_json()).root_candidate.judgement.policy_note == said[1]
 
 
+def test_after_a_guided_pass_the_descent_drops_the_least_sensitive_task_first():
+    """Once the interpreter's candidate verified, the next step keeps its most sensitive tasks at
+    fp32 and lowers the least sensitive one (by the model's ranking, not graph order), before any
+    blind half. Without a ranking the bisection is as before: halves in graph order first."""
+    from types import SimpleNamespace
+
+    from stitchcuda.workflow.state import Candidate, Judgement
+
+    sus = [["a", ["a"]], ["b", ["b"]], ["c", ["c"]], ["d", ["d"]]]
+    wrong, ok = Judgement("wrong_answer", "wrong"), Judgement("passed", "ok", 1.0)
+
+    def state(sensitivity):
+        root = Candidate("c0000", None, "template", "repair", None, "build", judgement=wrong)
+        meta = {"precision_raised": [["c", ["c"]], ["d", ["d"]]], "precision_suspects": sus}
+        if sensitivity:
+            meta["sensitivity"] = {"alone": [["d", 3.0], ["c", 2.0], ["a", 0.1], ["b", 0.05]]}
+        guided = Candidate("c0001", "c0000", "precision", "repair", None, "guided", meta=meta, judgement=ok)
+        return State("r", "p", "tf32", Budget(), candidates=(root, guided), best="c0001", root="c0000")
+
+    def first(st):
+        [prop] = PrecisionRepair()._bisect(SimpleNamespace(state=st, base=st.best_candidate))
+        return [t for t, _ in prop.meta["precision_raised"]], prop.description
+
+    raised, said = first(state(True))
+    assert raised == ["d"] and "without c, the least sensitive in the interpreter's model" in said
+    assert first(state(False))[0] == ["c"]  # no ranking: the first half in graph order
+
+
 def test_state_round_trips_through_json(tmp_path):
     r = run(tmp_path, ScriptedJudge(), [PrecisionRepair(), Variants()])
     st = RunDir(r.run_dir).load()

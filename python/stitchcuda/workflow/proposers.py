@@ -169,14 +169,19 @@ class PrecisionRepair:
                                                "precision_suspects": [[t, list(ns)] for t, ns in suspects]})
 
     def _bisect(self, ctx: Context) -> list[Proposal]:
-        """The next subset to try: halves of the smallest set known to pass, then single removals."""
+        """The next subset to try, of the smallest set known to pass: where the interpreter's TF32
+        model ranked the tasks (a guided candidate's ``sensitivity``), first that set without its
+        least sensitive task; then its halves (the most sensitive first, by the model where there is
+        one, else in graph order), then single removals."""
         tried: dict[frozenset, bool] = {}
         suspects = None
+        rank: dict[str, float] = {}
         for c in ctx.state.candidates:
             raised = c.meta.get("precision_raised")
             if raised is None or c.judgement is None:
                 continue
             suspects = suspects or [(t, tuple(ns)) for t, ns in c.meta["precision_suspects"]]
+            rank = rank or {t: float(r) for t, r in c.meta.get("sensitivity", {}).get("alone", ())}
             key = frozenset(t for t, _ in raised)
             tried[key] = tried.get(key, False) or c.ok
         if not suspects:
@@ -186,6 +191,8 @@ class PrecisionRepair:
             return []
         best = min(passing, key=len)
         order = [t for t, _ in suspects if t in best]
+        if rank:  # most sensitive first (a stable sort: graph order among equals)
+            order.sort(key=lambda t: -rank.get(t, 0.0))
         nodes = dict(suspects)
         base = ctx.state.best_candidate or ctx.base
 
@@ -194,6 +201,8 @@ class PrecisionRepair:
 
         half = len(order) // 2
         steps = []
+        if rank and len(order) > 1:
+            steps.append((order[:-1], f"without {order[-1]}, the least sensitive in the interpreter's model"))
         if len(order) > 1:
             steps += [(order[:half], "first half"), (order[half:], "second half")]
         steps += [([x for x in order if x != t], f"without {t}") for t in order]

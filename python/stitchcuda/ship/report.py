@@ -218,47 +218,53 @@ def _tables(results: Sequence[dict], m: SuiteMetrics) -> tuple[list, list, list,
     return summary, [bh, brows], [ph, prows], []
 
 
-def _failures(results: Sequence[dict]) -> list[str]:
+#: A listed section of a report: its heading and items, each (problem id, what is said of it, sub-items).
+Section = tuple[str, list[tuple[str, str, list[str]]]]
+
+
+def _failures(results: Sequence[dict]) -> Section:
     """Each problem that did not pass, its whole verdict and the Verifier's notes on it (what the
     table's detail column cuts short)."""
     failed = [r for r in sorted(results, key=lambda r: r.get("id", "")) if r.get("status") != "passed"]
-    if not failed:
-        return []
-    lines = ["## Why problems did not pass", ""]
-    for r in failed:
-        lines.append(f"- **{r.get('id', '?')}** ({r.get('status', '?')}): {r.get('summary') or 'no summary'}")
-        lines += [f"  - {n}" for n in r.get("notes") or ()]
-    return lines + [""]
+    return "Why problems did not pass", [(r.get("id", "?"), f" ({r.get('status', '?')}): {r.get('summary') or 'no summary'}",
+                                          list(r.get("notes") or ())) for r in failed]
 
 
-def _repairs(results: Sequence[dict]) -> list[str]:
+def _repairs(results: Sequence[dict]) -> Section:
     """Each problem the loop repaired: what ``build``'s program got wrong, what was changed (the
     tasks raised), and what PyTorch itself gets at the policy on the same inputs: where it too is
     over the tolerance, a baseline allowed the policy is timed on an answer that would not verify."""
-    fixed = [r for r in sorted(results, key=lambda r: r.get("id", "")) if r.get("status") == "passed" and r.get("repaired")]
-    if not fixed:
-        return []
-    lines = ["## Repaired by the loop", ""]
-    for r in fixed:
-        rp = r["repaired"]
+    items = []
+    for r in sorted(results, key=lambda r: r.get("id", "")):
+        rp = r.get("repaired")
+        if r.get("status") != "passed" or not rp:
+            continue
         how = (f"{len(rp['raised'])} of {rp.get('suspects', '?')} rounding tasks raised to fp32"
                if rp.get("raised") else f"candidate {rp.get('candidate', '?')} ({rp.get('by', '?')})")
-        lines.append(f"- **{r.get('id', '?')}**: {how}; `build` gave: {rp.get('from', '?')}")
-        if rp.get("policy_note"):
-            lines.append(f"  - {rp['policy_note']}")
+        items.append((r.get("id", "?"), f": {how}; `build` gave: {rp.get('from', '?')}",
+                      [rp["policy_note"]] if rp.get("policy_note") else []))
+    return "Repaired by the loop", items
+
+
+def _md_section(sec: Section) -> list[str]:
+    heading, items = sec
+    if not items:
+        return []
+    lines = [f"## {heading}", ""]
+    for pid, said, subs in items:
+        lines.append(f"- **{pid}**{said}")
+        lines += [f"  - {n}" for n in subs]
     return lines + [""]
 
 
-def _html_list(md: Sequence[str]) -> list[str]:
-    """A section of :func:`_failures` / :func:`_repairs` (a heading, items, indented sub-items) as HTML."""
-    if not md:
+def _html_section(sec: Section) -> list[str]:
+    heading, items = sec
+    if not items:
         return []
-    out = [f"<h2>{html.escape(md[0].lstrip('# '))}</h2><ul>"]
-    for ln in md[1:]:
-        if ln.startswith("- "):
-            out.append(f"<li>{html.escape(ln[2:].replace('**', ''))}</li>")
-        elif ln.startswith("  - "):
-            out.append(f"<ul><li>{html.escape(ln[4:])}</li></ul>")
+    out = [f"<h2>{html.escape(heading)}</h2><ul>"]
+    for pid, said, subs in items:
+        out.append(f"<li><b>{html.escape(pid)}</b>{html.escape(said)}"
+                   + (f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in subs)}</ul>" if subs else "") + "</li>")
     return out + ["</ul>"]
 
 
@@ -278,7 +284,7 @@ def render_markdown(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, An
     for p in plots:
         lines += [f"![{p.stem}]({p.name})", ""]
     lines += ["## Problems", "", _md_table(ph, prows), ""]
-    lines += _failures(results) + _repairs(results)
+    lines += _md_section(_failures(results)) + _md_section(_repairs(results))
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
@@ -326,7 +332,7 @@ def render_html(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, Any], 
         parts.append(f"<img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>")
     parts += ["<h2>Problems</h2>", _html_table(ph, prows, status_col=1)]
     for section in (_failures(results), _repairs(results)):
-        parts += _html_list(section)
+        parts += _html_section(section)
     if notes:
         parts += ["<h2>Notes</h2><ul>"] + [f"<li>{html.escape(n)}</li>" for n in notes] + ["</ul>"]
     parts.append("</body></html>")

@@ -108,7 +108,6 @@ def judgement_of(report: Any, seconds: float, path: str = "") -> Judgement:
                      reported_ratio(res.verdict) if res.kind == "wrong_answer" else None, at_policy)
 
 
-
 def reported_ratio(v: Any) -> float | None:
     """A wrong answer's reported element (the worst violation): its error over the Verifier's bound
     ``atol + tol |expected|``; None without the numbers (a NaN, a non-finite expected value)."""

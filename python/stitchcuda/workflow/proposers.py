@@ -110,16 +110,13 @@ class PrecisionRepair:
 
         device = "cuda" if has_gpu() else "cpu"
 
-        drawn = ""  # which parameters the model ran on, said in every description
-
-        def model():  # its tensors die with it, before the cache is emptied
-            nonlocal drawn
+        def model():  # its tensors die with it, before the cache is emptied; says which parameters it ran on
             weights, inputs, drawn = self._values(ctx, device)
             return tf32_sensitivity(ctx.plan, weights, inputs, [t for t, _ in sus], tol=get_policy("tf32").tolerance,
-                                    device=device, observed=ctx.base.judgement.error_ratio)
+                                    device=device, observed=ctx.base.judgement.error_ratio), drawn
 
         try:
-            s = model()
+            s, drawn = model()
         except Exception as e:  # noqa: BLE001 - the model is a guide; without it the repair raises every task
             return None, f"the interpreter's TF32 model failed ({type(e).__name__}: {e})"
         finally:

@@ -59,8 +59,9 @@
 //   n-tile j, so that a thread's B-fragments for 4 n-tiles are one 16-byte shared load and its
 //   O values 8 consecutive columns. Tiles are rounded to TF32 in shared memory, each thread
 //   rounding what its own cp.async brought in.
-//   Masks are staged per step into shared memory (bool as bytes, additive as log2-domain fp32),
-//   only for tiles that need them.
+//   Masks are staged per step into shared memory (bool as bytes, additive as fp32, taken into the
+//   log2 domain where they are added), only for tiles that need them; an aligned bool or 4-byte
+//   additive mask by 16-byte loads (cp.async for the additive one, in flight with the tile).
 // Performance: benchmarks/bench_templates.py, results in benchmarks/templates.md. The
 //   tensor-core kernels are bound by mma.sync issue and shared-memory traffic, well below what
 //   wgmma-based kernels (FlashAttention-3, cuDNN) reach on Hopper; the SIMT kernel is bound by
@@ -454,8 +455,18 @@ struct AttnMaskTile {
   }
 };
 
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
 // Mask rows [q0, q0 + BQ) x keys [k0, k0 + BK) into shared memory (coalesced global reads; 16
-// bytes at a time for an aligned bool mask). Entries out of range are left to the bounds test.
+// bytes at a time for an aligned bool or 4-byte additive mask: mvec). Entries out of range are
+// left to the bounds test.
 template <class T, int BQ, int BK, int THREADS>
 __device__ __forceinline__ void attn_stage_mask(const AttnParams<T>& p, const unsigned char* mb, int64_t q0,
                                                 int64_t k0, void* dst, bool mvec) {
@@ -475,6 +486,23 @@ __device__ __forceinline__ void attn_stage_mask(const AttnParams<T>& p, const un
           d[e] = (i < p.Lq && j + e < p.Lk) ? mb[i * p.mask_stride[2] + (j + e) * p.mask_stride[3]] : 0;
       }
     }
+  } else if (mvec) {
+    // A 4-byte additive mask, rows 16-byte aligned: cp.async, 16 bytes at a time, straight into
+    // shared memory (element loads one after another cost T5's [B, H, L, L] position bias ten
+    // times the kernel's own work). The caller commits the group and waits for it with the tile.
+    float* Mf = static_cast<float*>(dst);
+    constexpr int PER_ROW = BK / 4;
+#pragma unroll 1
+    for (int idx = threadIdx.x; idx < BQ * PER_ROW; idx += THREADS) {
+      const int r = idx / PER_ROW, c = (idx % PER_ROW) * 4;
+      const int64_t i = q0 + r, j = k0 + c;
+      const float* src = reinterpret_cast<const float*>(mb) + (i < p.Lq ? i : 0) * p.mask_stride[2] + j;
+      if (j + 4 <= p.Lk || i >= p.Lq) {
+        cp_async16(Mf + r * MC::FLD + c, i < p.Lq ? src : reinterpret_cast<const float*>(mb), i < p.Lq);
+      } else {
+        for (int e = 0; e < 4; ++e) Mf[r * MC::FLD + c + e] = j + e < p.Lk ? src[e] : 0.f;
+      }
+    }
   } else {
     float* Mf = static_cast<float*>(dst);
     for (int idx = threadIdx.x; idx < BQ * BK; idx += THREADS) {
@@ -483,8 +511,8 @@ __device__ __forceinline__ void attn_stage_mask(const AttnParams<T>& p, const un
       float x = 0.f;
       if (i < p.Lq && j < p.Lk) {
         const int64_t off = i * p.mask_stride[2] + j * p.mask_stride[3];
-        x = p.mask_kind == AttnMask::AddF32 ? reinterpret_cast<const float*>(mb)[off] * kLog2e
-                                            : to_float(reinterpret_cast<const T*>(mb)[off]) * kLog2e;
+        x = p.mask_kind == AttnMask::AddF32 ? reinterpret_cast<const float*>(mb)[off]
+                                            : to_float(reinterpret_cast<const T*>(mb)[off]);
       }
       Mf[r * MC::FLD + c] = x;
     }
@@ -531,9 +559,9 @@ __device__ __forceinline__ void mma_softmax_step(const AttnParams<T>& p, float (
         const int c = n * 8 + tig * 2, row = ra + 8 * r;
         float x0 = s[mt][n][2 * r] * sl2, x1 = s[mt][n][2 * r + 1] * sl2;
         if (madd) {
-          const float2 a = *reinterpret_cast<const float2*>(Mf + row * MC::FLD + c);
-          x0 += a.x;
-          x1 += a.y;
+          const float2 a = *reinterpret_cast<const float2*>(Mf + row * MC::FLD + c);  // (staged unscaled)
+          x0 = fmaf(a.x, kLog2e, x0);
+          x1 = fmaf(a.y, kLog2e, x1);
         } else if (mbool) {
           const uchar2 b = *reinterpret_cast<const uchar2*>(Mb + row * MC::BLD + c);
           x0 = b.x ? x0 : -CUDART_INF_F;
@@ -575,15 +603,6 @@ __device__ __forceinline__ void mma_softmax_step(const AttnParams<T>& p, float (
     }
   }
 }
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -754,14 +773,17 @@ __global__ void __launch_bounds__(128, 2) attn_mma_kernel(AttnParams<T> p, bool 
   while (t < n_tiles) {
     const int64_t k0 = int64_t(t) * BK;
     const int tn = attn_next_tile(p, base.blocks, q0, BQ, BK, t + 1, n_tiles);
+    // The mask of tile t first, its own cp.async group (waited for below with tile t), then the
+    // prefetch of tile tn.
+    const unsigned cls = attn_tile_class(p, base.blocks, q0, BQ, k0, BK);
+    const bool use_mask = attn_tile_reads_mask(cls), tile_causal = attn_tile_causal(cls);
+    if (use_mask) attn_stage_mask<T, BQ, BK, 128>(p, base.mask, q0, k0, Mt, mvec);
+    cp_async_commit();
     if (tn < n_tiles) {
       mma_load_tile<T, D, DP, LDS, 128>(Ks + (st ^ 1) * BK * LDS, base.k, p.k_stride[2], int64_t(tn) * BK, p.Lk, BK, vec);
       mma_load_tile<T, D, DP, LDS, 128>(Vs + (st ^ 1) * BK * LDS, base.v, p.v_stride[2], int64_t(tn) * BK, p.Lk, BK, vec);
     }
     cp_async_commit();
-    const unsigned cls = attn_tile_class(p, base.blocks, q0, BQ, k0, BK);
-    const bool use_mask = attn_tile_reads_mask(cls), tile_causal = attn_tile_causal(cls);
-    if (use_mask) attn_stage_mask<T, BQ, BK, 128>(p, base.mask, q0, k0, Mt, mvec);
     cp_async_wait<1>();  // everything but the prefetch just issued: tile t is in place
     __syncthreads();
     const uint32_t kt_addr = k_addr + st * KVB, vt_addr = v_addr + st * KVB;
@@ -925,14 +947,17 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
   while (t < n_tiles) {
     const int64_t k0 = int64_t(t) * BK;
     const int tn = attn_next_tile(p, base.blocks, q0, BQ, BK, t + 1, n_tiles);
+    // The mask of tile t first, its own cp.async group (waited for below with tile t), then the
+    // prefetch of tile tn.
+    const unsigned cls = attn_tile_class(p, base.blocks, q0, BQ, k0, BK);
+    const bool use_mask = attn_tile_reads_mask(cls), tile_causal = attn_tile_causal(cls);
+    if (use_mask) attn_stage_mask<float, BQ, BK, 128>(p, base.mask, q0, k0, Mt, mvec);
+    cp_async_commit();
     if (tn < n_tiles) {
       mma_load_tile<float, D, D, LDS, 128>(Ks + (st ^ 1) * BK * LDS, base.k, p.k_stride[2], int64_t(tn) * BK, p.Lk, BK, vec);
       mma_load_tile<float, D, D, LDS, 128>(Vs + (st ^ 1) * BK * LDS, base.v, p.v_stride[2], int64_t(tn) * BK, p.Lk, BK, vec);
     }
     cp_async_commit();
-    const unsigned cls = attn_tile_class(p, base.blocks, q0, BQ, k0, BK);
-    const bool use_mask = attn_tile_reads_mask(cls), tile_causal = attn_tile_causal(cls);
-    if (use_mask) attn_stage_mask<float, BQ, BK, 128>(p, base.mask, q0, k0, Mt, mvec);
     cp_async_wait<1>();  // this thread's part of tile t is in place: round it, then publish it
     tf32_round_tile<D, LDS, 128>(Ks + st * BK * LDS, BK);
     tf32_round_tile<D, LDS, 128>(Vs + st * BK * LDS, BK);
@@ -1067,8 +1092,11 @@ inline cudaError_t attn_check(const AttnParams<T>& p, int64_t& blocks, int bq, b
     vec = vec && aligned_to(ptrs[t], 16);
     for (int d = 0; d < 3; ++d) vec = vec && strides[t][d] % 8 == 0;
   }
-  mvec = p.mask_kind == AttnMask::Bool && aligned_to(p.mask, 16) && p.mask_stride[3] == 1;
-  for (int d = 0; d < 3; ++d) mvec = mvec && p.mask_stride[d] % 16 == 0;
+  // The mask 16 bytes at a time: 16 bools, or 4 floats of an additive mask (not 16-bit ones).
+  const int mask_bytes = p.mask_kind == AttnMask::Bool ? 1 : p.mask_kind == AttnMask::AddF32 ? 4 : int(sizeof(T));
+  mvec = p.mask_kind != AttnMask::None && (mask_bytes == 1 || mask_bytes == 4) && aligned_to(p.mask, 16) &&
+         p.mask_stride[3] == 1;
+  for (int d = 0; d < 3; ++d) mvec = mvec && p.mask_stride[d] % (16 / mask_bytes) == 0;
   return cudaSuccess;
 }
 

@@ -457,10 +457,11 @@ class _GemmScalars(nn.Module):
     def __init__(self):
         super().__init__()
         self.w = nn.Parameter(torch.randn(6, 5))
+        self.v = nn.Parameter(torch.randn(6, 5))  # (x @ w twice is one product: merge_duplicates)
         self.fc = nn.Linear(6, 5)
 
     def forward(self, x):
-        return (x @ self.w) / 4.0, (x @ self.w) * 0.5, torch.relu(self.fc(x)) / 3.0
+        return (x @ self.w) / 4.0, (x @ self.v) * 0.5, torch.relu(self.fc(x)) / 3.0
 
 
 def test_simulated_gemm_scalars():

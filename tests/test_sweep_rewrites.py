@@ -801,13 +801,58 @@ def test_conv_bias_into_elementwise(broken):
     _sweep("conv_bias_into_elementwise", transposed_conv_then_elementwise, broken, 6 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- merge_duplicates
+
+DUPLICATE_GUARDS = ("other_operand", "other_attr", "other_op")
+
+
+@st.composite
+def duplicated_node(draw, broken: str | None):
+    """One op on an input computed twice (a scale, a clamp, a softmax, a sum over a dim, a linear
+    layer), both results read, one maybe returned as well; or one guard away: the second on another
+    input, with another argument (the number, the dim, another layer's weights), or another op."""
+    shape = tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(2, 3))))
+    kind = draw(st.sampled_from(["scale", "clamp", "softmax", "sum", "linear"]))
+    c = draw(st.sampled_from([0.5, 2.0, -3.0]))
+    returned = draw(st.booleans())
+
+    def one(s, x, second: bool):
+        other = second and broken == "other_attr"
+        if second and broken == "other_op":
+            return {"scale": lambda: x + c, "clamp": lambda: x.clamp(max=c), "softmax": lambda: x.log_softmax(-1),
+                    "sum": lambda: x.amax(-1), "linear": lambda: x @ s.linear.weight.t()}[kind]()
+        return {"scale": lambda: x * (c + 1 if other else c), "clamp": lambda: x.clamp(min=c + 1 if other else c),
+                "softmax": lambda: x.softmax(0 if other else -1), "sum": lambda: x.sum(0 if other else -1),
+                "linear": lambda: (s.other if other else s.linear)(x)}[kind]()
+
+    def fn(s, x, y):
+        a = one(s, x, False)
+        b = one(s, y if broken == "other_operand" else x, True)
+        z = a.sum() + b.sum() if a.shape != b.shape else a + b
+        return (z, b) if returned else z
+
+    inputs = (T(shape), T(shape))
+    params = dict(broken=broken, shape=shape, kind=kind, c=c, returned=returned)
+    features = shape[-1]
+    case = Case("aten.add.Tensor", params, fn, inputs,
+                (("linear", lambda: nn.Linear(features, 3)), ("other", lambda: nn.Linear(features, 3))),
+                policy=draw(st.sampled_from(["fp32", "tf32"])), data_seed=draw(seeds()))
+    return _expect("merge_duplicates", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + DUPLICATE_GUARDS)
+def test_merge_duplicates(broken):
+    _sweep("merge_duplicates", duplicated_node, broken, 8 if broken is None else 2)
+
+
 def test_every_rewrite_is_swept():
     """A rewrite added to either table needs a sweep here."""
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",
                                              "gather_of_log_softmax", "fold_batch_norm", "reduce_after_linear",
                                              "drop_identities", "conv_bias_into_elementwise",
                                              "fold_channel_affine", "fold_feature_affine", "instance_norm_as_group_norm",
-                                             "group_norm_over_rows", "mish_from_parts", "drop_empty_pads"}
+                                             "group_norm_over_rows", "mish_from_parts", "drop_empty_pads",
+                                             "merge_duplicates"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

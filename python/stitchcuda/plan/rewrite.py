@@ -14,6 +14,13 @@ reports still point at the reference; weight-only subexpressions become create-t
 
 Applied to every graph (:func:`apply_always`), not asked for:
 
+``merge_duplicates``     a node computing what an earlier one computes (the same op on the same
+                         operands with the same attributes) is that node: its readers read the
+                         earlier result. A model that rebuilds one value in every layer (T5's
+                         attention bias and mask, [batch, heads, len, len] in each of its blocks)
+                         computed and wrote it once per layer. Random draws are the graph's
+                         inputs (lifted), so no two nodes differ by a draw; in-place ops and
+                         uninitialised allocations are left alone.
 ``drop_empty_pads``      ``constant_pad_nd(x, [0, 0, …])`` is ``x``: Hugging Face's MobileNets pad
                          before every convolution in TensorFlow's "same" manner, a 1×1 one by
                          nothing, and each such pad was a copy of the whole tensor (34 of
@@ -268,6 +275,32 @@ def _find_empty_pads(graph: Graph) -> list[tuple[Node, tuple[str, ...]]]:
             if n.op == A + "constant_pad_nd.default" and len(n.inputs) == 1 and
             not any(int(v) for v in n.attr("pad") or ()) and n.outputs[0].name not in graph.outputs and
             graph.spec(n.inputs[0]).shape == n.outputs[0].shape and graph.spec(n.inputs[0]).dtype == n.outputs[0].dtype]
+
+
+# ---------------------------------------------------------------------- merge_duplicates
+
+
+def _find_duplicates(graph: Graph) -> list[tuple[Node, Node, tuple[str, ...]]]:
+    """(the earlier node, its duplicate, the duplicate's readers: they stand for it once it is gone)."""
+    seen: dict[tuple, Node] = {}
+    for n in graph.nodes:
+        base = n.op.split(".")[-2] if "." in n.op else n.op
+        if base.endswith("_") or "empty" in base or not n.outputs:
+            continue
+        key = (n.op, n.inputs, repr(n.attrs), tuple((o.shape, o.dtype) for o in n.outputs))
+        first = seen.setdefault(key, n)
+        if first is not n:
+            outs = {o.name for o in n.outputs}
+            return [(first, n, tuple(u.name for u in graph.nodes if outs & set(u.inputs)))]
+    return []
+
+
+def _apply_merge_duplicate(graph: Graph, place: tuple[Node, Node, tuple[str, ...]]) -> Graph:
+    first, dup = place[0], place[1]
+    same = {d.name: f.name for d, f in zip(dup.outputs, first.outputs)}
+    nodes = [dataclasses.replace(m, inputs=tuple(same.get(a, a) for a in m.inputs))
+             for m in graph.nodes if m.name != dup.name]
+    return dataclasses.replace(graph, nodes=tuple(nodes), outputs=tuple(same.get(o, o) for o in graph.outputs))
 
 
 # ---------------------------------------------------------------------- pointwise_conv_as_gemm
@@ -841,6 +874,8 @@ def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:
 
 #: Library choices made on every graph (module docstring), in order.
 ALWAYS: tuple[Rewrite, ...] = (
+    Rewrite("merge_duplicates", _find_duplicates, _apply_merge_duplicate,
+            lambda place: {u: (u, place[1].name) for u in place[2]}),
     Rewrite("drop_empty_pads", _find_empty_pads, lambda graph, place: _apply_identity(graph, place[0]),
             lambda place: {u: (u, place[0].name) for u in place[1]}),
     Rewrite("mish_from_parts", _find_mish_parts, _apply_mish_parts,

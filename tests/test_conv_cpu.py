@@ -106,6 +106,30 @@ def test_c_abi_conv_argument_errors(lib, over, message):
     assert message in msg, msg
 
 
+@pytest.mark.parametrize("over,message", [
+    (dict(policy=ST_POLICY_TF32), "the policy must be fp32 (the precision it stands in for), got tf32"),
+    (dict(w_dtype=ST_FLOAT16), "conv: w has dtype float16, policy fp32 expects float32"),
+    (dict(groups=3), "conv: groups=3 does not divide in_channels=8"),
+    (dict(x=None), "conv: x, w and y must be non-null device pointers"),
+])
+def test_c_abi_split_tf32_conv_argument_errors(lib, over, message):
+    """The split-TF32 convolution takes an fp32 convolution's arguments, judged as st_conv judges
+    them, before any device work (its scratch is allocated after)."""
+    lib.st_conv_split_tf32.argtypes = [ctypes.POINTER(ConvArgs), ctypes.c_void_p]
+    status = lib.st_conv_split_tf32(ctypes.byref(conv_args(**over)), None)
+    msg = lib.st_last_error().decode()
+    assert status == ST_ERR_INVALID_ARGUMENT, msg
+    assert message in msg, msg
+    if NO_GPU:
+        assert lib.st_conv_split_tf32(ctypes.byref(conv_args()), None) == ST_ERR_NO_DEVICE, \
+            lib.st_last_error().decode()
+
+
+def test_rt_conv_split_tf32_is_for_the_fp32_policy():
+    with pytest.raises(stitchcuda.ArgumentError, match="stands in for an fp32 convolution"):
+        rt.conv(None, None, policy="tf32", split_tf32=True)
+
+
 def test_c_abi_conv_null_args(lib):
     assert lib.st_conv(None, None) == ST_ERR_INVALID_ARGUMENT
     assert "st_conv: args is null" in lib.st_last_error().decode()

@@ -1,11 +1,12 @@
-"""A GEMM the precision repair raises to fp32 inside a TF32 program runs as the split-TF32 product
-(CPU: plan, Coder, plan interpreter, nvcc).
+"""A GEMM or convolution the precision repair raises to fp32 inside a TF32 program runs as the
+split-TF32 product (CPU: plan, Coder, plan interpreter, nvcc).
 
 The loop's precision repair raises the nodes of rounding tasks to fp32 through constraints. In a
 TF32 program such a GEMM becomes three TF32 products of split operands (``st_gemm_split_tf32``,
 fp32-grade error at tensor-core speed: BENCHMARKS.md) where the fp32 GEMM ran on the SIMT units;
 an fp32 program keeps exact fp32 GEMMs, and a GEMM with a chained epilogue keeps the fp32 path
-(the split call takes cuBLASLt's own epilogue only).
+(the split call takes cuBLASLt's own epilogue only). A raised convolution becomes one TF32
+convolution over split operands (``st_conv_split_tf32``), channels-last like the TF32 ones.
 """
 
 from __future__ import annotations
@@ -44,10 +45,26 @@ class Chained(nn.Module):
         return torch.tanh(self.a(x) * 0.5)
 
 
+class ConvNet(nn.Module):
+    """Two convolutions (the second grouped, with a ReLU for cuDNN's fused epilogue) and a
+    transposed one."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, stride=2, groups=2)
+        self.c = nn.ConvTranspose2d(8, 4, 2, stride=2)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(self.a(x))))
+
+
+_RAISED = (ops.A + "linear.default", ops.A + "addmm.default", ops.A + "mm.default", ops.A + "convolution.default")
+
+
 def _plan(model, x, policy, raise_all: bool):
     cap = frontend.capture(model, [x], "m", supported_ops=ops.supported())
-    gemm_nodes = [n.name for n in cap.graph.nodes if n.op in (ops.A + "linear.default", ops.A + "addmm.default",
-                                                              ops.A + "mm.default")]
+    gemm_nodes = [n.name for n in cap.graph.nodes if n.op in _RAISED]
     assert gemm_nodes, [n.op for n in cap.graph.nodes]
     constraints = P.Constraints.of(precision={n: "fp32" for n in gemm_nodes}) if raise_all else None
     return P.plan(cap.graph, policy, constraints=constraints), cap
@@ -95,5 +112,62 @@ def test_the_split_program_compiles(nvcc, tmp_path):
     from stitchcuda import build as B
 
     plan, cap = _plan(Mlp(), torch.randn(5, 24), "tf32", raise_all=True)
+    r = B.build(C.code(plan, cap.graph, None, arch="sm_90").program_cu, arch="sm_90", cache=tmp_path)
+    assert r.ok, r.compile.output[:2000] if r.compile else r.message
+
+
+def _convs(plan):
+    return [t for t in plan.run_tasks if isinstance(t.params, P.ConvSpec)]
+
+
+def test_a_raised_convolution_in_a_tf32_program_is_the_split_convolution():
+    torch.manual_seed(0)
+    model, x = ConvNet(), torch.randn(2, 3, 10, 10)
+    plan, cap = _plan(model, x, "tf32", raise_all=True)
+    convs = _convs(plan)
+    assert len(convs) == 3 and all(t.params.policy == "fp32" and t.params.split_tf32 for t in convs), \
+        [(t.name, t.params.policy, t.params.split_tf32) for t in convs]
+    # channels-last, as the TF32 convolutions around a raised one are: no layout change for it
+    assert all(t.params.channels_last for t in convs)
+    assert all("split operands" in t.note for t in convs)
+    src = C.code(plan, cap.graph, None, arch="sm_90").program_cu
+    assert src.count("st_conv_split_tf32(&a, stream)") == 3 and "st_conv(&a" not in src
+    assert P.Plan.from_json(plan.to_json()).to_json() == plan.to_json()
+    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])[0].double()
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x.double())
+    assert torch.allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_split_convolution_costs_three_tf32_products():
+    """The cost model charges the split convolution three TF32 products and its wide operands: more
+    than the TF32 convolution, less than fp32 on the SIMT units where the convolution is large."""
+    from stitchcuda.device import H100 as ceil
+    from stitchcuda.kinds import conv as K
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1)), torch.randn(8, 64, 56, 56)
+    split = _convs(_plan(model, x, "tf32", raise_all=True)[0])[0].params
+    tf32 = _convs(_plan(model, x, "tf32", raise_all=False)[0])[0].params
+    f_s, b_s, peak_s = K.cost(split, ceil)
+    f_t, b_t, peak_t = K.cost(tf32, ceil)
+    assert f_s == f_t and peak_s == pytest.approx(peak_t / 3)
+    assert b_s > b_t
+    assert ceil.gemm_peak("fp32") < peak_s < peak_t
+
+
+@pytest.mark.parametrize("policy,raise_all", [("tf32", False), ("fp32", False), ("fp32", True)])
+def test_no_split_convolution_where_nothing_was_raised_or_the_program_is_fp32(policy, raise_all):
+    torch.manual_seed(0)
+    plan, cap = _plan(ConvNet(), torch.randn(2, 3, 10, 10), policy, raise_all)
+    convs = _convs(plan)
+    assert convs and not any(t.params.split_tf32 for t in convs)
+    assert "st_conv_split_tf32" not in C.code(plan, cap.graph, None, arch="sm_90").program_cu
+
+
+def test_the_split_convolution_program_compiles(nvcc, tmp_path):
+    from stitchcuda import build as B
+
+    plan, cap = _plan(ConvNet(), torch.randn(2, 3, 10, 10), "tf32", raise_all=True)
     r = B.build(C.code(plan, cap.graph, None, arch="sm_90").program_cu, arch="sm_90", cache=tmp_path)
     assert r.ok, r.compile.output[:2000] if r.compile else r.message

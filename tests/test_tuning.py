@@ -10,7 +10,7 @@ import pytest
 
 from stitchcuda import loader, rt, tuning
 
-CHOICES = "c 0 1 7 8 9\ng 0 3 256 512 1024\ng 1 0 64 64 64\n"
+CHOICES = "c 0 1 7 8 9\ng 0 3 256 512 1024\ng 1 0 64 64 64\ns 0 1 7 8 9\n"  # s: split-TF32 conv or not
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def clean_table():
 
 def test_choices_round_trip_through_the_runtime(clean_table):
     junk = "g x 1 2\nq 0 1 2\ng 0 -1 5 6\ng 2 0 5 6\ng 0 1 5 six\n\n# a comment\ng 0 1\n"
-    assert rt.tuning_import(CHOICES + junk) == 3
+    assert rt.tuning_import(CHOICES + junk) == 4
     assert sorted(rt.tuning_export().splitlines()) == sorted(CHOICES.splitlines())
     assert rt.tuning_import("g 0 5 256 512 1024\n") == 1  # the same key: the later choice
     assert "g 0 5 256 512 1024" in rt.tuning_export().splitlines()
@@ -45,7 +45,7 @@ def test_a_program_folder_imports_only_a_file_made_here(tmp_path, monkeypatch, c
     taken, note = tuning.load(tmp_path)
     assert taken == 0 and "ignored, each new shape is timed" in note and rt.tuning_export() == ""
     monkeypatch.setattr(tuning, "identity", lambda: "here")
-    assert tuning.load(tmp_path) == (3, "")
+    assert tuning.load(tmp_path) == (4, "")
     assert tuning.load(tmp_path / "nothing") == (0, "")
 
 
@@ -64,7 +64,7 @@ def test_a_wheels_loader_imports_the_same_file_through_ctypes(tmp_path, monkeypa
     """The runtime wheel's loader (no stitchcuda) reads the same format into the same runtime."""
     (tmp_path / tuning.FILE).write_text(tuning.render(CHOICES, "here"))
     monkeypatch.setattr(loader, "tuning_identity", lambda: "here")
-    assert loader.import_tuning(tmp_path) == (3, "")
+    assert loader.import_tuning(tmp_path) == (4, "")
     assert sorted(rt.tuning_export().splitlines()) == sorted(CHOICES.splitlines())
     monkeypatch.setattr(loader, "tuning_identity", lambda: "elsewhere")
     taken, note = loader.import_tuning(tmp_path)

@@ -66,8 +66,11 @@ void require_layout(const View& v, const char* name, bool channels_last) {
 py::object conv(py::object x_obj, py::object w_obj, py::object bias_obj, py::object stride_obj, py::object padding_obj,
                 py::object dilation_obj, int64_t groups, bool transposed, py::object output_padding_obj,
                 const std::string& policy_s, const std::string& activation_s, bool channels_last, py::object out_obj,
-                uintptr_t stream) {
+                bool split_tf32, uintptr_t stream) {
   const st_policy policy = parse_policy(policy_s);
+  if (split_tf32 && policy != ST_POLICY_FP32)
+    arg_error(cat("split_tf32: the split product stands in for an fp32 convolution (policy='fp32'), got policy='",
+                  policy_s, "'"));
   const st_activation act = parse_activation(activation_s);
   const st_dtype storage = policy_storage(policy);
   const std::string why = cat("policy ", policy_s);
@@ -158,7 +161,8 @@ py::object conv(py::object x_obj, py::object w_obj, py::object bias_obj, py::obj
   st_status st;
   {
     py::gil_scoped_release nogil;
-    st = st_conv(&a, reinterpret_cast<void*>(stream));
+    st = split_tf32 ? st_conv_split_tf32(&a, reinterpret_cast<void*>(stream))
+                    : st_conv(&a, reinterpret_cast<void*>(stream));
   }
   check(st);
   return result;
@@ -171,7 +175,7 @@ void register_conv(py::module_& m) {
         py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
         py::arg("transposed") = false, py::arg("output_padding") = 0, py::arg("policy") = "fp32",
         py::arg("activation") = "none", py::arg("channels_last") = false, py::arg("out") = py::none(),
-        py::arg("stream") = 0,
+        py::arg("split_tf32") = false, py::arg("stream") = 0,
         R"doc(y = activation(conv(x, w) + bias) through cuDNN: F.conv{1,2,3}d, or F.conv_transpose{1,2,3}d with transposed=True.
 
 x: (batch, in_channels, *spatial) with 1 to 3 spatial dims; w: (out_channels, in_channels / groups,
@@ -181,6 +185,8 @@ depthwise convolution. x, w and out are dense in one layout: channels-first (con
 channels-last (torch.channels_last / channels_last_3d) with channels_last=True.
 Dtypes follow the policy: fp32 (no TF32) / tf32 -> float32, bf16 -> bfloat16, fp16 -> float16;
 accumulation in fp32. activation: 'none', 'relu', 'gelu' (erf), 'gelu_tanh', 'silu', 'sigmoid', 'tanh'.
+split_tf32=True (policy 'fp32'): fp32-grade accuracy on TF32 tensor cores, one TF32 convolution over
+the split operands [x_big, x_big, x_small] and [w_big, w_small, w_big] along the input channels.
 Returns out (a new DeviceTensor when out is None). Asynchronous on `stream`.)doc");
 
   m.def("conv_plan_cache_stats", [](uintptr_t stream) {

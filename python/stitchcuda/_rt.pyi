@@ -107,6 +107,7 @@ def conv(
     activation: str = "none",
     channels_last: bool = False,
     out: Tensor | None = None,
+    split_tf32: bool = False,
     stream: int = 0,
 ) -> Any: ...
 def conv_plan_cache_stats(stream: int = 0) -> dict[str, int]: ...

@@ -317,6 +317,13 @@ st_status st_conv(const st_conv_args* args, void* stream) {
   });
 }
 
+st_status st_conv_split_tf32(const st_conv_args* args, void* stream) {
+  return guarded([&] {
+    ST_REQUIRE(args, "st_conv_split_tf32: args is null");
+    st::conv_split_tf32(*args, as_stream(stream));
+  });
+}
+
 st_status st_conv_output_size(const st_conv_args* args, int64_t* out_size) {
   return guarded([&] {
     ST_REQUIRE(args, "st_conv_output_size: args is null");

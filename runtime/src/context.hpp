@@ -60,6 +60,7 @@ struct ConvKey {
   int64_t padding[ST_CONV_MAX_SPATIAL], dilation[ST_CONV_MAX_SPATIAL], output_padding[ST_CONV_MAX_SPATIAL];
   int64_t dtype, has_bias, activation;
   int64_t align_x, align_w, align_bias, align_y;
+  int64_t exact_products;  // no engine whose transforms round its inputs (the split-TF32 convolution)
   bool operator==(const ConvKey& o) const { return std::memcmp(this, &o, sizeof(ConvKey)) == 0; }
 };
 
@@ -155,6 +156,8 @@ class Context {
   uint64_t plan_hits = 0, plan_misses = 0;
   PlanCache<ConvKey, ConvPlan, ConvKeyHash> conv_plans;  // bounded by conv_plan_capacity()
   uint64_t conv_hits = 0, conv_misses = 0;
+  // Per fp32 convolution asked for split TF32: whether the split one was the faster (conv.cpp).
+  std::unordered_map<ConvKey, bool, ConvKeyHash> conv_split;
 
  private:
   int device_;

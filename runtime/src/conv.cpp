@@ -180,7 +180,7 @@ int64_t alignment(const void* p) {
   return static_cast<int64_t>(v & (~v + 1));
 }
 
-ConvKey make_key(const st_conv_args& a) {
+ConvKey make_key(const st_conv_args& a, bool exact_products) {
   ConvKey k;
   std::memset(&k, 0, sizeof(k));
   k.policy = a.policy;
@@ -206,6 +206,7 @@ ConvKey make_key(const st_conv_args& a) {
   k.align_w = alignment(a.w);
   k.align_bias = a.bias ? alignment(a.bias) : 0;
   k.align_y = alignment(a.y);
+  k.exact_products = exact_products ? 1 : 0;
   return k;
 }
 
@@ -515,9 +516,12 @@ EngineNotes engine_notes(cudnnBackendDescriptor_t config) {
 // -1: the policy forbids the engine. Otherwise its rank: 0 preferred; non-deterministic engines
 // (results that change between identical runs read as a race to the Verifier) and, under the
 // exact fp32 policy, FFT and Winograd engines (transform rounding) only when nothing else works.
-int policy_rank(const EngineNotes& e, st_policy policy) {
+// `exact_products` forbids those two outright: the split-TF32 convolution's operands are exact in
+// TF32 only as given; a transform of them is rounded to TF32 again.
+int policy_rank(const EngineNotes& e, st_policy policy, bool exact_products) {
   if (!e.ok || e.reduced_reduction) return -1;  // accumulation stays fp32 under every policy
   if (policy == ST_POLICY_FP32 && (e.tensor_core || e.down_convert)) return -1;  // no TF32, no fp16
+  if (exact_products && (e.fft || e.winograd)) return -1;
   int rank = 0;
   if (e.nondeterministic) rank += 2;
   if (policy == ST_POLICY_FP32 && (e.fft || e.winograd)) rank += 1;
@@ -540,21 +544,21 @@ bool env_flag(const char* name, bool fallback) {
 
 // Execution plans for the graph's engine configurations, best ranked first, at most `want`.
 // `why` keeps cuDNN's last refusal for the error when nothing works.
-void collect(cudnnHandle_t handle, const std::shared_ptr<ConvGraph>& graph, st_policy policy, int want,
-             size_t ws_limit, std::vector<std::unique_ptr<ConvPlan>>& out, std::string& why) {
+void collect(cudnnHandle_t handle, const std::shared_ptr<ConvGraph>& graph, st_policy policy, bool exact_products,
+             int want, size_t ws_limit, std::vector<std::unique_ptr<ConvPlan>>& out, std::string& why) {
   std::vector<Desc> configs = engine_configs(graph->graph, CUDNN_HEUR_MODE_A);
   std::vector<int64_t> seen;
   struct Ranked { Desc config; EngineNotes notes; int rank; };
   std::vector<Ranked> ranked;
   for (auto& c : configs) {
     const EngineNotes e = engine_notes(c.get());
-    const int r = policy_rank(e, policy);
+    const int r = policy_rank(e, policy, exact_products);
     seen.push_back(e.index);
     if (r >= 0) ranked.push_back({std::move(c), e, r});
   }
   for (auto& c : engine_configs(graph->graph, CUDNN_HEUR_MODE_FALLBACK)) {
     const EngineNotes e = engine_notes(c.get());
-    const int r = policy_rank(e, policy);
+    const int r = policy_rank(e, policy, exact_products);
     if (r < 0 || std::find(seen.begin(), seen.end(), e.index) != seen.end()) continue;
     seen.push_back(e.index);
     ranked.push_back({std::move(c), e, r});
@@ -729,15 +733,21 @@ bool log_enabled() {
   return on;
 }
 
-std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const ConvKey& key, cudaStream_t stream) {
-  cudnnHandle_t handle = ctx.cudnn();
-  const Geometry geo = geometry(a);
+// Whether `stream` is capturing a CUDA graph (unknown: as if it were): nothing may be allocated
+// or timed then.
+bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (stream && cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
     cudaGetLastError();
-    capture = cudaStreamCaptureStatusActive;  // unknown: behave as under capture
+    return true;
   }
-  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const ConvKey& key, cudaStream_t stream) {
+  cudnnHandle_t handle = ctx.cudnn();
+  const Geometry geo = geometry(a);
+  const bool capturing = st::capturing(stream);
   const bool tune = env_flag("STITCHCUDA_CONV_AUTOTUNE", true) && !capturing;
   size_t ws_now = 0;
   ctx.workspace(&ws_now);
@@ -745,19 +755,20 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   const size_t ws_limit = capturing ? ws_now : std::max(ws_now, env_bytes("STITCHCUDA_CONV_WORKSPACE_LIMIT", 256u << 20));
   const int want = tune ? kMaxCandidates : 1;
   const bool extra = a.bias || a.activation != ST_ACT_NONE;
+  const bool exact = key.exact_products != 0;
 
   std::vector<std::unique_ptr<ConvPlan>> cands;
   std::string why;
   if (extra) {
     try {
-      collect(handle, build_graph(handle, a, geo, key, true), a.policy, want, ws_limit, cands, why);
+      collect(handle, build_graph(handle, a, geo, key, true), a.policy, exact, want, ws_limit, cands, why);
     } catch (const Error& e) {
       why = e.what();  // cuDNN cannot fuse this graph: the plain graph and the runtime's pass serve it
     }
   }
   size_t n_fused = cands.size();
   if (tune || cands.empty() || cands[0]->rank > 0) {
-    collect(handle, build_graph(handle, a, geo, key, false), a.policy, want, ws_limit, cands, why);
+    collect(handle, build_graph(handle, a, geo, key, false), a.policy, exact, want, ws_limit, cands, why);
     for (size_t i = n_fused; i < cands.size(); ++i) cands[i]->post = extra;
   }
   if (cands.empty() && !capturing) {
@@ -768,13 +779,13 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
       why.clear();
       if (extra) {
         try {
-          collect(handle, build_graph(handle, a, geo, key, true), a.policy, want, free_b / 2, cands, why);
+          collect(handle, build_graph(handle, a, geo, key, true), a.policy, exact, want, free_b / 2, cands, why);
         } catch (const Error& e) {
           why = e.what();
         }
       }
       n_fused = cands.size();
-      collect(handle, build_graph(handle, a, geo, key, false), a.policy, want, free_b / 2, cands, why);
+      collect(handle, build_graph(handle, a, geo, key, false), a.policy, exact, want, free_b / 2, cands, why);
       for (size_t i = n_fused; i < cands.size(); ++i) cands[i]->post = extra;
     } else {
       cudaGetLastError();
@@ -835,10 +846,10 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
 
 }  // namespace
 
-void conv(const st_conv_args& a, cudaStream_t stream) {
+void conv(const st_conv_args& a, cudaStream_t stream, bool exact_products) {
   check_conv_args(a);
   Context& ctx = context_for(stream);
-  const ConvKey key = make_key(a);
+  const ConvKey key = make_key(a, exact_products);
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ConvPlan* plan = ctx.conv_plans.find(key);
   if (plan) {
@@ -850,10 +861,82 @@ void conv(const st_conv_args& a, cudaStream_t stream) {
   run_plan(ctx, *plan, a, stream);
 }
 
+namespace {
+
+// The split-TF32 convolution itself: the split operands in stream-ordered scratch, then one TF32
+// convolution over three times the input channels, on engines that multiply them as given.
+void run_split(const st_conv_args& a, cudaStream_t stream) {
+  const int64_t xn = numel(a, a.in_size, a.in_channels), wn = weight_numel(a);
+  float* buf = nullptr;
+  ST_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), size_t(3 * (xn + wn)) * sizeof(float), stream));
+  struct Scratch {
+    float* p;
+    cudaStream_t s;
+    ~Scratch() { cudaFreeAsync(p, s); }
+  } scratch{buf, stream};
+  split_conv_operands(a, buf, buf + 3 * xn, stream);
+  st_conv_args t = a;
+  t.policy = ST_POLICY_TF32;
+  t.in_channels = 3 * a.in_channels;
+  t.x = buf;
+  t.w = buf + 3 * xn;
+  conv(t, stream, /*exact_products=*/true);
+}
+
+}  // namespace
+
+// Three TF32 products cost three times the TF32 FLOPs and the split operands three times x's
+// bytes twice over: for a convolution whose few FLOPs per input byte made it memory-bound (a 1x1
+// on few channels) that is slower than cuDNN's fp32 engines. So the first call of a shape times
+// both, on the real operands, and keeps the faster (a tuning choice, kind 's', carried across
+// processes like the engines'); under graph capture, where nothing may be timed, it takes the
+// split one without keeping the choice.
+void conv_split_tf32(const st_conv_args& a, cudaStream_t stream) {
+  ST_REQUIRE(a.policy == ST_POLICY_FP32, "conv_split_tf32: the policy must be fp32 (the precision it stands in "
+             "for), got ", st_policy_name(a.policy));
+  check_conv_args(a);
+  Context& ctx = context_for(stream);
+  const ConvKey key = make_key(a, true);
+  int split = -1;
+  {
+    std::lock_guard<std::mutex> lock(ctx.mutex());
+    auto it = ctx.conv_split.find(key);
+    if (it != ctx.conv_split.end()) split = it->second ? 1 : 0;
+  }
+  if (split < 0 && !capturing(stream)) {
+    size_t n_words = 0;
+    const int64_t* words = key_words(key, &n_words);
+    TunedChoice known;
+    if (tuning_lookup('s', words, n_words, &known)) {
+      split = known.index != 0 ? 1 : 0;
+    } else if (env_flag("STITCHCUDA_CONV_AUTOTUNE", true)) {
+      Timer timer(ctx, stream);
+      timer.warm([&] { run_split(a, stream); });
+      const float split_ms = timer.median([&] { run_split(a, stream); });
+      timer.warm([&] { conv(a, stream); });
+      const float fp32_ms = timer.median([&] { conv(a, stream); });
+      split = fp32_ms < 0.f || (split_ms >= 0.f && split_ms <= fp32_ms) ? 1 : 0;
+      tuning_record('s', words, n_words, TunedChoice{split, 0});
+      if (log_enabled())
+        std::fprintf(stderr, "stitchcuda conv split-tf32 %s: split %.4f ms, fp32 %.4f ms: %s\n", describe(a).c_str(),
+                     split_ms, fp32_ms, split ? "split" : "fp32");
+    } else {
+      split = 1;
+    }
+    std::lock_guard<std::mutex> lock(ctx.mutex());
+    ctx.conv_split[key] = split != 0;
+  }
+  if (split == 0)
+    conv(a, stream);
+  else
+    run_split(a, stream);
+}
+
 void conv_plan_cache_clear(cudaStream_t stream) {
   Context& ctx = context_for(stream);
   std::lock_guard<std::mutex> lock(ctx.mutex());
   ctx.conv_plans.clear();
+  ctx.conv_split.clear();
   ctx.conv_hits = ctx.conv_misses = 0;
 }
 

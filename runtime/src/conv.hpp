@@ -68,7 +68,15 @@ struct ConvPlan {
 
 void check_conv_shape(const st_conv_args& a);
 void conv_output_size(const st_conv_args& a, int64_t* out);
-void conv(const st_conv_args& a, cudaStream_t stream);
+// exact_products: only engines that multiply the operands as given (no FFT or Winograd transform,
+// which would round transformed TF32 values again): what the split-TF32 convolution needs.
+void conv(const st_conv_args& a, cudaStream_t stream, bool exact_products = false);
+// The fp32 convolution at fp32-grade accuracy on TF32 tensor cores: one TF32 convolution over the
+// split operands, where it beats the fp32 one (timed once per shape), else the fp32 one.
+void conv_split_tf32(const st_conv_args& a, cudaStream_t stream);
+// split_tf32.cu: x and w of an fp32 convolution as the TF32 one's operands, three times the input
+// channels: xs (3 |x| floats) = [x_b, x_b, x_s], ws (3 |w|) = [w_b, w_s, w_b] within each group.
+void split_conv_operands(const st_conv_args& a, float* xs, float* ws, cudaStream_t stream);
 void conv_plan_cache_clear(cudaStream_t stream);
 
 // conv_epilogue.cu: y = act(y + bias[channel]) in place over a dense y of n * c * spatial elements,

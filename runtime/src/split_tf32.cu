@@ -1,4 +1,4 @@
-// split_tf32.cu — the split-TF32 GEMM: fp32-grade accuracy on TF32 tensor cores.
+// split_tf32.cu — the split-TF32 GEMM and convolution: fp32-grade accuracy on TF32 tensor cores.
 //
 // Each fp32 operand is split into a TF32 "big" part and a TF32 "small" remainder
 // (x = big + small + O(2^-22 |x|), both exactly representable in TF32), and
@@ -8,10 +8,18 @@
 // three products are the runtime's own TF32 GEMMs (cached plans, the same epilogues), and the splits
 // are written once per call into stream-ordered scratch. An fp32 GEMM runs on the SIMT units at
 // ~67 TFLOP/s on an H100; three TF32 products run at up to ~495 / 3.
+//
+// A convolution is linear in its input channels, so the three products are ONE TF32 convolution
+// over three times the channels: x' = [x_b, x_b, x_s] and w' = [w_b, w_s, w_b] along the input
+// channels (within each group), y = conv(x', w') + bias = x_b w_b + x_b w_s + x_s w_b + bias. One
+// cuDNN plan (the same fused bias and activation, the output written once), K three times as long,
+// at the cost of writing x three times; engines that transform their operands (FFT, Winograd) are
+// left out, since a transformed TF32 value is rounded again.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "conv.hpp"
 #include "error.hpp"
 #include "gemm.hpp"
 
@@ -55,7 +63,59 @@ void split(const void* src, int64_t rows, int64_t cols, int64_t ld, int64_t stri
   ST_CUDA_CHECK(cudaGetLastError());
 }
 
+// src viewed as [blocks, run] -> dst as [blocks, 3, run]: copy `lo` of each run holds the TF32
+// remainder, the two others the TF32 big part. V: float or float4 (run a multiple of 4, 16-byte
+// aligned pointers).
+template <class V>
+__global__ void __launch_bounds__(256) split3_kernel(const V* src, int64_t n, int64_t run, int lo, V* dst) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = i / run, at = i + 2 * b * run;  // b * 3 * run + (i - b * run)
+    V hi = src[i], rest;
+    float* h = reinterpret_cast<float*>(&hi);
+    float* r = reinterpret_cast<float*>(&rest);
+#pragma unroll
+    for (int j = 0; j < int(sizeof(V) / sizeof(float)); ++j) {
+      const float v = h[j];
+      h[j] = tf32_round(v);
+      r[j] = tf32_round(v - h[j]);
+    }
+    for (int p = 0; p < 3; ++p) dst[at + p * run] = p == lo ? rest : hi;
+  }
+}
+
+void split3(const void* src, int64_t blocks, int64_t run, int lo, float* dst, cudaStream_t stream) {
+  const bool vec = run % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  const int64_t n = blocks * run / (vec ? 4 : 1), r = run / (vec ? 4 : 1);
+  const int64_t want = (n + 255) / 256;
+  const unsigned grid = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
+  if (vec)
+    split3_kernel<float4><<<grid, 256, 0, stream>>>(static_cast<const float4*>(src), n, r, lo,
+                                                    reinterpret_cast<float4*>(dst));
+  else
+    split3_kernel<float><<<grid, 256, 0, stream>>>(static_cast<const float*>(src), n, r, lo, dst);
+  ST_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
+
+void split_conv_operands(const st_conv_args& a, float* xs, float* ws, cudaStream_t stream) {
+  const int64_t g = a.groups, cin = a.in_channels / g, cout = a.out_channels / g;
+  int64_t s = 1, k = 1;
+  for (int i = 0; i < a.spatial_dims; ++i) {
+    s *= a.in_size[i];
+    k *= a.kernel_size[i];
+  }
+  const bool cl = a.channels_last != 0;
+  // x: [batch, groups, cin, s] channels-first, [batch * s, groups, cin] channels-last.
+  split3(a.x, cl ? a.batch * s * g : a.batch * g, cl ? cin : cin * s, 2, xs, stream);  // [x_b, x_b, x_s]
+  // w: its input-channel dim is the first of a transposed weight ([groups * cin, cout, k...]),
+  // the second of a forward one ([out, cin, k...], channels-last [out, k..., cin]).
+  if (a.transposed)
+    split3(a.w, g, cin * cout * k, 1, ws, stream);  // [w_b, w_s, w_b]
+  else
+    split3(a.w, cl ? a.out_channels * k : a.out_channels, cl ? cin : cin * k, 1, ws, stream);
+}
 
 void gemm_split_tf32(const st_gemm_args& g, cudaStream_t stream) {
   ST_REQUIRE(g.policy == ST_POLICY_FP32, "gemm_split_tf32: the policy must be fp32 (the precision it stands in "

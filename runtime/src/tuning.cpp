@@ -64,7 +64,7 @@ size_t tuning_import(const std::string& text) {
     std::istringstream f(line);
     std::string kind;
     int64_t split = 0, index = 0;
-    if (!(f >> kind >> split >> index) || (kind != "g" && kind != "c") || index < 0 || (split != 0 && split != 1))
+    if (!(f >> kind >> split >> index) || (kind != "g" && kind != "c" && kind != "s") || index < 0 || (split != 0 && split != 1))
       continue;
     std::vector<int64_t> words;
     int64_t w = 0;

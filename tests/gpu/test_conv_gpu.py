@@ -145,10 +145,10 @@ def reference(case: Case, x, w, b) -> torch.Tensor:
     return ACTIVATIONS[case.activation](y)
 
 
-def run(case: Case, policy: str, x, w, b, out=None, stream=None):
+def run(case: Case, policy: str, x, w, b, out=None, stream=None, split_tf32: bool = False):
     return rt.conv(x, w, b, stride=case.stride, padding=case.padding, dilation=case.dilation, groups=case.groups,
                    transposed=case.transposed, output_padding=case.output_padding, policy=policy,
-                   activation=case.activation, channels_last=case.channels_last, out=out,
+                   activation=case.activation, channels_last=case.channels_last, out=out, split_tf32=split_tf32,
                    stream=stream_int() if stream is None else stream)
 
 
@@ -180,6 +180,38 @@ def test_conv_matches_pytorch_float64(case, policy):
         assert out.is_contiguous(), f"{case.name}: contiguous output expected, strides {out.stride()}"
     check_close(out, reference(case, x, w, b), tol, f"{case.name}/{policy} (seed {seed})")
     assert torch.equal(x, x0) and torch.equal(w, w0), "inputs changed"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_split_tf32_conv_is_within_the_fp32_tolerance(case):
+    """The split-TF32 convolution (one TF32 convolution over split operands) meets the fp32
+    policy's tolerance in every shape: grouped, depthwise, transposed, 1- to 3-d, both layouts,
+    bias and every activation."""
+    x, w, b = make_inputs(case, torch.float32, seed_of(case.name, "split"))
+    x0, w0 = x.clone(), w.clone()
+    out = torch.from_dlpack(run(case, "fp32", x, w, b, split_tf32=True))
+    torch.cuda.synchronize()
+    check_close(out, reference(case, x, w, b), POLICIES["fp32"][1], f"{case.name}/split tf32")
+    assert torch.equal(x, x0) and torch.equal(w, w0), "inputs changed"
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_split_tf32_conv_error_is_fp32s_order_far_below_tf32s(channels_last):
+    """Against float64, the split convolution's error is fp32's order and far below TF32's (K = 1152:
+    a TF32 rounding of every operand shows)."""
+    case = Case("k1152", 4, 128, 64, (14, 14), (3, 3), padding=1, bias=True, activation="relu",
+                channels_last=channels_last)
+    x, w, b = make_inputs(case, torch.float32, seed_of(case.name, channels_last))
+    ref = reference(case, x, w, b)
+
+    def err(policy: str, split: bool = False) -> float:
+        y = torch.from_dlpack(run(case, policy, x, w, b, split_tf32=split)).double().cpu()
+        return ((y - ref).abs().max() / ref.abs().max()).item()
+
+    split, fp32, tf32 = err("fp32", True), err("fp32"), err("tf32")
+    print(f"channels_last={channels_last}: split {split:.2e}, fp32 {fp32:.2e}, tf32 {tf32:.2e}")
+    assert split <= 4 * fp32 + 1e-7, f"split {split:.2e}, fp32 {fp32:.2e}"
+    assert split * 20 < tf32, f"split {split:.2e}, tf32 {tf32:.2e}"
 
 
 def test_plan_cache_hit_gives_identical_output():

@@ -18,6 +18,11 @@ activation is not one here where its layout is channels-first anyway (under fp32
 where no other convolution reaches it): it is rewritten to a batched GEMM on its own layout
 (``pointwise_conv_as_gemm``, plan/rewrite.py).
 
+Precision repair: a convolution the loop's repair raised to fp32 inside a TF32 program runs as
+the split-TF32 convolution (``st_conv_split_tf32``: one TF32 convolution over the split operands,
+three times the input channels; fp32-grade error on tensor cores), channels-last like the TF32
+convolutions around it, where the fp32 one ran on cuDNN's SIMT engines, channels-first.
+
 Lowering: the dense operands st_conv takes, all in one layout and one storage type (the policy's)
 (strategy ``cudnn_conv``: the runtime's cuDNN plan, cached by shape, on the runtime's per-stream
 workspace): an operand in another layout or dtype is copied (cast) first — a weight once, at create
@@ -50,7 +55,9 @@ class ConvSpec:
     groups, *kernel] when ``transposed``), out [batch, out_channels, *out_size]: all dense
     channels-first, in the storage type of ``policy`` (bias too: one value per output channel).
     ``activation``: ``none``, ``relu``, ``relu6``, ``gelu`` (erf), ``gelu_tanh``, ``silu``, ``sigmoid``,
-    ``tanh``. The workspace is the runtime's (per stream), the plan cached by shape."""
+    ``tanh``. The workspace is the runtime's (per stream), the plan cached by shape.
+    ``split_tf32``: an fp32 convolution of a TF32 program (the loop's precision repair raised it)
+    computed as one TF32 convolution over split operands (st_conv_split_tf32)."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "conv")
 
@@ -73,6 +80,7 @@ class ConvSpec:
     bias: View | None = None
     activation: str = "none"
     channels_last: bool = False
+    split_tf32: bool = False
 
     @property
     def out_size(self) -> tuple[int, ...]:
@@ -139,7 +147,8 @@ def _conv(cx, n: Node) -> None:
     transposed = bool(n.attr("transposed"))
     policy = cx.policy_of(nodes)
     choice = cx.constraints.option(n.name, "auto")
-    channels_last = choice == "channels_last" or (choice == "auto" and nsp >= 2 and get_policy(policy).tensor_cores)
+    tensor_cores = get_policy(policy).tensor_cores or split_tf32(policy, cx.policy)
+    channels_last = choice == "channels_last" or (choice == "auto" and nsp >= 2 and tensor_cores)
     cx.claim(ConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x, w=w,
                        bias=bias, out=out, stride=int_list(n.attr("stride"), nsp, 1),
                        padding=int_list(n.attr("padding"), nsp, 0), dilation=int_list(n.attr("dilation"), nsp, 1),
@@ -183,6 +192,12 @@ def _conv_activation(cx, n: Node, out: str) -> tuple[str, list[str]]:
 
 
 # ---------------------------------------------------------------------- lower
+
+
+def split_tf32(policy: str, program_policy: str) -> bool:
+    """Whether a convolution at ``policy`` in a program at ``program_policy`` is the split-TF32
+    one: raised to fp32 by the precision repair inside a TF32 program."""
+    return policy == "fp32" and get_policy(program_policy).tf32
 
 
 def layout_order(pr: ConvProto, ndim: int) -> tuple[int, ...] | None:
@@ -230,9 +245,11 @@ def lower(lw, pr: ConvProto, pre: list) -> None:
     spec = ConvSpec("conv", policy, vx, vw, vo, batch=xs[0], in_channels=xs[1], out_channels=out_channels,
                     groups=pr.groups, in_size=tuple(xs[2:]), kernel=tuple(ws[2:]), stride=tuple(pr.stride),
                     padding=tuple(pr.padding), dilation=tuple(pr.dilation), output_padding=tuple(pr.output_padding),
-                    transposed=pr.transposed, bias=vb, activation=pr.activation, channels_last=pr.channels_last)
+                    transposed=pr.transposed, bias=vb, activation=pr.activation, channels_last=pr.channels_last,
+                    split_tf32=split_tf32(policy, lw.f.policy) and st == "float32")
     assert len(spec.in_size) == nsp and vo.shape[:2] == (xs[0], out_channels), (vo.shape, xs, ws)
-    lw.add(pr, pr.name, spec, [vx, vw, vb], [vo], touched=list(pr.ins) + [pr.out])
+    lw.add(pr, pr.name, spec, [vx, vw, vb], [vo], touched=list(pr.ins) + [pr.out],
+           note="fp32-grade: one TF32 convolution over split operands" if spec.split_tf32 else "")
     if post is not None:
         lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
                                note="writes the convolution's result back in the reference's layout"))
@@ -252,8 +269,10 @@ def cost(spec: ConvSpec, ceil) -> tuple[float, float, float]:
     flops = conv_flops(spec.batch, spec.in_channels, spec.out_channels, spec.groups, spec.kernel,
                        spec.in_size if spec.transposed else spec.out_size)
     flops += math.prod(spec.out.shape) * (int(spec.bias is not None) + int(spec.activation != "none"))
-    nbytes = sum(view_bytes(v) for v in (spec.x, spec.w, spec.bias, spec.out))
-    return float(flops), nbytes, ceil.gemm_peak(spec.policy)
+    # The split one reads x and w, writes them three times as wide and convolves those.
+    wide = 7 if spec.split_tf32 else 1
+    nbytes = wide * (view_bytes(spec.x) + view_bytes(spec.w)) + view_bytes(spec.bias) + view_bytes(spec.out)
+    return float(flops), nbytes, ceil.gemm_peak("tf32") / 3 if spec.split_tf32 else ceil.gemm_peak(spec.policy)
 
 
 def interpret(mem, c: ConvSpec) -> None:
@@ -308,7 +327,7 @@ def render(t, c: ConvSpec, n, fn: str) -> tuple[list[str], list[str]]:
         lines.append(f"  a.bias = nullptr; a.bias_dtype = {st_enum(c.out.dtype)};")
     lines += [f"  a.y = {n('out')}; a.y_dtype = {st_enum(c.out.dtype)};",
               f"  a.activation = {_ACTIVATION[c.activation]};",
-              "  return st_conv(&a, stream);"]
+              f"  return {'st_conv_split_tf32' if c.split_tf32 else 'st_conv'}(&a, stream);"]
     return [], lines
 
 
@@ -322,4 +341,4 @@ KIND = TaskKind("conv", ConvSpec, "cudnn_conv", cost, interpret, render, lowers=
                 claims=(ClaimRule("fuse", 100, claim),), scratch=frozenset(), layouts=layouts,
                 out_order=lambda pr, order_of: layout_order(pr, len(pr.stride) + 2))
 
-__all__ = ["ConvSpec", "ConvProto", "conv_flops", "layout_order", "KIND"]
+__all__ = ["ConvSpec", "ConvProto", "conv_flops", "layout_order", "split_tf32", "KIND"]

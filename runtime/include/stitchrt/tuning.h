@@ -11,8 +11,9 @@
  * header records and the loader checks (stitchcuda.tuning). An index past the end of the list is
  * ignored and the plan is timed as without it.
  *
- * Text: one choice a line, "<kind> <split> <index> <key words...>" (kind g: GEMM, c: convolution;
- * the key's int64 words in decimal); lines that do not parse are skipped. For loaders (the
+ * Text: one choice a line, "<kind> <split> <index> <key words...>" (kind g: GEMM, c: convolution,
+ * s: whether a split-TF32 convolution beats the fp32 one, index 1 or 0; the key's int64 words in
+ * decimal); lines that do not parse are skipped. For loaders (the
  * Program class, a wheel's loader), not for programs. */
 #ifndef STITCHRT_TUNING_H_
 #define STITCHRT_TUNING_H_

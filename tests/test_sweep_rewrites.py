@@ -845,6 +845,17 @@ def test_merge_duplicates(broken):
     _sweep("merge_duplicates", duplicated_node, broken, 8 if broken is None else 2)
 
 
+def test_a_merged_index_tensor_is_renamed_where_a_tensor_list_names_it():
+    """``x[:, i]`` records its indices as an attr (a tensor list with holes) as well as in its inputs:
+    merging ``i`` with an earlier duplicate renames both (the fault: bicubic upsampling's clamped
+    indices, merged, left the attr naming a tensor no longer made)."""
+    def fn(s, x, m):
+        return x[:, m.argmax(-1)] + x[:, m.argmax(-1)].flip(0)
+
+    case = Case("aten.index.Tensor", {}, fn, (T((3, 5)), T((4, 5))))
+    assert check(_expect("merge_duplicates", case, True, None)) == "planned"
+
+
 def test_every_rewrite_is_swept():
     """A rewrite added to either table needs a sweep here."""
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",

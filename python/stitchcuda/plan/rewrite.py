@@ -144,6 +144,8 @@ class Rewrite:
             graph = self.apply_one(graph, places[0])
             if covers is not None and self.covers is not None:
                 for node, old in self.covers(places[0]).items():
+                    # (a node gone now may itself have stood for others: its reader stands for them too)
+                    old = tuple(m for o in old for m in (o,) + covers.get(o, ()))
                     covers[node] = tuple(dict.fromkeys(covers.get(node, ()) + old))
         return graph
 
@@ -163,6 +165,18 @@ def _replace(graph: Graph, old: Sequence[Node], new: Sequence[Node]) -> Graph:
         if i == last:
             nodes.extend(new)
     return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
+def _renamed(n: Node, names: dict[str, str]) -> Node:
+    """``n`` reading ``names[t]`` wherever it read tensor ``t``: in its inputs, and in a tensor list
+    recorded as an attr (``index.Tensor``'s indices with holes: a tuple of its input names and None)."""
+    if not names.keys() & set(n.inputs):
+        return n
+    ins = set(n.inputs)
+    attrs = tuple((k, tuple(names.get(e, e) if e is not None else None for e in v))
+                  if isinstance(v, tuple) and v and all(e is None or (isinstance(e, str) and e in ins) for e in v)
+                  else (k, v) for k, v in n.attrs)
+    return dataclasses.replace(n, inputs=tuple(names.get(a, a) for a in n.inputs), attrs=attrs)
 
 
 def _fresh(graph: Graph, base: str) -> Callable[[], str]:
@@ -264,8 +278,7 @@ def _find_identities(graph: Graph) -> list[Node]:
 
 def _apply_identity(graph: Graph, n: Node) -> Graph:
     x, y = n.inputs[0], n.outputs[0].name
-    nodes = [dataclasses.replace(m, inputs=tuple(x if a == y else a for a in m.inputs))
-             for m in graph.nodes if m.name != n.name]
+    nodes = [_renamed(m, {y: x}) for m in graph.nodes if m.name != n.name]
     return dataclasses.replace(graph, nodes=tuple(nodes))
 
 
@@ -298,8 +311,7 @@ def _find_duplicates(graph: Graph) -> list[tuple[Node, Node, tuple[str, ...]]]:
 def _apply_merge_duplicate(graph: Graph, place: tuple[Node, Node, tuple[str, ...]]) -> Graph:
     first, dup = place[0], place[1]
     same = {d.name: f.name for d, f in zip(dup.outputs, first.outputs)}
-    nodes = [dataclasses.replace(m, inputs=tuple(same.get(a, a) for a in m.inputs))
-             for m in graph.nodes if m.name != dup.name]
+    nodes = [_renamed(m, same) for m in graph.nodes if m.name != dup.name]
     return dataclasses.replace(graph, nodes=tuple(nodes), outputs=tuple(same.get(o, o) for o in graph.outputs))
 
 

@@ -278,6 +278,19 @@ def lower(lw, pr: GatherProto, pre: list) -> None:
                 r = L.reshape(lw.views[c], shape)
             v = r
         views.append(L.broadcast_to(v, wo.shape))
+    # The kernel walks out's dims with the last innermost: walk them in out's memory order. A
+    # channels-last output walked width-innermost wrote one element per 32-byte sector (SegFormer's
+    # decoder upsamples four maps into a channels-last concatenation: 6 % of the bandwidth). Every
+    # per-dim coefficient follows; interpolated dims keep their order (it is the blends' order).
+    perm = sorted(range(R), key=lambda d: (wo.shape[d] > 1, -wo.strides[d]))
+    if [d for d in perm if linear and linear[d]] != [d for d in range(R) if linear and linear[d]]:
+        perm = list(range(R))
+    if perm != list(range(R)):
+        wo = L.permute(wo, perm)
+        views = [L.permute(v, perm) for v in views]
+        coef, lo, size, nearest = ([seq[d] for d in perm] for seq in (coef, lo, size, nearest))
+        if linear:
+            linear, linear_scale = [linear[d] for d in perm], [linear_scale[d] for d in perm]
     spec = GatherSpec("gather", vx, wo, base, tuple(coef), tuple(lo), tuple(size),
                       tuple(nearest) if any(nearest) else (), tuple(views), tuple(icoef), tuple(isize), fill,
                       tuple(linear), tuple(linear_scale), align)

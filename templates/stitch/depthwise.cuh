@@ -103,6 +103,101 @@ __global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tou
   }
 }
 
+// Channels-last with a square K x K filter, channels and every x / out stride a multiple of 4,
+// both 4-element aligned: each thread computes one vector of 4 consecutive channels for
+// kDwNhwcCols consecutive output columns of one row, the filter's K * K vectors in registers. With
+// stride 1 and no dilation the outputs slide along the row: each input column a tap row reads is
+// loaded once for all of them ((kDwNhwcCols + K - 1) vectors, not kDwNhwcCols * K). Every load and
+// store is a vector, coalesced across a warp (consecutive threads on consecutive channel groups).
+// The taps are summed in the order of depthwise_kernel (bias, then row by row), so the two agree
+// bit for bit. (The one-element-a-thread kernel ran SegFormer's 3x3 convolutions at 7 % of the
+// bandwidth.)
+constexpr int kDwNhwcCols = 4;
+template <int K, bool UNIT, class Tin, class Tout, class Act>
+__global__ void __launch_bounds__(256) depthwise_nhwc_kernel(DepthwiseParams<Tin, Tout> p, int64_t total, Act act) {
+  constexpr int V = 4, JT = kDwNhwcCols, NC = UNIT ? JT + K - 1 : JT * K;
+  const int64_t cg_n = p.channels / V, jt_n = ceil_div<int64_t>(p.ow, JT);
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += grid) {
+    int64_t t = idx;
+    const int64_t cg = t % cg_n;
+    t /= cg_n;
+    const int64_t jt = t % jt_n;
+    t /= jt_n;
+    const int64_t i = t % p.oh, n = t / p.oh, c = cg * V, j0 = jt * JT;
+    float wv[K * K][V];
+#pragma unroll
+    for (int k = 0; k < K * K; ++k) {
+      if (p.w_tap_stride) {
+        const Pack<Tin, V> wk = load_pack<Tin, V>(p.w + k * p.w_tap_stride + c);
+#pragma unroll
+        for (int v = 0; v < V; ++v) wv[k][v] = to_float(wk.v[v]);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) wv[k][v] = to_float(__ldg(p.w + (c + v) * K * K + k));
+      }
+    }
+    float acc[JT][V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const float b = p.bias ? to_float(p.bias[c + v]) : 0.f;
+#pragma unroll
+      for (int jj = 0; jj < JT; ++jj) acc[jj][v] = b;
+    }
+    const Tin* xb = p.x + n * p.x_stride[0] + c;
+    const int64_t r0 = i * p.stride_h - p.pad_h, col0 = j0 * p.stride_w - p.pad_w;
+#pragma unroll
+    for (int a = 0; a < K; ++a) {
+      const int64_t r = r0 + int64_t(a) * p.dil_h;
+      if (r < 0 || r >= p.h) continue;
+      const Tin* row = xb + r * p.x_stride[2];
+      float xin[NC][V];
+#pragma unroll
+      for (int q = 0; q < NC; ++q) {
+        // UNIT: column col0 + q; otherwise output jj = q / K, tap b = q % K
+        const int64_t col = UNIT ? col0 + q : col0 + int64_t(q / K) * p.stride_w + int64_t(q % K) * p.dil_w;
+        if (col >= 0 && col < p.w_in) {
+          const Pack<Tin, V> xv = load_pack<Tin, V>(row + col * p.x_stride[3]);
+#pragma unroll
+          for (int v = 0; v < V; ++v) xin[q][v] = to_float(xv.v[v]);
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v) xin[q][v] = 0.f;  // zero padding: adds nothing, as a skipped tap
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < K; ++b)
+#pragma unroll
+        for (int jj = 0; jj < JT; ++jj)
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            const int q = UNIT ? jj + b : jj * K + b;
+            acc[jj][v] = fmaf(xin[q][v], wv[a * K + b][v], acc[jj][v]);
+          }
+    }
+    Tout* ob = p.out + n * p.out_stride[0] + i * p.out_stride[2] + c;
+#pragma unroll
+    for (int jj = 0; jj < JT; ++jj) {
+      if (j0 + jj >= p.ow) break;
+      Pack<Tout, V> y;
+#pragma unroll
+      for (int v = 0; v < V; ++v) y.v[v] = from_float<Tout>(act(acc[jj][v]));
+      store_pack<Tout, V>(ob + (j0 + jj) * p.out_stride[3], y);
+    }
+  }
+}
+
+// Whether depthwise_nhwc_kernel takes p: channels-last x and out, channels and strides whole
+// vectors, vector-aligned addresses (the filter's too when tap-major).
+template <class Tin, class Tout>
+bool depthwise_nhwc_ok(const DepthwiseParams<Tin, Tout>& p) {
+  auto aligned = [](const void* q, size_t bytes) { return reinterpret_cast<uintptr_t>(q) % bytes == 0; };
+  bool ok = p.x_stride[1] == 1 && p.out_stride[1] == 1 && p.channels % 4 == 0 && aligned(p.x, 4 * sizeof(Tin)) &&
+            aligned(p.out, 4 * sizeof(Tout)) && (!p.w_tap_stride || (p.w_tap_stride % 4 == 0 && aligned(p.w, 4 * sizeof(Tin))));
+  for (int d : {0, 2, 3}) ok = ok && p.x_stride[d] % 4 == 0 && p.out_stride[d] % 4 == 0;
+  return ok;
+}
+
 constexpr int kDwRows = 4;
 constexpr int kDwMaxKw = 8;
 
@@ -244,7 +339,8 @@ inline bool depthwise_tiled(const DepthwiseParams<Tin, Tout>& p, cudaStream_t st
 // run are instantiated (nine a call otherwise: a net of seventeen depthwise convolutions spent most
 // of its two and a half minutes of nvcc on them). FAST: 1 when out's channel stride is 1 and there
 // are several channels, 0 when not, -1 decided from p at run time. SQ: the square filter size
-// (3, 5, 7) of the tiled path, 0 when it cannot apply, -1 any. A hint changes which kernel runs,
+// (3, 5, 7) of the tiled path (channels-first) or of the vector path (channels-last: 3, 5), 0
+// when it cannot apply, -1 any. A hint changes which kernel runs,
 // never what it computes (every path reads and writes through the strides).
 template <int FAST = -1, int SQ = -1, class Tin, class Tout, class Act = Identity>
 cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t stream, const Act& act = Act{}) {
@@ -279,6 +375,26 @@ cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t s
     }
   }
   if (fast_channels) {
+    if constexpr (FAST != 0 && (SQ == 3 || SQ == 5 || SQ < 0)) {
+      if (p.kh == p.kw && (p.kh == 3 || p.kh == 5) && detail::depthwise_nhwc_ok(p)) {
+        const bool unit = p.stride_w == 1 && p.dil_w == 1;
+        const int64_t work = p.batch * p.oh * ceil_div<int64_t>(p.ow, detail::kDwNhwcCols) * (p.channels / 4);
+        const int64_t w3 = ceil_div<int64_t>(work, 256);
+        const unsigned b3 = unsigned(w3 < (int64_t(1) << 20) ? w3 : (int64_t(1) << 20));
+        if constexpr (SQ == 3 || SQ < 0)
+          if (p.kh == 3) {
+            if (unit) detail::depthwise_nhwc_kernel<3, true><<<b3, 256, 0, stream>>>(p, work, act);
+            else detail::depthwise_nhwc_kernel<3, false><<<b3, 256, 0, stream>>>(p, work, act);
+            return cudaGetLastError();
+          }
+        if constexpr (SQ == 5 || SQ < 0)
+          if (p.kh == 5) {
+            if (unit) detail::depthwise_nhwc_kernel<5, true><<<b3, 256, 0, stream>>>(p, work, act);
+            else detail::depthwise_nhwc_kernel<5, false><<<b3, 256, 0, stream>>>(p, work, act);
+            return cudaGetLastError();
+          }
+      }
+    }
     if constexpr (FAST != 0) {
       if (small)
         detail::depthwise_kernel<true, int32_t><<<blocks, 256, 0, stream>>>(p, int32_t(total), act);

@@ -103,9 +103,9 @@ __global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tou
   }
 }
 
-// Channels-last with a square K x K filter, channels and every x / out stride a multiple of 4,
+// Channels-last with a square K x K filter (3, 5, 7), channels and every x / out stride a multiple of 4,
 // both 4-element aligned: each thread computes one vector of 4 consecutive channels for
-// kDwNhwcCols consecutive output columns of one row, the filter's K * K vectors in registers. With
+// kDwNhwcCols consecutive output columns of one row, the filter in registers (see below). With
 // stride 1 and no dilation the outputs slide along the row: each input column a tap row reads is
 // loaded once for all of them ((kDwNhwcCols + K - 1) vectors, not kDwNhwcCols * K). Every load and
 // store is a vector, coalesced across a warp (consecutive threads on consecutive channel groups).
@@ -125,17 +125,23 @@ __global__ void __launch_bounds__(256) depthwise_nhwc_kernel(DepthwiseParams<Tin
     const int64_t jt = t % jt_n;
     t /= jt_n;
     const int64_t i = t % p.oh, n = t / p.oh, c = cg * V, j0 = jt * JT;
-    float wv[K * K][V];
-#pragma unroll
-    for (int k = 0; k < K * K; ++k) {
+    // The filter's K * K vectors in registers (K <= 5); a 7x7 filter's 49 would not fit beside the
+    // rest: its K vectors of a tap row are loaded with the row (through L1, shared by the 4 outputs).
+    constexpr bool ALL = K <= 5;
+    float wv[ALL ? K * K : K][V];
+    auto load_w = [&](int k, float(&dst)[V]) {
       if (p.w_tap_stride) {
         const Pack<Tin, V> wk = load_pack<Tin, V>(p.w + k * p.w_tap_stride + c);
 #pragma unroll
-        for (int v = 0; v < V; ++v) wv[k][v] = to_float(wk.v[v]);
+        for (int v = 0; v < V; ++v) dst[v] = to_float(wk.v[v]);
       } else {
 #pragma unroll
-        for (int v = 0; v < V; ++v) wv[k][v] = to_float(__ldg(p.w + (c + v) * K * K + k));
+        for (int v = 0; v < V; ++v) dst[v] = to_float(__ldg(p.w + (c + v) * K * K + k));
       }
+    };
+    if constexpr (ALL) {
+#pragma unroll
+      for (int k = 0; k < K * K; ++k) load_w(k, wv[k]);
     }
     float acc[JT][V];
 #pragma unroll
@@ -151,6 +157,10 @@ __global__ void __launch_bounds__(256) depthwise_nhwc_kernel(DepthwiseParams<Tin
       const int64_t r = r0 + int64_t(a) * p.dil_h;
       if (r < 0 || r >= p.h) continue;
       const Tin* row = xb + r * p.x_stride[2];
+      if constexpr (!ALL) {
+#pragma unroll
+        for (int b = 0; b < K; ++b) load_w(a * K + b, wv[b]);
+      }
       float xin[NC][V];
 #pragma unroll
       for (int q = 0; q < NC; ++q) {
@@ -172,7 +182,7 @@ __global__ void __launch_bounds__(256) depthwise_nhwc_kernel(DepthwiseParams<Tin
 #pragma unroll
           for (int v = 0; v < V; ++v) {
             const int q = UNIT ? jj + b : jj * K + b;
-            acc[jj][v] = fmaf(xin[q][v], wv[a * K + b][v], acc[jj][v]);
+            acc[jj][v] = fmaf(xin[q][v], wv[ALL ? a * K + b : b][v], acc[jj][v]);
           }
     }
     Tout* ob = p.out + n * p.out_stride[0] + i * p.out_stride[2] + c;
@@ -339,8 +349,8 @@ inline bool depthwise_tiled(const DepthwiseParams<Tin, Tout>& p, cudaStream_t st
 // run are instantiated (nine a call otherwise: a net of seventeen depthwise convolutions spent most
 // of its two and a half minutes of nvcc on them). FAST: 1 when out's channel stride is 1 and there
 // are several channels, 0 when not, -1 decided from p at run time. SQ: the square filter size
-// (3, 5, 7) of the tiled path (channels-first) or of the vector path (channels-last: 3, 5), 0
-// when it cannot apply, -1 any. A hint changes which kernel runs,
+// (3, 5, 7) of the tiled path (channels-first) or of the vector path (channels-last), 0 when it
+// cannot apply, -1 any. A hint changes which kernel runs,
 // never what it computes (every path reads and writes through the strides).
 template <int FAST = -1, int SQ = -1, class Tin, class Tout, class Act = Identity>
 cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t stream, const Act& act = Act{}) {
@@ -375,8 +385,8 @@ cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t s
     }
   }
   if (fast_channels) {
-    if constexpr (FAST != 0 && (SQ == 3 || SQ == 5 || SQ < 0)) {
-      if (p.kh == p.kw && (p.kh == 3 || p.kh == 5) && detail::depthwise_nhwc_ok(p)) {
+    if constexpr (FAST != 0 && SQ != 0) {
+      if (p.kh == p.kw && (p.kh == 3 || p.kh == 5 || p.kh == 7) && detail::depthwise_nhwc_ok(p)) {
         const bool unit = p.stride_w == 1 && p.dil_w == 1;
         const int64_t work = p.batch * p.oh * ceil_div<int64_t>(p.ow, detail::kDwNhwcCols) * (p.channels / 4);
         const int64_t w3 = ceil_div<int64_t>(work, 256);
@@ -391,6 +401,12 @@ cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t s
           if (p.kh == 5) {
             if (unit) detail::depthwise_nhwc_kernel<5, true><<<b3, 256, 0, stream>>>(p, work, act);
             else detail::depthwise_nhwc_kernel<5, false><<<b3, 256, 0, stream>>>(p, work, act);
+            return cudaGetLastError();
+          }
+        if constexpr (SQ == 7 || SQ < 0)
+          if (p.kh == 7) {
+            if (unit) detail::depthwise_nhwc_kernel<7, true><<<b3, 256, 0, stream>>>(p, work, act);
+            else detail::depthwise_nhwc_kernel<7, false><<<b3, 256, 0, stream>>>(p, work, act);
             return cudaGetLastError();
           }
       }

@@ -217,7 +217,7 @@ def render(t, s: DepthwiseSpec, n, fn: str) -> tuple[list[str], list[str]]:
     # the kernels this call can take, known now (depthwise.cuh: launch_depthwise's FAST and SQ)
     fast = int(o.strides[1] == 1 and x.shape[1] > 1)
     kh, kw = s.w.shape[1], s.w.shape[2]
-    sq = kh if kh == kw and kh in ((3, 5) if fast else (3, 5, 7)) else 0
+    sq = kh if kh == kw and kh in (3, 5, 7) else 0
     return cxx.include(HEADER) + pre, body + cxx.call(t.name, f"stitch::launch_depthwise<{fast}, {sq}>(p, stream{act})")
 
 

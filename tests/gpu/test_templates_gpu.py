@@ -687,7 +687,7 @@ def test_attention_head_dims(attn_lib, mode, D):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
 @pytest.mark.parametrize(
     "variant",
-    ["d32", "blhd_view", "gqa", "misaligned", "bottom_right", "mask_f32_bcast", "long",
+    ["d32", "blhd_view", "gqa", "misaligned", "bottom_right", "mask_f32_bcast", "mask_f32_dense", "long",
      "simt", "one_head_many_rows", "d96_misaligned", "d80_long"],
 )
 def test_attention_variants(attn_lib, dtype, variant):
@@ -696,7 +696,7 @@ def test_attention_variants(attn_lib, dtype, variant):
 
 @pytest.mark.parametrize(
     "variant",
-    ["d32", "blhd_view", "gqa", "misaligned", "bottom_right", "mask_f32_bcast", "long",
+    ["d32", "blhd_view", "gqa", "misaligned", "bottom_right", "mask_f32_bcast", "mask_f32_dense", "long",
      "one_head_many_rows", "d96_misaligned", "d80_long", "d16", "d112"],
 )
 def test_attention_tf32_variants(attn_lib, variant):
@@ -717,6 +717,8 @@ def _attention_variant(lib, dtype, variant, mode):
         kw.update(causal=True, offset=257 - 130)
     elif variant == "mask_f32_bcast":
         kw.update(mask_kind="add_f32", mask_bcast=True)
+    elif variant == "mask_f32_dense":  # rows whole float4s: staged by cp.async (a partial last key tile)
+        kw.update(mask_kind="add_f32", Lk=200)
     elif variant == "long":
         kw.update(Lq=1000, Lk=1500, D=128, causal=True, B=1, H=2)
     elif variant == "simt":

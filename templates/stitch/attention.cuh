@@ -460,6 +460,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
 }
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 4 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
@@ -502,6 +507,19 @@ __device__ __forceinline__ void attn_stage_mask(const AttnParams<T>& p, const un
       } else {
         for (int e = 0; e < 4; ++e) Mf[r * MC::FLD + c + e] = j + e < p.Lk ? src[e] : 0.f;
       }
+    }
+  } else if (sizeof(T) == 4) {
+    // fp32 storage (the TF32 and SIMT kernels), an additive mask in any strides (Swin's windows: 49
+    // keys a row): cp.async, one element each, all of them in flight at once; the caller commits
+    // and waits as above. (Not in the 16-bit kernels: its registers spill the D = 64 one.)
+    float* Mf = static_cast<float*>(dst);
+#pragma unroll 1
+    for (int idx = threadIdx.x; idx < BQ * BK; idx += THREADS) {
+      const int r = idx / BK, c = idx % BK;
+      const int64_t i = q0 + r, j = k0 + c;
+      const bool in = i < p.Lq && j < p.Lk;
+      const float* src = reinterpret_cast<const float*>(mb) + (in ? i * p.mask_stride[2] + j * p.mask_stride[3] : 0);
+      cp_async4(Mf + r * MC::FLD + c, src, in);
     }
   } else {
     float* Mf = static_cast<float*>(dst);

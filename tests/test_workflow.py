@@ -282,11 +282,12 @@ def test_precision_repair_suspects_every_task_the_policy_rounds():
     by = {t.name: t.strategy for t in p.tasks if t.name in sus}
     assert sorted(set(by.values())) == ["cublaslt_gemm", "cudnn_conv", "recurrent_template"], by
     assert sum(s == "cudnn_conv" for s in by.values()) == 2
-    # raising a convolution's nodes is honoured: its task plans at fp32 (channels-first, no TF32)
+    # raising a convolution's nodes is honoured: its task plans at fp32 (the split-TF32 convolution,
+    # channels-last like its neighbours)
     conv = next(t for t, s in by.items() if s == "cudnn_conv")
     raised = plan.plan(g, "tf32", constraints=plan.Constraints.from_dict({"precision": {n: "fp32" for n in sus[conv]}}))
-    t = next(t for t in raised.tasks if set(sus[conv]) <= set(t.covers))
-    assert t.strategy == "cudnn_conv" and t.params.policy == "fp32"
+    t = next(t for t in raised.tasks if t.strategy == "cudnn_conv" and set(sus[conv]) <= set(t.covers))
+    assert t.params.policy == "fp32" and t.params.split_tf32 and t.params.channels_last
     assert all(x.params.policy == "tf32" for x in raised.tasks if x.strategy == "cudnn_conv" and x is not t)
 
 

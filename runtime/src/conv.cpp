@@ -36,6 +36,7 @@
 #include "context.hpp"
 #include "error.hpp"
 #include "gemm.hpp"
+#include "memory.hpp"
 #include "tuning.hpp"
 
 // The handle attributes of the operation graph and execution plan are marked deprecated from
@@ -867,13 +868,8 @@ namespace {
 // convolution over three times the input channels, on engines that multiply them as given.
 void run_split(const st_conv_args& a, cudaStream_t stream) {
   const int64_t xn = numel(a, a.in_size, a.in_channels), wn = weight_numel(a);
-  float* buf = nullptr;
-  ST_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), size_t(3 * (xn + wn)) * sizeof(float), stream));
-  struct Scratch {
-    float* p;
-    cudaStream_t s;
-    ~Scratch() { cudaFreeAsync(p, s); }
-  } scratch{buf, stream};
+  StreamScratch scratch(size_t(3 * (xn + wn)), stream);
+  float* buf = scratch.get();
   split_conv_operands(a, buf, buf + 3 * xn, stream);
   st_conv_args t = a;
   t.policy = ST_POLICY_TF32;
@@ -890,11 +886,15 @@ void run_split(const st_conv_args& a, cudaStream_t stream) {
 // on few channels) that is slower than cuDNN's fp32 engines. So the first call of a shape times
 // both, on the real operands, and keeps the faster (a tuning choice, kind 's', carried across
 // processes like the engines'); under graph capture, where nothing may be timed, it takes the
-// split one without keeping the choice.
+// split one without keeping the choice. STITCHCUDA_CONV_SPLIT=always / never takes one without
+// timing (tests of the split path itself; a user who wants the exact fp32 convolution).
 void conv_split_tf32(const st_conv_args& a, cudaStream_t stream) {
   ST_REQUIRE(a.policy == ST_POLICY_FP32, "conv_split_tf32: the policy must be fp32 (the precision it stands in "
              "for), got ", st_policy_name(a.policy));
   check_conv_args(a);
+  const char* forced = std::getenv("STITCHCUDA_CONV_SPLIT");
+  if (forced && std::strcmp(forced, "always") == 0) return run_split(a, stream);
+  if (forced && std::strcmp(forced, "never") == 0) return conv(a, stream);
   Context& ctx = context_for(stream);
   const ConvKey key = make_key(a, true);
   int split = -1;

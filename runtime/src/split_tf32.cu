@@ -1,4 +1,4 @@
-// split_tf32.cu — the split-TF32 GEMM and convolution: fp32-grade accuracy on TF32 tensor cores.
+// split_tf32.cu — the split-TF32 GEMM and convolution: near-fp32 accuracy on TF32 tensor cores.
 //
 // Each fp32 operand is split into a TF32 "big" part and a TF32 "small" remainder
 // (x = big + small + O(2^-22 |x|), both exactly representable in TF32), and
@@ -14,7 +14,9 @@
 // channels (within each group), y = conv(x', w') + bias = x_b w_b + x_b w_s + x_s w_b + bias. One
 // cuDNN plan (the same fused bias and activation, the output written once), K three times as long,
 // at the cost of writing x three times; engines that transform their operands (FFT, Winograd) are
-// left out, since a transformed TF32 value is rounded again.
+// left out, since a transformed TF32 value is rounded again. Measured on an H200 (BENCHMARKS.md):
+// the convolution's error is 7-13x fp32's, 10-40x below TF32's, growing with the reduction's length
+// (the GEMM's, three products accumulated through beta, 4-5x fp32's).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include "conv.hpp"
 #include "error.hpp"
 #include "gemm.hpp"
+#include "memory.hpp"
 
 namespace st {
 
@@ -127,13 +130,8 @@ void gemm_split_tf32(const st_gemm_args& g, cudaStream_t stream) {
   const int64_t a_items = g.batch > 1 && g.stride_a != 0 ? g.batch : 1;
   const int64_t b_items = g.batch > 1 && g.stride_b != 0 ? g.batch : 1;
   const int64_t an = ar * ac * a_items, bn = br * bc * b_items;
-  float* buf = nullptr;
-  ST_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), size_t(2 * (an + bn)) * sizeof(float), stream));
-  struct Scratch {
-    float* p;
-    cudaStream_t s;
-    ~Scratch() { cudaFreeAsync(p, s); }
-  } scratch{buf, stream};
+  StreamScratch scratch(size_t(2 * (an + bn)), stream);
+  float* buf = scratch.get();
   float *a_big = buf, *a_small = buf + an, *b_big = buf + 2 * an, *b_small = buf + 2 * an + bn;
   split(g.a, ar, ac, g.lda, g.stride_a, a_items, a_big, a_small, stream);
   split(g.b, br, bc, g.ldb, g.stride_b, b_items, b_big, b_small, stream);

@@ -18,12 +18,12 @@ activation is not one here where its layout is channels-first anyway (under fp32
 where no other convolution reaches it): it is rewritten to a batched GEMM on its own layout
 (``pointwise_conv_as_gemm``, plan/rewrite.py).
 
-Precision repair: a convolution the loop's repair raised to fp32 inside a TF32 program runs as
+Precision repair: a convolution the loop's repair raised to fp32 inside a TF32 program asks for
 the split-TF32 convolution (``st_conv_split_tf32``: one TF32 convolution over the split operands,
-three times the input channels, on tensor cores: on an H200 its error is 7-13x fp32's and 10-40x
+three times the input channels, on tensor cores; on an H200 its error is 7-13x fp32's and 10-40x
 below TF32's; the runtime times it against the fp32 convolution per shape and keeps the faster),
-channels-last like the TF32
-convolutions around it, where the fp32 one ran on cuDNN's SIMT engines, channels-first.
+channels-last like the TF32 convolutions around it. It ran channels-first on cuDNN's SIMT engines,
+with layout copies around it.
 
 Lowering: the dense operands st_conv takes, all in one layout and one storage type (the policy's)
 (strategy ``cudnn_conv``: the runtime's cuDNN plan, cached by shape, on the runtime's per-stream
@@ -59,7 +59,8 @@ class ConvSpec:
     ``activation``: ``none``, ``relu``, ``relu6``, ``gelu`` (erf), ``gelu_tanh``, ``silu``, ``sigmoid``,
     ``tanh``. The workspace is the runtime's (per stream), the plan cached by shape.
     ``split_tf32``: an fp32 convolution of a TF32 program (the loop's precision repair raised it)
-    computed as one TF32 convolution over split operands (st_conv_split_tf32)."""
+    through st_conv_split_tf32: one TF32 convolution over split operands, or the fp32 one where the
+    runtime timed that faster."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "conv")
 

@@ -293,26 +293,46 @@ def _find_empty_pads(graph: Graph) -> list[tuple[Node, tuple[str, ...]]]:
 # ---------------------------------------------------------------------- merge_duplicates
 
 
-def _find_duplicates(graph: Graph) -> list[tuple[Node, Node, tuple[str, ...]]]:
-    """(the earlier node, its duplicate, the duplicate's readers: they stand for it once it is gone)."""
+@dataclass(frozen=True)
+class _Merges:
+    """Every duplicate of a graph, found in one pass: the nodes removed, each output of theirs renamed
+    to the earlier node's, and what each remaining reader now stands for."""
+
+    gone: frozenset[str]
+    same: dict[str, str]
+    stands: dict[str, tuple[str, ...]]
+
+
+def _find_duplicates(graph: Graph) -> list[_Merges]:
+    """[every merge, in one pass] or []. Each node is keyed after its reads are renamed to the earlier
+    results, so a duplicate of a duplicate's reader is found in the same pass."""
     seen: dict[tuple, Node] = {}
+    same: dict[str, str] = {}
+    made_by: dict[str, str] = {}  # a removed output -> the node that made it
+    stands: dict[str, tuple[str, ...]] = {}
     for n in graph.nodes:
+        m = _renamed(n, same)
+        for t in n.inputs:  # a reader of a removed node stands for it, and for what it stood for
+            if t in made_by:
+                d = made_by[t]
+                stands[n.name] = tuple(dict.fromkeys(stands.get(n.name, ()) + (d,) + stands.get(d, ())))
         base = n.op.split(".")[-2] if "." in n.op else n.op
         if base.endswith("_") or "empty" in base or not n.outputs:
             continue
-        key = (n.op, n.inputs, repr(n.attrs), tuple((o.shape, o.dtype) for o in n.outputs))
-        first = seen.setdefault(key, n)
-        if first is not n:
-            outs = {o.name for o in n.outputs}
-            return [(first, n, tuple(u.name for u in graph.nodes if outs & set(u.inputs)))]
-    return []
+        first = seen.setdefault((m.op, m.inputs, repr(m.attrs), tuple((o.shape, o.dtype) for o in m.outputs)), m)
+        if first is not m:
+            for d, f in zip(n.outputs, first.outputs):
+                same[d.name], made_by[d.name] = f.name, n.name
+    gone = frozenset(made_by.values())
+    if not gone:
+        return []
+    return [_Merges(gone, same, {u: (u,) + s for u, s in stands.items() if u not in gone})]
 
 
-def _apply_merge_duplicate(graph: Graph, place: tuple[Node, Node, tuple[str, ...]]) -> Graph:
-    first, dup = place[0], place[1]
-    same = {d.name: f.name for d, f in zip(dup.outputs, first.outputs)}
-    nodes = [_renamed(m, same) for m in graph.nodes if m.name != dup.name]
-    return dataclasses.replace(graph, nodes=tuple(nodes), outputs=tuple(same.get(o, o) for o in graph.outputs))
+def _apply_merge_duplicates(graph: Graph, place: _Merges) -> Graph:
+    nodes = [_renamed(m, place.same) for m in graph.nodes if m.name not in place.gone]
+    return dataclasses.replace(graph, nodes=tuple(nodes),
+                               outputs=tuple(place.same.get(o, o) for o in graph.outputs))
 
 
 # ---------------------------------------------------------------------- pointwise_conv_as_gemm
@@ -886,8 +906,7 @@ def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:
 
 #: Library choices made on every graph (module docstring), in order.
 ALWAYS: tuple[Rewrite, ...] = (
-    Rewrite("merge_duplicates", _find_duplicates, _apply_merge_duplicate,
-            lambda place: {u: (u, place[1].name) for u in place[2]}),
+    Rewrite("merge_duplicates", _find_duplicates, _apply_merge_duplicates, lambda place: place.stands),
     Rewrite("drop_empty_pads", _find_empty_pads, lambda graph, place: _apply_identity(graph, place[0]),
             lambda place: {u: (u, place[0].name) for u in place[1]}),
     Rewrite("mish_from_parts", _find_mish_parts, _apply_mish_parts,

@@ -21,9 +21,9 @@ where no other convolution reaches it): it is rewritten to a batched GEMM on its
 Precision repair: a convolution the loop's repair raised to fp32 inside a TF32 program asks for
 the split-TF32 convolution (``st_conv_split_tf32``: one TF32 convolution over the split operands,
 three times the input channels, on tensor cores; on an H200 its error is 7-13x fp32's and 10-40x
-below TF32's; the runtime times it against the fp32 convolution per shape and keeps the faster),
-channels-last like the TF32 convolutions around it. It ran channels-first on cuDNN's SIMT engines,
-with layout copies around it.
+below TF32's; the runtime times it against the fp32 convolution per shape and keeps it only where
+it is 10 % faster), channels-last like the TF32 convolutions around it. It ran channels-first on
+cuDNN's SIMT engines, with layout copies around it.
 
 Lowering: the dense operands st_conv takes, all in one layout and one storage type (the policy's)
 (strategy ``cudnn_conv``: the runtime's cuDNN plan, cached by shape, on the runtime's per-stream

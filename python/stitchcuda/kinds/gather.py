@@ -373,7 +373,10 @@ def render(t, g: GatherSpec, n, fn: str) -> tuple[list[str], list[str]]:
         body.append(f"  g.idx[{k}] = {n(f'inputs[{k}]')}; g.idx_coef[{k}] = {g.index_coef[k]}; "
                     f"g.idx_size[{k}] = {g.index_size[k]};")
         body.append("  " + " ".join(f"g.idx_stride[{k}][{d}] = {s_};" for d, s_ in enumerate(permuted(v.strides))))
-    return cxx.include(HEADER), body + cxx.call(t.name, "stitch::launch_gather(g, stream)")
+    # the interpolated dims' count, known now (index.cuh: launch_gather's NLIN)
+    nlin = sum(1 for v in g.linear if v) if not g.inputs else 0
+    hint = f"<{nlin}>" if 1 <= nlin <= 3 else ""
+    return cxx.include(HEADER), body + cxx.call(t.name, f"stitch::launch_gather{hint}(g, stream)")
 
 
 KIND = TaskKind("gather", GatherSpec, "elementwise_kernel", cost, interpret, render, lowers=((GatherProto, lower),),

@@ -63,6 +63,18 @@ struct GatherParams {
 
 namespace detail {
 
+// Both gather kernels' per-dim arithmetic. An interpolated dim's fp32 source index (PyTorch's
+// area_pixel_compute_source_index):
+template <class Tx, class Tout>
+__device__ __forceinline__ float linear_source(const GatherParams<Tx, Tout>& p, int d, int64_t c) {
+  return p.align_corners ? p.linear_scale[d] * float(c) : fmaxf(p.linear_scale[d] * (float(c) + 0.5f) - 0.5f, 0.f);
+}
+// Any other dim's source index: nearest-neighbour upsampled, or shifted by lo (padding).
+template <class Tx, class Tout>
+__device__ __forceinline__ int64_t plain_source(const GatherParams<Tx, Tout>& p, int d, int64_t c) {
+  return p.nearest[d] > 0.f ? min(int64_t(floorf(float(c) * p.nearest[d])), p.size[d] - 1) : c - p.lo[d];
+}
+
 template <class Tx, class Tout, class Idx>
 __global__ void __launch_bounds__(256) gather_kernel(GatherParams<Tx, Tout> p, int64_t total) {
   const int64_t grid = int64_t(gridDim.x) * blockDim.x;
@@ -80,8 +92,7 @@ __global__ void __launch_bounds__(256) gather_kernel(GatherParams<Tx, Tout> p, i
       rem = q;
       o += c * p.out_stride[d];
       if (p.linear[d] && nlin < kGatherMaxLinear) {
-        const float s = p.align_corners ? p.linear_scale[d] * float(c)
-                                        : fmaxf(p.linear_scale[d] * (float(c) + 0.5f) - 0.5f, 0.f);
+        const float s = linear_source(p, d, c);
         const int64_t i0 = min(int64_t(s), p.size[d] - 1);
         off += i0 * p.coef[d];
         step[nlin] = i0 < p.size[d] - 1 ? p.coef[d] : 0;
@@ -90,9 +101,7 @@ __global__ void __launch_bounds__(256) gather_kernel(GatherParams<Tx, Tout> p, i
         for (int k = 0; k < p.nidx; ++k) ioff[k] += c * p.idx_stride[k][d];
         continue;
       }
-      const int64_t src = p.nearest[d] > 0.f
-                              ? min(int64_t(floorf(float(c) * p.nearest[d])), p.size[d] - 1)
-                              : c - p.lo[d];
+      const int64_t src = plain_source(p, d, c);
       valid = valid && src >= 0 && src < p.size[d];
       off += src * p.coef[d];
       for (int k = 0; k < p.nidx; ++k) ioff[k] += c * p.idx_stride[k][d];
@@ -144,8 +153,7 @@ __global__ void __launch_bounds__(256) gather_linear_kernel(GatherParams<Tx, Tou
       rem = q;
       o += c * p.out_stride[d];
       if (p.linear[d]) {
-        const float s = p.align_corners ? p.linear_scale[d] * float(c)
-                                        : fmaxf(p.linear_scale[d] * (float(c) + 0.5f) - 0.5f, 0.f);
+        const float s = linear_source(p, d, c);
         const int64_t i0 = min(int64_t(s), p.size[d] - 1);
         off += i0 * p.coef[d];
         const int64_t st = i0 < p.size[d] - 1 ? p.coef[d] : 0;
@@ -160,9 +168,7 @@ __global__ void __launch_bounds__(256) gather_linear_kernel(GatherParams<Tx, Tou
         ++nlin;
         continue;
       }
-      const int64_t src = p.nearest[d] > 0.f
-                              ? min(int64_t(floorf(float(c) * p.nearest[d])), p.size[d] - 1)
-                              : c - p.lo[d];
+      const int64_t src = plain_source(p, d, c);
       valid = valid && src >= 0 && src < p.size[d];
       off += src * p.coef[d];
     }

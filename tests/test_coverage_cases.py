@@ -202,6 +202,15 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "embedding": ("gather", lambda: (Fn(lambda s, i: s.e(i) * 2, e=nn.Embedding(10, 6)), [_i(10, 3, 5)])),
     "flip": ("gather", lambda: (Fn(lambda s, x: x.flip((0, 2))), [_x(2, 6, 9, 10)])),
     "roll": ("gather", lambda: (Fn(lambda s, x: torch.roll(x, 3, 1)), [_x(5, 16)])),
+    # rolls over two and three dims (Swin's shifted windows): chained index_selects, one gather;
+    # channels innermost (whole 16-byte vectors on the GPU) and not
+    "roll_2d": ("gather", lambda: (Fn(lambda s, x: torch.roll(x, (-3, 2), (1, 2))), [_x(2, 7, 9, 8)])),
+    "roll_3d_odd": ("gather", lambda: (Fn(lambda s, x: torch.roll(x, (1, -2, 4), (0, 2, 3)) * 2), [_x(3, 2, 5, 7)])),
+    # chains that do not compose: the same dim twice; a middle result read by the caller too
+    "index_select_same_dim": ("gather", lambda: (Fn(lambda s, x, i, j: x.index_select(1, i).index_select(1, j)),
+                                                 [_x(4, 16), _i(16, 7), _i(7, 5, seed=1)])),
+    "roll_middle_read": ("gather", lambda: (Fn(lambda s, x: (lambda y: (torch.roll(y, 1, 2), y))(torch.roll(x, 2, 1))),
+                                            [_x(2, 5, 6)])),
     "pad_constant": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 0, -1), value=0.5)), [_x(2, 6, 9, 10)])),
     "pad_reflect": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 1, 1), mode="reflect")), [_x(2, 6, 9, 10)])),
     "pad_replicate": ("gather", lambda: (Fn(lambda s, x: F.pad(x, (1, 2, 1, 1), mode="replicate")), [_x(2, 6, 9, 10)])),

@@ -96,6 +96,13 @@ def test_fusion_of_the_families():
     assert [i.op for i in norm.tasks[0].params.epilogue][:1] == ["sqrt"]
     whole = _plan("whole_tensor_sum")
     assert _kinds(whole)[:3] == ["Axis"] * 3, "a whole-tensor reduction splits over blocks"
+    # index_selects along distinct dims, each read only by the next: one gather, an index per dim
+    for name, n in (("roll_2d", 2), ("roll_3d_odd", 3)):
+        gathers = [t for t in _plan(name).tasks if t.phase == "run" and type(t.params).__name__ == "GatherSpec"]
+        assert len(gathers) == 1 and len(gathers[0].params.inputs) == n, f"{name}: {len(gathers)} gathers"
+    for name in ("index_select_same_dim", "roll_middle_read"):
+        gathers = [t for t in _plan(name).tasks if t.phase == "run" and type(t.params).__name__ == "GatherSpec"]
+        assert len(gathers) == 2 and all(len(g.params.inputs) == 1 for g in gathers), name
     ar = _plan("arange")
     assert [t.phase for t in ar.tasks] == ["create", "run"], "arange is computed once, at create"
     assert _kinds(_plan("flip")) == ["Gather"] and _plan("flip").tasks[0].params.base > 0

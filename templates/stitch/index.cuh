@@ -188,6 +188,60 @@ __global__ void __launch_bounds__(256) gather_linear_kernel(GatherParams<Tx, Tou
   }
 }
 
+// A gather with no interpolated dim, NIDX index tensors known when compiled (embedding,
+// index_select, torch.roll's index_selects, advanced indexing, padding, flip, repeat, nearest
+// upsampling): the dims' walk unrolled over kGatherMaxDims, the index tensors' offsets in registers.
+// The generic kernel kept them (and the interpolation's tap arrays) in a 112-byte local-memory
+// frame, indexed by run-time counts. VEC > 1: each thread moves VEC elements of the innermost dim
+// as one 16-byte vector (the caller checked that dim dense and unpadded in x and out, every offset
+// a multiple of VEC, the pointers 16-byte aligned, Tx == Tout). Same arithmetic as gather_kernel.
+template <class Tx, class Tout, class Idx, int NIDX, int VEC>
+__global__ void __launch_bounds__(256) gather_plain_kernel(GatherParams<Tx, Tout> p, int64_t total) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += grid) {
+    Idx rem = Idx(e);
+    int64_t off = p.base, o = 0;
+    int64_t ioff[NIDX > 0 ? NIDX : 1] = {};
+    bool valid = true;
+#pragma unroll
+    for (int d = kGatherMaxDims - 1; d >= 0; --d) {
+      if (d >= p.ndim) continue;
+      const bool inner = d == p.ndim - 1;
+      const Idx n = Idx(inner ? p.shape[d] / VEC : p.shape[d]);
+      const Idx q = rem / n;
+      const int64_t c = int64_t(rem - q * n) * (inner ? VEC : 1);
+      rem = q;
+      o += c * p.out_stride[d];
+      const int64_t src = plain_source(p, d, c);
+      valid = valid && src >= 0 && src < p.size[d];
+      off += src * p.coef[d];
+#pragma unroll
+      for (int k = 0; k < NIDX; ++k) ioff[k] += c * p.idx_stride[k][d];
+    }
+#pragma unroll
+    for (int k = 0; k < NIDX; ++k) {
+      int64_t i = __ldg(p.idx[k] + ioff[k]);
+      if (i < 0) i += p.idx_size[k];
+      off += i * p.idx_coef[k];
+    }
+    if constexpr (VEC == 1) {
+      p.out[o] = valid ? convert_value<Tout>(p.x[off]) : any_from_float<Tout>(p.fill);
+    } else {
+      static_assert(sizeof(Tx) * VEC == 16 && std::is_same_v<Tx, Tout>, "a vector is 16 bytes of one type");
+      uint4 v;
+      if (valid) {
+        v = __ldg(reinterpret_cast<const uint4*>(p.x + off));
+      } else {
+        Tout f[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = any_from_float<Tout>(p.fill);
+        v = *reinterpret_cast<const uint4*>(f);
+      }
+      *reinterpret_cast<uint4*>(p.out + o) = v;
+    }
+  }
+}
+
 template <class T>
 __global__ void __launch_bounds__(256) iota_kernel(T* out, int64_t n, int64_t stride, double start, double step) {
   const int64_t grid = int64_t(gridDim.x) * blockDim.x;
@@ -203,19 +257,58 @@ inline unsigned grid_for(int64_t total) {
   return unsigned(want < 1 ? 1 : want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
 }
 
+
+// Whether gather_plain_kernel may move VEC elements a thread: the innermost dim dense and unpadded
+// in x and out and read by no index tensor, every offset a multiple of VEC, both pointers 16-byte
+// aligned.
+template <int VEC, class Tx, class Tout>
+bool gather_vectorizable(const GatherParams<Tx, Tout>& p) {
+  const int L = p.ndim - 1;
+  if (L < 0 || p.shape[L] % VEC || p.out_stride[L] != 1 || p.coef[L] != 1 || p.lo[L] != 0 ||
+      p.nearest[L] != 0.f || p.size[L] < p.shape[L] || p.base % VEC)
+    return false;
+  if (reinterpret_cast<uintptr_t>(p.x) % 16 || reinterpret_cast<uintptr_t>(p.out) % 16) return false;
+  for (int d = 0; d < L; ++d)
+    if (p.out_stride[d] % VEC || p.coef[d] % VEC) return false;
+  for (int k = 0; k < p.nidx; ++k)
+    if (p.idx_stride[k][L] != 0 || p.idx_coef[k] % VEC) return false;
+  return true;
+}
+
+template <class Idx, int NIDX, class Tx, class Tout>
+cudaError_t launch_gather_plain(const GatherParams<Tx, Tout>& p, int64_t total, cudaStream_t stream) {
+  constexpr int V = 16 / int(sizeof(Tx));
+  if constexpr (std::is_same_v<Tx, Tout> && 16 % sizeof(Tx) == 0 && V > 1) {
+    if (gather_vectorizable<V>(p)) {
+      gather_plain_kernel<Tx, Tout, Idx, NIDX, V><<<grid_for(total / V), 256, 0, stream>>>(p, total / V);
+      return cudaGetLastError();
+    }
+  }
+  gather_plain_kernel<Tx, Tout, Idx, NIDX, 1><<<grid_for(total), 256, 0, stream>>>(p, total);
+  return cudaGetLastError();
+}
+
 }  // namespace detail
 
 // NLIN: the number of interpolated dims when the caller knows it as it compiles the call (1 to 3,
-// no index tensors: gather_linear_kernel), -1 otherwise (the generic kernel only), so that a
-// gather that interpolates nothing instantiates nothing more. A hint changes which kernel runs,
-// never what it computes.
-template <int NLIN = -1, class Tx, class Tout>
+// no index tensors: gather_linear_kernel; 0 with NIDX, the number of index tensors:
+// gather_plain_kernel), -1 otherwise (the generic kernel only), so that a gather instantiates only
+// the kernel it can take. A hint changes which kernel runs, never what it computes.
+template <int NLIN = -1, int NIDX = -1, class Tx, class Tout>
 cudaError_t launch_gather(const GatherParams<Tx, Tout>& p, cudaStream_t stream) {
   if (p.ndim < 0 || p.ndim > kGatherMaxDims || p.nidx < 0 || p.nidx > kGatherMaxIndices || !p.x || !p.out)
     return cudaErrorInvalidValue;
   int64_t total = 1;
   for (int d = 0; d < p.ndim; ++d) total *= p.shape[d];
   if (total <= 0) return cudaSuccess;
+  if constexpr (NLIN == 0 && NIDX >= 0 && NIDX <= kGatherMaxIndices) {
+    bool lin = false;
+    for (int d = 0; d < p.ndim; ++d) lin = lin || p.linear[d];
+    if (!lin && p.nidx == NIDX) {
+      if (total < (int64_t(1) << 31)) return detail::launch_gather_plain<uint32_t, NIDX>(p, total, stream);
+      return detail::launch_gather_plain<int64_t, NIDX>(p, total, stream);
+    }
+  }
   if constexpr (NLIN >= 1 && NLIN <= kGatherMaxLinear) {
     int nlin = 0;
     for (int d = 0; d < p.ndim; ++d) nlin += p.linear[d] ? 1 : 0;

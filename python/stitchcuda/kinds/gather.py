@@ -81,31 +81,79 @@ class GatherProto(Proto):
     x: str = ""
     indices: tuple[str, ...] = ()
     out: str = ""
+    #: index_selects read by ``node`` one after another, each along its own dim (the innermost
+    #: first): one gather with an index tensor per dim (torch.roll over several dims is such a chain)
+    chain: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------- claim
 
 
 def claim(cx) -> None:
-    """Claim every free gather node, in graph order."""
+    """Claim every free gather node, in graph order; a chain of index_selects along distinct dims,
+    each read only by the next, as one."""
     ix = cx.ix
     for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
         if ops.kind(n.op) == "gather" and cx.free(n):
-            _gather(cx, n)
+            chain = _index_select_chain(cx, n)
+            if len(chain) > 1:
+                _check_indices(cx, chain[-1], [m.inputs[1] for m in chain])
+                out = chain[-1].outputs[0].name
+                cx.claim(GatherProto(cx.name([m.name for m in chain]), tuple(m.name for m in chain), (out,),
+                                     (n.inputs[0],) + tuple(m.inputs[1] for m in chain), node=chain[-1].name,
+                                     x=n.inputs[0], indices=tuple(m.inputs[1] for m in chain), out=out,
+                                     chain=tuple(m.name for m in chain[:-1])))
+            else:
+                _gather(cx, n)
 
 
-def _gather(cx, n: Node) -> None:
+def _select_dim(ix, n: Node) -> int | None:
+    """An index_select's dim (normalised), None for any other node."""
+    if n.op.removeprefix(A).split(".")[0] != "index_select" or len(n.inputs) != 2:
+        return None
+    rank = len(ix.spec(n.inputs[0]).shape)
+    return L.norm_dim(int(n.attr("dim")), rank) if rank else None
+
+
+def _index_select_chain(cx, n: Node) -> list[Node]:
+    """``n`` and the index_selects after it that compose with it into one gather: each the only
+    reader of the one before (whose result nobody else needs), along a dim none before it used."""
     ix = cx.ix
-    base = n.op.removeprefix(A).split(".")[0]
-    x = n.inputs[0]
-    indices: Sequence[str] = n.inputs[1:]
-    if base == "embedding":
-        x, indices = n.inputs[0], n.inputs[1:2]
+    d = _select_dim(ix, n)
+    if d is None:
+        return [n]
+    chain, dims = [n], {d}
+    while len(chain) < GATHER_MAX_INDICES:
+        t = chain[-1].outputs[0].name
+        users = ix.users.get(t, [])
+        if len(users) != 1 or t in ix.graph_outputs:
+            break
+        m = users[0]
+        dm = _select_dim(ix, m)
+        if dm is None or dm in dims or m.inputs[0] != t or not cx.free(m) or \
+                cx.absorbs_unfused([c.name for c in chain] + [m.name]):
+            break
+        chain.append(m)
+        dims.add(dm)
+    return chain
+
+
+def _check_indices(cx, n: Node, indices: Sequence[str], base: str = "") -> None:
+    ix = cx.ix
     for t in indices:
         if ix.spec(t).dtype not in ("int64", "int32", "int16", "int8", "uint8", "bool"):
             raise cx.fail(n, f"indices of dtype {ix.spec(t).dtype}")
         if base == "index" and ix.spec(t).dtype in ("bool", "uint8"):
             raise cx.fail(n, "indexing with a boolean mask (the result's shape depends on the data)")
+
+
+def _gather(cx, n: Node) -> None:
+    base = n.op.removeprefix(A).split(".")[0]
+    x = n.inputs[0]
+    indices: Sequence[str] = n.inputs[1:]
+    if base == "embedding":
+        x, indices = n.inputs[0], n.inputs[1:2]
+    _check_indices(cx, n, indices, base)
     if base.startswith("upsample") and (n.attr("output_size") is None and n.attr("scale_factors") is None
                                         and n.attr("scales_h") is None):
         raise cx.fail(n, "upsampling without a size")
@@ -172,12 +220,16 @@ def lower(lw, pr: GatherProto, pre: list) -> None:
         icoef.append(st[dim])
         isize.append(xs[dim])
     elif kind == "index_select":
-        dim = L.norm_dim(int(n.attr("dim")), len(xs)) if xs else 0
-        coef = [st[d] if d != dim else 0 for d in range(R)]
-        ilen = oshape[dim] if R else 1
-        index.append((pr.indices[0], tuple(ilen if d == dim else 1 for d in range(R))))
-        icoef.append(st[dim] if xs else 0)
-        isize.append(xs[dim] if xs else 1)
+        # one index_select, or a chain of them (each along its own dim): an index tensor per dim
+        coef = list(st) if xs else [0] * R
+        for m, t in zip([lw.ix.node(c) for c in pr.chain] + [n], pr.indices):
+            dim = L.norm_dim(int(m.attr("dim")), len(xs)) if xs else 0
+            ilen = oshape[dim] if R else 1
+            index.append((t, tuple(ilen if d == dim else 1 for d in range(R))))
+            icoef.append(st[dim] if xs else 0)
+            isize.append(xs[dim] if xs else 1)
+            if xs:
+                coef[dim] = 0
     elif kind == "embedding":
         ish = lw.shape(pr.indices[0])
         coef = [0] * (R - 1) + [st[1]]
@@ -373,9 +425,10 @@ def render(t, g: GatherSpec, n, fn: str) -> tuple[list[str], list[str]]:
         body.append(f"  g.idx[{k}] = {n(f'inputs[{k}]')}; g.idx_coef[{k}] = {g.index_coef[k]}; "
                     f"g.idx_size[{k}] = {g.index_size[k]};")
         body.append("  " + " ".join(f"g.idx_stride[{k}][{d}] = {s_};" for d, s_ in enumerate(permuted(v.strides))))
-    # the interpolated dims' count, known now (index.cuh: launch_gather's NLIN)
-    nlin = sum(1 for v in g.linear if v) if not g.inputs else 0
-    hint = f"<{nlin}>" if 1 <= nlin <= 3 else ""
+    # what the kernel can be specialised on, known now (index.cuh: launch_gather's NLIN, NIDX): the
+    # interpolated dims' count, or none and the index tensors' count
+    nlin = sum(1 for v in g.linear if v)
+    hint = f"<0, {len(g.inputs)}>" if nlin == 0 else f"<{nlin}>" if nlin <= 3 and not g.inputs else ""
     return cxx.include(HEADER), body + cxx.call(t.name, f"stitch::launch_gather{hint}(g, stream)")
 
 

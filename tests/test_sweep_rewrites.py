@@ -748,6 +748,90 @@ def test_fold_feature_affine(broken):
     _sweep("fold_feature_affine", linear_then_feature_affine, broken, 8 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- merge_sibling_linears
+
+SIBLING_GUARDS = ("alone", "other_input", "elementwise_reader", "returned", "bias_mismatch", "computed_weight")
+
+
+@st.composite
+def sibling_linears(draw, broken: str | None):
+    """Two or three linear layers of one input (zero to two leading dims, bias or not, widths 1-5),
+    each result read through views (a split into heads, a transpose) or by attention (query, key
+    and value of equal widths, four heads); or one guard away: one linear only, the second reading
+    another input, an elementwise op reading a result, a result returned, one bias missing, a
+    weight computed (scaled) rather than a weight of the model."""
+    # (a broken guard takes one of two linears out of the group: with three, the other two would merge)
+    attention = broken is None and draw(st.booleans())
+    lead = (2, draw(st.integers(1, 5))) if attention else \
+        tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(0, 2))))
+    cin = draw(st.integers(1, 6))
+    n = 1 if broken == "alone" else 3 if attention else 2 if broken else draw(st.integers(2, 3))
+    widths = [4 * draw(st.integers(1, 2))] * n if attention else [draw(st.integers(1, 5)) for _ in range(n)]
+    bias = draw(st.booleans())
+    biases = [bias] * n
+    if broken == "bias_mismatch":
+        biases[-1] = not bias
+
+    def make(i):
+        return lambda: nn.Linear(cin, widths[i], bias=biases[i])
+
+    inputs = [T(lead + (cin,))]
+    if broken == "other_input":
+        inputs.append(T(lead + (cin,)))
+
+    def fn(s, x, *other):
+        ys = []
+        for i in range(n):
+            lin = getattr(s, f"l{i}")
+            xi = other[0] if broken == "other_input" and i == n - 1 else x
+            w = lin.weight * 2.0 if broken == "computed_weight" and i == n - 1 else lin.weight
+            ys.append(F.linear(xi, w, lin.bias))
+        extra = ()
+        if broken == "elementwise_reader":
+            extra = (torch.relu(ys[0]),)
+        if broken == "returned":
+            extra = (ys[-1],)
+        if attention and n == 3:
+            heads = [y.view(lead + (4, widths[0] // 4)).transpose(1, 2) for y in ys]
+            return (F.scaled_dot_product_attention(*heads),) + extra
+        return tuple(y.unsqueeze(0).transpose(0, -1) for y in ys) + extra
+
+    params = dict(broken=broken, attention=attention, lead=lead, cin=cin, widths=widths, biases=biases)
+    case = Case("aten.linear.default", params, fn, tuple(inputs),
+                tuple((f"l{i}", make(i)) for i in range(n)),
+                policy=draw(st.sampled_from(["fp32", "fp32", "tf32"])), kinds=("Gemm",), data_seed=draw(seeds()))
+    return _expect("merge_sibling_linears", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + SIBLING_GUARDS)
+def test_merge_sibling_linears(broken):
+    _sweep("merge_sibling_linears", sibling_linears, broken, 8 if broken is None else 2)
+
+
+def test_merged_linears_share_one_product_and_their_weights_join_at_create():
+    """Query, key and value projections of one input: one GEMM at run time, the weights joined
+    once, at create (a join of weights alone is a create-time task)."""
+    from stitchcuda import frontend
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (nn.Linear(64, 64) for _ in range(3))
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            q, k, v = (f(x).view(b, n, 2, 32).transpose(1, 2) for f in (self.q, self.k, self.v))
+            return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, 64)
+
+    torch.manual_seed(0)
+    plan = P.plan(frontend.capture(Attn().eval(), [torch.randn(2, 5, 64)], "attn").graph, "fp32")
+    run = [t for t in plan.tasks if t.phase == "run"]
+    kinds = [type(t.params).__name__ for t in run]
+    assert kinds == ["GemmSpec", "AttentionSpec"] and run[0].params.n == 192, [t.name for t in run]
+    joins = [t for t in plan.tasks if t.phase == "create" and type(t.params).__name__ == "CopySpec"]
+    assert len(joins) == 2, "the weights and the biases, each joined once at create"
+
+
 # ---------------------------------------------------------------------- conv_bias_into_elementwise
 
 BIAS_GUARDS = ("forward", "no_bias", "activation", "shared", "returned", "hooked")
@@ -863,7 +947,7 @@ def test_every_rewrite_is_swept():
                                              "drop_identities", "conv_bias_into_elementwise",
                                              "fold_channel_affine", "fold_feature_affine", "instance_norm_as_group_norm",
                                              "group_norm_over_rows", "mish_from_parts", "drop_empty_pads",
-                                             "merge_duplicates"}
+                                             "merge_duplicates", "merge_sibling_linears"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

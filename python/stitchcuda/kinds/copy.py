@@ -77,7 +77,10 @@ def claim_cat(cx) -> None:
             dim = L.norm_dim(int(n.attr("dim") or 0), rank)
             # PyTorch's cat skips 1-d empty tensors (its legacy behaviour) whatever the rank of the others.
             parts = tuple(x for x in n.inputs if rank == 1 or cx.ix.shape(x) != (0,))
-            cx.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), dim=dim, parts=parts))
+            # a join of weights alone (merge_sibling_linears' joined weights) is made once, at create
+            phase = "create" if all(x in cx.ix.const for x in n.inputs) else "run"
+            cx.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), phase, dim=dim,
+                              parts=parts))
 
 
 def claim_scatter(cx) -> None:

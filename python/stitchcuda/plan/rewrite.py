@@ -102,6 +102,15 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          where the parts took three libm calls an element: two mish passes over a
                          convolution's output ran at 55 % of a copy's bandwidth. Taken when every
                          inner op reads and feeds only the next (no other reader, not an output).
+``merge_sibling_linears``  ``[x·W₁ᵀ + b₁, x·W₂ᵀ + b₂, …] = x·[W₁; W₂; …]ᵀ + [b₁; b₂; …]``, sliced: the
+                         query, key and value projections of an attention block (separate
+                         ``nn.Linear`` layers in most Hugging Face models) read the same input;
+                         one GEMM over the joined weights (joined once, at create) reads it once,
+                         launches once and fills the GPU with three times the columns. Each
+                         result is a column slice of the one product (a view: the attention reads
+                         it in place). Taken for linears of weights (not computed ones) whose
+                         results are read only through views or by attention: an elementwise
+                         reader would have been the GEMM's own epilogue.
 ``gather_of_log_softmax``  ``gather(log_softmax(x, d), i, d) = gather(x, i, d) - logsumexp(x, d)``
                          (cross entropy and NLL losses as PyTorch decomposes them): the row
                          reduction writes one value per row instead of the whole log-probability
@@ -842,6 +851,67 @@ def _apply_fold_feature_affine(graph: Graph, place) -> Graph:
     return _fold_affine(graph, lin, u, len(y.shape) - 1, (y.shape[-1], 1))  # W is [out, in]
 
 
+# ---------------------------------------------------------------------- merge_sibling_linears
+
+#: Reader kinds a merged linear's slice may have: nothing a GEMM epilogue would have taken.
+_SLICE_READERS = ("view", "attention")
+
+
+def _find_sibling_linears(graph: Graph) -> list[tuple[Node, ...]]:
+    """Groups of two or more float32 linears of one input, each of a weight (and bias) of the
+    graph, with or without a bias alike, whose results are read only through views or by
+    attention (the first group only: each merge changes the graph)."""
+    weights = {s.name for s in graph.weights}
+    groups: dict[tuple[str, bool], list[Node]] = {}
+    for n in graph.nodes:
+        if n.op != A + "linear.default" or not 2 <= len(n.inputs) <= 3:
+            continue
+        y = n.outputs[0]
+        if y.dtype != "float32" or y.name in graph.outputs or len(y.shape) < 1:
+            continue
+        if not all(t in weights and graph.spec(t).dtype == "float32" for t in n.inputs[1:]):
+            continue
+        if len(graph.spec(n.inputs[1]).shape) != 2 or graph.spec(n.inputs[0]).dtype != "float32":
+            continue
+        users = _users(graph, y.name)
+        if not users or any(ops.kind(u.op) not in _SLICE_READERS for u in users):
+            continue
+        groups.setdefault((n.inputs[0], len(n.inputs) == 3), []).append(n)
+    return [tuple(g) for g in groups.values() if len(g) > 1][:1]
+
+
+def _apply_sibling_linears(graph: Graph, group: tuple[Node, ...]) -> Graph:
+    first = group[0]
+    x = first.inputs[0]
+    k = graph.spec(first.inputs[1]).shape[1]
+    widths = [graph.spec(n.inputs[1]).shape[0] for n in group]
+    total = sum(widths)
+    node = _NewNodes(graph, first.name, first.source)
+    w = node(A + "cat.default", [n.inputs[1] for n in group], (total, k), (("dim", 0),))
+    args = [x, w]
+    if len(first.inputs) == 3:
+        args.append(node(A + "cat.default", [n.inputs[2] for n in group], (total,), (("dim", 0),)))
+    lead = tuple(first.outputs[0].shape[:-1])
+    # the product keeps the first linear's name (reports, constraints naming it still fit)
+    y = node(A + "linear.default", args, lead + (total,), node_name=first.name)
+    start = 0
+    for n, width in zip(group, widths):
+        node(A + "slice.Tensor", [y], lead + (width,),
+             (("dim", len(lead)), ("start", start), ("end", start + width), ("step", 1)),
+             out=n.outputs[0].name, node_name=node.name())
+        start += width
+    # The new nodes go where the first linear was: every reader of any of them comes after it, and
+    # they read only x (defined before the first) and weights.
+    gone = {n.name for n in group}
+    nodes: list[Node] = []
+    for m in graph.nodes:
+        if m.name == first.name:
+            nodes.extend(node.nodes)
+        elif m.name not in gone:
+            nodes.append(m)
+    return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
 # ---------------------------------------------------------------------- conv_bias_into_elementwise
 
 #: Elementwise ops a convolution's epilogue computes after its bias (kinds/conv.py claims them).
@@ -917,6 +987,8 @@ ALWAYS: tuple[Rewrite, ...] = (
     Rewrite("fold_batch_norm", _find_conv_then_eval_bn, _apply_fold_batch_norm),
     Rewrite("fold_channel_affine", _find_conv_then_channel_affine, _apply_fold_channel_affine),
     Rewrite("fold_feature_affine", _find_linear_then_feature_affine, _apply_fold_feature_affine),
+    Rewrite("merge_sibling_linears", _find_sibling_linears, _apply_sibling_linears,
+            lambda group: {group[0].name: tuple(n.name for n in group)}),
     Rewrite("pool_before_pointwise_conv", _find_pool_after_pointwise, _apply_pool_before_pointwise),
     Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
     Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),

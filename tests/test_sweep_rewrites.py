@@ -832,6 +832,31 @@ def test_merged_linears_share_one_product_and_their_weights_join_at_create():
     assert len(joins) == 2, "the weights and the biases, each joined once at create"
 
 
+def test_a_join_of_tensors_computed_from_weights_at_run_time_stays_a_run_task():
+    """A join of weights alone is made at create; a join of tensors computed from weights by
+    run-time tasks (RoPE's angles: a product of two buffers, joined with itself) stays at run time,
+    where its inputs are (the fault: Qwen2's program read an arena buffer at create)."""
+    from stitchcuda import code as C
+    from stitchcuda import frontend
+
+    class Rope(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("inv_freq", torch.rand(4))
+            self.register_buffer("pos", torch.arange(6, dtype=torch.float32))
+
+        def forward(self, x):
+            freqs = self.inv_freq[:, None] @ self.pos[None, :]
+            return x * torch.cat((freqs, freqs), -1).cos()
+
+    graph = frontend.capture(Rope().eval(), [torch.randn(2, 4, 12)], "rope").graph
+    plan = P.plan(graph, "fp32")
+    C.code(plan, graph)  # raised "create-phase task reads arena buffer"
+    by_name = {t.name: t for t in plan.tasks}
+    assert all(t.phase == "run" for t in by_name.values() if type(t.params).__name__ == "CopySpec"), \
+        [(t.name, t.phase) for t in plan.tasks]
+
+
 # ---------------------------------------------------------------------- conv_bias_into_elementwise
 
 BIAS_GUARDS = ("forward", "no_bias", "activation", "shared", "returned", "hooked")

@@ -78,7 +78,9 @@ def claim_cat(cx) -> None:
             # PyTorch's cat skips 1-d empty tensors (its legacy behaviour) whatever the rank of the others.
             parts = tuple(x for x in n.inputs if rank == 1 or cx.ix.shape(x) != (0,))
             # a join of weights alone (merge_sibling_linears' joined weights) is made once, at create
-            phase = "create" if all(x in cx.ix.const for x in n.inputs) else "run"
+            # (of weights themselves: a tensor computed from weights may be a run-time task's result,
+            # RoPE's angles in Qwen2, which a create-time task cannot read)
+            phase = "create" if all(x in cx.ix.weights for x in n.inputs) else "run"
             cx.claim(CatProto(n.name, (n.name,), (n.outputs[0].name,), tuple(n.inputs), phase, dim=dim,
                               parts=parts))
 

@@ -18,10 +18,12 @@
 //     backwards (flip: base at the last element, a negative coef). An index out of its range is
 //     the caller's error, as in PyTorch (not checked).
 //   - Values convert Tx -> Tout through fp32 unless the types agree (value.cuh).
-//   - One thread per output element, grid-stride, the last dim fastest (the caller orders the dims
-//     as out lies in memory); offsets in 64 bits, an element's coordinates found with 32-bit
-//     divisions where the output has fewer than 2^31 elements (a 64-bit division is emulated in
-//     dozens of instructions, four of them an element made the gather instruction-bound).
+//   - One thread per output element (gather_plain_kernel: per 16-byte vector of the innermost
+//     dim where it is dense and unpadded in x and out), grid-stride, the last dim fastest (the
+//     caller orders the dims as out lies in memory); offsets in 64 bits, an element's coordinates
+//     found with 32-bit divisions where the output has fewer than 2^31 elements (a 64-bit division
+//     is emulated in dozens of instructions, four of them an element made the gather
+//     instruction-bound).
 //
 // launch_iota<T>(out, n, stride, start, step, stream): out[i * stride] = start + i * step for
 //   i < n, computed in double and stored in T (arange).

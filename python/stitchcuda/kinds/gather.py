@@ -4,8 +4,9 @@ and linear interpolation (1-, 2- and 3-d), where each interpolated dim blends tw
 offsets.
 
 Claim: every free gather-like node (index tensors must be integers; boolean-mask indexing, whose
-shape depends on the data, is refused). Lowering reads the node's arguments into the offset's
-coefficients (:class:`GatherSpec`).
+shape depends on the data, is refused); index_selects along distinct dims, each read only by the
+next, as one gather with an index tensor per dim. Lowering reads the node's arguments into the
+offset's coefficients (:class:`GatherSpec`).
 """
 
 
@@ -81,8 +82,9 @@ class GatherProto(Proto):
     x: str = ""
     indices: tuple[str, ...] = ()
     out: str = ""
-    #: index_selects read by ``node`` one after another, each along its own dim (the innermost
-    #: first): one gather with an index tensor per dim (torch.roll over several dims is such a chain)
+    #: the index_selects before ``node``, in the order they apply, each read only by the next and
+    #: each along a dim of its own: with ``node``, one gather with an index tensor per dim
+    #: (torch.roll over several dims is such a chain)
     chain: tuple[str, ...] = ()
 
 
@@ -97,7 +99,8 @@ def claim(cx) -> None:
         if ops.kind(n.op) == "gather" and cx.free(n):
             chain = _index_select_chain(cx, n)
             if len(chain) > 1:
-                _check_indices(cx, chain[-1], [m.inputs[1] for m in chain])
+                for m in chain:
+                    _check_indices(cx, m, m.inputs[1:])
                 out = chain[-1].outputs[0].name
                 cx.claim(GatherProto(cx.name([m.name for m in chain]), tuple(m.name for m in chain), (out,),
                                      (n.inputs[0],) + tuple(m.inputs[1] for m in chain), node=chain[-1].name,

@@ -76,6 +76,42 @@ def test_report_files_from_hand_made_results(tmp_path):
         assert page.count("data:image/png;base64,") == 2 and "![speedups](speedups.png)" in md
 
 
+def test_a_result_says_where_its_time_went_and_the_report_sums_it(tmp_path):
+    """solve() times the stages its solver reports (counts in brackets dropped, time before the
+    first is setup); the report sums each over the problems, the longest first."""
+    import time as _time
+
+    from stitchcuda.ship import suite
+
+    def solver(problem, folder, opts):
+        _time.sleep(0.1)
+        suite.report_stage("build: compile")
+        _time.sleep(0.3)
+        suite.report_stage("verify: correctness trials and dynamic checks (3 trial(s))")
+        _time.sleep(0.2)
+        suite.report_stage("build: compile")  # a stage met again adds up
+        _time.sleep(0.1)
+        return {"status": "passed", "ms": {"program": 1.0}}
+
+    seen = []
+    suite._stage_out = seen.append
+    try:
+        rec = suite.solve(SuiteProblem("p", "p", "", None, None), tmp_path / "p", BenchOptions(), solver)
+    finally:
+        suite._stage_out = lambda text: None
+    st = rec["stages"]
+    assert set(st) == {"setup", "build: compile", "verify: correctness trials and dynamic checks"}, st
+    assert st["build: compile"] == pytest.approx(0.4, abs=0.08) and st["setup"] == pytest.approx(0.1, abs=0.08)
+    assert sum(st.values()) == pytest.approx(rec["seconds"], abs=0.2)
+    assert seen == ["build: compile", "verify: correctness trials and dynamic checks (3 trial(s))", "build: compile"]
+    rows = [dict(_r("a"), stages={"build: compile": 30.0, "verify: timing": 10.0}),
+            dict(_r("b"), stages={"build: compile": 50.0}), _r("c")]
+    md = report.write_reports(rows, tmp_path / "rep", {"suite": "s"}, "tf32").markdown.read_text()
+    part = md.split("## Where the time went")[1]
+    assert "| build: compile | 80 | 89% | 2 |" in part and "| verify: timing | 10 | 11% | 1 |" in part
+    assert part.index("build: compile") < part.index("verify: timing")
+
+
 def test_roofline_and_no_matplotlib(tmp_path, monkeypatch):
     rows = [dict(_r("g", eager_fp32=2.0), flops=2e9, bytes=1e7,
                  ceilings={"name": "H200", "bandwidth": 4.3e12, "peak": 67e12})]

@@ -8,6 +8,9 @@ program's policy, ``torch.compile`` at the policy, and ``torch.compile`` fp32 wh
   (speedup > p), over all problems — a wrong or missing program is never fast;
 * the geometric mean of the speedup over the correct problems timed against that baseline.
 
+Where the time went: each stage (build, verification, timing, the loop's candidates) summed over the
+problems from their results' ``stages``, the longest first.
+
 Plots (matplotlib, the ``bench`` extra; without it the tables are written and a note says so):
 the speedup distribution per baseline, the fast_p curve over thresholds, and each program on
 the roofline of the device it ran on (arithmetic intensity = reference FLOPs / bytes of the
@@ -246,6 +249,32 @@ def _repairs(results: Sequence[dict]) -> Section:
     return "Repaired by the loop", items
 
 
+#: Stages a report lists, the longest first (the rest are summed in one row).
+STAGES_SHOWN = 12
+
+
+def _time_spent(results: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    """Where a suite's time went: each stage's seconds summed over the problems (their result's
+    ``stages``), its share of all of them, and how many problems spent time in it; empty when no
+    result says."""
+    total: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for r in results:
+        for k, v in (r.get("stages") or {}).items():
+            total[k] = total.get(k, 0.0) + float(v)
+            count[k] = count.get(k, 0) + 1
+    whole = sum(total.values())
+    if whole <= 0:
+        return [], []
+    order = sorted(total, key=lambda k: -total[k])
+    rows = [[k, f"{total[k]:.0f}", f"{total[k] / whole:.0%}", str(count[k])] for k in order[:STAGES_SHOWN]]
+    rest = order[STAGES_SHOWN:]
+    if rest:
+        left = sum(total[k] for k in rest)
+        rows.append([f"{len(rest)} other stages", f"{left:.0f}", f"{left / whole:.0%}", ""])
+    return ["stage", "seconds (all problems)", "share", "problems"], rows
+
+
 def _md_section(sec: Section) -> list[str]:
     heading, items = sec
     if not items:
@@ -285,6 +314,9 @@ def render_markdown(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, An
         lines += [f"![{p.stem}]({p.name})", ""]
     lines += ["## Problems", "", _md_table(ph, prows), ""]
     lines += _md_section(_failures(results)) + _md_section(_repairs(results))
+    th, trows = _time_spent(results)
+    if trows:
+        lines += ["## Where the time went", "", _md_table(th, trows), ""]
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
@@ -333,6 +365,9 @@ def render_html(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, Any], 
     parts += ["<h2>Problems</h2>", _html_table(ph, prows, status_col=1)]
     for section in (_failures(results), _repairs(results)):
         parts += _html_section(section)
+    th, trows = _time_spent(results)
+    if trows:
+        parts += ["<h2>Where the time went</h2>", _html_table(th, trows)]
     if notes:
         parts += ["<h2>Notes</h2><ul>"] + [f"<li>{html.escape(n)}</li>" for n in notes] + ["</ul>"]
     parts.append("</body></html>")

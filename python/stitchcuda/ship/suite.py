@@ -274,19 +274,44 @@ def resolve_solver(opts: BenchOptions) -> Callable:
     return OptimizeSolver() if opts.mode == "optimize" else BuildSolver()
 
 
+def stage_name(text: str) -> str:
+    """A stage as the report groups it: its progress line without counts in brackets
+    (``verify: correctness trials and dynamic checks (3 trial(s))`` -> ``verify: correctness trials
+    and dynamic checks``), at most 60 characters."""
+    return re.sub(r"\s*\(.*$", "", text).strip()[:60] or text[:60]
+
+
 def solve(problem: SuiteProblem, folder: Path, opts: BenchOptions, solver: Callable | None = None) -> dict:
-    """One result line: the solver's, with the problem's identity and timing; never raises."""
+    """One result line: the solver's, with the problem's identity and timing; never raises.
+    ``stages``: the seconds spent in each stage the solver reported (:func:`report_stage`; time
+    before the first is ``setup``), so that a suite's report can say where its time went."""
+    global _stage_out
     t0 = time.monotonic()
+    marks = [("setup", t0)]
+    outer = _stage_out
+
+    def mark(text: str) -> None:
+        marks.append((stage_name(text), time.monotonic()))
+        outer(text)
+
+    _stage_out = mark
     try:
         rec = (solver or resolve_solver(opts))(problem, folder, opts)
     except Exception as e:  # noqa: BLE001 - one problem's failure is a result
         rec = {"status": "error", "summary": explain(e).message}
+    finally:
+        _stage_out = outer
+    end = time.monotonic()
+    stages: dict[str, float] = {}
+    for (name, t), (_, t_next) in zip(marks, marks[1:] + [("", end)]):
+        stages[name] = stages.get(name, 0.0) + t_next - t
     return {"id": problem.id, "name": problem.name, "level": problem.level, "problem_id": problem.problem_id,
-            "precision": opts.precision, "mode": opts.mode, **rec, "seconds": round(time.monotonic() - t0, 2),
+            "precision": opts.precision, "mode": opts.mode, **rec, "seconds": round(end - t0, 2),
+            "stages": {k: round(v, 1) for k, v in stages.items() if v >= 0.05},
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "host": os.uname().nodename, "finished": utc_now()}
 
 
 
 
 __all__ = ["SuiteProblem", "BenchOptions", "SuiteError", "MissingExtra", "load_suite", "BuildSolver", "OptimizeSolver",
-           "record_from_report", "resolve_solver", "solve", "one_line", "slug", "utc_now"]
+           "record_from_report", "resolve_solver", "solve", "stage_name", "one_line", "slug", "utc_now"]

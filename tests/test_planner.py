@@ -495,6 +495,29 @@ def test_simulated_rewrites(rewrites):
         assert all(g.n == 1 for g in _gemms(plan)), plan
 
 
+class _SubtractThenMean(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+        self.shift = nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        return torch.logsumexp((self.fc(x) - self.shift).mean(1, keepdim=True), 1)
+
+
+def test_a_rewrite_is_offered_where_the_library_choices_make_its_place():
+    """A per-feature subtract after a linear folds into its bias (a library choice), which leaves
+    the linear read by the mean: the loop may ask for reduce_after_linear there (KernelBench 2:51),
+    and the plan forms no [rows, features] product."""
+    torch.manual_seed(7)
+    model, x = _SubtractThenMean(), torch.randn(4, 8)
+    cap = frontend.capture(model, [x], "stm", supported_ops=ops.supported())
+    assert not P.REWRITES["reduce_after_linear"].applies(cap.graph), "not in the graph as captured"
+    assert "reduce_after_linear" in P.choices(cap.graph).rewrites
+    plan = _simulate(model, [x], "fp32", 1e-5, "stm", constraints=P.Constraints.of(rewrites=("reduce_after_linear",)))
+    assert all(g.n == 1 for g in _gemms(plan)), plan
+
+
 @pytest.mark.parametrize("policy", ["fp32", "tf32", "bf16"])
 @pytest.mark.parametrize("d,causal,masked", [(32, True, False), (32, False, True), (48, False, False), (96, True, False),
                                              (96, False, True), (112, False, False), (40, False, False),

@@ -23,22 +23,16 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 import nvcc_util  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (beside it: event_timing)
+from event_timing import event_times  # noqa: E402
+
 DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 def timeit(fn, reps: int) -> tuple[float, float, float]:
-    """Median, min, max milliseconds of fn() over reps runs."""
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    """Median, min, max milliseconds of fn() over reps runs (after 10 untimed, no L2 flush)."""
+    times = event_times(fn, reps, warmup=10)
     return statistics.median(times), min(times), max(times)
 
 

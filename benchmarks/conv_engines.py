@@ -20,10 +20,12 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (beside it: event_timing)
+from event_timing import flushed_median_ms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("STITCHCUDA_SHARED") or REPO.parent / "shared")
@@ -61,21 +63,7 @@ def _kernels(fn, top: int = 2) -> str:
 
 
 def _time(fn, flush, trials: int) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ms = []
-    for _ in range(trials):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ms.append(s.elapsed_time(e))
-    return statistics.median(ms)
+    return flushed_median_ms(fn, flush, trials, warmup=3)
 
 
 def conv_specs(row: dict) -> list:

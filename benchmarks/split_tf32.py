@@ -22,8 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (beside it: event_timing)
+from event_timing import flushed_median_ms  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,17 +68,22 @@ def main(argv: list[str] | None = None) -> int:
                 fn(x, y, out)
             torch.cuda.synchronize()
             row[f"{name} error"] = (out.double() - ref).abs().max().item() / scale
-            row[f"{name} ms"] = _median_ms(lambda: fn(x, y, out), flush, a.runs)
+            row[f"{name} ms"] = flushed_median_ms(lambda: fn(x, y, out), flush, a.runs)
         flops = 2.0 * n ** 3
-        print(f"| {n} | {row['fp32 error']:.2e} | {row['tf32 error']:.2e} | {row['split tf32 error']:.2e} | "
-              f"{row['fp32 ms']:.3f} | {row['tf32 ms']:.3f} | {row['split tf32 ms']:.3f} | "
-              f"{flops / row['split tf32 ms'] / 1e9:.0f} | {row['fp32 ms'] / row['split tf32 ms']:.2f}x |", flush=True)
-        if a.json:
-            with open(a.json, "a") as f:
-                f.write(json.dumps(row) + "\n")
+        _emit(a, row, f"| {n} | {row['fp32 error']:.2e} | {row['tf32 error']:.2e} | {row['split tf32 error']:.2e} | "
+                      f"{row['fp32 ms']:.3f} | {row['tf32 ms']:.3f} | {row['split tf32 ms']:.3f} | "
+                      f"{flops / row['split tf32 ms'] / 1e9:.0f} | {row['fp32 ms'] / row['split tf32 ms']:.2f}x |")
         del x, y, ref, out
         torch.cuda.empty_cache()
     return 0
+
+
+def _emit(a, row: dict, line: str) -> None:
+    """One table row printed, and its figures appended to ``--json`` when given."""
+    print(line, flush=True)
+    if a.json:
+        with open(a.json, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 #: (name, in channels, out channels, input size, kernel, stride, padding), 32 images each.
@@ -86,21 +94,6 @@ CONVS = [("mnv1 stem 3x3/2", 3, 32, 225, 3, 2, 0), ("mnv1 1x1 32-64 @112", 32, 6
          ("r50 3x3 64 @56", 64, 64, 56, 3, 1, 1), ("r50 1x1 256-64 @56", 256, 64, 56, 1, 1, 0),
          ("r50 3x3 128 @28", 128, 128, 28, 3, 1, 1), ("r50 3x3 256 @14", 256, 256, 14, 3, 1, 1),
          ("r50 3x3 512 @7", 512, 512, 7, 3, 1, 1)]
-
-
-def _median_ms(fn, flush, runs: int) -> float:
-    import torch
-
-    times = []
-    for _ in range(runs):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def convs(a) -> int:
@@ -142,15 +135,12 @@ def convs(a) -> int:
                 fn()
             torch.cuda.synchronize()
             row[f"{way} error"] = (out.double() - ref).abs().max().item() / scale
-            row[f"{way} ms"] = _median_ms(fn, flush, a.runs)
+            row[f"{way} ms"] = flushed_median_ms(fn, flush, a.runs)
             del out
         best32 = min(row["fp32 NCHW ms"], row["fp32 NHWC ms"])
-        print(f"| {name} | {row['gflop']:.2f} | {row['fp32 NCHW error']:.1e} | {row['tf32 error']:.1e} | "
-              f"{row['split error']:.1e} | {row['fp32 NCHW ms']:.3f} | {row['fp32 NHWC ms']:.3f} | "
-              f"{row['tf32 ms']:.3f} | {row['split ms']:.3f} | {best32 / row['split ms']:.2f}x |", flush=True)
-        if a.json:
-            with open(a.json, "a") as f:
-                f.write(json.dumps(row) + "\n")
+        _emit(a, row, f"| {name} | {row['gflop']:.2f} | {row['fp32 NCHW error']:.1e} | {row['tf32 error']:.1e} | "
+                      f"{row['split error']:.1e} | {row['fp32 NCHW ms']:.3f} | {row['fp32 NHWC ms']:.3f} | "
+                      f"{row['tf32 ms']:.3f} | {row['split ms']:.3f} | {best32 / row['split ms']:.2f}x |")
         del x, w, ref
         torch.cuda.empty_cache()
     return 0

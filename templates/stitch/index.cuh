@@ -259,7 +259,6 @@ inline unsigned grid_for(int64_t total) {
   return unsigned(want < 1 ? 1 : want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
 }
 
-
 // Whether gather_plain_kernel may move VEC elements a thread: the innermost dim dense and unpadded
 // in x and out and read by no index tensor, every offset a multiple of VEC, both pointers 16-byte
 // aligned.

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Several GPU jobs side by side on one multi-GPU host, each on its own cards and under its own time
+# limit. The machine is set up once per commit (a fresh clone of .carry/repo.bundle at
+# .carry/commit, then `gpu_session.sh setup`); a later call on the same warm machine reuses it, and
+# suites that write under /tmp resume there (`stitchcuda bench --out` skips what is done).
+#
+#   JOBS="zoo perf" GPUS_zoo=0,1 GPUS_perf=2,3 LIM=480 LIM_perf=400 \
+#   CMD_zoo="stitchcuda bench models/zoo --precision tf32 --gpus 2 --out /tmp/b_zoo" \
+#   CMD_perf="..." OUT=/tmp/out bash benchmarks/gpu_jobs.sh
+#
+# A job runs in the clone's root in a process group of its own, and the whole group is ended at its
+# limit. Back under $OUT: setup.log, jobs.txt (each job's exit status and seconds) and res.tgz
+# (every job's log, and the small files of every /tmp/b_* results folder: results, reports).
+set -u -o pipefail
+OUT=${OUT:?OUT names the folder that comes back}
+SRC=$PWD
+REPO=${REPO:-/tmp/repo}
+want=$(cat .carry/commit)
+if [ "$(cat /tmp/setup.commit 2>/dev/null)" != "$want" ]; then
+  rm -rf "$REPO"
+  git clone -q .carry/repo.bundle "$REPO" && git -C "$REPO" checkout -q --detach "$want" || exit 1
+  for d in .carry .whl shared; do [ -d "$SRC/$d" ] && cp -r "$SRC/$d" "$REPO/"; done
+  (cd "$REPO" && OUT=/tmp/logs bash benchmarks/gpu_session.sh setup) > "$OUT/setup.log" 2>&1 \
+    || { tail -30 "$OUT/setup.log"; exit 1; }
+  echo "$want" > /tmp/setup.commit
+fi
+cd "$REPO" || exit 1
+export PYTHONUNBUFFERED=1 STITCHCUDA_CUDA_ARCHS=90 STITCHCUDA_SHARED=$REPO/shared \
+  STITCHCUDA_CACHE=${STITCHCUDA_CACHE:-/tmp/stitchcuda-cache}
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+mkdir -p /tmp/logs
+echo "commit $want, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)" \
+  >> "$OUT/jobs.txt"
+
+run_job() {  # name: CMD_<name> on GPUS_<name> for at most LIM_<name> (or LIM) seconds
+  local j=$1 g c l pid wd rc t0
+  g=GPUS_$j; c=CMD_$j; l=LIM_$j
+  t0=$(date +%s)
+  CUDA_VISIBLE_DEVICES=${!g:-0} setsid bash -c "${!c}" > "/tmp/logs/$j.log" 2>&1 &
+  pid=$!
+  ( sleep "${!l:-${LIM:-480}}"; kill -TERM -- "-$pid" 2>/dev/null; sleep 15; kill -KILL -- "-$pid" 2>/dev/null ) &
+  wd=$!
+  wait "$pid"; rc=$?
+  kill "$wd" 2>/dev/null
+  echo "$j: exit $rc in $(( $(date +%s) - t0 )) s — $(tail -1 "/tmp/logs/$j.log" | cut -c1-200)" >> "$OUT/jobs.txt"
+}
+
+for j in ${JOBS:?JOBS names the jobs}; do run_job "$j" & done
+wait
+cat "$OUT/jobs.txt"
+cd /tmp && find logs b_* -maxdepth 3 -type f -size -4M \
+  \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.svg' -o -name '*.csv' \) \
+  2>/dev/null | tar czf "$OUT/res.tgz" -T -

@@ -2,7 +2,8 @@
 # Several GPU jobs side by side on one multi-GPU host, each on its own cards and under its own time
 # limit. The machine is set up once per commit (a fresh clone of .carry/repo.bundle at
 # .carry/commit, then `gpu_session.sh setup`); a later call on the same warm machine reuses it, and
-# suites that write under /tmp resume there (`stitchcuda bench --out` skips what is done).
+# suites that write under /tmp resume there (`stitchcuda bench --out` skips what is done); on a fresh
+# machine they resume from the results folders carried in .carry/results/b_*.
 #
 #   JOBS="zoo perf" GPUS_zoo=0,1 GPUS_perf=2,3 LIM=480 LIM_perf=400 \
 #   CMD_zoo="stitchcuda bench models/zoo --precision tf32 --gpus 2 --out /tmp/b_zoo" \
@@ -24,6 +25,8 @@ if [ "$(cat /tmp/setup.commit 2>/dev/null)" != "$want" ]; then
     || { tail -30 "$OUT/setup.log"; exit 1; }
   echo "$want" > /tmp/setup.commit
 fi
+# results of an earlier machine, carried back in .carry/results/b_*: the suites resume from them
+[ -d "$SRC/.carry/results" ] && cp -rn "$SRC/.carry/results/." /tmp/
 cd "$REPO" || exit 1
 export PYTHONUNBUFFERED=1 STITCHCUDA_CUDA_ARCHS=90 STITCHCUDA_SHARED=$REPO/shared \
   STITCHCUDA_CACHE=${STITCHCUDA_CACHE:-/tmp/stitchcuda-cache}

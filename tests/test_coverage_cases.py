@@ -284,6 +284,15 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
         Fn(lambda s, x: F.relu(s.c(x)), c=nn.Conv2d(4, 4, 3, padding=1, groups=4)), [_x(1, 4, 70, 133)]))),
     "depthwise_tiles_5x5_s2": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(6, 6, 5, stride=2, padding=2, groups=6)), [_x(2, 6, 75, 140)]))),
+    # planes under one tile: half a tile or more stays tiled, staging only the rows and columns its
+    # outputs read (20 x 70: 20 of 32 rows, a partial second column tile; 7x7 on 40 x 40: 40 of 64
+    # columns); a 14 x 14 plane takes the rows path
+    "depthwise_tile_short_3x3": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.relu6(s.c(x)), c=nn.Conv2d(4, 4, 3, padding=1, groups=4)), [_x(2, 4, 20, 70)]))),
+    "depthwise_tile_narrow_7x7": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.Conv2d(3, 3, 7, padding=3, groups=3)), [_x(2, 3, 40, 40)]))),
+    "depthwise_small_plane_s2": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x), c=nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16)), [_x(2, 16, 28, 28)]))),
     "depthwise_rows_3x5": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 4, (3, 5), padding=(1, 2), groups=4)), [_x(2, 4, 9, 12)]))),
     # TensorFlow's "same" padding as Hugging Face's MobileNets write it: F.pad (asymmetric, zeros)

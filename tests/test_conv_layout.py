@@ -287,3 +287,42 @@ def test_ops_over_one_axis_keep_the_channels_last_layout(what):
         (red,) = [t.params for t in plan.run_tasks if isinstance(t.params, P.AxisSpec)]
         assert red.inner == 5 * 6 * 6, "the kept H, W, C collapse into one inner run"
     assert _simulated_error(model, x, plan, cap) < 1e-2
+
+
+class _StemAndSqueeze(nn.Module):
+    """A stem over RGB (sums of 27), a 1x1 convolution of 16 channels over the whole map (sums of 16,
+    a large output), a 3x3 one of 8 channels (sums of 72), and a squeeze-excitation pair on the
+    pooled map (96 -> 8 -> 96: sums of 96, then 8 on a tiny output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.pw = nn.Conv2d(16, 96, 1)
+        self.body = nn.Conv2d(96, 96, 3, padding=1, groups=12)
+        self.squeeze, self.expand = nn.Conv2d(96, 8, 1), nn.Conv2d(8, 96, 1)
+
+    def forward(self, x):
+        y = self.body(torch.relu(self.pw(torch.relu(self.stem(x)))))
+        s = torch.sigmoid(self.expand(torch.relu(self.squeeze(F.adaptive_avg_pool2d(y, 1)))))
+        return y * s
+
+
+def test_short_sums_compute_at_fp32_under_tf32():
+    """Under tf32 a convolution whose sums are shorter than a tensor-core K tile computes at fp32
+    (channels-last, as a raised one), where its filter has taps (the stem) or its output is small
+    (the expansion); the 1x1 convolution over the map, the grouped 3x3 and the squeeze stay TF32.
+    Under fp32 nothing changes; the plan still computes the reference."""
+    from stitchcuda.kinds.conv import SHORT_SUM
+
+    torch.manual_seed(4)
+    model, x = _StemAndSqueeze(), torch.randn(2, 3, 64, 64)  # the 1x1 output: 196,608 elements
+    plan, cap = _plan(model, x, "tf32")
+    convs = {t.params.w.shape[1] * t.params.w.shape[2] * t.params.w.shape[3]: t.params
+             for t in plan.tasks if isinstance(t.params, P.ConvSpec)}
+    assert sorted(convs) == [8, 16, 27, 72, 96], convs
+    assert {k: c.policy for k, c in convs.items()} == {27: "fp32", 8: "fp32", 16: "tf32", 72: "tf32", 96: "tf32"}
+    assert all(c.channels_last for c in convs.values())
+    assert all(k >= SHORT_SUM or c.policy == "tf32" for k, c in convs.items() if k not in (27, 8))
+    assert _simulated_error(model, x, plan, cap) < 1e-2
+    plan32, _ = _plan(model, x, "fp32")
+    assert {t.params.policy for t in plan32.tasks if isinstance(t.params, P.ConvSpec)} == {"fp32"}

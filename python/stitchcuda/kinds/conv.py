@@ -25,6 +25,16 @@ below TF32's; the runtime times it against the fp32 convolution per shape and ke
 it is 10 % faster), channels-last like the TF32 convolutions around it. It ran channels-first on
 cuDNN's SIMT engines, with layout copies around it.
 
+Precision where it costs nothing: under a policy that rounds to TF32, a convolution whose sums are
+shorter than one tensor-core K tile (``SHORT_SUM``: in_channels / groups x the filter's taps) computes
+at fp32, as a raised one does, where its filter has several taps or its output is small
+(:func:`_short_sums`). Tensor cores save nothing there: such a convolution is bound by its
+bytes, and cuDNN's own heuristics run it on fp32 SIMT engines for channels-first data (PyTorch at
+tf32 on an H100: efficientnet_b0's RGB stem, K = 27, and its squeeze-excitation expansions, K = 6, 8,
+10; `benchmarks/tf32_rounding.py`). A stem's rounding is also the one a deep net amplifies most (the
+plan interpreter's TF32 model of efficientnet_b0 and mobilenet_v1: the stem alone the most sensitive
+task). MobileNet's stem, channels-last on an H100: fp32 0.124 ms, TF32 0.197 ms.
+
 Lowering: the dense operands st_conv takes, all in one layout and one storage type (the policy's)
 (strategy ``cudnn_conv``: the runtime's cuDNN plan, cached by shape, on the runtime's per-stream
 workspace): an operand in another layout or dtype is copied (cast) first — a weight once, at create
@@ -47,6 +57,12 @@ from ..precision import get as get_policy
 from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, int_list, view_bytes
 
 A = ops.A
+
+#: Sums shorter than this (in_channels / groups x the filter's taps) compute at fp32 under TF32
+#: (module docstring): one tensor-core K tile, below which the tensor cores save nothing.
+SHORT_SUM = 32
+#: ... where the filter has several taps, or the output is at most this many elements (launch-bound).
+SMALL_OUTPUT = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -149,6 +165,10 @@ def _conv(cx, n: Node) -> None:
         out = ix.nodes[last[-1]].outputs[0].name
     transposed = bool(n.attr("transposed"))
     policy = cx.policy_of(nodes)
+    groups = int(n.attr("groups") or 1)
+    if not transposed and get_policy(policy).tf32 and _short_sums(ix.shape(x)[1] // groups, ix.shape(w)[2:],
+                                                                  math.prod(n.outputs[0].shape)):
+        policy = "fp32"
     choice = cx.constraints.option(n.name, "auto")
     tensor_cores = get_policy(policy).tensor_cores or split_tf32(policy, cx.policy)
     channels_last = choice == "channels_last" or (choice == "auto" and nsp >= 2 and tensor_cores)
@@ -156,8 +176,17 @@ def _conv(cx, n: Node) -> None:
                        bias=bias, out=out, stride=int_list(n.attr("stride"), nsp, 1),
                        padding=int_list(n.attr("padding"), nsp, 0), dilation=int_list(n.attr("dilation"), nsp, 1),
                        output_padding=int_list(n.attr("output_padding"), nsp, 0) if transposed else (0,) * nsp,
-                       transposed=transposed, groups=int(n.attr("groups") or 1), activation=act,
+                       transposed=transposed, groups=groups, activation=act,
                        policy=policy, channels_last=channels_last))
+
+
+def _short_sums(cin: int, taps: Sequence[int], out_elements: int) -> bool:
+    """Whether a convolution computes at fp32 under TF32 (module docstring): sums shorter than
+    ``SHORT_SUM`` over a filter of several taps (a stem over RGB), or over an output of at most
+    ``SMALL_OUTPUT`` elements (a squeeze-excitation expansion); a 1x1 one over a large map stays on
+    TF32, where cuDNN's channels-last fp32 engines are the slower (BENCHMARKS.md, "The split-TF32
+    convolution": 0.260 ms against 0.122 at K = 32)."""
+    return cin * math.prod(taps) < SHORT_SUM and (math.prod(taps) > 1 or out_elements <= SMALL_OUTPUT)
 
 
 def _conv_activation(cx, n: Node, out: str) -> tuple[str, list[str]]:

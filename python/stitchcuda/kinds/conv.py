@@ -33,7 +33,7 @@ bytes, and cuDNN's own heuristics run it on fp32 SIMT engines for channels-first
 tf32 on an H100: efficientnet_b0's RGB stem, K = 27, and its squeeze-excitation expansions, K = 6, 8,
 10; `benchmarks/tf32_rounding.py`). A stem's rounding is also the one a deep net amplifies most (the
 plan interpreter's TF32 model of efficientnet_b0 and mobilenet_v1: the stem alone the most sensitive
-task). MobileNet's stem, channels-last on an H100: fp32 0.124 ms, TF32 0.197 ms.
+task). MobileNet's stem, channels-last on an H200: fp32 0.124 ms, TF32 0.197 ms.
 
 Lowering: the dense operands st_conv takes, all in one layout and one storage type (the policy's)
 (strategy ``cudnn_conv``: the runtime's cuDNN plan, cached by shape, on the runtime's per-stream

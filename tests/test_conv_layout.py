@@ -324,5 +324,10 @@ def test_short_sums_compute_at_fp32_under_tf32():
     assert all(c.channels_last for c in convs.values())
     assert all(k >= SHORT_SUM or c.policy == "tf32" for k, c in convs.items() if k not in (27, 8))
     assert _simulated_error(model, x, plan, cap) < 1e-2
+    from stitchcuda.workflow.proposers import PrecisionRepair
+
+    suspects = {t for t, _ in PrecisionRepair().suspects(plan)}
+    assert suspects == {t.name for t in plan.tasks if isinstance(t.params, P.ConvSpec) and t.params.policy == "tf32"}, \
+        "the precision repair suspects only what rounds"
     plan32, _ = _plan(model, x, "fp32")
     assert {t.params.policy for t in plan32.tasks if isinstance(t.params, P.ConvSpec)} == {"fp32"}

@@ -266,7 +266,8 @@ def test_precision_repair_suspects_every_task_the_policy_rounds():
     class ConvNet(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+            # (sums of 36 and 72: a convolution of sums under 32 computes at fp32 already)
+            self.c1, self.c2 = torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
             self.gru = torch.nn.GRU(8, 8, batch_first=True)
             self.fc = torch.nn.Linear(8, 4)
 
@@ -276,7 +277,7 @@ def test_precision_repair_suspects_every_task_the_policy_rounds():
             return self.fc(s[:, -1])
 
     torch.manual_seed(0)
-    g = frontend.capture(ConvNet().eval(), [torch.randn(2, 3, 8, 8)], "convnet").graph
+    g = frontend.capture(ConvNet().eval(), [torch.randn(2, 4, 8, 8)], "convnet").graph
     p = plan.plan(g, "tf32")
     sus = dict(PrecisionRepair().suspects(p))
     by = {t.name: t.strategy for t in p.tasks if t.name in sus}

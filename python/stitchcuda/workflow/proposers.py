@@ -77,9 +77,11 @@ class PrecisionRepair:
         self._guides: dict[str, tuple[Proposal | None, str]] = {}  # base candidate -> the interpreter's choice
 
     def suspects(self, plan: Any) -> list[tuple[str, tuple[str, ...]]]:
-        """(task, nodes) of the run tasks whose arithmetic the policy rounds, in plan order."""
+        """(task, nodes) of the run tasks whose arithmetic the policy rounds, in plan order: not those
+        that compute at a policy of their own already (raised, or planned at fp32: a short-sum convolution)."""
         rounding = ROUNDING.get(plan.policy, ())
-        return [(t.name, t.covers) for t in plan.tasks if t.phase == "run" and t.covers and t.strategy in rounding]
+        return [(t.name, t.covers) for t in plan.tasks if t.phase == "run" and t.covers and t.strategy in rounding
+                and (getattr(t.params, "policy", None) or plan.policy) == plan.policy]
 
     def propose(self, ctx: Context, route: Route) -> list[Proposal]:
         if get_policy(ctx.state.precision).exact:

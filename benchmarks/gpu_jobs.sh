@@ -28,9 +28,7 @@ fi
 # results of an earlier machine, carried back in .carry/results/b_*: the suites resume from them
 [ -d "$SRC/.carry/results" ] && cp -rn "$SRC/.carry/results/." /tmp/
 cd "$REPO" || exit 1
-export PYTHONUNBUFFERED=1 STITCHCUDA_CUDA_ARCHS=90 STITCHCUDA_SHARED=$REPO/shared \
-  STITCHCUDA_CACHE=${STITCHCUDA_CACHE:-/tmp/stitchcuda-cache}
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+source benchmarks/gpu_env.sh
 mkdir -p /tmp/logs
 echo "commit $want, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)" \
   >> "$OUT/jobs.txt"

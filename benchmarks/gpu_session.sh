@@ -45,12 +45,7 @@
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-export STITCHCUDA_CUDA_ARCHS=${STITCHCUDA_CUDA_ARCHS:-90}
-export STITCHCUDA_SHARED=${STITCHCUDA_SHARED:-$PWD/shared}
-export STITCHCUDA_KERNELBENCH=${STITCHCUDA_KERNELBENCH:-$STITCHCUDA_SHARED/kernelbench/dev.jsonl}
-export STITCHCUDA_CACHE=${STITCHCUDA_CACHE:-/tmp/stitchcuda-cache}
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 # .carry/commit first: a copied working tree may carry a .git that is not the one it was copied from
 COMMIT=$(cat .carry/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 phases=${*:-setup core}

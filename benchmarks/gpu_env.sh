@@ -6,4 +6,4 @@ export STITCHCUDA_CUDA_ARCHS=${STITCHCUDA_CUDA_ARCHS:-90}
 export STITCHCUDA_SHARED=${STITCHCUDA_SHARED:-$PWD/shared}
 export STITCHCUDA_KERNELBENCH=${STITCHCUDA_KERNELBENCH:-$STITCHCUDA_SHARED/kernelbench/dev.jsonl}
 export STITCHCUDA_CACHE=${STITCHCUDA_CACHE:-/tmp/stitchcuda-cache}
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if [ -d /tmp/site ]; then export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}; fi

@@ -76,11 +76,26 @@ def conv_specs(row: dict) -> list:
     return [t.params for t in plan.tasks if isinstance(t.params, P.ConvSpec)]
 
 
+def torch_kwargs(c) -> dict:
+    """PyTorch's keyword arguments for convolution spec ``c`` (``F.conv2d`` and its kin)."""
+    kw = dict(stride=c.stride, padding=c.padding, dilation=c.dilation, groups=c.groups)
+    if c.transposed:
+        kw["output_padding"] = c.output_padding
+    return kw
+
+
+def rt_conv(c, x, w, b, out, channels_last: bool, stream: int, policy: str = "tf32", activation: str = "none") -> None:
+    """The runtime's convolution of spec ``c`` on these operands, into ``out``."""
+    from stitchcuda import rt
+
+    rt.conv(x, w, b, stride=list(c.stride), padding=list(c.padding), dilation=list(c.dilation), groups=c.groups,
+            transposed=c.transposed, output_padding=list(c.output_padding), policy=policy, activation=activation,
+            channels_last=channels_last, out=out, stream=stream)
+
+
 def bench_spec(c, trials: int, flush) -> dict:
     import torch
     import torch.nn.functional as F
-
-    from stitchcuda import rt
 
     sp = len(c.in_size)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -91,10 +106,9 @@ def bench_spec(c, trials: int, flush) -> dict:
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.benchmark = False  # PyTorch's default: cuDNN's heuristics, no autotuning
-    kw = dict(stride=c.stride, padding=c.padding, dilation=c.dilation, groups=c.groups)
+    kw = torch_kwargs(c)
     if c.transposed:
         fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[sp - 1]
-        kw["output_padding"] = c.output_padding
     else:
         fn = (F.conv1d, F.conv2d, F.conv3d)[sp - 1]
     act = {"none": lambda y: y, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
@@ -109,9 +123,7 @@ def bench_spec(c, trials: int, flush) -> dict:
         o = torch.empty_like(ref, memory_format=fmt if cl else torch.contiguous_format)
 
         def ours(xx=xx, ww=ww, o=o, cl=cl):
-            rt.conv(xx, ww, b, stride=list(c.stride), padding=list(c.padding), dilation=list(c.dilation),
-                    groups=c.groups, transposed=c.transposed, output_padding=list(c.output_padding), policy="tf32",
-                    activation=c.activation, channels_last=cl, out=o, stream=stream)
+            rt_conv(c, xx, ww, b, o, cl, stream, activation=c.activation)
 
         def theirs(xx=xx, ww=ww):
             return act(fn(xx, ww, b, **kw))

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (beside it: conv_engines)
+from conv_engines import rt_conv, torch_kwargs  # noqa: E402
 
 
 def tf32(x, mode: str):
@@ -35,7 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
 
     from stitchcuda import plan as P
-    from stitchcuda import rt
     from stitchcuda.pipeline import capture_problem
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         g = torch.Generator(device="cuda").manual_seed(len(seen))
         x = torch.randn(c.batch, c.in_channels, *c.in_size, device="cuda", generator=g)
         w = torch.randn(*c.w.shape, device="cuda", generator=g)
-        kw = dict(stride=c.stride, padding=c.padding, dilation=c.dilation, groups=c.groups)
+        kw = torch_kwargs(c)
         exact = F.conv2d(x.double(), w.double(), **kw)
         near = F.conv2d(tf32(x, "nearest").double(), tf32(w, "nearest").double(), **kw)
         trunc = F.conv2d(tf32(x, "truncate").double(), tf32(w, "truncate").double(), **kw)
@@ -70,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             fmt = torch.channels_last if cl else torch.contiguous_format
             xx, ww = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
             o = torch.empty_like(exact, dtype=torch.float32, memory_format=fmt)
-            rt.conv(xx, ww, None, stride=list(c.stride), padding=list(c.padding), dilation=list(c.dilation),
-                    groups=c.groups, policy="tf32", channels_last=cl, out=o, stream=stream)
+            rt_conv(c, xx, ww, None, o, cl, stream)
             runs[f"ours {'NHWC' if cl else 'NCHW'}"] = o
             runs[f"torch {'NHWC' if cl else 'NCHW'}"] = F.conv2d(xx, ww, **kw)
         torch.cuda.synchronize()

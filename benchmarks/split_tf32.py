@@ -2,7 +2,8 @@
 
 For each size n: A, B drawn from N(0, 1) (and, with --scale-rows, rows of A scaled over six decades,
 where one TF32 rounding costs the most), out = A @ B by the runtime at fp32 (SIMT), at tf32 (one
-TF32 product) and split TF32 (``rt.gemm_split_tf32``: three), each against A @ B in float64 on the
+TF32 product), split TF32 (``rt.gemm_split_tf32``: three TF32 products as one GEMM over 3K) and split
+bf16 (``rt.gemm_split_bf16``: three bf16 products as one GEMM), each against A @ B in float64 on the
 GPU (max |error| / max |reference|); times are CUDA-event medians of 10 runs with the L2 flushed
 before each, after warm-up (plans built and timed outside). Prints a Markdown table.
 
@@ -49,10 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.uint8, device=dev)
     ways = {"fp32": lambda x, y, o: rt.gemm(x, y, o, policy="fp32", stream=stream),
             "tf32": lambda x, y, o: rt.gemm(x, y, o, policy="tf32", stream=stream),
-            "split tf32": lambda x, y, o: rt.gemm_split_tf32(x, y, o, stream=stream)}
+            "split tf32": lambda x, y, o: rt.gemm_split_tf32(x, y, o, stream=stream),
+            "split bf16": lambda x, y, o: rt.gemm_split_bf16(x, y, o, stream=stream)}
     print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}")
-    print("| n | fp32 error | tf32 error | split error | fp32 ms | tf32 ms | split ms | split TFLOP/s | split vs fp32 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| n | fp32 error | tf32 error | split tf32 error | split bf16 error | fp32 ms | tf32 ms | split tf32 ms | "
+          "split bf16 ms | split bf16 vs tf32 time | split bf16 vs fp32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in (int(s) for s in a.sizes.split(",")):
         g = torch.Generator(device=dev).manual_seed(n)
         x = torch.randn(n, n, device=dev, generator=g)
@@ -69,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
             row[f"{name} error"] = (out.double() - ref).abs().max().item() / scale
             row[f"{name} ms"] = flushed_median_ms(lambda: fn(x, y, out), flush, a.runs)
-        flops = 2.0 * n ** 3
         _emit(a, row, f"| {n} | {row['fp32 error']:.2e} | {row['tf32 error']:.2e} | {row['split tf32 error']:.2e} | "
-                      f"{row['fp32 ms']:.3f} | {row['tf32 ms']:.3f} | {row['split tf32 ms']:.3f} | "
-                      f"{flops / row['split tf32 ms'] / 1e9:.0f} | {row['fp32 ms'] / row['split tf32 ms']:.2f}x |")
+                      f"{row['split bf16 error']:.2e} | {row['fp32 ms']:.3f} | {row['tf32 ms']:.3f} | "
+                      f"{row['split tf32 ms']:.3f} | {row['split bf16 ms']:.3f} | "
+                      f"{row['split bf16 ms'] / row['tf32 ms']:.2f}x | {row['fp32 ms'] / row['split bf16 ms']:.2f}x |")
         del x, y, ref, out
         torch.cuda.empty_cache()
     return 0

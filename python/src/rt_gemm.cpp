@@ -124,7 +124,7 @@ Mat as_matrix(const View& v, const char* name, bool transpose) {
 // once and what rt.bind_gemm keeps for repeated launches without DLPack or checks.
 struct GemmCall {
   st_gemm_args g{};
-  bool split_tf32 = false;  // st_gemm_split_tf32 (an fp32 GEMM on TF32 tensor cores)
+  char split = 0;  // 't': st_gemm_split_tf32, 'b': st_gemm_split_bf16 (an fp32 GEMM on tensor cores)
   std::vector<st_ep_op> ops;
   const void* residual = nullptr;
   int64_t ldr = 0;
@@ -134,7 +134,8 @@ struct GemmCall {
   st_status launch(uintptr_t stream) const {
     void* s = reinterpret_cast<void*>(stream);
     py::gil_scoped_release nogil;
-    if (split_tf32) return st_gemm_split_tf32(&g, s);
+    if (split == 't') return st_gemm_split_tf32(&g, s);
+    if (split == 'b') return st_gemm_split_bf16(&g, s);
     return ops.empty() ? st_gemm(&g, s)
                        : st_gemm_epilogue(&g, ops.data(), static_cast<int32_t>(ops.size()), residual, ldr, s);
   }
@@ -268,14 +269,26 @@ py::object gemm(py::object a, py::object b, py::object out, const std::string& p
   return call->result;
 }
 
+py::object gemm_split(char parts, py::object a, py::object b, py::object out, bool trans_a, bool trans_b,
+                      const std::string& epilogue, py::object bias, py::object c, float alpha, float beta,
+                      uintptr_t stream) {
+  auto call = prepare_gemm(a, b, out, "fp32", trans_a, trans_b, epilogue, bias, c, alpha, beta, py::none(),
+                           py::none(), stream);
+  call->split = parts;
+  check(call->launch(stream));
+  return call->result;
+}
+
 py::object gemm_split_tf32(py::object a, py::object b, py::object out, bool trans_a, bool trans_b,
                            const std::string& epilogue, py::object bias, py::object c, float alpha, float beta,
                            uintptr_t stream) {
-  auto call = prepare_gemm(a, b, out, "fp32", trans_a, trans_b, epilogue, bias, c, alpha, beta, py::none(),
-                           py::none(), stream);
-  call->split_tf32 = true;
-  check(call->launch(stream));
-  return call->result;
+  return gemm_split('t', a, b, out, trans_a, trans_b, epilogue, bias, c, alpha, beta, stream);
+}
+
+py::object gemm_split_bf16(py::object a, py::object b, py::object out, bool trans_a, bool trans_b,
+                           const std::string& epilogue, py::object bias, py::object c, float alpha, float beta,
+                           uintptr_t stream) {
+  return gemm_split('b', a, b, out, trans_a, trans_b, epilogue, bias, c, alpha, beta, stream);
 }
 
 py::object epilogue(py::object x_obj, py::object ops_obj, py::object out_obj, py::object residual_obj,
@@ -360,8 +373,16 @@ Returns out (a new DeviceTensor when out is None). Asynchronous on `stream`.)doc
         py::arg("stream") = 0,
         R"doc(gemm's fp32 product at fp32-grade accuracy on TF32 tensor cores (split TF32): each float32
 operand as a TF32 big part plus a TF32 remainder, three TF32 products accumulated in fp32 (the one
-of the two remainders, ~2^-22 of the product, left out). Arguments as gemm's with float32
-operands (no ops chain). Returns out. Asynchronous on `stream`.)doc");
+of the two remainders, ~2^-22 of the product, left out), as one GEMM over K three times as long.
+Arguments as gemm's with float32 operands (no ops chain). Returns out. Asynchronous on `stream`.)doc");
+
+  m.def("gemm_split_bf16", &gemm_split_bf16, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::kw_only(),
+        py::arg("trans_a") = false, py::arg("trans_b") = false, py::arg("epilogue") = "none",
+        py::arg("bias") = py::none(), py::arg("c") = py::none(), py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f,
+        py::arg("stream") = 0,
+        R"doc(gemm_split_tf32 with bfloat16 parts: three bf16 products (tensor cores at twice TF32's
+rate) accumulated in fp32, about 2^-16 relative error a product (TF32's: 2^-10). Arguments as
+gemm_split_tf32's. Returns out. Asynchronous on `stream`.)doc");
 
   py::class_<GemmCall, std::shared_ptr<GemmCall>>(m, "BoundGemm",
       "A GEMM with its operands bound: calling it launches with no DLPack exchange and no argument checks.")

@@ -60,6 +60,20 @@ def gemm_split_tf32(
     beta: float = 0.0,
     stream: int = 0,
 ) -> Any: ...
+def gemm_split_bf16(
+    a: Tensor,
+    b: Tensor,
+    out: Tensor | None = None,
+    *,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    epilogue: str = "none",
+    bias: Tensor | None = None,
+    c: Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    stream: int = 0,
+) -> Any: ...
 class BoundGemm:
     def __call__(self, stream: int = 0) -> Any: ...
     @property

@@ -138,6 +138,11 @@ ST_FORWARD(st_status, st_gemm_epilogue,
             void* stream),
            (a, ops, n_ops, residual, ldr, stream), stream, a ? (int)a->policy : -1,
            a ? dt(a->a_dtype) + "," + dt(a->b_dtype) + "," + dt(a->out_dtype) : std::string())
+ST_FORWARD(st_status, st_gemm_split_tf32, (const st_gemm_args* a, void* stream), (a, stream), stream,
+           a ? (int)a->policy : -1, a ? dt(a->a_dtype) + "," + dt(a->b_dtype) + "," + dt(a->out_dtype) : std::string())
+// its bf16 GEMM kernels are what the Verifier's kernel-name check excuses (one launch a call, two with split-K)
+ST_FORWARD(st_status, st_gemm_split_bf16, (const st_gemm_args* a, void* stream), (a, stream), stream,
+           a ? (int)a->policy : -1, a ? dt(a->a_dtype) + "," + dt(a->b_dtype) + "," + dt(a->out_dtype) : std::string())
 ST_FORWARD(st_status, st_epilogue_apply, (const st_epilogue_args* a, void* stream), (a, stream), stream, -1,
            a ? dt(a->dtype) : std::string())
 ST_FORWARD(st_status, st_conv, (const st_conv_args* a, void* stream), (a, stream), stream, a ? (int)a->policy : -1,

@@ -276,6 +276,13 @@ st_status st_gemm_split_tf32(const st_gemm_args* args, void* stream) {
   });
 }
 
+st_status st_gemm_split_bf16(const st_gemm_args* args, void* stream) {
+  return guarded([&] {
+    ST_REQUIRE(args, "st_gemm_split_bf16: args is null");
+    st::gemm_split_bf16(*args, as_stream(stream));
+  });
+}
+
 st_status st_epilogue_apply(const st_epilogue_args* args, void* stream) {
   return guarded([&] {
     ST_REQUIRE(args, "st_epilogue_apply: args is null");

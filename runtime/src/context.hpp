@@ -41,7 +41,7 @@ struct PlanKey {
   int64_t lda, ldb, ldc, ldo;
   int64_t stride_a, stride_b, stride_c, stride_out;
   int64_t trans_a, trans_b;
-  int64_t policy, epilogue, dtype;
+  int64_t policy, epilogue, dtype, in_dtype;  // dtype: out's (and c's, bias's); in_dtype: a's and b's
   int64_t has_c, c_is_out;
   int64_t align_a, align_b, align_c, align_out, align_bias;
   bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof(PlanKey)) == 0; }

@@ -81,19 +81,26 @@ st_dtype policy_storage(st_policy p) {
   throw Error(ST_ERR_INVALID_ARGUMENT, cat("policy ", int(p), " is not one of fp32, tf32, bf16, fp16"));
 }
 
+// bfloat16 operands under policy fp32 with a float32 out: bf16 products accumulated in fp32 (the
+// split-bf16 GEMM's one product, split_tf32.cu). Every other policy takes its storage type throughout.
+bool mixed_bf16(const st_gemm_args& g) {
+  return g.policy == ST_POLICY_FP32 && g.out_dtype == ST_FLOAT32 && g.a_dtype == ST_BFLOAT16 && g.b_dtype == ST_BFLOAT16;
+}
+
 void check_gemm_args(const st_gemm_args& g) {
   const st_dtype want = policy_storage(g.policy);
+  const st_dtype want_in = mixed_bf16(g) ? ST_BFLOAT16 : want;
   const char* pol = st_policy_name(g.policy);
   ST_REQUIRE(g.m >= 1 && g.n >= 1 && g.k >= 1, "gemm: m, n, k must be >= 1, got m=", g.m, " n=", g.n, " k=", g.k);
   ST_REQUIRE(g.batch >= 1 && g.batch <= INT32_MAX, "gemm: batch must be in [1, 2^31), got ", g.batch);
-  ST_REQUIRE(g.a_dtype == want, "gemm: a has dtype ", st_dtype_name(g.a_dtype), ", policy ", pol, " expects ", st_dtype_name(want));
-  ST_REQUIRE(g.b_dtype == want, "gemm: b has dtype ", st_dtype_name(g.b_dtype), ", policy ", pol, " expects ", st_dtype_name(want));
+  ST_REQUIRE(g.a_dtype == want_in, "gemm: a has dtype ", st_dtype_name(g.a_dtype), ", policy ", pol, " expects ", st_dtype_name(want));
+  ST_REQUIRE(g.b_dtype == want_in, "gemm: b has dtype ", st_dtype_name(g.b_dtype), ", policy ", pol, " expects ", st_dtype_name(want));
   ST_REQUIRE(g.out_dtype == want, "gemm: out has dtype ", st_dtype_name(g.out_dtype), ", policy ", pol, " expects ", st_dtype_name(want));
   ST_REQUIRE(g.a && g.b && g.out, "gemm: a, b and out must be non-null device pointers");
-  const int64_t es = static_cast<int64_t>(st_dtype_size(want));
+  const int64_t es = static_cast<int64_t>(st_dtype_size(want)), es_in = static_cast<int64_t>(st_dtype_size(want_in));
   auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % es == 0; };
-  ST_REQUIRE(aligned(g.a), "gemm: a is not aligned to its element size (", es, " bytes)");
-  ST_REQUIRE(aligned(g.b), "gemm: b is not aligned to its element size (", es, " bytes)");
+  ST_REQUIRE(reinterpret_cast<uintptr_t>(g.a) % es_in == 0, "gemm: a is not aligned to its element size (", es_in, " bytes)");
+  ST_REQUIRE(reinterpret_cast<uintptr_t>(g.b) % es_in == 0, "gemm: b is not aligned to its element size (", es_in, " bytes)");
   ST_REQUIRE(aligned(g.out), "gemm: out is not aligned to its element size (", es, " bytes)");
   ST_REQUIRE(g.lda >= (g.trans_a ? g.m : g.k), "gemm: lda=", g.lda, " is smaller than a row of a (", (g.trans_a ? g.m : g.k), ")");
   ST_REQUIRE(g.ldb >= (g.trans_b ? g.k : g.n), "gemm: ldb=", g.ldb, " is smaller than a row of b (", (g.trans_b ? g.k : g.n), ")");
@@ -117,12 +124,12 @@ namespace {
 PlanKey make_key(const st_gemm_args& g) {
   PlanKey k;
   std::memset(&k, 0, sizeof(k));
-  const int64_t es = static_cast<int64_t>(st_dtype_size(g.out_dtype));
+  const int64_t es = static_cast<int64_t>(st_dtype_size(g.out_dtype)), es_in = static_cast<int64_t>(st_dtype_size(g.a_dtype));
   const bool has_c = g.beta != 0.f;
   k.m = g.m; k.n = g.n; k.k = g.k; k.batch = g.batch;
   k.lda = g.lda; k.ldb = g.ldb; k.ldo = g.ldo;
   k.trans_a = g.trans_a != 0; k.trans_b = g.trans_b != 0;
-  k.policy = g.policy; k.epilogue = g.epilogue; k.dtype = g.out_dtype;
+  k.policy = g.policy; k.epilogue = g.epilogue; k.dtype = g.out_dtype; k.in_dtype = g.a_dtype;
   k.has_c = has_c;
   if (g.batch > 1) { k.stride_a = g.stride_a; k.stride_b = g.stride_b; k.stride_out = g.stride_out; }
   if (has_c) {
@@ -131,8 +138,8 @@ PlanKey make_key(const st_gemm_args& g) {
     if (g.batch > 1) k.stride_c = g.stride_c;
     k.align_c = alignment(g.c, es, g.ldc, k.stride_c);
   }
-  k.align_a = alignment(g.a, es, g.lda, k.stride_a);
-  k.align_b = alignment(g.b, es, g.ldb, k.stride_b);
+  k.align_a = alignment(g.a, es_in, g.lda, k.stride_a);
+  k.align_b = alignment(g.b, es_in, g.ldb, k.stride_b);
   k.align_out = alignment(g.out, es, g.ldo, k.stride_out);
   if (epilogue_has_bias(g.epilogue)) k.align_bias = alignment(g.bias, es, 0, 0);
   return k;
@@ -172,7 +179,7 @@ const char* gelu_strategy() {
 
 // Descriptors and layouts of one way to run the GEMM with cuBLASLt epilogue `epi`.
 void build_plan(Context& ctx, const st_gemm_args& g, const PlanKey& key, st_epilogue epi, GemmPlan& plan) {
-  const cudaDataType_t t = cuda_type(g.out_dtype);
+  const cudaDataType_t t = cuda_type(g.out_dtype), t_in = cuda_type(g.a_dtype);
   ST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute_type(g.policy), CUDA_R_32F));
   // cuBLASLt's A is our B, its B is our A (see the file comment).
   const cublasOperation_t opa = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -183,13 +190,16 @@ void build_plan(Context& ctx, const st_gemm_args& g, const PlanKey& key, st_epil
   ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epi, sizeof(lt_epi)));
   if (epilogue_has_bias(epi)) {
     ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    // the bias has out's type (with bf16 operands and a float32 out, float32 too)
+    const cudaDataType_t bt = t;
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
     plan.bias = g.bias;
   }
   const int64_t batch = g.batch;
-  if (g.trans_b) set_layout(&plan.la, t, g.k, g.n, g.ldb, batch, key.stride_b);
-  else           set_layout(&plan.la, t, g.n, g.k, g.ldb, batch, key.stride_b);
-  if (g.trans_a) set_layout(&plan.lb, t, g.m, g.k, g.lda, batch, key.stride_a);
-  else           set_layout(&plan.lb, t, g.k, g.m, g.lda, batch, key.stride_a);
+  if (g.trans_b) set_layout(&plan.la, t_in, g.k, g.n, g.ldb, batch, key.stride_b);
+  else           set_layout(&plan.la, t_in, g.n, g.k, g.ldb, batch, key.stride_b);
+  if (g.trans_a) set_layout(&plan.lb, t_in, g.m, g.k, g.lda, batch, key.stride_a);
+  else           set_layout(&plan.lb, t_in, g.k, g.m, g.lda, batch, key.stride_a);
   set_layout(&plan.ld, t, g.n, g.m, g.ldo, batch, key.stride_out);
   if (key.has_c) set_layout(&plan.lc, t, g.n, g.m, g.ldc, batch, key.stride_c);
   else           set_layout(&plan.lc, t, g.n, g.m, g.ldo, batch, key.stride_out);

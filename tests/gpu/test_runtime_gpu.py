@@ -116,16 +116,23 @@ def test_gemm_views_and_broadcast_batch():
     assert out.shape == (64, 16)
 
 
-@pytest.mark.parametrize("case", ["plain", "transposed_b_bias_relu", "batched_broadcast_b_residual"])
-def test_split_tf32_gemm_is_fp32_grade(case):
-    """The split-TF32 GEMM's error against float64 is fp32's order, far below TF32's, through a
-    transposed operand, a bias and activation, a broadcast batch and a residual (beta * C)."""
+@pytest.mark.parametrize("case", ["plain", "aligned", "transposed_a", "transposed_b_bias_relu",
+                                  "batched_broadcast_b_residual", "batched_broadcast_a"])
+def test_split_gemms_beside_fp32_and_tf32(case):
+    """The split GEMMs' error against float64, through transposed operands (K the inner or the outer
+    axis of each), a bias and activation, a broadcast batch of either operand, a residual (beta * C),
+    and odd and vector-friendly sizes: split TF32 is fp32's order, far below TF32's; split bf16 lies
+    between, well below TF32's."""
     g = torch.Generator(device="cuda").manual_seed(7)
-    m, n, k = 257, 129, 1031
+    m, n, k = (256, 128, 1024) if case == "aligned" else (257, 129, 1031)
     batched = case.startswith("batched")
-    a = torch.randn((3, m, k) if batched else (m, k), device="cuda", generator=g)
+    a = torch.randn((3, m, k) if batched and case != "batched_broadcast_a" else (m, k), device="cuda", generator=g)
+    if case == "transposed_a":
+        a = a.t().contiguous().t()  # stored k x m
     w = torch.randn(n, k, device="cuda", generator=g)
-    b = w.t() if case.startswith("transposed") else w.t().contiguous()
+    b = w.t() if case.startswith("transposed_b") else w.t().contiguous()
+    if case == "batched_broadcast_a":
+        b = torch.randn(3, k, n, device="cuda", generator=g)
     epilogue = "bias_relu" if "bias" in case else "none"
     bias = torch.randn(n, device="cuda", generator=g) if "bias" in case else None
     c = torch.randn((3, m, n) if batched else (m, n), device="cuda", generator=g) if "residual" in case else None
@@ -138,10 +145,12 @@ def test_split_tf32_gemm_is_fp32_grade(case):
         return ((torch.from_dlpack(out).double() - ref).abs().max() / ref.abs().max()).item()
 
     split = err(rt.gemm_split_tf32(a, b, **kw))
+    bf16 = err(rt.gemm_split_bf16(a, b, **kw))
     fp32 = err(rt.gemm(a, b, policy="fp32", **kw))
     tf32 = err(rt.gemm(a, b, policy="tf32", **kw))
     assert split <= 4 * fp32 + 1e-7, f"{case}: split {split:.2e}, fp32 {fp32:.2e}"
     assert split * 50 < tf32, f"{case}: split {split:.2e}, tf32 {tf32:.2e}"
+    assert split < bf16 and bf16 * 16 < tf32, f"{case}: bf16 parts {bf16:.2e}, split TF32 {split:.2e}, tf32 {tf32:.2e}"
 
 
 def test_plan_cache_is_bounded_least_recently_used_first():

@@ -1,12 +1,13 @@
-"""A GEMM or convolution the precision repair raises to fp32 inside a TF32 program runs as the
-split-TF32 product (CPU: plan, Coder, plan interpreter, nvcc).
+"""A GEMM or convolution the precision repair raises to fp32 inside a TF32 program runs as a split
+product on tensor cores (CPU: plan, Coder, plan interpreter, nvcc).
 
 The loop's precision repair raises the nodes of rounding tasks to fp32 through constraints. In a
-TF32 program such a GEMM becomes three TF32 products of split operands (``st_gemm_split_tf32``,
-fp32-grade error at tensor-core speed: BENCHMARKS.md) where the fp32 GEMM ran on the SIMT units;
-an fp32 program keeps exact fp32 GEMMs, and a GEMM with a chained epilogue keeps the fp32 path
-(the split call takes cuBLASLt's own epilogue only). A raised convolution becomes one TF32
-convolution over split operands (``st_conv_split_tf32``), channels-last like the TF32 ones.
+TF32 program such a GEMM becomes three bf16 products of split operands in one GEMM
+(``st_gemm_split_bf16``, about 2^-16 relative error at 1.5x a TF32 GEMM's time) or, where the GEMM
+node's strategy option asks for ``tf32x3`` (the repair's next step), three TF32 products
+(``st_gemm_split_tf32``, fp32-grade); a chained epilogue runs after it in the epilogue kernel. An
+fp32 program keeps exact fp32 GEMMs. A raised convolution becomes one TF32 convolution over split
+operands (``st_conv_split_tf32``), channels-last like the TF32 ones.
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ class ConvNet(nn.Module):
 _RAISED = (ops.A + "linear.default", ops.A + "addmm.default", ops.A + "mm.default", ops.A + "convolution.default")
 
 
-def _plan(model, x, policy, raise_all: bool):
+def _plan(model, x, policy, raise_all: bool, parts: str | None = None):
     cap = frontend.capture(model, [x], "m", supported_ops=ops.supported())
     gemm_nodes = [n.name for n in cap.graph.nodes if n.op in _RAISED]
     assert gemm_nodes, [n.op for n in cap.graph.nodes]
-    constraints = P.Constraints.of(precision={n: "fp32" for n in gemm_nodes}) if raise_all else None
+    strategy = {n: parts for n in gemm_nodes if "conv" not in n} if parts else None
+    constraints = P.Constraints.of(precision={n: "fp32" for n in gemm_nodes}, strategy=strategy) \
+        if raise_all else None
     return P.plan(cap.graph, policy, constraints=constraints), cap
 
 
@@ -75,16 +78,17 @@ def _gemms(plan):
     return [t for t in plan.run_tasks if isinstance(t.params, P.GemmSpec)]
 
 
-def test_a_raised_gemm_in_a_tf32_program_is_the_split_product():
+@pytest.mark.parametrize("parts,split", [(None, "bf16"), ("bf16x3", "bf16"), ("tf32x3", "tf32")])
+def test_a_raised_gemm_in_a_tf32_program_is_a_split_product(parts, split):
     torch.manual_seed(0)
     model, x = Mlp(), torch.randn(5, 24)
-    plan, cap = _plan(model, x, "tf32", raise_all=True)
+    plan, cap = _plan(model, x, "tf32", raise_all=True, parts=parts)
     gemms = _gemms(plan)
-    assert gemms and all(t.params.policy == "fp32" and t.params.split_tf32 for t in gemms), \
-        [(t.name, t.params.policy, t.params.split_tf32) for t in gemms]
-    assert all("TF32 products" in t.note for t in gemms)
+    assert gemms and all(t.params.policy == "fp32" and t.params.split == split for t in gemms), \
+        [(t.name, t.params.policy, t.params.split) for t in gemms]
+    assert all(f"three {split.upper()} products" in t.note for t in gemms)
     src = C.code(plan, cap.graph, None, arch="sm_90").program_cu
-    assert src.count("st_gemm_split_tf32(&g, stream)") == len(gemms)
+    assert src.count(f"st_gemm_split_{split}(&g, stream)") == len(gemms)
     assert P.Plan.from_json(plan.to_json()).to_json() == plan.to_json()
     out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])[0].double()
     with torch.no_grad():
@@ -97,22 +101,50 @@ def test_no_split_product_where_nothing_was_raised_or_the_program_is_fp32(policy
     torch.manual_seed(0)
     plan, cap = _plan(Mlp(), torch.randn(5, 24), policy, raise_all)
     gemms = _gemms(plan)
-    assert gemms and not any(t.params.split_tf32 for t in gemms)
-    assert "st_gemm_split_tf32" not in C.code(plan, cap.graph, None, arch="sm_90").program_cu
+    assert gemms and not any(t.params.split for t in gemms)
+    assert "st_gemm_split_" not in C.code(plan, cap.graph, None, arch="sm_90").program_cu
 
 
-def test_a_raised_gemm_with_a_chained_epilogue_keeps_the_fp32_gemm():
+def test_a_raised_gemm_with_a_chained_epilogue_is_split_then_its_chain_applied():
     torch.manual_seed(0)
-    plan, cap = _plan(Chained(), torch.randn(5, 24), "tf32", raise_all=True)
+    model, x = Chained(), torch.randn(5, 24)
+    plan, cap = _plan(model, x, "tf32", raise_all=True)
     gemms = _gemms(plan)
-    assert gemms and all(t.params.chain for t in gemms), [t.params.chain for t in gemms]
-    assert not any(t.params.split_tf32 for t in gemms)
+    assert gemms and all(t.params.chain and t.params.split == "bf16" for t in gemms), \
+        [(t.params.chain, t.params.split) for t in gemms]
+    src = C.code(plan, cap.graph, None, arch="sm_90").program_cu
+    assert src.count("st_gemm_split_bf16(&g, stream)") == len(gemms) and "st_epilogue_apply(&e, stream)" in src
+    assert "st_gemm_epilogue" not in src
+    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])[0].double()
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x.double())
+    assert torch.allclose(out, want, rtol=1e-6, atol=1e-6)
 
 
-def test_the_split_program_compiles(nvcc, tmp_path):
+def test_the_split_gemms_cost_three_products_of_their_parts():
+    """The cost model charges a split GEMM three products at its parts' rate (bf16's twice TF32's)
+    and the split operands it writes: more time than the TF32 GEMM, the bf16 form less than the TF32 form."""
+    from stitchcuda.device import H100 as ceil
+    from stitchcuda.kinds import gemm as K
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(512, 512)), torch.randn(256, 512)
+    tf32 = _gemms(_plan(model, x, "tf32", raise_all=False)[0])[0].params
+    bf16 = _gemms(_plan(model, x, "tf32", raise_all=True)[0])[0].params
+    tf32x3 = _gemms(_plan(model, x, "tf32", raise_all=True, parts="tf32x3")[0])[0].params
+
+    def seconds(spec):
+        f, b, peak = K.cost(spec, ceil)
+        return max(f / peak, b / ceil.bandwidth)
+
+    assert seconds(tf32) < seconds(bf16) < seconds(tf32x3)
+
+
+@pytest.mark.parametrize("model,parts", [(Mlp, "tf32x3"), (Chained, None)])
+def test_the_split_program_compiles(nvcc, tmp_path, model, parts):
     from stitchcuda import build as B
 
-    plan, cap = _plan(Mlp(), torch.randn(5, 24), "tf32", raise_all=True)
+    plan, cap = _plan(model(), torch.randn(5, 24), "tf32", raise_all=True, parts=parts)
     r = B.build(C.code(plan, cap.graph, None, arch="sm_90").program_cu, arch="sm_90", cache=tmp_path)
     assert r.ok, r.compile.output[:2000] if r.compile else r.message
 

@@ -314,6 +314,22 @@ def test_library_kernels_below_the_claim_fail_it():
     assert _kernel_precision(ok, tf32, m, "tf32", notes) == ok
     assert _kernel_precision(ok, tf32, m, "fp32", notes)[0].status == "fail"
 
+
+def test_split_bf16_calls_excuse_only_their_own_bf16_launches():
+    """Under a tf32 claim, the bf16 launches the runtime's split-bf16 GEMM accounts for (two a call) are
+    no evidence; one more bf16 launch is, and so is any fp16 launch, and nothing is excused under fp32."""
+    from stitchcuda.verifier.run.precision_claim import kernel_evidence
+
+    bf16 = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+    fp16 = "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN"
+    assert kernel_evidence([bf16] * 4, "tf32", excused_bf16=4) == ""
+    assert "4 library kernel" not in kernel_evidence([bf16] * 5, "tf32", excused_bf16=4)
+    assert "1 library kernel launch(es) under a tf32 claim compute in bf16" in \
+        kernel_evidence([bf16] * 5, "tf32", excused_bf16=4)
+    assert "compute in fp16" in kernel_evidence([bf16, fp16], "tf32", excused_bf16=4)
+    assert "compute in bf16" in kernel_evidence([bf16], "fp32", excused_bf16=4)
+    assert "compute in bf16" in kernel_evidence([bf16], "tf32")
+
 # ------------------------------------------------------------------ 5: work on another stream
 
 

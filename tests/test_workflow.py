@@ -59,6 +59,21 @@ def test_precision_repair_raises_only_the_responsible_task(tmp_path):
     assert {"repair", "replan", "next", "optimize", "done"} <= kinds, kinds
 
 
+def test_precision_repair_takes_tf32_parts_where_bf16_parts_are_not_enough(tmp_path):
+    """A raised GEMM first runs as three bf16 products; where that is still wrong, the repair asks for
+    three TF32 products for the raised GEMMs, and the bisection keeps that choice."""
+    judge = ScriptedJudge(sensitive=("linear_1",), exact=("linear_1",))
+    r = run(tmp_path, judge, [PrecisionRepair(), Variants()])
+    st = r.state
+    first = st.candidates[1]
+    assert first.proposer == "precision" and not first.ok and "bf16 parts" in first.judgement.summary
+    esc = next(c for c in st.candidates if "three TF32 products" in c.description)
+    assert esc.ok and esc.constraints["strategy"].get("linear_1") == "tf32x3", esc.constraints
+    best = st.best_candidate
+    assert best.ok and best.constraints["precision"] == {"linear_1": "fp32"}
+    assert best.constraints["strategy"].get("linear_1") == "tf32x3"
+
+
 def test_exact_rewrite_repairs_and_beats_fp32(tmp_path):
     judge = ScriptedJudge(sensitive=("linear_1",))
     r = run(tmp_path, judge, [Rewrites(), PrecisionRepair()])

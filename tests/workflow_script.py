@@ -40,10 +40,12 @@ def example():
 class ScriptedJudge:
     """``sensitive``: graph nodes whose GEMM must run at fp32 (unless rewritten away) for a pass.
     ``ms``: strategy -> (ms at the policy, ms at fp32); ``gpu_s`` per verification.
-    ``sleep_on``: the verification number (1-based) that writes ``marker`` and sleeps."""
+    ``sleep_on``: the verification number (1-based) that writes ``marker`` and sleeps.
+    ``exact``: of those, the nodes whose raised GEMM must not split into bf16 parts (TF32 parts pass)."""
 
-    def __init__(self, sensitive=("linear_1",), ms=None, gpu_s=1.0, sleep_on=None, marker=None, slower=()):
+    def __init__(self, sensitive=("linear_1",), ms=None, gpu_s=1.0, sleep_on=None, marker=None, slower=(), exact=()):
         self.sensitive = set(sensitive)
+        self.exact = set(exact)
         self.ms = ms or {"cublaslt_gemm": (1.0, 3.0), "reduction_template": (0.5, 0.5),
                          "elementwise_kernel": (0.2, 0.2)}
         self.gpu_s = gpu_s
@@ -76,6 +78,8 @@ class ScriptedJudge:
                 ms *= 2
             if t["strategy"] == "cublaslt_gemm" and pol != "fp32" and self.sensitive & set(t["covers"]):
                 wrong.append(t["name"])
+            elif t["strategy"] == "cublaslt_gemm" and self.exact & set(t["covers"]) and t["params"].get("split") == "bf16":
+                wrong.append(t["name"] + " (bf16 parts)")
             total += ms
             times.append(TaskTime(t["name"], ms * 1e3, 0.2))
         m = json.loads((Path(program) / "manifest.json").read_text())

@@ -32,3 +32,56 @@ def test_optimize_never_slower_than_build(tmp_path, dev_set_path):
     root, best = st.root_candidate, st.best_candidate
     assert root.ok and best is not None and best.ok
     assert best.ms <= root.ms
+
+
+#: A reference with three linears wide enough for cuBLASLt's tensor-core kernels.
+MLP = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.ReLU(),
+                                 nn.Linear(1024, 256))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def get_inputs():
+    return [torch.randn(2048, 512)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("parts,call", [("auto", "st_gemm_split_bf16"), ("tf32x3", "st_gemm_split_tf32")])
+def test_raised_gemms_verify_as_split_products_with_their_profile_judged(tmp_path, parts, call):
+    """Every GEMM raised to fp32 in a TF32 program: split into bf16 parts (the default) or TF32 parts,
+    the program verifies at tf32 with its CUPTI profile judged, so the bf16 kernels the split-bf16 GEMM
+    launches pass the precision claim's kernel-name check (two a call excused, no more)."""
+    from stitchcuda import ops
+    from stitchcuda import plan as P
+    from stitchcuda.pipeline import build_program, capture_problem
+    from stitchcuda.verifier import verify
+
+    ref = tmp_path / "mlp.py"
+    ref.write_text(MLP)
+    graph = capture_problem(str(ref), precision="tf32").graph
+    gemms = [n.name for n in graph.nodes if ops.kind(n.op) == "gemm"]
+    assert len(gemms) == 3, [n.op for n in graph.nodes]
+    c = P.Constraints.of(precision={n: "fp32" for n in gemms},
+                         strategy={n: parts for n in gemms} if parts != "auto" else None)
+    out = tmp_path / "mlp"
+    outcome = build_program(str(ref), precision="tf32", out=out, constraints=c, quiet=True)
+    assert outcome.ok, outcome.build.message if outcome.build else "not built"
+    assert (out / "program.cu").read_text().count(f"{call}(&g, stream)") == 3
+    result = verify(out, precision="tf32", trials=5, time=False, profile=True)
+    assert result.ok, f"{result.kind}: {result.verdict.summary()}"
+    checks = {ch.name: (ch.status, ch.detail) for ch in result.result.checks}
+    assert checks.get("precision_claim", ("pass",))[0] == "pass", checks

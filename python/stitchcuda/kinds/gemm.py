@@ -41,9 +41,13 @@ class GemmSpec:
     out is m x n with leading dim ldo; strides between batch items (0: broadcast).
     ``epilogue`` is cuBLASLt's (``none``, ``bias``, ``relu``, ``gelu``, ``bias_relu``,
     ``bias_gelu``), ``chain`` the runtime's epilogue ops applied after it, in place.
-    ``split_tf32``: an fp32 task of a TF32 program (the loop's precision repair raised it) computed
-    as three TF32 products of split operands (st_gemm_split_tf32: fp32-grade error, 4-5x fp32's
-    against float64 where TF32's is 15-60x more, at tensor-core speed) instead of on the SIMT units.
+    ``split``: how an fp32 task of a TF32 program (the loop's precision repair raised it) runs on
+    tensor cores instead of the SIMT units: ``bf16`` three bf16 products of split operands in one
+    GEMM (st_gemm_split_bf16: about 2^-16 relative error a product, 30-60x below TF32's, at 1.5x a
+    TF32 GEMM's time), ``tf32`` three TF32 products (st_gemm_split_tf32: fp32-grade, 4-5x fp32's
+    error, at 3x TF32's time); ``""`` not split. The node's strategy option (``gemm``: ``bf16x3``,
+    the default, or ``tf32x3``) chooses; the loop's precision repair asks for ``tf32x3`` where bf16
+    parts were not enough.
     """
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "gemm")
@@ -75,7 +79,7 @@ class GemmSpec:
     chain: tuple[EpOp, ...] = ()
     residual: View | None = None
     ldr: int = 0
-    split_tf32: bool = False
+    split: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,7 @@ class GemmProto(Proto):
     steps: tuple[ChainStep, ...] = ()
     out: str = ""
     policy: str = ""
+    parts: str = "auto"  #: the gemm strategy option: how a raised task splits (GemmSpec.split)
 
 
 # ---------------------------------------------------------------------- claim
@@ -185,7 +190,15 @@ def _gemm(cx, n: Node) -> None:
         if s.kind in ("bias", "residual"):
             ins.append(s.tensor)
     cx.claim(GemmProto(cx.name(nodes), tuple(nodes), (t,), tuple(ins), a=a, b=b, bias=bias, alpha=alpha,
-                       steps=tuple(steps), out=t, policy=cx.policy_of(nodes)))
+                       steps=tuple(steps), out=t, policy=cx.policy_of(nodes),
+                       parts=_parts(cx, nodes)))
+
+
+def _parts(cx, nodes) -> str:
+    """The gemm strategy option any of the task's nodes asks for (a GEMM merged from several, as a
+    query-key-value projection, is asked through any of them)."""
+    asked = {cx.constraints.option(x, "auto") for x in nodes} & {"bf16x3", "tf32x3"}
+    return "tf32x3" if "tf32x3" in asked else asked.pop() if asked else "auto"
 
 
 def _chain_step(cx, u: Node, cur: str, ncols: int, has_bias: bool, residual: bool) -> ChainStep | None:
@@ -383,17 +396,18 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
         res_v, ldr = rv, rc[2]
     if chain and batch > 1 and mo.batch_stride != M * mo.ld:
         raise AssertionError("batched epilogue needs a dense batch")
-    # A task the constraints raised to fp32 in a TF32 program: the split product (no chained
-    # epilogue: st_gemm_split_tf32 takes cuBLASLt's own, on its last product).
-    split = policy == "fp32" and get_policy(lw.f.policy).tf32 and not chain and \
-        all(v.dtype == "float32" for v in (a_view, vb2, out_view))
+    # A task the constraints raised to fp32 in a TF32 program: a split product on tensor cores (a
+    # chained epilogue applied after it by the epilogue kernel).
+    split = ""
+    if policy == "fp32" and get_policy(lw.f.policy).tf32 and all(v.dtype == "float32" for v in (a_view, vb2, out_view)):
+        split = "tf32" if pr.parts == "tf32x3" else "bf16"
     spec = GemmSpec("gemm", policy, M, n, kk, batch, a_view, ma.ld, ma.batch_stride, ma.trans,
                     vb2, mb.ld, mb.batch_stride, mb.trans, out_view, mo.ld, mo.batch_stride if batch > 1 else 0,
                     alpha=alpha, beta=beta, c=c_v, ldc=ldc, stride_c=stride_c, bias=bias_v, epilogue=epilogue,
-                    chain=tuple(chain), residual=res_v, ldr=ldr, split_tf32=split)
+                    chain=tuple(chain), residual=res_v, ldr=ldr, split=split)
     reads = [a_view, vb2, bias_v, c_v, res_v]
     lw.add(pr, pr.name, spec, reads, [out_view], touched=list(pr.ins) + [out_t],
-           note="fp32-grade: three TF32 products of split operands" if split else "")
+           note=f"raised: three {split.upper()} products of split operands in one GEMM" if split else "")
 
 
 # ---------------------------------------------------------------------- cost, interpret, render
@@ -402,7 +416,11 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
 def cost(spec: GemmSpec, ceil) -> tuple[float, float, float]:
     flops = 2.0 * spec.m * spec.n * spec.k * spec.batch + spec.m * spec.n * spec.batch * (len(spec.chain) + 1)
     nbytes = sum(view_bytes(v) for v in (spec.a, spec.b, spec.c, spec.bias, spec.residual)) + view_bytes(spec.out)
-    return flops, nbytes, ceil.gemm_peak("tf32") / 3 if spec.split_tf32 else ceil.gemm_peak(spec.policy)
+    if spec.split:  # three products over the split operands, written once a call (3x, in the parts' type)
+        a_n, b_n = view_bytes(spec.a), view_bytes(spec.b)
+        nbytes += (a_n + b_n) * (1 + 3 * (0.5 if spec.split == "bf16" else 1.0))
+        return flops, nbytes, ceil.gemm_peak(spec.split) / 3
+    return flops, nbytes, ceil.gemm_peak(spec.policy)
 
 
 def interpret(mem, g: GemmSpec) -> None:
@@ -456,11 +474,20 @@ def render(t, g: GemmSpec, n, fn: str) -> tuple[list[str], list[str]]:
     if g.bias is not None:
         lines.append(f"  g.bias = {n('bias')};")
     lines.append(f"  g.alpha = {cxx.flit(g.alpha)}; g.beta = {cxx.flit(g.beta)};")
+    call = f"st_gemm_split_{g.split}" if g.split else "st_gemm"
     if not g.chain:
-        lines.append(f"  return {'st_gemm_split_tf32' if g.split_tf32 else 'st_gemm'}(&g, stream);")
+        lines.append(f"  return {call}(&g, stream);")
         return [], lines
     chain = ", ".join(f"{{ST_EP_{e.kind}, {cxx.flit(e.a)}, {cxx.flit(e.b)}}}" for e in g.chain)
     lines.append(f"  const st_ep_op ops[] = {{{chain}}};")
+    if g.split:  # the split product, then the chain in place by the epilogue kernel
+        lines += [f"  if (st_status s = {call}(&g, stream)) return s;",
+                  "  st_epilogue_args e{};",
+                  f"  e.dtype = g.out_dtype; e.rows = {g.m * g.batch}; e.cols = {g.n};",
+                  "  e.x = g.out; e.ldx = g.ldo; e.out = g.out; e.ldo = g.ldo; e.bias = g.bias;",
+                  f"  e.residual = {n.opt('residual')}; e.ldr = {g.ldr}; e.ops = ops; e.n_ops = {len(g.chain)};",
+                  "  return st_epilogue_apply(&e, stream);"]
+        return [], lines
     lines.append(f"  return st_gemm_epilogue(&g, ops, {len(g.chain)}, {n.opt('residual')}, {g.ldr}, stream);")
     return [], lines
 

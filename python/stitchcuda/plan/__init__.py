@@ -180,6 +180,8 @@ def choices(graph: Graph) -> Choices:
             strat.append((n.name, STRATEGIES["row"]))
         elif ops.kind(n.op) == "conv":
             strat.append((n.name, STRATEGIES["conv"]))
+        elif ops.kind(n.op) == "gemm":
+            strat.append((n.name, STRATEGIES["gemm"]))
     # a rewrite the constraints ask for is applied after the library choices (:func:`plan`), which
     # can make its place: a per-feature subtract folded into a linear's bias leaves the linear read
     # by the mean after it (KernelBench 2:51) — so where it applies is asked of that graph too,

@@ -82,6 +82,8 @@ STRATEGIES: dict[str, tuple[str, ...]] = {
     "attention": ("auto", "fused", "unfused"),
     "row": ("auto", "single", "split"),
     "conv": ("auto", "channels_first", "channels_last"),
+    # a GEMM raised to fp32 in a TF32 program: three bf16 products (auto) or three TF32 products
+    "gemm": ("auto", "bf16x3", "tf32x3"),
 }
 
 

@@ -7,7 +7,8 @@ simply say everything it knows each time; one with nothing new returns ``[]``.
 
 * :class:`PrecisionRepair` — a wrong answer under tf32/bf16/fp16: first every task that rounds
   (under tf32 GEMMs, convolutions, attention and recurrences; under 16-bit storage every task that
-  computes) raised to fp32 (*repair*); once that verifies, a bisection over
+  computes) raised to fp32 (*repair*; a raised GEMM of a TF32 program runs as three bf16 products,
+  then, where that is still wrong, as three TF32 products); once that verifies, a bisection over
   those tasks (*replan*) lowers them back half at a time, keeping only the tasks that are
   responsible at fp32. Its notes say which tasks and why.
 * :class:`Rewrites` — the exact algebraic rewrites that apply (``plan.rewrite``): reductions
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from ..plan import Constraints
+from ..plan import STRATEGIES, Constraints
 from ..precision import POLICIES
 from ..precision import get as get_policy
 from .state import Candidate, Route, State
@@ -90,16 +91,41 @@ class PrecisionRepair:
             j = ctx.base.judgement
             if j is None or j.kind != "wrong_answer":
                 return []
+            escalate = self._escalate(ctx)
             sus = self.suspects(ctx.plan)
             if not sus:
-                return []
+                return escalate
             if ctx.base.id not in self._guides:  # the model runs once per failing base, not once per call
                 self._guides[ctx.base.id] = self._guided(ctx, sus)
             guided, said = self._guides[ctx.base.id]
             every = self._raise(ctx.base, sus, sus, "every task that rounds raised to fp32: is precision the cause? "
                                                      f"({j.summary})" + (f"; {said}" if said and guided is None else ""))
-            return [guided, every] if guided is not None else [every]
+            return escalate + ([guided, every] if guided is not None else [every])
         return self._bisect(ctx)
+
+    def _escalate(self, ctx: Context) -> list[Proposal]:
+        """Of each wrong candidate that raised GEMMs (each runs as three bf16 products, the default),
+        the same with those GEMMs as three TF32 products: the next step of precision where bf16 parts
+        were not enough. (The loop drops what it has tried.)"""
+        if not get_policy(ctx.plan.policy).tf32:
+            return []
+        gemm = {n for n, o in ctx.problem.choices().strategies if o == STRATEGIES["gemm"]}
+        out = []
+        for c in ctx.state.candidates:
+            j = c.judgement
+            if c.ok or j is None or j.kind != "wrong_answer" or "precision_raised" not in c.meta \
+                    or c.meta.get("precision_bisect"):  # a bisection's subset fails for want of a task, not of parts
+                continue
+            k = _constraints(c)
+            bf16 = [n for n, p in k.precision if p == "fp32" and n in gemm and k.option(n, "auto") != "tf32x3"]
+            if not bf16:
+                continue
+            new = Constraints.of(dict(k.precision), k.unfuse, {**dict(k.strategy), **{n: "tf32x3" for n in bf16}},
+                                 k.rewrites)
+            meta = {m: c.meta[m] for m in ("precision_raised", "precision_suspects") if m in c.meta}
+            out.append(Proposal(self.name, f"{c.id}'s raised GEMMs as three TF32 products, not bf16 ones "
+                                f"({', '.join(bf16)}): {j.summary}", new.to_dict(), dict(c.overrides), meta))
+        return out
 
     def _guided(self, ctx: Context, sus: Sequence[tuple[str, tuple[str, ...]]]) -> tuple[Proposal | None, str]:
         """Under tf32, the fewest tasks the plan interpreter finds responsible (:mod:`stitchcuda.check.sensitivity`),
@@ -208,8 +234,10 @@ class PrecisionRepair:
         for ts, what in steps:
             key = frozenset(ts)
             if key not in tried:
-                return [self._raise(base, subset(ts), suspects,
-                                    f"bisecting: {what} of {', '.join(order)} (the smallest set known to pass)")]
+                prop = self._raise(base, subset(ts), suspects,
+                                   f"bisecting: {what} of {', '.join(order)} (the smallest set known to pass)")
+                prop.meta["precision_bisect"] = True
+                return [prop]
         return []
 
 
@@ -265,7 +293,10 @@ class Variants:
         out = []
         if route.kind == "optimize":
             opts = dict(ctx.problem.choices().strategies)
+            tf32 = get_policy(ctx.plan.policy).tf32
             for n in task.covers:
+                if opts.get(n) == STRATEGIES["gemm"] and not (tf32 and c.policy_of([n], ctx.plan.policy) == "fp32"):
+                    continue  # how a raised GEMM splits: nothing to choose where it is not raised
                 for o in opts.get(n, ()):
                     if o == "auto" or c.option(n, "auto") == o:
                         continue

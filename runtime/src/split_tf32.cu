@@ -2,10 +2,10 @@
 //
 // Each fp32 operand is split into a "big" part and a "small" remainder, both exactly representable
 // in the tensor cores' input type (TF32: x = big + small + O(2^-22 |x|); bf16: O(2^-18 |x|)), and
-//   out = A_b B_b + A_b B_s + A_s B_b   (A_s B_s left out)
-// as ONE GEMM over K three times as long: A' = [A_b, A_b, A_s] and B' = [B_b; B_s; B_b] along K,
-// written once per call into stream-ordered scratch. The caller's beta * C, bias and activation are
-// the GEMM's own, applied once. CUTLASS calls the TF32 form OpMultiplyAddFastF32. An fp32 GEMM runs
+//   out = A_s B_b + A_b B_s + A_b B_b   (A_s B_s left out)
+// as three GEMMs accumulated in fp32 through beta, over the parts written once per call into
+// stream-ordered scratch as A' = [A_b, A_b, A_s] and B' = [B_b; B_s; B_b] along K (each product a
+// pair of K sections). CUTLASS calls the TF32 form OpMultiplyAddFastF32. An fp32 GEMM runs
 // on the SIMT units at ~67 TFLOP/s on an H100; the TF32 form runs at up to ~495 / 3, the bf16 form
 // at up to ~990 / 3 with about 2^-16 relative error a product (TF32's own: 2^-10), enough for a task
 // the precision repair raises in a TF32 program, where the tolerance is TF32's.
@@ -17,7 +17,7 @@
 // at the cost of writing x three times; engines that transform their operands (FFT, Winograd) are
 // left out, since a transformed TF32 value is rounded again. Measured on an H200 (BENCHMARKS.md):
 // the convolution's error is 7-13x fp32's, 10-40x below TF32's, growing with the reduction's length
-// (the GEMM's, when it was three GEMMs accumulated through beta: 4-5x fp32's).
+// (the GEMM's, three products accumulated through beta, 4-5x fp32's).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -187,9 +187,12 @@ void split_k3(const float* src, int64_t rows, int64_t cols, int64_t ld, int64_t 
   ST_CUDA_CHECK(cudaGetLastError());
 }
 
-// out = A_b B_b + A_b B_s + A_s B_b as ONE GEMM over K three times as long: A' = [A_b, A_b, A_s]
-// and B' = [B_b; B_s; B_b] along K (the GEMM's own beta * C, bias and activation, applied once). T
-// float: TF32 parts, a TF32 product; T bfloat16: bf16 parts, bf16 products accumulated in fp32.
+// out = A_s B_b + A_b B_s + A_b B_b as three GEMMs accumulated through beta, the remainders' products
+// first (the caller's beta * C on the first, its bias and activation on the last), over the parts
+// written once: A' = [A_b, A_b, A_s] and B' = [B_b; B_s; B_b] along K, each product a pair of K
+// sections. (The same as ONE GEMM over K tripled measured 5-10x the error on an H100, 1.1e-4
+// against 2.0e-5 at n = 8192 for TF32 parts: there each remainder's product is added to the big
+// running sum.) T float: TF32 parts and products; T bfloat16: bf16 parts, bf16 products in fp32.
 template <class T>
 void gemm_split(const st_gemm_args& g, cudaStream_t stream, const char* who) {
   ST_REQUIRE(g.policy == ST_POLICY_FP32, who, ": the policy must be fp32 (the precision it stands in for), got ",
@@ -214,13 +217,30 @@ void gemm_split(const st_gemm_args& g, cudaStream_t stream, const char* who) {
   const bool bf16 = sizeof(T) == 2;
   t.policy = bf16 ? ST_POLICY_FP32 : ST_POLICY_TF32;  // bf16 operands under fp32: bf16 products, fp32 sums
   t.a_dtype = t.b_dtype = bf16 ? ST_BFLOAT16 : ST_FLOAT32;
-  t.k = 3 * g.k;
-  t.a = a3;
   t.lda = g.trans_a ? ac : 3 * ac;
   t.stride_a = a_items > 1 ? 3 * ar * ac : 0;
-  t.b = b3;
   t.ldb = g.trans_b ? 3 * bc : bc;
   t.stride_b = b_items > 1 ? 3 * br * bc : 0;
+  // where each K section starts: along a row (K inner) or after a whole matrix of them (K outer)
+  const int64_t a_sec = g.trans_a ? ar * ac : ac, b_sec = g.trans_b ? bc : br * bc;
+  // 1: A_s B_b (+ the caller's beta * C), no epilogue.
+  t.a = a3 + 2 * a_sec;
+  t.b = b3;
+  t.epilogue = ST_EPI_NONE;
+  t.bias = nullptr;
+  gemm(t, stream);
+  // 2: + A_b B_s.
+  t.a = a3;
+  t.b = b3 + b_sec;
+  t.beta = 1.f;
+  t.c = g.out;
+  t.ldc = g.ldo;
+  t.stride_c = g.stride_out;
+  gemm(t, stream);
+  // 3: + A_b B_b, then the caller's bias and activation over the whole sum.
+  t.b = b3;
+  t.epilogue = g.epilogue;
+  t.bias = g.bias;
   gemm(t, stream);
 }
 

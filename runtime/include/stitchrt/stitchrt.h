@@ -168,19 +168,19 @@ typedef struct st_gemm_args {
 ST_API st_status st_gemm(const st_gemm_args* args, void* stream);
 
 /* The same product at fp32-grade accuracy on TF32 tensor cores (split TF32, "3xTF32"): each
- * operand split into a TF32 big part and a TF32 remainder, and out = A_b B_b + A_b B_s + A_s B_b as
- * ONE TF32 GEMM over K three times as long (A' = [A_b, A_b, A_s], B' = [B_b; B_s; B_b] along K;
- * beta * C and the epilogue applied once). args is an fp32 GEMM (policy ST_POLICY_FP32, float32
- * operands); the split operands take 3 x (|A| + |B|) floats of stream-ordered scratch per call.
+ * operand split into a TF32 big part and a TF32 remainder, and out = A_s B_b + A_b B_s + A_b B_b as
+ * three TF32 GEMMs accumulated in fp32 (beta * C on the first, the epilogue on the last). args is
+ * an fp32 GEMM (policy ST_POLICY_FP32, float32 operands); the split operands take
+ * 3 x (|A| + |B|) floats of stream-ordered scratch per call.
  *
  * Also, bfloat16 operands with a float32 out under ST_POLICY_FP32 in st_gemm: bf16 products
  * accumulated in fp32. */
 ST_API st_status st_gemm_split_tf32(const st_gemm_args* args, void* stream);
 
 /* The same with bfloat16 parts ("3xBF16"): x = big + small + O(2^-18 |x|) in bf16, the three
- * products one bf16 GEMM (tensor cores at twice TF32's rate) accumulated in fp32. Relative error
- * about 2^-16 per product: some 30-60x below TF32's, some 100x above fp32's. The split operands take
- * 3 x (|A| + |B|) bf16 values of scratch. */
+ * products bf16 GEMMs (tensor cores at twice TF32's rate) accumulated in fp32: about 2^-16
+ * relative error a product, well below TF32's. The split operands take 3 x (|A| + |B|) bf16 values
+ * of scratch. */
 ST_API st_status st_gemm_split_bf16(const st_gemm_args* args, void* stream);
 
 /* ---------------------------------------------------------------- fused epilogue ops */

@@ -206,6 +206,14 @@ def test_the_sanitizers_reports_become_one_check(built, tmp_path):
                                    "=========     at relu_f4(float4*, long)+0x70\n"
                                    "========= ERROR SUMMARY: 1 error\n")
     assert mem.errors == 1 and mem.lines[0].startswith("Invalid __global__ write")
+    # racecheck's hazards name the kernel as "at k+0xoff": in a library kernel (cuBLASLt's, TMA and
+    # wgmma, reported on an H100) they are the library's; in the program's own kernel they stay
+    race = ("========= Error: Race reported between Read access at nvjet_sm90_tss_128x128_64x6_2x1_v_bz_bias_TNT+0xa50\n"
+            "=========     and Write access at nvjet_sm90_tss_128x128_64x6_2x1_v_bz_bias_TNT+0x6000 [512 hazards]\n"
+            "========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)\n")
+    assert parse_report("racecheck", race).errors == 0
+    own = parse_report("racecheck", race.replace("nvjet_sm90_tss_128x128_64x6_2x1_v_bz_bias_TNT", "stitch_task_3"))
+    assert own.errors == 1 and "stitch_task_3" in own.lines[0]
 
 
 def test_the_tuning_command_answers_with_a_value_and_the_runner_goes_on(built):

@@ -83,5 +83,5 @@ def test_raised_gemms_verify_as_split_products_with_their_profile_judged(tmp_pat
     assert (out / "program.cu").read_text().count(f"{call}(&g, stream)") == 3
     result = verify(out, precision="tf32", trials=5, time=False, profile=True)
     assert result.ok, f"{result.kind}: {result.verdict.summary()}"
-    checks = {ch.name: (ch.status, ch.detail) for ch in result.result.checks}
+    checks = {ch.name: (ch.status, ch.detail) for ch in result.checks}
     assert checks.get("precision_claim", ("pass",))[0] == "pass", checks

@@ -70,7 +70,8 @@ _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.I)
 _HAZARDS = re.compile(r"RACECHECK SUMMARY:.*?\((\d+)\s+errors?", re.I)
 _ERROR_LINE = re.compile(r"^=+\s*(?:ERROR:\s*)?(Invalid |Race reported|Barrier error|Warp|Misaligned|Out-of-range|"
                          r"Address .* is out of bounds|Program hit|Malloc/Free|Cuda API error|Error:)", re.I)
-_KERNEL = re.compile(r"\bat (?:0x[0-9a-fA-F]+ in )?(?:void )?([A-Za-z_][\w:<>,~ ]*?)\(")
+#: the kernel an error names: "at 0x.. in void k(...)" (memcheck) or "at k+0xa50" (racecheck's hazards)
+_KERNEL = re.compile(r"\bat (?:0x[0-9a-fA-F]+ in )?(?:void )?([A-Za-z_][\w:<>,~ ]*?)(?:\(|\+0x[0-9a-fA-F]+)")
 #: Kernels of NVIDIA's libraries (cuBLAS / cuBLASLt, cuDNN, CUTLASS): racecheck's and synccheck's reports
 #: in them are the libraries', not the program's (memcheck's are kept: a wrong leading dimension handed
 #: to the library is the program's).

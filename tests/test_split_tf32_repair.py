@@ -204,3 +204,43 @@ def test_the_split_convolution_program_compiles(nvcc, tmp_path):
     plan, cap = _plan(ConvNet(), torch.randn(2, 4, 10, 10), "tf32", raise_all=True)
     r = B.build(C.code(plan, cap.graph, None, arch="sm_90").program_cu, arch="sm_90", cache=tmp_path)
     assert r.ok, r.compile.output[:2000] if r.compile else r.message
+
+
+class Rotary(nn.Module):
+    """Rotary angles as a product over K = 1 (positions x frequencies, as some transformers
+    versions write it), then a linear over K = 64."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 64, 2).float() / 64)))
+        self.proj = nn.Linear(64, 32)
+
+    def forward(self, pos):
+        freqs = (self.inv_freq[None, :, None] @ pos[:, None, :]).transpose(1, 2)  # [b, seq, 32]
+        return self.proj(torch.cat([freqs.cos(), freqs.sin()], -1))
+
+
+@pytest.mark.parametrize("policy", ["tf32", "fp32"])
+def test_a_short_sum_gemm_computes_at_fp32_under_tf32(policy):
+    """A product over fewer than SHORT_K terms is planned at fp32 under tf32 (not raised: no split,
+    not a precision-repair suspect); the linear over 64 terms keeps the program's policy."""
+    from stitchcuda.kinds.gemm import SHORT_K
+    from stitchcuda.workflow import PrecisionRepair
+
+    torch.manual_seed(0)
+    model, pos = Rotary().eval(), torch.arange(1000.0).repeat(2, 1)
+    cap = frontend.capture(model, [pos], "rotary", supported_ops=ops.supported())
+    plan = P.plan(cap.graph, policy)
+    gemms = {t.params.k: t for t in _gemms(plan)}
+    assert sorted(gemms) == [1, 64] and 1 < SHORT_K <= 64, sorted(gemms)
+    short, wide = gemms[1], gemms[64]
+    assert short.params.policy == "fp32" and not short.params.split
+    assert wide.params.policy == policy
+    if policy == "tf32":
+        assert "a sum of 1 terms" in short.note
+        suspects = [t for t, _ in PrecisionRepair().suspects(plan)]
+        assert wide.name in suspects and short.name not in suspects, suspects
+    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [pos])[0].double()
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(pos.double())
+    assert torch.allclose(out, want, rtol=1e-5, atol=1e-5)

@@ -10,6 +10,15 @@ stride; otherwise a strided-batched GEMM. Operands that are not matrices in the 
 type are copied (cast) first. The epilogue: a leading scale folds into ``alpha``, a per-column add
 into the bias, a same-shape add into ``beta·C`` (else a residual op), a leading ReLU (or tanh GELU
 off fp32) into cuBLASLt's epilogue, the rest into the runtime's chain in reference order.
+
+Precision where it costs nothing (as the convolutions' short sums, kinds/conv.py): under a policy
+that rounds to TF32, a GEMM whose sums are shorter than :data:`SHORT_K` computes at fp32. Such a
+product is bound by its output's bytes (2K flops per 4-byte element: under 8 flop/byte, below the
+fp32 SIMT units' ridge of about 22 on an H100), so tensor cores save nothing; and rounding its
+operands can cost the most. The rotary embedding's angles, positions x frequencies as a product
+over K = 1, are the first example: at TF32 a frequency keeps 11 bits, and at position 1000 its
+angle is off by up to half a radian. It was the single most sensitive task of the zoo's decoders
+(the interpreter's TF32 model, BENCHMARKS.md), and PyTorch rounds it too.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from .base import ClaimRule, Proto, TaskKind, view_bytes
 A = ops.A
 #: cuBLASLt / runtime limit on the fused epilogue chain.
 MAX_CHAIN = 8
+#: Sums shorter than this compute at fp32 under TF32 (module docstring): bound by their bytes.
+SHORT_K = 16
 
 
 @dataclass(frozen=True)
@@ -42,10 +53,10 @@ class GemmSpec:
     ``epilogue`` is cuBLASLt's (``none``, ``bias``, ``relu``, ``gelu``, ``bias_relu``,
     ``bias_gelu``), ``chain`` the runtime's epilogue ops applied after it, in place.
     ``split``: how an fp32 task of a TF32 program (the loop's precision repair raised it) runs on
-    tensor cores instead of the SIMT units: ``bf16`` three bf16 products of split operands in one
-    GEMM (st_gemm_split_bf16: about 2^-16 relative error a product, 30-60x below TF32's, at 1.5x a
-    TF32 GEMM's time), ``tf32`` three TF32 products (st_gemm_split_tf32: fp32-grade, 4-5x fp32's
-    error, at 3x TF32's time); ``""`` not split. The node's strategy option (``gemm``: ``bf16x3``,
+    tensor cores instead of the SIMT units: ``bf16`` three bf16 products of split operands
+    (st_gemm_split_bf16: about 2^-16 relative error a product, well below TF32's, on tensor cores
+    at twice TF32's rate), ``tf32`` three TF32 products (st_gemm_split_tf32: fp32-grade, 4-5x
+    fp32's error, at 3x TF32's time); ``""`` not split. The node's strategy option (``gemm``: ``bf16x3``,
     the default, or ``tf32x3``) chooses; the loop's precision repair asks for ``tf32x3`` where bf16
     parts were not enough.
     """
@@ -246,6 +257,7 @@ def _chain_step(cx, u: Node, cur: str, ncols: int, has_bias: bool, residual: boo
 def lower(lw, pr: GemmProto, pre: list) -> None:
     policy = pr.policy or lw.f.policy
     st = get_policy(policy).storage
+    short = False  # a short sum under TF32: planned at fp32 (module docstring), not raised
 
     def operand(x: Operand) -> View:
         v = lw.read(x.tensor, pre, pr.phase)
@@ -261,6 +273,8 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
     if b_vec:
         vb = L.unsqueeze(vb, -1)
     m, kk, n = va.shape[-2], va.shape[-1], vb.shape[-1]
+    if kk < SHORT_K and policy == "tf32":
+        policy, short = "fp32", True
     batch_shape = L.broadcast_shapes(va.shape[:-2], vb.shape[:-2])
     out_logical = batch_shape + (m, n)
 
@@ -399,7 +413,8 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
     # A task the constraints raised to fp32 in a TF32 program: a split product on tensor cores (a
     # chained epilogue applied after it by the epilogue kernel).
     split = ""
-    if policy == "fp32" and get_policy(lw.f.policy).tf32 and all(v.dtype == "float32" for v in (a_view, vb2, out_view)):
+    if policy == "fp32" and not short and get_policy(lw.f.policy).tf32 and \
+            all(v.dtype == "float32" for v in (a_view, vb2, out_view)):
         split = "tf32" if pr.parts == "tf32x3" else "bf16"
     spec = GemmSpec("gemm", policy, M, n, kk, batch, a_view, ma.ld, ma.batch_stride, ma.trans,
                     vb2, mb.ld, mb.batch_stride, mb.trans, out_view, mo.ld, mo.batch_stride if batch > 1 else 0,
@@ -407,7 +422,8 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
                     chain=tuple(chain), residual=res_v, ldr=ldr, split=split)
     reads = [a_view, vb2, bias_v, c_v, res_v]
     lw.add(pr, pr.name, spec, reads, [out_view], touched=list(pr.ins) + [out_t],
-           note=f"raised: three {split.upper()} products of split operands in one GEMM" if split else "")
+           note=f"raised: three {split.upper()} products of split operands" if split else
+           f"fp32: a sum of {kk} terms, bound by its bytes" if short else "")
 
 
 # ---------------------------------------------------------------------- cost, interpret, render

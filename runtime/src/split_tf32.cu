@@ -45,29 +45,6 @@ __device__ __forceinline__ float tf32_round(float x) {
 #endif
 }
 
-// src: `items` matrices of rows x cols (row stride ld, item stride `stride`) -> big / small, dense
-// (row stride cols, item stride rows * cols).
-__global__ void __launch_bounds__(256) split_kernel(const float* src, int64_t rows, int64_t cols, int64_t ld,
-                                                    int64_t stride, int64_t items, float* big, float* small) {
-  const int64_t per = rows * cols, n = per * items;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t b = i / per, rc = i - b * per, r = rc / cols, c = rc - r * cols;
-    const float v = src[b * stride + r * ld + c];
-    const float hi = tf32_round(v);
-    big[i] = hi;
-    small[i] = tf32_round(v - hi);
-  }
-}
-
-void split(const void* src, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t items, float* big,
-           float* small, cudaStream_t stream) {
-  const int64_t n = rows * cols * items;
-  const int64_t want = (n + 255) / 256;
-  const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
-  split_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float*>(src), rows, cols, ld, stride, items, big, small);
-  ST_CUDA_CHECK(cudaGetLastError());
-}
-
 // src viewed as [blocks, run] -> dst as [blocks, 3, run]: copy `lo` of each run holds the TF32
 // remainder, the two others the TF32 big part. V: float or float4 (run a multiple of 4, 16-byte
 // aligned pointers).

@@ -72,6 +72,9 @@ def test_precision_repair_takes_tf32_parts_where_bf16_parts_are_not_enough(tmp_p
     best = st.best_candidate
     assert best.ok and best.constraints["precision"] == {"linear_1": "fp32"}
     assert best.constraints["strategy"].get("linear_1") == "tf32x3"
+    # the split is a step of precision, never a speed variant: Variants does not offer it
+    assert not any(c.proposer == "variant" and ("bf16x3" in c.description or "tf32x3" in c.description)
+                   for c in st.candidates), [c.description for c in st.candidates]
 
 
 def test_exact_rewrite_repairs_and_beats_fp32(tmp_path):

@@ -293,10 +293,9 @@ class Variants:
         out = []
         if route.kind == "optimize":
             opts = dict(ctx.problem.choices().strategies)
-            tf32 = get_policy(ctx.plan.policy).tf32
             for n in task.covers:
-                if opts.get(n) == STRATEGIES["gemm"] and not (tf32 and c.policy_of([n], ctx.plan.policy) == "fp32"):
-                    continue  # how a raised GEMM splits: nothing to choose where it is not raised
+                if opts.get(n) == STRATEGIES["gemm"]:
+                    continue  # how a raised GEMM splits is a step of precision (the repair's), never faster
                 for o in opts.get(n, ()):
                     if o == "auto" or c.option(n, "auto") == o:
                         continue

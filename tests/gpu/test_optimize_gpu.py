@@ -85,3 +85,48 @@ def test_raised_gemms_verify_as_split_products_with_their_profile_judged(tmp_pat
     assert result.ok, f"{result.kind}: {result.verdict.summary()}"
     checks = {ch.name: (ch.status, ch.detail) for ch in result.checks}
     assert checks.get("precision_claim", ("pass",))[0] == "pass", checks
+
+
+#: Rotary angles as a product over K = 1 (positions x frequencies, as transformers 5.17 writes them),
+#: then a linear: at TF32 the product alone is 9.95x the tf32 bound in the interpreter's model.
+ROTARY = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 64, 2).float() / 64)))
+        self.proj = nn.Linear(64, 256)
+
+    def forward(self, pos):
+        freqs = (self.inv_freq[None, :, None] @ pos[:, None, :]).transpose(1, 2)
+        return self.proj(torch.cat([freqs.cos(), freqs.sin()], -1))
+
+
+def get_inputs():
+    return [torch.arange(2048.0).repeat(8, 1)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.gpu
+def test_a_short_sum_product_verifies_at_tf32_as_built(tmp_path):
+    """The rotary angles' K = 1 product computes at fp32 under tf32 (kinds/gemm.py, SHORT_K), so
+    `build`'s program verifies at tf32 with no repair; its linear (K = 64) stays on TF32."""
+    from stitchcuda.pipeline import build_program
+    from stitchcuda.verifier import verify
+
+    ref = tmp_path / "rotary.py"
+    ref.write_text(ROTARY)
+    out = tmp_path / "rotary"
+    outcome = build_program(str(ref), precision="tf32", out=out, quiet=True)
+    assert outcome.ok, outcome.build.message if outcome.build else "not built"
+    src = (out / "program.cu").read_text()
+    assert "ST_POLICY_FP32" in src and "ST_POLICY_TF32" in src
+    result = verify(out, precision="tf32", trials=5, time=False, profile=False)
+    assert result.ok, f"{result.kind}: {result.verdict.summary()}"

@@ -373,7 +373,8 @@ Returns out (a new DeviceTensor when out is None). Asynchronous on `stream`.)doc
         py::arg("stream") = 0,
         R"doc(gemm's fp32 product at fp32-grade accuracy on TF32 tensor cores (split TF32): each float32
 operand as a TF32 big part plus a TF32 remainder, three TF32 products accumulated in fp32 (the one
-of the two remainders, ~2^-22 of the product, left out). Arguments as gemm's with float32 operands (no ops chain). Returns out. Asynchronous on `stream`.)doc");
+of the two remainders, ~2^-22 of the product, left out). Arguments as gemm's with float32
+operands (no ops chain). Returns out. Asynchronous on `stream`.)doc");
 
   m.def("gemm_split_bf16", &gemm_split_bf16, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::kw_only(),
         py::arg("trans_a") = false, py::arg("trans_b") = false, py::arg("epilogue") = "none",

@@ -98,9 +98,9 @@ void check_gemm_args(const st_gemm_args& g) {
   ST_REQUIRE(g.out_dtype == want, "gemm: out has dtype ", st_dtype_name(g.out_dtype), ", policy ", pol, " expects ", st_dtype_name(want));
   ST_REQUIRE(g.a && g.b && g.out, "gemm: a, b and out must be non-null device pointers");
   const int64_t es = static_cast<int64_t>(st_dtype_size(want)), es_in = static_cast<int64_t>(st_dtype_size(want_in));
-  auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % es == 0; };
-  ST_REQUIRE(reinterpret_cast<uintptr_t>(g.a) % es_in == 0, "gemm: a is not aligned to its element size (", es_in, " bytes)");
-  ST_REQUIRE(reinterpret_cast<uintptr_t>(g.b) % es_in == 0, "gemm: b is not aligned to its element size (", es_in, " bytes)");
+  auto aligned = [&](const void* p, int64_t size = 0) { return reinterpret_cast<uintptr_t>(p) % (size ? size : es) == 0; };
+  ST_REQUIRE(aligned(g.a, es_in), "gemm: a is not aligned to its element size (", es_in, " bytes)");
+  ST_REQUIRE(aligned(g.b, es_in), "gemm: b is not aligned to its element size (", es_in, " bytes)");
   ST_REQUIRE(aligned(g.out), "gemm: out is not aligned to its element size (", es, " bytes)");
   ST_REQUIRE(g.lda >= (g.trans_a ? g.m : g.k), "gemm: lda=", g.lda, " is smaller than a row of a (", (g.trans_a ? g.m : g.k), ")");
   ST_REQUIRE(g.ldb >= (g.trans_b ? g.k : g.n), "gemm: ldb=", g.ldb, " is smaller than a row of b (", (g.trans_b ? g.k : g.n), ")");

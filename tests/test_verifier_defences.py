@@ -316,7 +316,7 @@ def test_library_kernels_below_the_claim_fail_it():
 
 
 def test_split_bf16_calls_excuse_only_their_own_bf16_launches():
-    """Under a tf32 claim, the bf16 launches the runtime's split-bf16 GEMM accounts for (two a call) are
+    """Under a tf32 claim, the bf16 launches the runtime's split-bf16 GEMM accounts for are
     no evidence; one more bf16 launch is, and so is any fp16 launch, and nothing is excused under fp32."""
     from stitchcuda.verifier.run.precision_claim import kernel_evidence
 
@@ -329,6 +329,28 @@ def test_split_bf16_calls_excuse_only_their_own_bf16_launches():
     assert "compute in fp16" in kernel_evidence([bf16, fp16], "tf32", excused_bf16=4)
     assert "compute in bf16" in kernel_evidence([bf16], "fp32", excused_bf16=4)
     assert "compute in bf16" in kernel_evidence([bf16], "tf32")
+
+
+def test_a_split_bf16_call_excuses_its_three_products_launches():
+    """The profile's check counts SPLIT_BF16_LAUNCHES a call: a call's three products (each a GEMM
+    kernel and, where cuBLASLt splits K, its reduction) pass; one launch more does not."""
+    from stitchcuda.verifier.report.profile import KernelRecord
+    from stitchcuda.verifier.run.precision_claim import SPLIT_BF16_LAUNCHES
+    from stitchcuda.verifier.verification import _kernel_precision
+
+    assert SPLIT_BF16_LAUNCHES >= 3
+    m = mf.Manifest.from_dict({
+        "format": "stitchcuda-program", "version": 1, "name": "k", "abi_version": 1, "precision": "tf32",
+        "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [4, 4]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [4, 4]}]})
+    ok = [DynamicCheck("precision_claim", "pass", "errors at tf32")]
+    bf16 = KernelRecord("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 0, 1)
+    three = [bf16] * 3
+    assert _kernel_precision(ok, three, m, "tf32", [], split_bf16_calls=1) == ok
+    assert _kernel_precision(ok, three, m, "tf32", [])[0].status == "fail"
+    more = [bf16] * (SPLIT_BF16_LAUNCHES + 1)
+    assert _kernel_precision(ok, more, m, "tf32", [], split_bf16_calls=1)[0].status == "fail"
 
 # ------------------------------------------------------------------ 5: work on another stream
 

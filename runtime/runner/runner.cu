@@ -140,7 +140,7 @@ ST_FORWARD(st_status, st_gemm_epilogue,
            a ? dt(a->a_dtype) + "," + dt(a->b_dtype) + "," + dt(a->out_dtype) : std::string())
 ST_FORWARD(st_status, st_gemm_split_tf32, (const st_gemm_args* a, void* stream), (a, stream), stream,
            a ? (int)a->policy : -1, a ? dt(a->a_dtype) + "," + dt(a->b_dtype) + "," + dt(a->out_dtype) : std::string())
-// its bf16 GEMM kernels are what the Verifier's kernel-name check excuses (one launch a call, two with split-K)
+// its bf16 GEMM kernels are what the Verifier's kernel-name check excuses (three products a call)
 ST_FORWARD(st_status, st_gemm_split_bf16, (const st_gemm_args* a, void* stream), (a, stream), stream,
            a ? (int)a->policy : -1, a ? dt(a->a_dtype) + "," + dt(a->b_dtype) + "," + dt(a->out_dtype) : std::string())
 ST_FORWARD(st_status, st_epilogue_apply, (const st_epilogue_args* a, void* stream), (a, stream), stream, -1,

@@ -438,7 +438,7 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
         elif pout.status == "timeout":
             timeout = pout.timeout
         checks = _kernel_precision(checks, kernels, prog.manifest, precision, run.notes,
-                                   excused_bf16=2 * int(pr.get("split_bf16_calls") or 0))
+                                   split_bf16_calls=int(pr.get("split_bf16_calls") or 0))
     elif o.profile and not correct:
         run.notes.append("not profiled: the candidate did not pass correctness")
     if corr is not None or crash is not None or timeout is not None:
@@ -454,13 +454,14 @@ def _verify_program(program_dir, reference, o: VerifyOptions) -> Verification:
 
 
 def _kernel_precision(checks: list[DynamicCheck], kernels: Sequence[KernelRecord], manifest: mf.Manifest,
-                      precision: str, notes: list[str], excused_bf16: int = 0) -> list[DynamicCheck]:
+                      precision: str, notes: list[str], split_bf16_calls: int = 0) -> list[DynamicCheck]:
     """The precision claim against what the libraries ran, by the profile's kernel names
     (:func:`.run.precision_claim.kernel_evidence`): a failure replaces the claim's check. Judged where
     every tensor of the problem is fp32 (a 16-bit problem's library kernels are 16-bit).
-    ``excused_bf16``: bf16 launches the runtime's split-bf16 GEMM accounts for (two a call, as the
-    runner counted them over the profiled runs)."""
-    from .run.precision_claim import kernel_evidence
+    ``split_bf16_calls``: the runtime's split-bf16 GEMM calls the runner counted over the profiled
+    runs; the bf16 launches they account for (:data:`~.run.precision_claim.SPLIT_BF16_LAUNCHES` a
+    call) are excused."""
+    from .run.precision_claim import SPLIT_BF16_LAUNCHES, kernel_evidence
 
     names = [k.name for k in kernels if k.kind == "kernel"]
     if not names:
@@ -468,7 +469,7 @@ def _kernel_precision(checks: list[DynamicCheck], kernels: Sequence[KernelRecord
     if any(t.dtype != "float32" for t in (*manifest.inputs, *manifest.outputs, *manifest.weights)):
         notes.append("library kernels not judged against the claim: the problem has tensors other than fp32")
         return checks
-    why = kernel_evidence(names, precision, excused_bf16)
+    why = kernel_evidence(names, precision, SPLIT_BF16_LAUNCHES * split_bf16_calls)
     if not why:
         return checks
     return [c for c in checks if c.name != "precision_claim"] + [

@@ -44,6 +44,9 @@ LOWER = {"fp32": "tf32", "tf32": "bf16"}
 
 #: Rank of each policy's arithmetic (a call below the claim's rank computes below it).
 RANK = {"fp32": 3, "tf32": 2, "bf16": 1, "fp16": 1}
+#: Library kernel launches one st_gemm_split_bf16 call may make: three bf16 products, each a GEMM kernel
+#: and, where cuBLASLt splits K, its reduction.
+SPLIT_BF16_LAUNCHES = 6
 #: The runtime's policy enum (stitchrt.h st_policy) and 16-bit dtype enums (st_dtype).
 ST_POLICY = {0: "fp32", 1: "tf32", 2: "bf16", 3: "fp16"}
 ST_HALF = {1: "float16", 2: "bfloat16"}
@@ -227,5 +230,5 @@ def math_summary(calls: Sequence[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["LOWER", "RANK", "PrecisionEvidence", "library_evidence", "kernel_math", "kernel_evidence",
+__all__ = ["LOWER", "RANK", "SPLIT_BF16_LAUNCHES", "PrecisionEvidence", "library_evidence", "kernel_math", "kernel_evidence",
            "math_summary"]

@@ -457,10 +457,8 @@ def _kernel_precision(checks: list[DynamicCheck], kernels: Sequence[KernelRecord
                       precision: str, notes: list[str], split_bf16_calls: int = 0) -> list[DynamicCheck]:
     """The precision claim against what the libraries ran, by the profile's kernel names
     (:func:`.run.precision_claim.kernel_evidence`): a failure replaces the claim's check. Judged where
-    every tensor of the problem is fp32 (a 16-bit problem's library kernels are 16-bit).
-    ``split_bf16_calls``: the runtime's split-bf16 GEMM calls the runner counted over the profiled
-    runs; the bf16 launches they account for (:data:`~.run.precision_claim.SPLIT_BF16_LAUNCHES` a
-    call) are excused."""
+    every tensor of the problem is fp32 (a 16-bit problem's library kernels are 16-bit). The bf16
+    launches of ``split_bf16_calls`` (the runner's count, SPLIT_BF16_LAUNCHES a call) are excused."""
     from .run.precision_claim import SPLIT_BF16_LAUNCHES, kernel_evidence
 
     names = [k.name for k in kernels if k.kind == "kernel"]

@@ -1,13 +1,13 @@
 """Which kernels run each convolution: stitchcuda's (rt.conv, channels-first and channels-last) beside
 PyTorch's (eager, both layouts) and torch.compile's, for every convolution of the given problems.
 
-Every convolution of each problem's tf32 plan (its ConvSpec: shape, stride, padding, groups, bias,
+Every convolution of each problem's plan at --precision (tf32, or fp32) (its ConvSpec: shape, stride, padding, groups, bias,
 activation) is run alone on fresh random operands, four ways: rt.conv with the spec as planned
 (channels-first), rt.conv channels-last, ``F.conv2d``/``conv3d``/... in PyTorch eager NCHW and
-channels-last (TF32 allowed, cuDNN's default algorithm choice). Each is timed (CUDA events, L2
+channels-last (TF32 allowed under tf32 only; cuDNN's default algorithm choice). Each is timed (CUDA events, L2
 flushed, warm-up first, median of --trials) and its kernels named (torch.profiler over one call:
 the kernels that take the most time, cuDNN engine kernels included). Then the whole problem under
-``torch.compile`` (TF32 allowed), with its kernels, to see the layout and engines Inductor chose.
+``torch.compile`` (at the same precision), with its kernels, to see the layout and engines Inductor chose.
 
     python benchmarks/conv_engines.py --problems 1:54,2:2 --out results/conv_engines.md
 
@@ -66,13 +66,13 @@ def _time(fn, flush, trials: int) -> float:
     return flushed_median_ms(fn, flush, trials, warmup=3)
 
 
-def conv_specs(row: dict) -> list:
+def conv_specs(row: dict, policy: str = "tf32") -> list:
     from stitchcuda import frontend
     from stitchcuda import plan as P
 
     ref = frontend.load_reference(row["source"], name=row["name"])
     cap = frontend.capture_reference(ref, device="meta", seed=0, state="lift")
-    plan = P.plan(cap.graph, "tf32")
+    plan = P.plan(cap.graph, policy)
     return [t.params for t in plan.tasks if isinstance(t.params, P.ConvSpec)]
 
 
@@ -93,7 +93,7 @@ def rt_conv(c, x, w, b, out, channels_last: bool, stream: int, policy: str = "tf
             channels_last=channels_last, out=out, stream=stream)
 
 
-def bench_spec(c, trials: int, flush) -> dict:
+def bench_spec(c, trials: int, flush, policy: str = "tf32") -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -103,8 +103,8 @@ def bench_spec(c, trials: int, flush) -> dict:
     w = torch.randn(*c.w.shape, device="cuda", generator=g) * 0.05
     b = torch.randn(c.out_channels, device="cuda", generator=g) if c.bias is not None else None
     fmt = {1: None, 2: torch.channels_last, 3: torch.channels_last_3d}[sp]
-    torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = policy == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = policy == "tf32"
     torch.backends.cudnn.benchmark = False  # PyTorch's default: cuDNN's heuristics, no autotuning
     kw = torch_kwargs(c)
     if c.transposed:
@@ -123,7 +123,7 @@ def bench_spec(c, trials: int, flush) -> dict:
         o = torch.empty_like(ref, memory_format=fmt if cl else torch.contiguous_format)
 
         def ours(xx=xx, ww=ww, o=o, cl=cl):
-            rt_conv(c, xx, ww, b, o, cl, stream, activation=c.activation)
+            rt_conv(c, xx, ww, b, o, cl, stream, policy=policy, activation=c.activation)
 
         def theirs(xx=xx, ww=ww):
             return act(fn(xx, ww, b, **kw))
@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--precision", choices=("tf32", "fp32"), default="tf32")
     args = ap.parse_args(argv)
     ids = [tuple(int(x) for x in p.split(":")) for p in args.problems.split(",") if p]
     flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
@@ -165,13 +166,13 @@ def main(argv: list[str] | None = None) -> int:
                             cwd=REPO).stdout.strip()
     lines = [f"# Convolution engines: {torch.cuda.get_device_name(0)}, {datetime.date.today()}, commit {commit}, "
              f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}", "",
-             f"`python benchmarks/conv_engines.py --problems {args.problems}` (tf32; ms, median of {args.trials}, "
+             f"`python benchmarks/conv_engines.py --problems {args.problems}` ({args.precision}; ms, median of {args.trials}, "
              "L2 flushed; kernels by share of the call's GPU time)", "",
              "| problem | conv | way | ms | kernels | err |", "|---|---|---|---|---|---|"]
     for row in _rows(ids):
         pid = f"{row['level']}:{row['problem_id']}"
         try:
-            specs = conv_specs(row)
+            specs = conv_specs(row, args.precision)
         except Exception as e:  # noqa: BLE001 - a problem that does not plan is a row saying so
             lines.append(f"| {pid} | | plan failed: {str(e).splitlines()[0][:80]} | | | |")
             continue
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"s{c.stride[0]} g{c.groups}{' +b' if c.bias is not None else ''}"
                      f"{' +' + c.activation if c.activation != 'none' else ''}")
             try:
-                res = bench_spec(c, args.trials, flush)
+                res = bench_spec(c, args.trials, flush, args.precision)
             except Exception as e:  # noqa: BLE001
                 lines.append(f"| {pid} | {shape} | failed: {str(e).splitlines()[0][:100]} | | | |")
                 continue

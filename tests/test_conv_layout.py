@@ -331,3 +331,55 @@ def test_short_sums_compute_at_fp32_under_tf32():
         "the precision repair suspects only what rounds"
     plan32, _ = _plan(model, x, "fp32")
     assert {t.params.policy for t in plan32.tasks if isinstance(t.params, P.ConvSpec)} == {"fp32"}
+
+
+class ConvActBn(nn.Module):
+    """conv -> an activation of one tensor -> training-mode batch norm (batch statistics)."""
+
+    def __init__(self, act: str, keep: bool = False):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 6, 3)
+        self.bn = nn.BatchNorm2d(6)
+        self.act, self.keep = act, keep
+
+    def forward(self, x):
+        y = self.conv(x)
+        y = y * torch.tanh(F.softplus(y)) if self.act == "mish" else torch.relu(y) * 0.5
+        z = self.bn(y)
+        return (z, y) if self.keep else z
+
+
+@pytest.mark.parametrize("act", ["mish", "relu"])
+@pytest.mark.parametrize("policy, tol", [("tf32", 1e-2), ("fp32", 1e-4)])
+def test_batch_statistics_recompute_the_activation_instead_of_writing_it(act, policy, tol):
+    """The activation between a convolution and a training-mode batch norm is the statistics'
+    prologue hook, and the affine recomputes it: the convolution's result is read twice and the
+    activation's result is never written (one elementwise pass: the affine)."""
+    torch.manual_seed(5)
+    model = ConvActBn(act).train()
+    x = torch.randn(3, 4, 12, 10)
+    plan, cap = _plan(model, x, policy)
+    (stats,) = [t for t in plan.tasks if isinstance(t.params, P.BnStatsSpec)]
+    (conv,) = _convs(plan)
+    assert stats.params.prologue, "the activation is not the statistics' hook"
+    assert stats.params.x.buffer == conv.params.out.buffer, "the statistics do not read the convolution's result"
+    ew = [t for t in plan.run_tasks if isinstance(t.params, P.EwSpec)]
+    assert len(ew) == 1, [t.covers for t in ew]
+    assert _simulated_error(model, x, plan, cap) < tol
+
+
+def test_an_activation_used_elsewhere_is_written_once():
+    """When the activation's result is also a graph output it is materialised, and the statistics
+    read it as it is (no hook, no copy of its nodes)."""
+    torch.manual_seed(6)
+    model = ConvActBn("mish", keep=True).train()
+    x = torch.randn(3, 4, 12, 10)
+    plan, cap = _plan(model, x, "fp32")
+    (stats,) = [t for t in plan.tasks if isinstance(t.params, P.BnStatsSpec)]
+    assert not stats.params.prologue
+    tanh = [n.name for n in cap.graph.nodes if n.op.endswith("tanh.default")]
+    assert tanh and sum(tanh[0] in t.covers for t in plan.tasks) == 1, "the activation is computed twice"
+    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])
+    want = copy.deepcopy(model).double()(x.double())
+    for o, w in zip(out, want):
+        assert torch.allclose(o.double(), w, atol=1e-4)

@@ -245,7 +245,8 @@ def _uses(o: Outcome, kind: str) -> bool:
 #: 16-bit storage, several outputs, in-place slice assignment.
 CASE_SAMPLE = ("pool_hooks", "adaptive_max2d", "groupnorm_2d_swish", "instancenorm_affine", "cumsum_int",
                "logcumsumexp", "max_dim_both", "embedding", "upsample_nearest", "any_all_var", "slice_assign",
-               "integer_bits", "attention_masked_rows", "upsample_linear_trilinear")
+               "integer_bits", "attention_masked_rows", "upsample_linear_trilinear",
+               "conv_mish_batchnorm", "conv_mish_batchnorm")  # (fp32: a block a channel; bf16: lanes along c)
 
 
 def test_case_programs_compile(nvcc, tmp_path):

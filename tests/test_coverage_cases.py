@@ -343,6 +343,11 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "conv_groupnorm_channels_last": ("conv", _seeded(lambda: (
         Fn(lambda s, x: torch.sigmoid(s.gn(s.c(x))), c=nn.Conv2d(3, 12, 3), gn=nn.GroupNorm(3, 12)),
         [_x(3, 3, 40, 37)]))),
+    # training-mode batch norm after an activation: the statistics recompute it as their prologue
+    # hook, the affine too (channels-last lanes under tensor cores, a block per channel at fp32)
+    "conv_mish_batchnorm": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.bn((lambda y: y * torch.tanh(F.softplus(y)))(s.c(x))), c=nn.Conv2d(3, 12, 3),
+           bn=nn.BatchNorm2d(12)), [_x(3, 3, 40, 37)]))),
     # means over a channels-last tensor's positions (a global average pool, kept dims and not;
     # an amax over two of three positions) read it in place as [samples, positions, channels]
     "conv_spatial_means_channels_last": ("conv", _seeded(lambda: (

@@ -4,15 +4,18 @@
 // Training mode (batch statistics), two passes over x viewed as [n, c, s] (strides sn, sc, ss):
 //   pass 1, per slice of the n * s reduced rows, a Welford state (count, mean, m2) per channel into
 //     part[(slice * c + channel) * 3]:
-//       bn_partial_kernel<T><<<(ceil(c / 32), splits), (32, 8)>>>(x, n, c, s, sn, sc, ss, rows_per_split, part, 0)
+//       bn_partial_kernel<T><<<(ceil(c / 32), splits), (32, 8)>>>(x, n, c, s, sn, sc, ss, rows_per_split, part, 0, pro)
 //         (lanes along c: NHWC, or few elements per plane), or
-//       bn_plane_partial_kernel<T><<<(c, splits), 256>>>(x, n, c, s, sn, sc, per, part)
+//       bn_plane_partial_kernel<T><<<(c, splits), 256>>>(x, n, c, s, sn, sc, per, part, pro)
 //         (each channel's elements in contiguous runs of s >= 64: NCHW; `per` elements a slice);
 //   pass 2, bn_finish_kernel<TW><<<c, 128>>>(part, splits, c, weight, bias, eps, scale, shift):
 //     the slices merged per channel (Chan et al., a block per channel); with the biased variance,
 //       scale[ch] = weight[ch] * rsqrt(var + eps),  shift[ch] = bias[ch] - mean * scale[ch].
 // Eval mode: bn_running_kernel<TW><<<ceil(c / 256), 256>>>(mean, var, weight, bias, c, eps, scale, shift),
 //   the same from the running statistics.
+//   pro: a hook (common.cuh) on every element read, so the statistics are those of pro(x): the
+//   elementwise ops that made the norm's input are recomputed here and by the apply, and that
+//   input is never written (stitch::Identity{} for none).
 // T: storage of x (float, __half, __nv_bfloat16); TW of weight / bias / running statistics (either
 // of weight and bias may be null: 1 and 0). scale and shift are fp32, c each; part holds
 // splits * c * 3 floats. Accumulation in fp32.
@@ -20,6 +23,7 @@
 
 #include <cstdint>
 
+#include "stitch/common.cuh"
 #include "stitch/numeric.cuh"
 
 namespace stitch {
@@ -32,10 +36,10 @@ namespace stitch {
 // shifted-data algorithm); the sums become a (count, mean, m2) state,
 // the 8 row lanes are merged (Chan et al.) and the slice's state per channel written to
 // part[(slice * c + channel) * 3].
-template <class T>
+template <class T, class Pro>
 __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, int64_t c, int64_t s, int64_t sn,
                                                          int64_t sc, int64_t ss, int64_t rows_per_split,
-                                                         float* part, int64_t zstride) {
+                                                         float* part, int64_t zstride, Pro pro) {
   // grid z: independent tensors zstride elements apart, each with its own splits * c states
   // (norm.cuh's channels-last group statistics: one per sample); z = 0 for batch norm
   x += int64_t(blockIdx.z) * zstride;
@@ -49,7 +53,7 @@ __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, 
   if (ch < c && r0 < r1) {
     const int64_t i0 = r0 / s;
     const T* xc = x + ch * sc;
-    const float shift = to_float(xc[i0 * sn + (r0 - i0 * s) * ss]);
+    const float shift = pro(to_float(xc[i0 * sn + (r0 - i0 * s) * ss]));
     float sum = 0.f, sq = 0.f;
     int64_t count = 0;
     // Row r = i * s + j walked by its (i, j) — no division a row — four loads in flight.
@@ -62,7 +66,7 @@ __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, 
       float v[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        v[u] = to_float(xc[i * sn + j * ss]);
+        v[u] = pro(to_float(xc[i * sn + j * ss]));
         next();
       }
 #pragma unroll
@@ -74,7 +78,7 @@ __global__ void __launch_bounds__(256) bn_partial_kernel(const T* x, int64_t n, 
       count += 4;
     }
     for (; r < r1; r += 8) {
-      const float d = to_float(xc[i * sn + j * ss]) - shift;
+      const float d = pro(to_float(xc[i * sn + j * ss])) - shift;
       next();
       sum += d;
       sq = fmaf(d, d, sq);
@@ -121,9 +125,10 @@ __device__ __forceinline__ void bn_merge(float& cnt, float& mean, float& m2, flo
   cnt = nt;
 }
 
-template <class T>
+template <class T, class Pro>
 __global__ void __launch_bounds__(256) bn_plane_partial_kernel(const T* x, int64_t n, int64_t c, int64_t s,
-                                                               int64_t sn, int64_t sc, int64_t per, float* part) {
+                                                               int64_t sn, int64_t sc, int64_t per, float* part,
+                                                               Pro pro) {
   __shared__ float sh[3][8];
   const int64_t ch = blockIdx.x;
   const int64_t e0 = int64_t(blockIdx.y) * per;
@@ -132,7 +137,7 @@ __global__ void __launch_bounds__(256) bn_plane_partial_kernel(const T* x, int64
   // Sums of (v - shift), shift = the slice's first element: no division per element, and the
   // offset of the data cancels (the shifted-data algorithm); each thread's sums become a
   // (count, mean, m2) state before the merge.
-  const float shift = e0 < e1 ? to_float(base[(e0 / s) * sn + e0 % s]) : 0.f;
+  const float shift = e0 < e1 ? pro(to_float(base[(e0 / s) * sn + e0 % s])) : 0.f;
   float sum = 0.f, sq = 0.f;
   int64_t count = 0;
   for (int64_t i = e0 / s; i * s < e1; ++i) {
@@ -142,7 +147,7 @@ __global__ void __launch_bounds__(256) bn_plane_partial_kernel(const T* x, int64
     for (int64_t j = j0 + threadIdx.x; j < j1; j += 4 * 256) {
       float v[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = j + u * 256 < j1 ? to_float(row[j + u * 256]) - shift : 0.f;
+      for (int u = 0; u < 4; ++u) v[u] = j + u * 256 < j1 ? pro(to_float(row[j + u * 256])) - shift : 0.f;
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         sum += v[u];

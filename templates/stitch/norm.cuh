@@ -147,7 +147,7 @@ cudaError_t launch_group_stats_cl(const Tin* x, int64_t samples, int64_t s, int6
   const int64_t channels = groups * cpg;
   const dim3 grid(unsigned(ceil_div<int64_t>(channels, 32)), unsigned(splits), unsigned(samples));
   bn_partial_kernel<Tin><<<grid, dim3(32, 8), 0, stream>>>(x, 1, channels, s, 0, 1, ss, ceil_div<int64_t>(s, splits),
-                                                           workspace, sn);
+                                                           workspace, sn, Identity{});
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const int64_t fin = ceil_div<int64_t>(samples * channels, 256);

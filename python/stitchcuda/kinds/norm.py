@@ -7,6 +7,11 @@ batch_norm.cuh's two passes; eval: running statistics, once at create when they 
 group norm / instance norm (per-(sample, group) statistics over rows, norm.cuh). The statistics
 task reads x too: the norm node stays among x's users, so no elementwise group swallows the
 producer of x.
+
+Batch statistics take the elementwise ops that make x from one tensor (an activation after a
+convolution: mish, ReLU, ...) as a prologue hook, and the affine reads copies of those ops on the
+same tensor: x itself is never written. Before, the ops were a pass of their own, x written once
+and read twice; now their input is read twice, which saves writing and reading x once each.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from .. import ops
 from ..dtypes import ctype
 from ..ir import Node
 from ..layout import View
+from ..ops import EwInstr
 from . import cxx
 from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, view_bytes
 
@@ -30,7 +36,8 @@ class BnStatsSpec:
     """Per-channel batch statistics of x viewed as [n, c, s] (strides sn, sc, ss), turned into
     ``scale = weight * rsqrt(var + eps)`` and ``shift = bias - mean * scale`` (fp32, c each).
     ``mode`` ``batch``: biased variance over n and s (training-mode batch norm), computed by a
-    generated two-pass Welford kernel with ``splits`` partial results in ``workspace``;
+    generated two-pass Welford kernel with ``splits`` partial results in ``workspace``, of
+    ``prologue``(x) (a hook: the elementwise ops that made the norm's input);
     ``running``: from the running statistics (eval mode)."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "bn_stats")
@@ -53,6 +60,7 @@ class BnStatsSpec:
     shift: View
     workspace: View | None = None
     splits: int = 1
+    prologue: tuple[EwInstr, ...] = ()
 
     @property
     def by_planes(self) -> bool:
@@ -106,8 +114,11 @@ class GroupStatsSpec:
 
 @dataclass(frozen=True)
 class BnStatsProto(Proto):
+    """A batch norm's scale and shift; ``pro``: the hook's nodes (on ``x``), batch statistics only."""
+
     mode: str = "batch"
     x: str = ""
+    pro: tuple[str, ...] = ()
     weight: str | None = None
     bias: str | None = None
     rm: str | None = None
@@ -173,18 +184,39 @@ def _batch_norm(cx, n: Node) -> None:
     scale = ix.add_tensor(f"{n.name}_scale", bshape, "float32")
     shift = ix.add_tensor(f"{n.name}_shift", bshape, "float32")
     cx.keep_f32.update((scale, shift))
-    ins = tuple(t for t in ((x if training else None), w, b, None if training else rm, None if training else rv)
+    pro, src = cx.prologue(n, x) if training else ([], x)
+    ins = tuple(t for t in ((src if training else None), w, b, None if training else rm, None if training else rv)
                 if t)
     phase = "run" if training or any(t not in ix.const for t in ins) else "create"
-    cx.claim(BnStatsProto(f"{n.name}_stats", (n.name,), (scale, shift), ins, phase,
-                          mode="batch" if training else "running", x=x, weight=w, bias=b, rm=rm, rv=rv, eps=eps,
-                          scale=scale, shift=shift))
+    cx.claim(BnStatsProto(f"{n.name}_stats", (*pro, n.name), (scale, shift), ins, phase,
+                          mode="batch" if training else "running", x=src, weight=w, bias=b, rm=rm, rv=rv, eps=eps,
+                          scale=scale, shift=shift, pro=tuple(pro)))
     # The normalisation itself is elementwise and fuses with what follows; the synthetic
     # node that does it covers the batch-norm node too. In training the statistics task
     # reads x as well: the batch-norm node stays among x's users, so no elementwise group
-    # swallows the producer of x (x must be materialised for the statistics).
-    syn = Node(f"{n.name}_affine", "stitch.affine_channel", (x, scale, shift), (n.outputs[0],), (), n.source)
+    # swallows the producer of x (x must be materialised for the statistics) — unless the
+    # statistics took x's producers as their hook: then the affine reads copies of them.
+    xa = _recompute(cx, pro, x, ix.pos[n.name]) if pro else x
+    syn = Node(f"{n.name}_affine", "stitch.affine_channel", (xa, scale, shift), (n.outputs[0],), (), n.source)
     ix.insert_node(syn, [n.name], ix.pos[n.name] + 0.5, takes_from=n.name, take_inputs=[] if training else [x])
+
+
+def _recompute(cx, names: list[str], x: str, pos: float) -> str:
+    """Copies of the hook nodes ``names`` (which make ``x`` from the hook's one source) for a second
+    reader, placed after ``pos``, each standing for the node it copies: the copy of ``x``."""
+    ix = cx.ix
+    ren: dict[str, str] = {}
+    for k, nm in enumerate(names):
+        m = ix.nodes[nm]
+        o = m.outputs[0]
+        t = ix.add_tensor(f"{o.name}_again", o.shape, o.dtype)
+        ren[o.name] = t
+        name = f"{nm}_again"
+        while name in ix.nodes:
+            name += "_"
+        copy = Node(name, m.op, tuple(ren.get(i, i) for i in m.inputs), (ix.specs[t],), m.attrs, m.source)
+        ix.insert_node(copy, [nm], pos + 0.25 * (k + 1) / (len(names) + 1))
+    return ren[x]
 
 
 def _group_norm(cx, n: Node) -> None:
@@ -262,7 +294,7 @@ def lower_bn(lw, pr: BnStatsProto, pre: list) -> None:
         ws = lw.alloc.fresh(wt, "float32", (splits * c * 3,), pr.phase)
         lw.views[wt] = ws
     spec = BnStatsSpec("bn_stats", pr.mode, vx, n, c, s, sn, sc, ss, w, b, rm, rv, pr.eps,
-                       L.reshape(scale, (c,)), L.reshape(shift, (c,)), ws, splits)
+                       L.reshape(scale, (c,)), L.reshape(shift, (c,)), ws, splits, lw.hook(pr.pro))
     lw.add(pr, pr.name, spec, [vx, w, b, rm, rv], [scale, shift] + ([ws] if ws else []),
               touched=pr.ins)
 
@@ -373,7 +405,7 @@ def cost_bn(spec: BnStatsSpec, ceil) -> tuple[float, float, float]:
     n = spec.n * spec.c * spec.s
     stats = (spec.running_mean, spec.running_var) if spec.mode != "batch" else ()
     reads = sum(view_bytes(v) for v in (spec.x, spec.weight, spec.bias) + stats)
-    return float(4 * n), float(reads + view_bytes(spec.scale) + view_bytes(spec.shift)), ceil.fp32
+    return float((4 + len(spec.prologue)) * n), float(reads + view_bytes(spec.scale) + view_bytes(spec.shift)), ceil.fp32
 
 
 def cost_group(spec: GroupStatsSpec, ceil) -> tuple[float, float, float]:
@@ -385,7 +417,7 @@ def interpret_bn(mem, b: BnStatsSpec) -> None:
     import torch
 
     if b.mode == "batch":
-        x = mem.read(b.x, (b.n, b.c, b.s), (b.sn, b.sc, b.ss))
+        x = mem.hook(b.prologue, mem.read(b.x, (b.n, b.c, b.s), (b.sn, b.sc, b.ss)))
         mean = x.mean((0, 2))
         var = ((x - mean[None, :, None]) ** 2).mean((0, 2))
     else:
@@ -435,15 +467,16 @@ def render_bn(t, b: BnStatsSpec, n, fn: str) -> tuple[list[str], list[str]]:
     rows = b.n * b.s
     per = -(-rows // b.splits)
     ws = n("workspace")
+    pre, pro = (cxx.hook(f"{fn}_pro", b.prologue), f"{fn}_pro{{}}") if b.prologue else ([], "stitch::Identity{}")
     if b.by_planes:
         first = [f"  const dim3 grid({b.c}, {b.splits});",
                  f"  stitch::bn_plane_partial_kernel<<<grid, 256, 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
-                 f"{b.sn}, {b.sc}, {per}, {ws});"]
+                 f"{b.sn}, {b.sc}, {per}, {ws}, {pro});"]
     else:
         first = [f"  const dim3 grid({(b.c + 31) // 32}, {b.splits});",
                  f"  stitch::bn_partial_kernel<<<grid, dim3(32, 8), 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
-                 f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws}, 0);"]
-    return cxx.include("batch_norm.cuh"), first + [
+                 f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws}, 0, {pro});"]
+    return cxx.include("batch_norm.cuh") + pre, first + [
         f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));',
         f"  stitch::bn_finish_kernel<<<{b.c}, 128, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, "
         f"{cxx.flit(b.eps)}, {sc}, {sh});", done]

@@ -76,9 +76,13 @@ class Claims:
         reads, epilogue node names, the tensor the epilogue writes). A hook is a function of one
         tensor: its nodes may take several operands (hardswish's ``x * clamp(x + 3, 0, 6)``, mish's
         ``x * tanh(softplus(x))``) so long as every operand comes from the hook or its one source."""
-        pro, src = self._prologue(x) if n.name not in self.unfuse else ([], x)
+        pro, src = self.prologue(n, x)
         epi, last = self._epilogue(out)
         return pro, src, epi, last
+
+    def prologue(self, n: Node, x: str) -> tuple[list[str], str]:
+        """The prologue hook of :meth:`hooks` alone: (its node names, the tensor it reads)."""
+        return self._prologue(x) if n.name not in self.unfuse else ([], x)
 
     def _hook_node(self, node: Node | None, shape: tuple[int, ...]) -> bool:
         """A node a hook may take: free, elementwise, not kept apart, one result computed from

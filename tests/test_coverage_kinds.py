@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -195,3 +197,27 @@ def test_a_gather_walks_its_output_in_memory_order():
     assert "g.shape[0] = 2; g.shape[1] = 8; g.shape[2] = 10; g.shape[3] = 3;" in text, text
     assert "g.out_stride[3] = 1;" in text and "g.coef[3] = 1;" in text, text
     assert "g.linear[0] = 0; g.linear[1] = 1; g.linear[2] = 1; g.linear[3] = 0;" in text, text
+
+
+@pytest.mark.parametrize("pool, fixed", [
+    (lambda x: torch.nn.functional.max_pool2d(x, 3, 2), ", 3, 3, 2, 2>"),
+    (lambda x: torch.nn.functional.avg_pool2d(x, (2, 4), (1, 3), padding=1), ", 2, 4, 1, 3>"),
+    (lambda x: torch.nn.functional.max_pool1d(x.flatten(2), 5, 2), ", 1, 5, 1, 2>"),
+    (lambda x: torch.nn.functional.max_pool2d(x, 3, 1, dilation=2), ">"),
+    (lambda x: torch.nn.functional.max_pool2d(x, 9, 1), ">"),
+    (lambda x: torch.nn.functional.adaptive_avg_pool2d(x, 3), ">"),
+])
+def test_small_pooling_windows_are_compiled_into_the_template(pool, fixed):
+    """A 1-d / 2-d window of dilation 1 with sides up to 8 and strides up to 4 is named to
+    launch_pool when the program is compiled (its tap loops unroll); any other window is not."""
+    from stitchcuda import code as C
+
+    class Pool(torch.nn.Module):
+        def forward(self, x):
+            return pool(x)
+
+    x = torch.randn(2, 3, 20, 21)
+    cap = frontend.capture(Pool(), [x], "pool", supported_ops=ops.supported())
+    src = C.code(P.plan(cap.graph, "fp32"), cap.graph, None, arch="sm_90").program_cu
+    calls = re.findall(r"launch_pool<stitch::PoolMode::\w+([^>]*>)\(p, stream", src)
+    assert calls == [fixed], calls

@@ -25,7 +25,9 @@
 //     as the merge's identity), reduces each staged row across the window's columns, then those
 //     row results down the window's rows; every input element is read from memory once (plus the
 //     tile's halo) and the taps from shared memory, where the rows path read each element about
-//     kernel-width times through L1 with 64-bit index arithmetic a tap.
+//     kernel-width times through L1 with 64-bit index arithmetic a tap. The generated program names
+//     a small window of dilation 1 when it is compiled (launch_pool<MODE, KH, KW, SH, SW>), so the
+//     tap loops unroll; the staging keeps four loads in flight a thread.
 //
 // launch_pool_channels_last<MODE, Tin, Tout, Pro, Epi>(PoolClParams<Tin, Tout>, stream, pro, epi)
 //   The same pooling over in [batch, channels, d, h, w] and out [batch, channels, od, oh, ow] (element
@@ -230,6 +232,7 @@ __global__ void __launch_bounds__(256) pool_rows_kernel(PoolParams<Tin, Tout> p,
 
 constexpr int kPoolTileThreads = 256;
 constexpr int kPoolTileSmemFloats = 12 * 1024;  // 48 KB: the staged input and the row results
+constexpr int kPoolStageLoads = 4;               // staging loads in flight a thread
 
 struct PoolTileShape {
   int tw, th;  // outputs a tile: columns, rows
@@ -250,15 +253,19 @@ inline PoolTileShape pool_tile_shape(const P& p) {
 
 // grid: x tiles along w, y tiles along h, z planes (grid-stride). Shared memory: the staged input
 // (ih x iw) then the row results (ih x tw).
-template <PoolMode MODE, class Tin, class Tout, class Pro, class Epi>
+// KH, KW, SH, SW > 0: the window's rows, columns and strides known when compiled (dilation 1):
+// the tap loops unroll and the shared-memory offsets are constants.
+template <PoolMode MODE, int KH, int KW, int SH, int SW, class Tin, class Tout, class Pro, class Epi>
 __global__ void __launch_bounds__(kPoolTileThreads) pool_tile_kernel(PoolParams<Tin, Tout> p, PoolTileShape t,
                                                                      Pro pro, Epi epi) {
   extern __shared__ float smem[];
   float* in_s = smem;
   float* row_s = smem + t.ih * t.iw;
   const float kInit = MODE == PoolMode::Max ? -CUDART_INF_F : 0.f;
-  const int kh = p.kernel[1], kw = p.kernel[2], sh = p.stride[1], sw = p.stride[2];
-  const int dh = p.dilation[1], dw = p.dilation[2];
+  constexpr bool kFixed = KH > 0;
+  const int kh = kFixed ? KH : p.kernel[1], kw = kFixed ? KW : p.kernel[2];
+  const int sh = kFixed ? SH : p.stride[1], sw = kFixed ? SW : p.stride[2];
+  const int dh = kFixed ? 1 : p.dilation[1], dw = kFixed ? 1 : p.dilation[2];
   const int64_t H = p.in_size[1], W = p.in_size[2], OH = p.out_size[1], OW = p.out_size[2];
   const int64_t oh0 = int64_t(blockIdx.y) * t.th, ow0 = int64_t(blockIdx.x) * t.tw;
   const int64_t ih0 = oh0 * sh - p.pad[1], iw0 = ow0 * sw - p.pad[2];
@@ -266,14 +273,29 @@ __global__ void __launch_bounds__(kPoolTileThreads) pool_tile_kernel(PoolParams<
   constexpr int kWarps = kPoolTileThreads / 32;
   for (int64_t pl = blockIdx.z; pl < p.planes; pl += gridDim.z) {
     const Tin* base = p.in + pl * p.in_stride[0];
-    // stage: a warp a row, lanes along its columns
-    for (int r = warp; r < t.ih; r += kWarps) {
-      const int64_t ih = ih0 + r;
-      const bool row_in = ih >= 0 && ih < H;
-      const Tin* src = base + ih * p.in_stride[2];
-      for (int c = lane; c < t.iw; c += 32) {
-        const int64_t iw = iw0 + c;
-        in_s[r * t.iw + c] = row_in && iw >= 0 && iw < W ? pro(to_float(src[iw * p.in_stride[3]])) : kInit;
+    // stage: the window's elements in order, thread k taking k, k + 256, ..., their (row, column)
+    // kept as counters; kPoolStageLoads loads in flight a thread before their shared stores (one
+    // at a time, the staging could not cover the memory's latency: 1.0 TB/s on 1:42)
+    {
+      int r = threadIdx.x / t.iw, c = threadIdx.x % t.iw;
+      const int dr = kPoolTileThreads / t.iw, dc = kPoolTileThreads % t.iw;
+      for (int e0 = threadIdx.x; e0 < t.ih * t.iw; e0 += kPoolStageLoads * kPoolTileThreads) {
+        float v[kPoolStageLoads];
+        int at[kPoolStageLoads];
+#pragma unroll
+        for (int u = 0; u < kPoolStageLoads; ++u) {
+          at[u] = r < t.ih ? r * t.iw + c : -1;
+          const int64_t ih = ih0 + r, iw = iw0 + c;
+          v[u] = r < t.ih && ih >= 0 && ih < H && iw >= 0 && iw < W
+                     ? pro(to_float(base[ih * p.in_stride[2] + iw * p.in_stride[3]]))
+                     : kInit;
+          r += dr;
+          c += dc;
+          if (c >= t.iw) c -= t.iw, ++r;
+        }
+#pragma unroll
+        for (int u = 0; u < kPoolStageLoads; ++u)
+          if (at[u] >= 0) in_s[at[u]] = v[u];
       }
     }
     __syncthreads();
@@ -407,10 +429,17 @@ cudaError_t launch_pool_channels_last(const PoolClParams<Tin, Tout>& p, cudaStre
   return cudaGetLastError();
 }
 
-template <PoolMode MODE, class Tin, class Tout, class Pro = Identity, class Epi = Identity>
+// KH, KW, SH, SW (all > 0, or all 0): a 1-d / 2-d window of dilation 1 whose rows, columns and
+// strides are these, compiled into the tiled path (p must say the same).
+template <PoolMode MODE, int KH = 0, int KW = 0, int SH = 0, int SW = 0, class Tin, class Tout, class Pro = Identity,
+          class Epi = Identity>
 cudaError_t launch_pool(const PoolParams<Tin, Tout>& p, cudaStream_t stream, const Pro& pro = Pro{},
                         const Epi& epi = Epi{}) {
+  static_assert((KH > 0) == (KW > 0) && (KH > 0) == (SH > 0) && (KH > 0) == (SW > 0), "a fixed window names all four");
   if (!p.in || !p.out || !detail::pool_args_ok(p)) return cudaErrorInvalidValue;
+  if (KH > 0 && (p.adaptive || p.kernel[0] != 1 || p.kernel[1] != KH || p.kernel[2] != KW || p.stride[1] != SH ||
+                 p.stride[2] != SW || p.dilation[1] != 1 || p.dilation[2] != 1))
+    return cudaErrorInvalidValue;
   if (p.planes * p.out_size[0] * p.out_size[1] * p.out_size[2] <= 0) return cudaSuccess;
   if (!p.adaptive && p.in_size[0] == 1 && p.out_size[0] == 1 && p.kernel[0] == 1) {
     const detail::PoolTileShape t = detail::pool_tile_shape(p);
@@ -419,7 +448,8 @@ cudaError_t launch_pool(const PoolParams<Tin, Tout>& p, cudaStream_t stream, con
     if (t.tw > 0 && tiles_w < (int64_t(1) << 31) && tiles_h < 65536) {
       const size_t smem = size_t(t.ih) * (t.iw + t.tw) * sizeof(float);  // at most 48 KB
       const dim3 grid(unsigned(tiles_w), unsigned(tiles_h), unsigned(p.planes < 65535 ? p.planes : 65535));
-      detail::pool_tile_kernel<MODE, Tin, Tout, Pro, Epi><<<grid, detail::kPoolTileThreads, smem, stream>>>(p, t, pro, epi);
+      detail::pool_tile_kernel<MODE, KH, KW, SH, SW, Tin, Tout, Pro, Epi>
+          <<<grid, detail::kPoolTileThreads, smem, stream>>>(p, t, pro, epi);
       return cudaGetLastError();
     }
   }

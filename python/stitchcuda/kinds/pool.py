@@ -249,7 +249,21 @@ def render(t, p: PoolSpec, n, fn: str) -> tuple[list[str], list[str]]:
         body.append("  " + " ".join(f"p.{field}[{j}] = {v};" for j, v in enumerate(vals)))
     body.append(f"  p.adaptive = {cxx.cbool(p.adaptive)}; p.count_include_pad = {cxx.cbool(p.count_include_pad)}; "
                 f"p.divisor = {p.divisor};")
-    return cxx.include(HEADER) + pre, body + cxx.call(t.name, f"stitch::{launch}<stitch::PoolMode::{mode}>(p, stream{hk})")
+    fixed = "" if p.channels_last else "".join(f", {v}" for v in fixed_window(p))
+    return cxx.include(HEADER) + pre, body + cxx.call(t.name, f"stitch::{launch}<stitch::PoolMode::{mode}{fixed}>(p, stream{hk})")
+
+
+#: The largest window side and stride compiled into the tiled pooling kernel.
+FIXED_MAX_KERNEL, FIXED_MAX_STRIDE = 8, 4
+
+
+def fixed_window(p: PoolSpec) -> tuple[int, ...]:
+    """(rows, columns, row stride, column stride) of a 1-d / 2-d window of dilation 1 small enough
+    to compile into launch_pool's tiled kernel (its tap loops unrolled), else ()."""
+    if p.adaptive or p.kernel[0] != 1 or any(d != 1 for d in p.dilation) or \
+            max(p.kernel[1:]) > FIXED_MAX_KERNEL or max(p.stride[1:]) > FIXED_MAX_STRIDE:
+        return ()
+    return (p.kernel[1], p.kernel[2], p.stride[1], p.stride[2])
 
 
 def out_order(pr: PoolProto, order_of) -> tuple[int, ...] | None:

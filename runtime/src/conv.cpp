@@ -18,8 +18,8 @@
 //      fp32 — the "fused" graph; and the convolution alone — the "plain" graph, which the runtime's
 //      bias/activation kernel follows;
 //   2. ask cuDNN's heuristics (mode A, then the fallback list) for engine configurations, drop
-//      those whose numerics the policy forbids, rank the rest (non-deterministic engines last, and
-//      for fp32 FFT / Winograd ones too), finalize execution plans until enough work;
+//      those whose numerics the policy forbids, rank the rest (non-deterministic engines last),
+//      finalize execution plans until enough work;
 //   3. time the candidates on the real operands (warm-up, L2 flushed, median of 5) and keep the
 //      fastest, or take the first when not tuning.
 // A later call with the same key does no descriptor work: it finds the plan and the variant pack
@@ -515,18 +515,18 @@ EngineNotes engine_notes(cudnnBackendDescriptor_t config) {
 }
 
 // -1: the policy forbids the engine. Otherwise its rank: 0 preferred; non-deterministic engines
-// (results that change between identical runs read as a race to the Verifier) and, under the
-// exact fp32 policy, FFT and Winograd engines (transform rounding) only when nothing else works.
-// `exact_products` forbids those two outright: the split-TF32 convolution's operands are exact in
-// TF32 only as given; a transform of them is rounded to TF32 again.
+// (results that change between identical runs read as a race to the Verifier) only when nothing
+// else works. FFT and Winograd engines compete under fp32 as PyTorch lets them (its engine filter
+// forbids only TF32, down-converted inputs and reduced-precision reductions there): their
+// transforms round in fp32, far inside the policy's tolerance, and on 1:65 (a 3x7 transposed
+// convolution) cuDNN's FFT engine is what PyTorch runs, 9.1-11.8 ms against 14.9 for the best
+// implicit GEMM (H100). `exact_products` forbids them: the split-TF32 convolution's operands are
+// exact in TF32 only as given; a transform of them is rounded to TF32 again.
 int policy_rank(const EngineNotes& e, st_policy policy, bool exact_products) {
   if (!e.ok || e.reduced_reduction) return -1;  // accumulation stays fp32 under every policy
   if (policy == ST_POLICY_FP32 && (e.tensor_core || e.down_convert)) return -1;  // no TF32, no fp16
   if (exact_products && (e.fft || e.winograd)) return -1;
-  int rank = 0;
-  if (e.nondeterministic) rank += 2;
-  if (policy == ST_POLICY_FP32 && (e.fft || e.winograd)) rank += 1;
-  return rank;
+  return e.nondeterministic ? 2 : 0;
 }
 
 size_t env_bytes(const char* name, size_t fallback) {

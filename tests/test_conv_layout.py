@@ -383,3 +383,22 @@ def test_an_activation_used_elsewhere_is_written_once():
     want = copy.deepcopy(model).double()(x.double())
     for o, w in zip(out, want):
         assert torch.allclose(o.double(), w, atol=1e-4)
+
+
+def test_channels_last_batch_statistics_take_sixteen_byte_lanes():
+    """A channels-last view whose channels and strides are multiples of 4 floats is read 16 bytes a
+    lane; the rows are cut so that each slice gives every row lane at least four rows, in at most
+    65535 slices (the grid's y). Other views keep one channel a lane."""
+    from stitchcuda.kinds.norm import _bn_splits, bn_vec_width
+
+    v = L.View(0, 0, (64, 128, 126, 126), (2032128, 1, 16128, 128), "float32")
+    assert bn_vec_width(v, 128, 2032128, 1, 128) == 4
+    assert bn_vec_width(L.View(0, 0, (2, 10, 5, 5), (250, 1, 50, 10), "float32"), 10, 250, 1, 10) == 0
+    assert bn_vec_width(L.View(0, 2, (64, 128, 126, 126), (2032128, 1, 16128, 128), "float32"), 128, 2032128, 1,
+                        128) == 0, "an offset that breaks the 16-byte packs"
+    assert bn_vec_width(L.View(0, 0, (4, 64, 9, 9), (5184, 1, 576, 64), "bfloat16"), 64, 5184, 1, 64) == 8
+    rows = 64 * 126 * 126
+    splits = _bn_splits(rows, 128, False, 4)
+    per = -(-rows // splits)
+    assert splits <= 1024 and per >= 4 * (256 // 32)
+    assert _bn_splits(10**9, 4, False, 4) <= 65535

@@ -348,6 +348,10 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
     "conv_mish_batchnorm": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.bn((lambda y: y * torch.tanh(F.softplus(y)))(s.c(x))), c=nn.Conv2d(3, 12, 3),
            bn=nn.BatchNorm2d(12)), [_x(3, 3, 40, 37)]))),
+    # the same with 10 channels: no 16-byte lanes (one channel a lane), a ReLU with a scale as hook
+    "conv_relu_batchnorm_odd": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.bn(torch.relu(s.c(x)) * 0.5), c=nn.Conv2d(3, 10, 3), bn=nn.BatchNorm2d(10)),
+        [_x(2, 3, 33, 30)]))),
     # means over a channels-last tensor's positions (a global average pool, kept dims and not;
     # an amax over two of three positions) read it in place as [samples, positions, channels]
     "conv_spatial_means_channels_last": ("conv", _seeded(lambda: (

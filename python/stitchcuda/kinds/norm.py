@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from .. import layout as L
 from .. import ops
-from ..dtypes import ctype
+from ..dtypes import SIZES, ctype
 from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
@@ -289,7 +289,8 @@ def lower_bn(lw, pr: BnStatsProto, pre: list) -> None:
     shift = lw.out_view(pr, pr.shift, lambda tv: False)
     splits, ws = 1, None
     if pr.mode == "batch":
-        splits = _bn_splits(n * s, c, bn_by_planes(s, ss))
+        planes = bn_by_planes(s, ss)
+        splits = _bn_splits(n * s, c, planes, 0 if planes else bn_vec_width(vx, c, sn, sc, ss))
         wt = lw.alloc.add_tensor(f"{pr.scale}_ws", (splits * c * 3,), "float32")
         ws = lw.alloc.fresh(wt, "float32", (splits * c * 3,), pr.phase)
         lw.views[wt] = ws
@@ -299,15 +300,27 @@ def lower_bn(lw, pr: BnStatsProto, pre: list) -> None:
               touched=pr.ins)
 
 
-def _bn_splits(rows: int, c: int, planes: bool) -> int:
+def _bn_splits(rows: int, c: int, planes: bool, vec: int = 0) -> int:
     """How many pieces the batch-statistics kernel cuts the reduced rows into: by planes, about
-    1024 blocks in all, none under 8192 elements; lanes along c, about 1024 slices of 32 channels."""
+    1024 blocks in all, none under 8192 elements; lanes along c, about 1024 blocks of 32 channels
+    (``vec`` channels a lane: of min(c / vec, 256) lanes, each slice at least four rows a row lane)."""
     if planes:
         return max(1, min(-(-1024 // c), rows // 8192))
-    tiles = max(1, (c + 31) // 32)
+    if vec:
+        lanes = min(c // vec, 256)
+        tiles, least = -(-(c // vec) // lanes), 4 * (256 // lanes)
+    else:
+        tiles, least = max(1, (c + 31) // 32), 64
     want = max(1, 1024 // tiles)
-    per = max(64, -(-rows // want))
-    return max(1, -(-rows // per))
+    per = max(least, -(-rows // want))
+    return max(1, min(65535, -(-rows // per)))
+
+
+def bn_vec_width(vx: View, c: int, sn: int, sc: int, ss: int) -> int:
+    """Channels a lane of batch_norm.cuh's launch_bn_partial_lanes (16 bytes of them) when the
+    view meets its terms but for the pointer's alignment (checked when it runs), else 0."""
+    v = 16 // SIZES[vx.dtype]
+    return v if sc == 1 and c % v == 0 and sn % v == 0 and ss % v == 0 and vx.offset % v == 0 else 0
 
 
 #: reduce.cuh's kRowSplitMinCols and kRowMaxSplits: a layer / rms norm row this long may split.
@@ -473,9 +486,8 @@ def render_bn(t, b: BnStatsSpec, n, fn: str) -> tuple[list[str], list[str]]:
                  f"  stitch::bn_plane_partial_kernel<<<grid, 256, 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
                  f"{b.sn}, {b.sc}, {per}, {ws}, {pro});"]
     else:
-        first = [f"  const dim3 grid({(b.c + 31) // 32}, {b.splits});",
-                 f"  stitch::bn_partial_kernel<<<grid, dim3(32, 8), 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
-                 f"{b.sn}, {b.sc}, {b.ss}, {per}, {ws}, 0, {pro});"]
+        first = [f"  ST_TRY(cuda_check(stitch::launch_bn_partial_lanes({n('x')}, {b.n}, {b.c}, {b.s}, {b.sn}, {b.sc}, "
+                 f"{b.ss}, {per}, {b.splits}, {ws}, {pro}, stream), \"{t.name}\"));"]
     return cxx.include("batch_norm.cuh") + pre, first + [
         f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));',
         f"  stitch::bn_finish_kernel<<<{b.c}, 128, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, "

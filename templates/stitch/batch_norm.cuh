@@ -193,7 +193,10 @@ __global__ void __launch_bounds__(256) bn_plane_partial_kernel(const T* x, int64
 template <class T, int V, class Pro>
 __global__ void __launch_bounds__(256) bn_partial_vec_kernel(const T* x, int64_t n, int64_t c, int64_t s, int64_t sn,
                                                              int64_t ss, int64_t rows_per_split, float* part, int lc,
-                                                             Pro pro) {
+                                                             int64_t zstride, Pro pro) {
+  // grid z: independent tensors zstride elements apart, as bn_partial_kernel's
+  x += int64_t(blockIdx.z) * zstride;
+  part += int64_t(blockIdx.z) * gridDim.y * c * 3;
   __shared__ float sh[3][256 * V];
   const int t = threadIdx.x, lane = t % lc, rl = t / lc, step = 256 / lc;
   const int64_t ch = (int64_t(blockIdx.x) * lc + lane) * V;
@@ -289,7 +292,7 @@ cudaError_t launch_bn_partial_lanes(const T* x, int64_t n, int64_t c, int64_t s,
     const int64_t packs = c / V;
     const int lc = int(packs < 256 ? packs : 256);
     const dim3 grid(unsigned(ceil_div<int64_t>(packs, lc)), unsigned(splits));
-    bn_partial_vec_kernel<T, V, Pro><<<grid, 256, 0, stream>>>(x, n, c, s, sn, ss, rows_per_split, part, lc, pro);
+    bn_partial_vec_kernel<T, V, Pro><<<grid, 256, 0, stream>>>(x, n, c, s, sn, ss, rows_per_split, part, lc, 0, pro);
   } else {
     const dim3 grid(unsigned(ceil_div<int64_t>(c, 32)), unsigned(splits));
     bn_partial_kernel<T, Pro><<<grid, dim3(32, 8), 0, stream>>>(x, n, c, s, sn, sc, ss, rows_per_split, part, 0, pro);

@@ -133,7 +133,8 @@ __global__ void group_stats_cl_finish(const float* ws, int64_t samples, int64_t 
 // The same statistics over channels-last x: sample n's channel c at position j (of s) is
 // x[n * sn + c + j * ss] (unit channel stride). Pass 1 is batch statistics' lanes-along-channels
 // kernel, one grid layer a sample (32 channels of a position a warp's load, coalesced), each
-// sample's positions cut into `splits` pieces; workspace holds samples * splits * channels * 3
+// sample's positions cut into `splits` pieces (16 bytes a lane where the channels allow:
+// bn_vec_ok); workspace holds samples * splits * channels * 3
 // floats. samples <= 65535 (a grid layer each). No copy of x into rows first: after a
 // channels-last convolution that copy was a full pass over the tensor.
 template <class Tin, class TW>
@@ -145,9 +146,18 @@ cudaError_t launch_group_stats_cl(const Tin* x, int64_t samples, int64_t s, int6
     return cudaErrorInvalidValue;
   if (samples > 65535) return cudaErrorInvalidConfiguration;
   const int64_t channels = groups * cpg;
-  const dim3 grid(unsigned(ceil_div<int64_t>(channels, 32)), unsigned(splits), unsigned(samples));
-  bn_partial_kernel<Tin><<<grid, dim3(32, 8), 0, stream>>>(x, 1, channels, s, 0, 1, ss, ceil_div<int64_t>(s, splits),
-                                                           workspace, sn, Identity{});
+  constexpr int V = 16 / int(sizeof(Tin));
+  if (bn_vec_ok<V>(x, channels, sn, 1, ss)) {  // 16 bytes a lane (see batch_norm.cuh)
+    const int64_t packs = channels / V;
+    const int lc = int(packs < 256 ? packs : 256);
+    const dim3 grid(unsigned(ceil_div<int64_t>(packs, lc)), unsigned(splits), unsigned(samples));
+    bn_partial_vec_kernel<Tin, V><<<grid, 256, 0, stream>>>(x, 1, channels, s, 0, ss, ceil_div<int64_t>(s, splits),
+                                                            workspace, lc, sn, Identity{});
+  } else {
+    const dim3 grid(unsigned(ceil_div<int64_t>(channels, 32)), unsigned(splits), unsigned(samples));
+    bn_partial_kernel<Tin><<<grid, dim3(32, 8), 0, stream>>>(x, 1, channels, s, 0, 1, ss, ceil_div<int64_t>(s, splits),
+                                                             workspace, sn, Identity{});
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const int64_t fin = ceil_div<int64_t>(samples * channels, 256);

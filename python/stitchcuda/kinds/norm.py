@@ -385,7 +385,7 @@ def _lower_group_cl(lw, pr: GroupStatsProto, pre: list, vx: View, cl: tuple[int,
     w, b = _group_vectors(lw, pr, pre)
     scale = lw.out_view(pr, pr.scale, lambda tv: False)
     shift = lw.out_view(pr, pr.shift, lambda tv: False)
-    splits = group_cl_splits(pr.samples, c, s)
+    splits = group_cl_splits(pr.samples, c, s, bn_vec_width(vx, c, sn, 1, ss))
     size = pr.samples * splits * c * 3
     wt = lw.alloc.add_tensor(f"{pr.scale}_ws", (size,), "float32")
     ws = lw.alloc.fresh(wt, "float32", (size,), pr.phase)
@@ -397,11 +397,12 @@ def _lower_group_cl(lw, pr: GroupStatsProto, pre: list, vx: View, cl: tuple[int,
     lw.add(pr, pr.name, spec, [vx, w, b], [scale, shift, ws], touched=list(pr.ins))
 
 
-def group_cl_splits(samples: int, channels: int, s: int) -> int:
+def group_cl_splits(samples: int, channels: int, s: int, vec: int = 0) -> int:
     """Pieces of each sample's positions in the channels-last statistics: about 1024 blocks in all
-    (32 channels a block), none under 512 positions."""
-    tiles = -(-channels // 32)
-    return max(1, min(-(-1024 // (tiles * samples)), s // 512))
+    (32 channels a block; ``vec`` channels a lane: min(channels / vec, 256) lanes a block), none
+    under 512 positions."""
+    tiles = -(-(channels // vec) // min(channels // vec, 256)) if vec else -(-channels // 32)
+    return max(1, min(-(-1024 // (tiles * samples)), s // 512, 65535))
 
 
 def group_splits(rows: int, cols: int) -> int:

@@ -37,8 +37,7 @@
 //                        the rows in flight fit it).
 //   One block per row for long rows: a single very long row (rows = 1, cols = 1M) runs on one SM,
 //   except a layer / rms norm given a workspace (launch_*_norm_ws): when rows < SMs and cols >=
-//   kRowSplitMinCols its rows are split over up to kRowMaxSplits blocks each (two passes); rows of
-//   which three fit the L2 go a group at a time, each group's second pass reading them from L2.
+//   kRowSplitMinCols its rows are split over up to kRowMaxSplits blocks each (two passes).
 //
 // Middle axis: launch_reduce_axis<OP, Tin, Tout, Pro, Epi>(AxisParams, stream, pro, epi)
 //   OP    AxisOp::{Sum, Mean, Max, Min}
@@ -442,20 +441,6 @@ inline int row_split_count(int64_t rows, int64_t cols, int vec) {
   return int(s < kRowMaxSplits ? (s < 1 ? 1 : s) : kRowMaxSplits);
 }
 
-// Rows a pass pair of a split norm takes, so that the second pass reads its rows from L2: rows of
-// which three fit the L2 (the rows, their output, the weights) are taken a group at a time; rows
-// over half the L2 would miss it anyway and are taken all at once (one pass pair, fewest launches).
-inline int64_t row_split_group(int64_t rows, int64_t row_bytes) {
-  static int l2[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return rows;
-  int& n = l2[dev & 63];
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, dev) != cudaSuccess) n = 0;
-  if (n == 0 || row_bytes <= 0 || 2 * row_bytes > int64_t(n)) return rows;
-  const int64_t g = int64_t(n) / (3 * row_bytes);
-  return g < 1 ? 1 : (g < rows ? g : rows);
-}
-
 template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
 cudaError_t launch_row_split(const RowParams<Tin, Tout, TW>& p, int splits, cudaStream_t stream,
                              const Pro& pro, const Epi& epi) {
@@ -568,22 +553,9 @@ cudaError_t launch_row_reduce(const RowParams<Tin, Tout, TW>& p, cudaStream_t st
   if constexpr (OP == RowOp::LayerNorm || OP == RowOp::RmsNorm) {
     if (p.workspace && p.workspace_floats >= row_reduce_workspace_floats(p.rows, p.cols)) {
       const int splits = detail::row_split_count(p.rows, p.cols, vec ? N : 1);
-      if (splits > 1) {
-        // A group of rows at a time (each group's pass pair reusing the workspace's start), so
-        // that the second pass re-reads the group's rows from L2, not from memory.
-        const int64_t group = detail::row_split_group(p.rows, p.cols * int64_t(sizeof(Tin)));
-        for (int64_t r0 = 0; r0 < p.rows; r0 += group) {
-          RowParams<Tin, Tout, TW> q = p;
-          q.in += r0 * p.ldi;
-          q.out += r0 * p.ldo;
-          q.rows = p.rows - r0 < group ? p.rows - r0 : group;
-          const int qs = group < p.rows ? detail::row_split_count(q.rows, q.cols, vec ? N : 1) : splits;
-          const cudaError_t e = vec ? detail::launch_row_split<OP, N>(q, qs, stream, pro, epi)
-                                    : detail::launch_row_split<OP, 1>(q, qs, stream, pro, epi);
-          if (e != cudaSuccess) return e;
-        }
-        return cudaSuccess;
-      }
+      if (splits > 1)
+        return vec ? detail::launch_row_split<OP, N>(p, splits, stream, pro, epi)
+                   : detail::launch_row_split<OP, 1>(p, splits, stream, pro, epi);
     }
   }
   return vec ? detail::launch_row_reduce_vec<OP, N>(p, stream, pro, epi)

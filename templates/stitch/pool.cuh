@@ -233,7 +233,6 @@ __global__ void __launch_bounds__(256) pool_rows_kernel(PoolParams<Tin, Tout> p,
 constexpr int kPoolTileThreads = 256;
 constexpr int kPoolTileSmemFloats = 12 * 1024;  // 48 KB: the staged input and the row results
 constexpr int kPoolStageLoads = 4;               // staging loads in flight a thread
-constexpr int kPoolRunRows = 4;                  // output rows a thread, a window known when compiled
 
 struct PoolTileShape {
   int tw, th;  // outputs a tile: columns, rows
@@ -310,39 +309,7 @@ __global__ void __launch_bounds__(kPoolTileThreads) pool_tile_kernel(PoolParams<
         row_s[r * t.tw + c] = v;
       }
     __syncthreads();
-    // those results down the window's rows, lanes along the output's columns. A window known
-    // when compiled: a thread takes kPoolRunRows output rows of a column, the row results they
-    // share loaded once into registers ((Q - 1) * SH + KH loads for Q outputs, not Q * KH).
-    if constexpr (kFixed) {
-      constexpr int Q = kPoolRunRows, N = (Q - 1) * SH + KH;
-      const int runs = (t.th + Q - 1) / Q;
-      for (int item = threadIdx.x; item < runs * t.tw; item += kPoolTileThreads) {
-        const int r0 = (item / t.tw) * Q, c = item % t.tw;
-        const int64_t ow = ow0 + c;
-        if (ow >= OW || oh0 + r0 >= OH) continue;
-        float v[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) v[k] = r0 * SH + k < t.ih ? row_s[(r0 * SH + k) * t.tw + c] : kInit;
-        Tout* o = p.out + pl * p.out_stride[0] + (oh0 + r0) * p.out_stride[2] + ow * p.out_stride[3];
-#pragma unroll
-        for (int q = 0; q < Q; ++q) {
-          const int64_t oh = oh0 + r0 + q;
-          if (r0 + q >= t.th || oh >= OH) break;
-          float m = kInit;
-#pragma unroll
-          for (int i = 0; i < KH; ++i) m = pool_merge<MODE>(m, v[q * SH + i]);
-          if constexpr (MODE == PoolMode::Avg) {
-            const PoolWindow wh = pool_window(p, 1, oh), ww = pool_window(p, 2, ow);
-            const int64_t div = p.divisor > 0 ? p.divisor
-                                : p.count_include_pad ? wh.padded * ww.padded : pool_taps(wh) * pool_taps(ww);
-            m = m / float(div);
-          }
-          o[q * p.out_stride[2]] = from_float<Tout>(epi(m));
-        }
-      }
-      __syncthreads();
-      continue;
-    }
+    // those results down the window's rows, lanes along the output's columns
     for (int r = warp; r < t.th; r += kWarps) {
       const int64_t oh = oh0 + r;
       if (oh >= OH) break;

@@ -433,3 +433,60 @@ def test_the_tf32_model_is_scaled_up_to_the_gpus_error():
     assert plain.raise_ == below.raise_ == ("linear",) and below.scale == 1.0  # a GPU below the model: not scaled down
     assert above.raise_ == () and "sees too little" in above.why  # a GPU far above it: no guide (every task)
     assert plain.every * MAX_SCALE < 100.0 <= plain.every * 20
+
+
+def _final_judge(judge, fails):
+    """``judge`` whose final verification (``final=True``) fails the programs ``fails`` says of their
+    plan.json (a best near the tolerance's edge: it passed the search's trials)."""
+    import dataclasses
+
+    orig = judge.verify
+    finals = []
+
+    def verify(problem, program, final=False):
+        j = orig(problem, program, final)
+        if final:
+            plan = json.loads((Path(program) / "plan.json").read_text())
+            finals.append(plan)
+            if fails(plan):
+                return dataclasses.replace(j, kind="wrong_answer", summary="wrong answer: 1/11 trials over the bound",
+                                           ms=None)
+        return j
+
+    judge.verify = verify
+    return finals
+
+
+def test_a_best_that_fails_its_final_verification_is_set_aside(tmp_path):
+    """The fastest verified candidate fails the final verification: the next fastest verified one
+    takes its place, is verified the same way and is what the run hands back; the report says so."""
+    judge = ScriptedJudge(sensitive=("linear_1",))
+    r = run(tmp_path, judge, [PrecisionRepair(), Variants()], final_verify=False)
+    first_best = r.state.best
+    first_plan = json.loads((r.run_dir / r.state.best_candidate.program / "plan.json").read_text())
+    finals = _final_judge(judge, lambda plan: plan == first_plan)  # the search's best: near the edge
+    model, xs = example()
+    r2 = optimize(model, xs, out=tmp_path / "run", resume=True, budget=0.001, judge=judge, proposers=[], compile=True)
+    st = r2.state
+    assert [cid for cid, _ in st.set_aside] == [first_best], st.set_aside
+    assert st.best != first_best and st.best_candidate.ok and st.final.ok and st.final_of == st.best
+    assert len(finals) == 2 and finals[0] == first_plan and finals[1] != first_plan
+    assert st.best == min((c for c in r.state.candidates if c.ok and c.id != first_best), key=lambda c: c.ms).id
+    assert r2.ok and json.loads((r2.best / "plan.json").read_text()) == finals[1]
+    md = r2.markdown.read_text()
+    assert f"set aside: {first_best} passed the search's trials but failed its final verification" in md
+
+
+def test_a_run_whose_every_final_verification_fails_hands_back_nothing(tmp_path):
+    judge = ScriptedJudge(sensitive=("linear_1",))
+    run(tmp_path, judge, [PrecisionRepair(), Variants()], final_verify=False)
+    finals = _final_judge(judge, lambda plan: True)
+    model, xs = example()
+    r = optimize(model, xs, out=tmp_path / "run", resume=True, budget=0.001, judge=judge, proposers=[], compile=True)
+    verified = [c for c in r.state.candidates if c.ok]
+    assert len(finals) == min(len(verified), 3) and len(r.state.set_aside) == len(finals)
+    assert r.state.best is None and r.best is None and not r.ok
+    assert not (tmp_path / "run" / "best").exists()
+    assert "no candidate passed its final verification" in r.markdown.read_text()
+    from stitchcuda.ship.suite import _no_candidate
+    assert _no_candidate(r.state).startswith("no candidate passed its final verification")

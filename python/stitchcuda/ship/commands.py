@@ -305,6 +305,10 @@ def optimize(args: argparse.Namespace, ui: UI) -> int:
         if st.finished.startswith("cannot verify on this machine"):
             ui.error(f"{st.finished}; see {r.markdown}")
             return errors.ENVIRONMENT
+        if st.set_aside:
+            ui.error(f"no candidate passed its final verification ({', '.join(c for c, _ in st.set_aside)} set "
+                     f"aside); see {r.markdown}")
+            return errors.FAILED
         ui.error(f"no candidate verified ({st.finished}); see {r.markdown}")
         return errors.FAILED
     ui.line(f"best: {best.id} ({best.proposer}) {best.ms:.4g} ms -> {r.best}")

@@ -254,6 +254,10 @@ def _no_candidate(state: Any) -> str:
     candidates were judged."""
     said = [f"{c.proposer}: {c.judgement.summary}" for c in state.candidates if c.judgement is not None]
     tried = f"{len(state.candidates)} candidate(s)" + (f" ({'; '.join(said[:3])})" if said else "")
+    aside = getattr(state, "set_aside", ())
+    if aside:
+        finals = "; ".join(f"{cid}: {why}" for cid, why in aside)
+        return f"no candidate passed its final verification ({finals}); {tried}"
     return f"no candidate verified: {state.finished or 'the budget ran out'}; {tried}"
 
 

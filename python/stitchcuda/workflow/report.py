@@ -21,8 +21,12 @@ def render(state: State, llm_usage: dict | None = None) -> str:
     if root is not None and root.judgement is not None:
         lines.append(f"- `build` (the first candidate, {root.id}): {root.judgement.summary}"
                      + (f", {_ms(root.ms)} ms" if root.ms is not None else ""))
+    for cid, why in state.set_aside:
+        lines.append(f"- set aside: {cid} passed the search's trials but failed its final verification ({why})")
     if best is None:
-        lines.append("- **no candidate verified**: there is no program to ship from this run.")
+        lines.append("- **no candidate verified**: there is no program to ship from this run."
+                     if not state.set_aside else
+                     "- **no candidate passed its final verification**: there is no program to ship from this run.")
     else:
         gain = f" ({root.ms / best.ms:.2f}x over `build`)" if root is not None and root.ok and root.ms and best.ms else ""
         lines.append(f"- best: {best.id} by {best.proposer} ({best.description}): {_ms(best.ms)} ms{gain}")

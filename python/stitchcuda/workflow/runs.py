@@ -126,6 +126,11 @@ class RunDir:
             st.publish()
 
 
+    def withdraw_best(self) -> None:
+        """Remove ``best/``: the run has no program to hand back (its candidates keep their folders)."""
+        shutil.rmtree(self.best_dir, ignore_errors=True)
+
+
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)

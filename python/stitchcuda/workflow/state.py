@@ -226,6 +226,8 @@ class State:
     min_gain: float = 0.02
     final: Judgement | None = None   # the best verified once more with every baseline
     final_of: str | None = None
+    #: (id, final verdict) of each best that failed its final verification, set aside for the next
+    set_aside: tuple[tuple[str, str], ...] = ()
 
     def candidate(self, cid: str | None) -> Candidate | None:
         for c in self.candidates:
@@ -244,6 +246,12 @@ class State:
     def base(self) -> Candidate | None:
         """What the next proposals revise: the best verified candidate, else the first one."""
         return self.best_candidate or self.root_candidate
+
+    def next_best(self) -> Candidate | None:
+        """The fastest verified candidate that is not the best and was not set aside."""
+        gone = {cid for cid, _ in self.set_aside} | {self.best}
+        ok = [c for c in self.candidates if c.ok and c.ms is not None and c.id not in gone]
+        return min(ok, key=lambda c: c.ms) if ok else None
 
     def tried(self) -> set[str]:
         return {c.key() for c in self.candidates}
@@ -285,7 +293,8 @@ class State:
                    target=d.get("target"), exhausted=tuple(d.get("exhausted", ())),
                    routes=tuple(Route(**r) for r in d.get("routes", ())), spent=Spent(**d.get("spent", {})),
                    finished=d.get("finished", ""), min_gain=float(d.get("min_gain", 0.02)),
-                   final=_judgement(d.get("final")), final_of=d.get("final_of"))
+                   final=_judgement(d.get("final")), final_of=d.get("final_of"),
+                   set_aside=tuple((str(a), str(b)) for a, b in d.get("set_aside", ())))
 
     @classmethod
     def from_json(cls, text: str) -> "State":

@@ -303,16 +303,16 @@ def lower_bn(lw, pr: BnStatsProto, pre: list) -> None:
 def _bn_splits(rows: int, c: int, planes: bool, vec: int = 0) -> int:
     """How many pieces the batch-statistics kernel cuts the reduced rows into: by planes, about
     1024 blocks in all, none under 8192 elements; lanes along c, about 1024 blocks of 32 channels
-    (``vec`` channels a lane: of min(c / vec, 256) lanes, each slice at least four rows a row lane)."""
+    (``vec`` channels a lane: of min(c / vec, 256) lanes), none under 64 rows. (Under 65536 rows
+    that is rows / 64 pieces, linear in a batch: a dynamic program's plan stays one bucket.)"""
     if planes:
         return max(1, min(-(-1024 // c), rows // 8192))
     if vec:
-        lanes = min(c // vec, 256)
-        tiles, least = -(-(c // vec) // lanes), 4 * (256 // lanes)
+        tiles = -(-(c // vec) // min(c // vec, 256))
     else:
-        tiles, least = max(1, (c + 31) // 32), 64
+        tiles = max(1, (c + 31) // 32)
     want = max(1, 1024 // tiles)
-    per = max(least, -(-rows // want))
+    per = max(64, -(-rows // want))
     return max(1, min(65535, -(-rows // per)))
 
 

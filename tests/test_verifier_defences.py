@@ -287,6 +287,15 @@ def test_library_calls_below_the_claim_fail_it():
     assert reason(v) == "precision_claim" and "bf16 policy under a tf32 claim" in v.verdict.reasons[0]
 
 
+def _tf32_manifest():
+    """A one-input, one-output program's manifest claiming tf32 (what the kernel-name check reads)."""
+    return mf.Manifest.from_dict({
+        "format": "stitchcuda-program", "version": 1, "name": "k", "abi_version": 1, "precision": "tf32",
+        "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [4, 4]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [4, 4]}]})
+
+
 def test_library_kernels_below_the_claim_fail_it():
     from stitchcuda.verifier.report.profile import KernelRecord
     from stitchcuda.verifier.run.precision_claim import kernel_math
@@ -299,11 +308,7 @@ def test_library_kernels_below_the_claim_fail_it():
     assert kernel_math("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc") == "tf32"
     assert kernel_math("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8") == ""
     assert kernel_math("_Z11my_gemm_f16PKfPf") == kernel_math("stitch_gemm_tile_128x128x16") == ""
-    m = mf.Manifest.from_dict({
-        "format": "stitchcuda-program", "version": 1, "name": "k", "abi_version": 1, "precision": "tf32",
-        "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
-        "inputs": [{"name": "x", "dtype": "float32", "shape": [4, 4]}],
-        "outputs": [{"name": "y", "dtype": "float32", "shape": [4, 4]}]})
+    m = _tf32_manifest()
     ok = [DynamicCheck("precision_claim", "pass", "errors at tf32")]
     ks = [KernelRecord("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", 0, 1), KernelRecord("stitch_task_0", 1, 2)]
     notes: list[str] = []
@@ -339,11 +344,7 @@ def test_a_split_bf16_call_excuses_its_three_products_launches():
     from stitchcuda.verifier.verification import _kernel_precision
 
     assert SPLIT_BF16_LAUNCHES >= 3
-    m = mf.Manifest.from_dict({
-        "format": "stitchcuda-program", "version": 1, "name": "k", "abi_version": 1, "precision": "tf32",
-        "arch": "sm_90", "source_hash": "0" * 64, "reference": {"path": "reference.py"},
-        "inputs": [{"name": "x", "dtype": "float32", "shape": [4, 4]}],
-        "outputs": [{"name": "y", "dtype": "float32", "shape": [4, 4]}]})
+    m = _tf32_manifest()
     ok = [DynamicCheck("precision_claim", "pass", "errors at tf32")]
     bf16 = KernelRecord("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 0, 1)
     three = [bf16] * 3

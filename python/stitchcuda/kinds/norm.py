@@ -485,12 +485,12 @@ def render_bn(t, b: BnStatsSpec, n, fn: str) -> tuple[list[str], list[str]]:
     if b.by_planes:
         first = [f"  const dim3 grid({b.c}, {b.splits});",
                  f"  stitch::bn_plane_partial_kernel<<<grid, 256, 0, stream>>>({n('x')}, {b.n}, {b.c}, {b.s}, "
-                 f"{b.sn}, {b.sc}, {per}, {ws}, {pro});"]
-    else:
+                 f"{b.sn}, {b.sc}, {per}, {ws}, {pro});",
+                 f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));']
+    else:  # (the launcher returns the launch's status itself)
         first = [f"  ST_TRY(cuda_check(stitch::launch_bn_partial_lanes({n('x')}, {b.n}, {b.c}, {b.s}, {b.sn}, {b.sc}, "
                  f"{b.ss}, {per}, {b.splits}, {ws}, {pro}, stream), \"{t.name}\"));"]
     return cxx.include("batch_norm.cuh") + pre, first + [
-        f'  ST_TRY(cuda_check(cudaGetLastError(), "{t.name}"));',
         f"  stitch::bn_finish_kernel<<<{b.c}, 128, 0, stream>>>({ws}, {b.splits}, {b.c}, {wp}, {bp}, "
         f"{cxx.flit(b.eps)}, {sc}, {sh});", done]
 

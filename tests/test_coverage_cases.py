@@ -361,6 +361,19 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
         Fn(lambda s, x: s.c(x).amax((3, 4)), c=nn.Conv3d(2, 8, 2)), [_x(2, 2, 4, 5, 6)]))),
     # pooling inside a channels-last region (tensor cores): four channels a thread (8 channels)
     # and one (6), max with ceil mode then average
+    # convolutions over few input channels (kinds/narrow_conv.py): tiles cut by the edges, filter
+    # chunks (70 channels), a strided RGB stem, a dilated 16-channel one, and one reading a wide
+    # convolution's result channels-last (under tensor cores) and writing channels-last
+    "narrow_conv_hardswish_chunks": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: F.hardswish(torch.relu(s.c(x))), c=nn.Conv2d(8, 70, 3, padding=1)), [_x(2, 8, 37, 41)]))),
+    "narrow_conv_stem_7x7_stride2": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: torch.relu(s.c(x)), c=nn.Conv2d(3, 20, 7, stride=2, padding=3, bias=False)),
+        [_x(2, 3, 45, 50)]))),
+    "narrow_conv_dilated_16ch": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: s.c(x) * 0.5, c=nn.Conv2d(16, 9, 3, padding=2, dilation=2)), [_x(2, 16, 23, 18)]))),
+    "narrow_conv_channels_last_region": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: torch.sigmoid(s.b(torch.relu(s.a(x)))), a=nn.Conv2d(24, 16, 1), b=nn.Conv2d(16, 32, 3, padding=1)),
+        [_x(2, 24, 21, 19)]))),
     "conv_pools_channels_last": ("conv", _seeded(lambda: (
         Fn(lambda s, x: (F.avg_pool2d(F.max_pool2d(F.relu(s.a(x)), 3, 2, ceil_mode=True), 2),
                          F.max_pool2d(s.b(x), 2)), a=nn.Conv2d(3, 8, 3), b=nn.Conv2d(3, 6, 3)), [_x(2, 3, 12, 11)]))),

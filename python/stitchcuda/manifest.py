@@ -66,7 +66,7 @@ DTYPE_SIZES = _dtypes.ABI_SIZES
 #: its own); these are the ones other stages know by name.
 KNOWN_STRATEGIES = (
     "cublaslt_gemm", "epilogue_template", "reduction_template", "elementwise_kernel",
-    "attention_template", "copy", "custom_kernel", "cudnn_conv", "recurrent_template",
+    "attention_template", "copy", "custom_kernel", "cudnn_conv", "conv_template", "recurrent_template",
 )
 
 PROGRAM_SOURCE = "program.cu"

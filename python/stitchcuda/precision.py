@@ -84,8 +84,8 @@ class Policy:
 
 
 #: strategies whose products run on tensor cores when the policy allows them (cuBLASLt, cuDNN, the
-#: attention and recurrent templates): what tf32 rounds, and what precision repair may raise
-_MATRIX = ("cublaslt_gemm", "attention_template", "cudnn_conv", "recurrent_template")
+#: attention, convolution and recurrent templates): what tf32 rounds, and what precision repair may raise
+_MATRIX = ("cublaslt_gemm", "attention_template", "cudnn_conv", "conv_template", "recurrent_template")
 _STORED = _MATRIX + ("reduction_template", "custom_kernel", "elementwise_kernel")
 
 FP32 = Policy("fp32", "float32", tf32=False, tensor_cores=False, tolerance=1e-4, c_enum="ST_POLICY_FP32", c_value=0,

@@ -148,7 +148,7 @@ def score_cuda_engineering(source: str, manifest: mf.Manifest | None = None,
     precision = manifest.precision if manifest else "fp32"
     # GEMMs and convolutions: where tensor cores and library epilogues apply
     has_gemm = bool(re.search(r"\bst_gemm\w*\s*\(|\bst_conv\s*\(|\bcublasLtMatmul\b|\bcublas\w*Gemm\w*", code)) or \
-        bool(strategies & {"cublaslt_gemm", "attention_template", "cudnn_conv"})
+        bool(strategies & {"cublaslt_gemm", "attention_template", "cudnn_conv", "conv_template"})
     own_kernels = bool(re.search(r"__global__", code))
     n_tasks = len(manifest.tasks) if manifest else 0
     launches = sum(1 for k in kernels if k.kind == "kernel")
@@ -164,7 +164,8 @@ def score_cuda_engineering(source: str, manifest: mf.Manifest | None = None,
 
     applicable = {
         "cublaslt_epilogue": has_gemm,
-        "shared_memory_tiling": bool(strategies & {"reduction_template", "attention_template", "custom_kernel"}),
+        "shared_memory_tiling": bool(strategies & {"reduction_template", "attention_template", "custom_kernel",
+                                                   "conv_template"}),
         "tensor_cores": has_gemm and precision != "fp32",
         "vectorised_access": own_kernels or bool(strategies & {"elementwise_kernel", "reduction_template",
                                                                 "epilogue_template"}),

@@ -1,0 +1,146 @@
+"""The narrow convolution kind (kinds/narrow_conv.py, templates/stitch/narrow_conv.cuh): which
+convolutions it claims, its precision per policy, its layouts, checked by the plan interpreter
+against PyTorch in float64, and its program compiled by nvcc (CPU only; the GPU runs it in the
+coverage cases ``narrow_conv_*``, tests/gpu/test_coverage_gpu.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from stitchcuda import build as B
+from stitchcuda import code as C
+from stitchcuda import frontend
+from stitchcuda import layout as L
+from stitchcuda import ops
+from stitchcuda import plan as P
+from stitchcuda.kinds.narrow_conv import NarrowConvSpec
+from stitchcuda.pipeline import model_weights
+from stitchcuda.plan.constraints import Constraints
+from tests.plan_sim import simulate
+
+
+class ConvAct(nn.Module):
+    def __init__(self, conv: nn.Conv2d, act=True):
+        super().__init__()
+        self.conv, self.act = conv, act
+
+    def forward(self, x):
+        y = self.conv(x)
+        return F.hardswish(torch.relu(y)) if self.act else y
+
+
+class Region(nn.Module):
+    """A wide 1x1 convolution (cuDNN's, channels-last under tensor cores), then a narrow one."""
+
+    def __init__(self):
+        super().__init__()
+        self.wide = nn.Conv2d(24, 16, 1)
+        self.narrow = nn.Conv2d(16, 32, 3, padding=1)
+
+    def forward(self, x):
+        return torch.sigmoid(self.narrow(torch.relu(self.wide(x))))
+
+
+def _plan(model, x, policy, constraints=None):
+    cap = frontend.capture(model, [x], "nc", supported_ops=ops.supported())
+    return P.plan(cap.graph, policy, constraints=constraints), cap
+
+
+def _check(model, x, policy, tol, constraints=None):
+    plan, cap = _plan(model, x, policy, constraints)
+    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])[0].double()
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x.double())
+    err = ((out - want).abs() / (1 + want.abs())).max().item()
+    assert not torch.isnan(out).any() and err < tol, (policy, err)
+    return plan
+
+
+def _narrow(plan) -> list[NarrowConvSpec]:
+    return [t.params for t in plan.tasks if isinstance(t.params, NarrowConvSpec)]
+
+
+CONVS = {
+    "8ch-3x3": lambda: nn.Conv2d(8, 24, 3, padding=1),
+    "rgb-7x7-stride2": lambda: nn.Conv2d(3, 20, 7, stride=2, padding=3, bias=False),
+    "5ch-dilated-70out": lambda: nn.Conv2d(5, 70, (3, 5), padding=(2, 1), dilation=(2, 1)),
+    "16ch-3x3-no-pad": lambda: nn.Conv2d(16, 9, 3),
+}
+
+
+@pytest.mark.parametrize("policy", ["fp32", "tf32"])
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_a_narrow_convolution_alone(name, policy):
+    torch.manual_seed(0)
+    conv = CONVS[name]()
+    model, x = ConvAct(conv), torch.randn(2, conv.in_channels, 19, 23)
+    plan = _check(model, x, policy, 1e-4 if policy == "fp32" else 1e-2)
+    (nc,) = _narrow(plan)
+    assert not any(isinstance(t.params, P.ConvSpec) for t in plan.tasks), "cuDNN is not asked"
+    assert L.is_dense_in(nc.x, None), "a channels-first input is read as it lies, no copy"
+    assert nc.epilogue, "the activations after it are its epilogue hook"
+    assert [t.strategy for t in plan.tasks if t.phase == "run"] == ["conv_template"], "one task"
+    k = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
+    # split TF32 (about fp32's accuracy) at fp32, and under tf32 where the sum is short
+    assert nc.split == (policy == "fp32" or k < 32)
+
+
+def test_in_a_channels_last_region_it_reads_and_writes_channels_last():
+    torch.manual_seed(1)
+    plan = _check(Region(), torch.randn(2, 24, 10, 11), "tf32", 1e-2)
+    (nc,) = _narrow(plan)
+    order = L.channels_last_order(4)
+    assert L.is_dense_in(nc.x, order), "the wide convolution's channels-last result, read in place"
+    assert not nc.split, "K = 144: TF32 products"
+    # at fp32 cuDNN runs channels-first, and the narrow one reads that
+    (nc,) = _narrow(_check(Region(), torch.randn(2, 24, 10, 11), "fp32", 1e-4))
+    assert L.is_dense_in(nc.x, None) and nc.split
+
+
+@pytest.mark.parametrize("conv", [nn.Conv2d(17, 8, 3), nn.Conv2d(8, 16, 1), nn.Conv2d(8, 8, 3, groups=2),
+                                  nn.ConvTranspose2d(8, 8, 3), nn.Conv2d(16, 8, 11)],
+                         ids=["17-channels", "1x1", "grouped", "transposed", "sum-of-1936"])
+def test_wide_pointwise_grouped_transposed_or_long_sums_stay_cudnns(conv):
+    torch.manual_seed(2)
+    plan = _check(conv, torch.randn(1, conv.in_channels, 13, 12), "fp32", 1e-4)
+    assert not _narrow(plan)
+
+
+def test_a_cudnn_layout_asked_by_the_loop_leaves_the_kernel():
+    """The conv strategies channels_first / channels_last are cuDNN's: the loop's measured alternative."""
+    torch.manual_seed(3)
+    model, x = ConvAct(nn.Conv2d(8, 24, 3, padding=1)), torch.randn(2, 8, 12, 12)
+    plan, cap = _plan(model, x, "tf32")
+    conv = next(n.name for n in cap.graph.nodes if ops.kind(n.op) == "conv")
+    for option in ("channels_first", "channels_last"):
+        plan = _check(model, x, "tf32", 1e-2, Constraints.of({}, (), {conv: option}, ()))
+        assert not _narrow(plan) and any(isinstance(t.params, P.ConvSpec) for t in plan.tasks)
+
+
+def test_a_raised_convolution_computes_split():
+    """The precision repair's raise (fp32 on the node inside a tf32 program) gives split-TF32 products."""
+    torch.manual_seed(4)
+    model, x = ConvAct(nn.Conv2d(8, 24, 3, padding=1)), torch.randn(2, 8, 12, 12)
+    plan, cap = _plan(model, x, "tf32")
+    (nc,) = _narrow(plan)
+    assert not nc.split
+    conv = next(n.name for n in cap.graph.nodes if ops.kind(n.op) == "conv")
+    (nc,) = _narrow(_check(model, x, "tf32", 1e-4, Constraints.of({conv: "fp32"}, (), {}, ())))
+    assert nc.split
+
+
+def test_the_program_compiles(nvcc, tmp_path):
+    torch.manual_seed(5)
+    for model, x, policy in ((ConvAct(CONVS["5ch-dilated-70out"]()), torch.randn(2, 5, 19, 23), "fp32"),
+                             (Region(), torch.randn(2, 24, 10, 11), "tf32")):
+        cap = frontend.capture(model, [x], "nc", supported_ops=ops.supported())
+        plan = P.plan(cap.graph, policy)
+        src = C.code(plan, cap.graph, None, arch="sm_90")
+        assert "stitch::launch_narrow_conv<" in src.program_cu
+        r = B.build(src.program_cu, arch="sm_90", cache=tmp_path, name="nc", policy=policy)
+        assert r.ok, r.compile.output if r.compile else r.message

@@ -1,5 +1,5 @@
-// mma.cuh — the warp-level tensor-core instructions (mma.sync, sm_80+) the templates share, and the
-// TF32 rounding their operands take.
+// mma.cuh — the sm_80+ instructions the templates share: warp-level tensor-core products
+// (mma.sync), the TF32 rounding their operands take, and asynchronous copies into shared memory.
 //
 // mma_1688_tf32(d, a, b0, b1): d (16 x 8) += a (16 x 8, row) * b (8 x 8, col), fp32 accumulators.
 //   With g = lane / 4 and t = lane % 4, the fragments hold (PTX ISA, "mma.m16n8k8"):
@@ -12,6 +12,9 @@
 //   zero), as bits / as a float. x - tf32_round(x) is exact in fp32 and rounds to TF32 again with a
 //   relative error of about 2^-22: the "big" and "small" parts of a split-TF32 product (three mma
 //   per product, big x big + big x small + small x big, about fp32's accuracy).
+// cp_async16 / cp_async4(smem, gmem, valid): copy 16 / 4 bytes global -> shared without a register
+//   (cp.async; 16-byte copies bypass L1), zeros where !valid (nothing read); cp_async_commit() closes
+//   a group of them, cp_async_wait<N>() waits until at most N groups are in flight.
 #pragma once
 
 #include <cstdint>
@@ -31,5 +34,19 @@ __device__ __forceinline__ uint32_t tf32_bits(float x) {
 }
 
 __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(tf32_bits(x)); }
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 4 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 }  // namespace stitch

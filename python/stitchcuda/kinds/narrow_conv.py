@@ -55,8 +55,8 @@ class NarrowConvSpec:
     """narrow_conv.cuh: ``out = epilogue(bias + conv2d(x, w))`` over x [N, C, H, W] and out [N, O,
     OH, OW] (any strides), w [O, C, kh, kw] dense, bias [O] (or None), all float32; ``stride``,
     ``padding`` (zeros before the first row and column; after the last, as many as out's extent
-    reads), ``dilation`` per spatial dim. ``split``: split-TF32 products (about fp32's accuracy),
-    else TF32."""
+    reads), ``dilation`` per spatial dim. ``policy``: what the products compute at: ``tf32`` (one
+    TF32 product), ``fp32`` (split TF32, about fp32's accuracy: :attr:`split`)."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "narrow_conv")
 
@@ -67,9 +67,13 @@ class NarrowConvSpec:
     stride: tuple[int, int]
     padding: tuple[int, int]
     dilation: tuple[int, int]
-    split: bool
+    policy: str
     bias: View | None = None
     epilogue: tuple[EwInstr, ...] = ()
+
+    @property
+    def split(self) -> bool:
+        return not get_policy(self.policy).tf32
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class NarrowConvProto(Proto):
     stride: tuple[int, ...] = ()
     padding: tuple[int, ...] = ()
     dilation: tuple[int, ...] = ()
-    split: bool = False
+    policy: str = "fp32"
     epi: tuple[str, ...] = ()
 
 
@@ -125,11 +129,11 @@ def claim(cx) -> None:
         if cx.absorbs_unfused(epi):
             epi, out = [], n.outputs[0].name
         nodes = [n.name] + epi
-        split = not policy.tf32 or ws[1] * ws[2] * ws[3] < SHORT_SUM
+        at = "fp32" if not policy.tf32 or ws[1] * ws[2] * ws[3] < SHORT_SUM else policy.name
         cx.claim(NarrowConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x,
                                  w=w, bias=bias, out=out, stride=int_list(n.attr("stride"), 2, 1),
                                  padding=int_list(n.attr("padding"), 2, 0),
-                                 dilation=int_list(n.attr("dilation"), 2, 1), split=split, epi=tuple(epi)))
+                                 dilation=int_list(n.attr("dilation"), 2, 1), policy=at, epi=tuple(epi)))
 
 
 # ---------------------------------------------------------------------- lower
@@ -158,10 +162,10 @@ def lower(lw, pr: NarrowConvProto, pre: list) -> None:
     if vo.dtype != "float32" or any(s < 0 for s in vo.strides):
         raise AssertionError(f"{pr.name}: the narrow convolution writes float32 at non-negative strides")
     spec = NarrowConvSpec("narrow_conv", vx, vw, vo, tuple(pr.stride), tuple(pr.padding), tuple(pr.dilation),
-                          pr.split, vb, lw.hook(pr.epi))
+                          pr.policy, vb, lw.hook(pr.epi))
     lw.add(pr, pr.name, spec, [vx, vw, vb], [vo], touched=list(pr.ins) + [pr.out, pr.x] +
            [lw.ix.nodes[nm].outputs[0].name for nm in pr.epi],
-           note="split-TF32 products, about fp32's accuracy" if pr.split else "")
+           note="split-TF32 products, about fp32's accuracy" if spec.split else "")
 
 
 def out_order(pr: NarrowConvProto, order_of) -> tuple[int, ...] | None:

@@ -66,29 +66,37 @@ namespace detail {
 
 // Shared memory: the filters of 16 NT channels ([16 NT][ldw]; within each 8 k, the order k0, k0 + 4,
 // k0 + 1, k0 + 5, ...: a B fragment's two values side by side, one 8-byte load; ldw = 8 mod 16, so
-// that a half-warp's 8-byte loads hit 32 banks), the small parts after them under SPLIT; the offsets
-// in the staged input of the k pairs (k0 + t, k0 + t + 4), -1 past the sum (a zero); then two
-// buffers of staged input [in_channels][rows][cols] (the next tile's copied in while this one computes).
+// that a half-warp's 8-byte loads hit 32 banks), the small parts after them under SPLIT, their bias;
+// the offsets in the staged input of the k pairs (k0 + t, k0 + t + 4), -1 past the sum (a zero);
+// then two buffers of staged input [in_channels][rows][cols] (the next tile's copied in while this
+// one computes). 80 registers a thread: three blocks an SM.
 __host__ __device__ inline int narrow_conv_ldw(int kpad) { return kpad % 16 == 8 ? kpad : kpad + 8; }
 template <bool SPLIT, int NT>
 inline size_t narrow_conv_smem(int kpad, int staged) {
-  return size_t(16 * NT) * narrow_conv_ldw(kpad) * sizeof(float) * (SPLIT ? 2 : 1) + size_t(kpad) * sizeof(int) +
+  return size_t(16 * NT) * (narrow_conv_ldw(kpad) * (SPLIT ? 2 : 1) + 1) * sizeof(float) + size_t(kpad) * sizeof(int) +
          2 * size_t(staged) * sizeof(float);
 }
 
-// The input under the tile whose top-left output is (oh0, ow0) of sample n into xs, by cp.async
-// (zeros outside the input): a warp a staged row channels-first (lanes along its columns), a warp a
-// position channels-last (lanes along its channels), so that consecutive lanes read consecutive
-// addresses.
-__device__ __forceinline__ void narrow_conv_stage(const NarrowConvParams& p, float* xs, int64_t n, int64_t oh0,
-                                                  int64_t ow0, int ih_n, int iw_n, bool cl) {
+// A tile: its sample, its filter chunk and its top-left output.
+struct NcTile {
+  int n, chunk, oh0, ow0;
+};
+
+// The input under tile t into xs, by cp.async (zeros outside the input): a warp a staged row
+// channels-first (lanes along its columns), a warp a position channels-last (lanes along its
+// channels), so that consecutive lanes read consecutive addresses. The walks step their counters
+// instead of dividing (a division is some twenty instructions a thread).
+__device__ __forceinline__ void narrow_conv_stage(const NarrowConvParams& p, float* xs, NcTile t, int ih_n, int iw_n,
+                                                  bool cl) {
+  constexpr int W = kNcThreads / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, cin = int(p.in_channels), plane = ih_n * iw_n;
-  const int64_t r0 = oh0 * p.stride_h - p.pad_h, c0 = ow0 * p.stride_w - p.pad_w;
-  const float* xn = p.x + n * p.x_stride[0];
+  const int64_t r0 = int64_t(t.oh0) * p.stride_h - p.pad_h, c0 = int64_t(t.ow0) * p.stride_w - p.pad_w;
+  const float* xn = p.x + t.n * p.x_stride[0];
   if (!cl) {
-    for (int row = warp; row < cin * ih_n; row += kNcThreads / 32) {
-      const int c = row / ih_n;
-      const int64_t gr = r0 + (row - c * ih_n);
+    int c = 0, rr = warp;  // staged row c * ih_n + rr
+    while (rr >= ih_n) rr -= ih_n, ++c;
+    for (int row = warp; row < cin * ih_n; row += W) {
+      const int64_t gr = r0 + rr;
       const bool in = gr >= 0 && gr < p.h;
       const float* src = xn + c * p.x_stride[1] + gr * p.x_stride[2];
       for (int cc = lane; cc < iw_n; cc += 32) {
@@ -96,14 +104,19 @@ __device__ __forceinline__ void narrow_conv_stage(const NarrowConvParams& p, flo
         const bool ok = in && gc >= 0 && gc < p.w_in;
         cp_async4(xs + row * iw_n + cc, ok ? src + gc * p.x_stride[3] : p.x, ok);
       }
+      rr += W;
+      while (rr >= ih_n) rr -= ih_n, ++c;
     }
   } else {
-    for (int at = warp; at < plane; at += kNcThreads / 32) {
-      const int rr = at / iw_n;
-      const int64_t gr = r0 + rr, gc = c0 + (at - rr * iw_n);
+    int rr = 0, cc = warp;  // position rr * iw_n + cc
+    while (cc >= iw_n) cc -= iw_n, ++rr;
+    for (int at = warp; at < plane; at += W) {
+      const int64_t gr = r0 + rr, gc = c0 + cc;
       const bool ok = gr >= 0 && gr < p.h && gc >= 0 && gc < p.w_in;
       const float* src = xn + gr * p.x_stride[2] + gc * p.x_stride[3];
       for (int c = lane; c < cin; c += 32) cp_async4(xs + c * plane + at, ok ? src + c * p.x_stride[1] : p.x, ok);
+      cc += W;
+      while (cc >= iw_n) cc -= iw_n, ++rr;
     }
   }
 }
@@ -111,8 +124,8 @@ __device__ __forceinline__ void narrow_conv_stage(const NarrowConvParams& p, flo
 // grid-stride over tiles ordered (channel chunk, batch, tile row, tile column), the chunk slowest, so
 // that a block reloads its filters only when its chunk changes.
 template <bool SPLIT, int NT, class Epi>
-__global__ void __launch_bounds__(kNcThreads, 2) narrow_conv_kernel(NarrowConvParams p, int ih_n, int iw_n, int kpad,
-                                                                    int64_t tiles, Epi epi) {
+__global__ void __launch_bounds__(kNcThreads, 3) narrow_conv_kernel(NarrowConvParams p, int ih_n, int iw_n, int kpad,
+                                                                    int tiles, Epi epi) {
   constexpr int NB = 16 * NT;
   extern __shared__ float smem[];
   const int ldw = narrow_conv_ldw(kpad), taps = p.kh * p.kw, K = int(p.in_channels) * taps, plane = ih_n * iw_n;
@@ -120,7 +133,8 @@ __global__ void __launch_bounds__(kNcThreads, 2) narrow_conv_kernel(NarrowConvPa
   const bool cl = p.x_stride[1] == 1 && p.in_channels > 1;
   float* ws = smem;
   float* ws_lo = ws + NB * ldw;  // SPLIT only
-  int2* koff = reinterpret_cast<int2*>(ws + (SPLIT ? 2 : 1) * NB * ldw);  // [kpad / 8][4]
+  float* bs = ws + (SPLIT ? 2 : 1) * NB * ldw;                          // the chunk's bias [NB]
+  int2* koff = reinterpret_cast<int2*>(bs + NB);                         // [kpad / 8][4]
   float* xs = reinterpret_cast<float*>(koff + kpad / 2);                  // two buffers of `staged`
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int wm = warp % 4, wn = warp / 4;  // tile rows 2 wm, 2 wm + 1; n-tiles wn NT .. wn NT + NT - 1
@@ -136,47 +150,42 @@ __global__ void __launch_bounds__(kNcThreads, 2) narrow_conv_kernel(NarrowConvPa
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) base[i][hh] = (2 * wm + i) * p.stride_h * iw_n + (g + 8 * hh) * p.stride_w;
-  const int64_t tx = ceil_div<int64_t>(p.ow, kNcTileW), ty = ceil_div<int64_t>(p.oh, kNcTileH);
-  auto decode = [&](int64_t tile, int64_t& n, int64_t& chunk, int64_t& oh0, int64_t& ow0) {
-    const int64_t txi = tile % tx, r = tile / tx, tyi = r % ty, s = r / ty;
-    n = s % p.batch, chunk = s / p.batch, oh0 = tyi * kNcTileH, ow0 = txi * kNcTileW;
+  // tiles < 2^31 (launch_narrow_conv): 32-bit divisions, once a tile
+  const int tx = int(ceil_div<int64_t>(p.ow, kNcTileW)), ty = int(ceil_div<int64_t>(p.oh, kNcTileH)), nb = int(p.batch);
+  auto decode = [&](int tile) {
+    const int txi = tile % tx, r = tile / tx, tyi = r % ty, s = r / ty;
+    return NcTile{s % nb, s / nb, tyi * kNcTileH, txi * kNcTileW};
   };
-  int64_t tile = blockIdx.x, n, chunk, oh0, ow0;
+  int tile = blockIdx.x;
+  NcTile next{};
   if (tile < tiles) {
-    decode(tile, n, chunk, oh0, ow0);
-    narrow_conv_stage(p, xs, n, oh0, ow0, ih_n, iw_n, cl);
+    next = decode(tile);
+    narrow_conv_stage(p, xs, next, ih_n, iw_n, cl);
   }
   cp_async_commit();
-  int64_t loaded = -1;
-  float bias[NT][2];          // this thread's channels' bias ...
-  int64_t choff[NT][2];       // ... and offsets in out (-1: past the channels)
+  int loaded = -1;
   for (int buf = 0; tile < tiles; tile += gridDim.x, buf ^= 1) {
-    decode(tile, n, chunk, oh0, ow0);
-    if (tile + gridDim.x < tiles) {  // the next tile's input, copied while this one computes
-      int64_t n2, chunk2, oh2, ow2;
-      decode(tile + gridDim.x, n2, chunk2, oh2, ow2);
-      narrow_conv_stage(p, xs + (buf ^ 1) * staged, n2, oh2, ow2, ih_n, iw_n, cl);
+    const NcTile cur = next;
+    const int n = cur.n, chunk = cur.chunk, oh0 = cur.oh0, ow0 = cur.ow0;
+    if (tile + int(gridDim.x) < tiles) {  // the next tile's input, copied while this one computes
+      next = decode(tile + gridDim.x);
+      narrow_conv_stage(p, xs + (buf ^ 1) * staged, next, ih_n, iw_n, cl);
     }
     cp_async_commit();
     if (chunk != loaded) {  // every warp is past the last tile's products (the loop's last barrier)
       for (int i = tid; i < NB * kpad; i += kNcThreads) {
         const int j = i / kpad, k = i - j * kpad;
-        const int64_t o = chunk * NB + j;
+        const int64_t o = int64_t(chunk) * NB + j;
         const float v = o < p.out_channels && k < K ? __ldg(p.w + o * K + k) : 0.f;
         const float hi = tf32_round(v);
         const int at = j * ldw + (k & ~7) + 2 * (k & 3) + ((k >> 2) & 1);  // the pair order above
         ws[at] = hi;
         if constexpr (SPLIT) ws_lo[at] = tf32_round(v - hi);
       }
-#pragma unroll
-      for (int q = 0; q < NT; ++q)
-#pragma unroll
-        for (int e1 = 0; e1 < 2; ++e1) {
-          const int64_t o = chunk * NB + (wn * NT + q) * 8 + 2 * t + e1;
-          const bool in = o < p.out_channels;
-          bias[q][e1] = in && p.bias ? __ldg(p.bias + o) : 0.f;
-          choff[q][e1] = in ? o * p.out_stride[1] : -1;
-        }
+      for (int j = tid; j < NB; j += kNcThreads) {
+        const int64_t o = int64_t(chunk) * NB + j;
+        bs[j] = o < p.out_channels && p.bias ? __ldg(p.bias + o) : 0.f;
+      }
       loaded = chunk;
     }
     cp_async_wait<1>();  // this tile's input has landed (the next one's may still be in flight)
@@ -237,20 +246,27 @@ __global__ void __launch_bounds__(kNcThreads, 2) narrow_conv_kernel(NarrowConvPa
     if (whole < kpad) step(whole, std::true_type{});
 
     // D(m, n): m = g (+ 8) a column of row 2 wm + i, n = 2t (+ 1) a channel of n-tile q
-    float* on = p.out + n * p.out_stride[0];
+    float* on = p.out + int64_t(n) * p.out_stride[0];
+    const int oc = chunk * NB + wn * NT * 8 + 2 * t;  // this thread's first channel (< 2^31)
+    float bias[NT][2];
+#pragma unroll
+    for (int q = 0; q < NT; ++q)
+#pragma unroll
+      for (int e1 = 0; e1 < 2; ++e1) bias[q][e1] = bs[(wn * NT + q) * 8 + 2 * t + e1];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int64_t oi = oh0 + 2 * wm + i;
+      const int64_t oi = int64_t(oh0) + 2 * wm + i;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int64_t oj = ow0 + g + 8 * hh;
+        const int64_t oj = int64_t(ow0) + g + 8 * hh;
         if (oi >= p.oh || oj >= p.ow) continue;
         float* px = on + oi * p.out_stride[2] + oj * p.out_stride[3];
 #pragma unroll
         for (int q = 0; q < NT; ++q)
 #pragma unroll
           for (int e1 = 0; e1 < 2; ++e1)
-            if (choff[q][e1] >= 0) px[choff[q][e1]] = epi(acc[i][q][2 * hh + e1] + bias[q][e1]);
+            if (oc + q * 8 + e1 < p.out_channels)
+              px[int64_t(oc + q * 8 + e1) * p.out_stride[1]] = epi(acc[i][q][2 * hh + e1] + bias[q][e1]);
       }
     }
     __syncthreads();  // this buffer is the next-but-one tile's, and the filters may change
@@ -271,6 +287,7 @@ cudaError_t launch_narrow_conv(const NarrowConvParams& p, cudaStream_t stream, c
   const int kpad = int(ceil_div<int64_t>(p.in_channels * p.kh * p.kw, 8) * 8);
   const int64_t tiles = ceil_div<int64_t>(p.out_channels, 16 * NT) * p.batch * ceil_div<int64_t>(p.oh, kNcTileH) *
                         ceil_div<int64_t>(p.ow, kNcTileW);
+  if (tiles > INT_MAX / 2) return cudaErrorInvalidValue;  // (the kernel counts tiles in 32 bits)
   const size_t smem = detail::narrow_conv_smem<SPLIT, NT>(kpad, int(p.in_channels) * ih * iw);
   auto kernel = detail::narrow_conv_kernel<SPLIT, NT, Epi>;
   static int sms[64] = {};
@@ -285,7 +302,7 @@ cudaError_t launch_narrow_conv(const NarrowConvParams& p, cudaStream_t stream, c
   int per_sm = 0;
   if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kNcThreads, smem)) != cudaSuccess) return e;
   const int64_t most = int64_t(sm) * (per_sm > 0 ? per_sm : 1);
-  kernel<<<unsigned(tiles < most ? tiles : most), kNcThreads, smem, stream>>>(p, ih, iw, kpad, tiles, epi);
+  kernel<<<unsigned(tiles < most ? tiles : most), kNcThreads, smem, stream>>>(p, ih, iw, kpad, int(tiles), epi);
   return cudaGetLastError();
 }
 

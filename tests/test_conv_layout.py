@@ -20,25 +20,19 @@ from stitchcuda import frontend
 from stitchcuda import layout as L
 from stitchcuda import ops
 from stitchcuda import plan as P
-from stitchcuda.kinds.narrow_conv import NarrowConvSpec
 from stitchcuda.pipeline import model_weights
 from tests.plan_sim import simulate
-
-#: Input channels of the 2-d convolutions here: more than kinds/narrow_conv.py takes, so that they
-#: are cuDNN's, whose layouts these tests are about.
-CIN = 17
 
 
 class Net(nn.Module):
     """conv -> batch norm -> relu -> max pool -> conv + bias -> relu -> join with a 1x1 branch ->
-    average pool: what a small CNN's body does. Wider than 16 channels: cuDNN's convolutions (a
-    narrower 2-d one is kinds/narrow_conv.py's)."""
+    average pool: what a small CNN's body does."""
 
-    def __init__(self, c: int = 20, spatial: int = 2, cin: int = CIN):
+    def __init__(self, c: int = 8, spatial: int = 2):
         super().__init__()
         conv, bn, pool = ((nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d) if spatial == 2 else
                           (nn.Conv3d, nn.BatchNorm3d, nn.MaxPool3d))
-        self.c1 = conv(cin, c, 3, padding=1, bias=False)
+        self.c1 = conv(3, c, 3, padding=1, bias=False)
         self.bn = bn(c)
         self.pool = pool(2)
         self.c2 = conv(c, c, 3, padding=1)
@@ -75,7 +69,7 @@ def _convs(plan):
 def test_tensor_core_policies_plan_the_region_channels_last(spatial, policy):
     torch.manual_seed(0)
     model = Net(spatial=spatial)
-    x = torch.randn(2, CIN, *([8] * spatial))
+    x = torch.randn(2, 3, *([8] * spatial))
     plan, cap = _plan(model, x, policy)
     convs = _convs(plan)
     assert len(convs) == 3 and all(t.params.channels_last for t in convs)
@@ -95,7 +89,7 @@ def test_tensor_core_policies_plan_the_region_channels_last(spatial, policy):
 def test_fp32_keeps_channels_first():
     torch.manual_seed(0)
     model = Net()
-    x = torch.randn(2, CIN, 8, 8)
+    x = torch.randn(2, 3, 8, 8)
     plan, cap = _plan(model, x, "fp32")
     assert not any(t.params.channels_last for t in _convs(plan))
     assert not any(t.params.channels_last for t in plan.tasks if isinstance(t.params, P.PoolSpec))
@@ -105,7 +99,7 @@ def test_fp32_keeps_channels_first():
 def test_a_strategy_constraint_chooses_the_layout():
     torch.manual_seed(0)
     model = Net()
-    x = torch.randn(2, CIN, 8, 8)
+    x = torch.randn(2, 3, 8, 8)
     plan, cap = _plan(model, x, "tf32")
     first = next(t for t in _convs(plan)).covers[0]
     choices = P.choices(cap.graph)
@@ -127,7 +121,7 @@ def test_channels_last_pooling_matches_pytorch(mode):
     class Pool(nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv = nn.Conv2d(CIN, 6, 3)
+            self.conv = nn.Conv2d(4, 6, 3)
 
         def forward(self, x):
             y = self.conv(x)
@@ -137,7 +131,7 @@ def test_channels_last_pooling_matches_pytorch(mode):
 
     torch.manual_seed(1)
     model = Pool()
-    x = torch.randn(2, CIN, 11, 9)
+    x = torch.randn(2, 4, 11, 9)
     plan, cap = _plan(model, x, "tf32")
     (pool,) = [t.params for t in plan.tasks if isinstance(t.params, P.PoolSpec)]
     assert pool.channels_last and pool.x.ndim == 5
@@ -150,7 +144,7 @@ class ConvTail(nn.Module):
 
     def __init__(self, pool: bool):
         super().__init__()
-        self.conv = nn.Conv2d(CIN, 12, 3)
+        self.conv = nn.Conv2d(5, 12, 3)
         self.pool = pool
 
     def forward(self, x):
@@ -166,7 +160,7 @@ def test_a_group_ending_the_region_writes_the_output_layout_itself():
     output in one pass (the template's tiled path), with no converting copy after it."""
     torch.manual_seed(2)
     model = ConvTail(pool=False)
-    x = torch.randn(2, CIN, 13, 11)
+    x = torch.randn(2, 5, 13, 11)
     plan, cap = _plan(model, x, "tf32")
     (conv,) = _convs(plan)
     assert conv.params.channels_last
@@ -182,7 +176,7 @@ def test_several_operand_hooks_fuse_into_the_pool():
     convolution's result is read once, by the pool."""
     torch.manual_seed(3)
     model = ConvTail(pool=True)
-    x = torch.randn(2, CIN, 13, 11)
+    x = torch.randn(2, 5, 13, 11)
     for policy, tol in (("tf32", 1e-2), ("fp32", 1e-4)):
         plan, cap = _plan(model, x, policy)
         (pool,) = [t for t in plan.tasks if isinstance(t.params, P.PoolSpec)]
@@ -224,7 +218,7 @@ def test_a_lone_pointwise_convolution_is_a_gemm_under_tensor_cores():
     class Lone(nn.Module):
         def __init__(self):
             super().__init__()
-            self.c = nn.Conv2d(CIN, 10, 1, bias=False)
+            self.c = nn.Conv2d(6, 10, 1, bias=False)
 
         def forward(self, x):
             return self.c(torch.tanh(x)) * 2.0
@@ -232,15 +226,15 @@ def test_a_lone_pointwise_convolution_is_a_gemm_under_tensor_cores():
     class Region(nn.Module):  # MobileNet's inverted residual: a 1x1 convolution after conv, BN, ReLU6
         def __init__(self):
             super().__init__()
-            self.a = nn.Conv2d(CIN, CIN, 3, padding=1)
-            self.bn = nn.BatchNorm2d(CIN)
-            self.c = nn.Conv2d(CIN, 10, 1, bias=False)
+            self.a = nn.Conv2d(6, 6, 3, padding=1)
+            self.bn = nn.BatchNorm2d(6)
+            self.c = nn.Conv2d(6, 10, 1, bias=False)
 
         def forward(self, x):
             return self.c(F.relu6(self.bn(self.a(x))))
 
     torch.manual_seed(5)
-    x = torch.randn(2, CIN, 7, 9)
+    x = torch.randn(2, 6, 7, 9)
     lone = Lone()
     plan, cap = _plan(lone, x, "tf32")
     assert not _convs(plan), [t.name for t in plan.run_tasks]
@@ -324,18 +318,17 @@ def test_short_sums_compute_at_fp32_under_tf32():
     model, x = _StemAndSqueeze(), torch.randn(2, 3, 64, 64)  # the 1x1 output: 196,608 elements
     plan, cap = _plan(model, x, "tf32")
     convs = {t.params.w.shape[1] * t.params.w.shape[2] * t.params.w.shape[3]: t.params
-             for t in plan.tasks if isinstance(t.params, (P.ConvSpec, NarrowConvSpec))}
+             for t in plan.tasks if isinstance(t.params, P.ConvSpec)}
     assert sorted(convs) == [8, 16, 27, 72, 96], convs
     assert {k: c.policy for k, c in convs.items()} == {27: "fp32", 8: "fp32", 16: "tf32", 72: "tf32", 96: "tf32"}
-    assert isinstance(convs[27], NarrowConvSpec) and convs[27].split, "the stem: few channels, split TF32"
-    assert all(c.channels_last for k, c in convs.items() if k != 27)
+    assert all(c.channels_last for c in convs.values())
     assert all(k >= SHORT_SUM or c.policy == "tf32" for k, c in convs.items() if k not in (27, 8))
     assert _simulated_error(model, x, plan, cap) < 1e-2
     from stitchcuda.workflow.proposers import PrecisionRepair
 
     suspects = {t for t, _ in PrecisionRepair().suspects(plan)}
-    assert suspects == {t.name for t in plan.tasks if isinstance(t.params, (P.ConvSpec, NarrowConvSpec)) and
-                        t.params.policy == "tf32"}, "the precision repair suspects only what rounds"
+    assert suspects == {t.name for t in plan.tasks if isinstance(t.params, P.ConvSpec) and t.params.policy == "tf32"}, \
+        "the precision repair suspects only what rounds"
     plan32, _ = _plan(model, x, "fp32")
     assert {t.params.policy for t in plan32.tasks if isinstance(t.params, P.ConvSpec)} == {"fp32"}
 
@@ -345,7 +338,7 @@ class ConvActBn(nn.Module):
 
     def __init__(self, act: str, keep: bool = False):
         super().__init__()
-        self.conv = nn.Conv2d(CIN, 6, 3)
+        self.conv = nn.Conv2d(4, 6, 3)
         self.bn = nn.BatchNorm2d(6)
         self.act, self.keep = act, keep
 
@@ -364,7 +357,7 @@ def test_batch_statistics_recompute_the_activation_instead_of_writing_it(act, po
     activation's result is never written (one elementwise pass: the affine)."""
     torch.manual_seed(5)
     model = ConvActBn(act).train()
-    x = torch.randn(3, CIN, 12, 10)
+    x = torch.randn(3, 4, 12, 10)
     plan, cap = _plan(model, x, policy)
     (stats,) = [t for t in plan.tasks if isinstance(t.params, P.BnStatsSpec)]
     (conv,) = _convs(plan)
@@ -380,7 +373,7 @@ def test_an_activation_used_elsewhere_is_written_once():
     read it as it is (no hook, no copy of its nodes)."""
     torch.manual_seed(6)
     model = ConvActBn("mish", keep=True).train()
-    x = torch.randn(3, CIN, 12, 10)
+    x = torch.randn(3, 4, 12, 10)
     plan, cap = _plan(model, x, "fp32")
     (stats,) = [t for t in plan.tasks if isinstance(t.params, P.BnStatsSpec)]
     assert not stats.params.prologue

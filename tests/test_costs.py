@@ -33,7 +33,6 @@ from stitchcuda import frontend, ops
 from stitchcuda import plan as P
 from tests import sweep_cases
 from tests.sweep import sweep
-from stitchcuda.kinds.narrow_conv import NARROW_CHANNELS, NARROW_K
 from tests.test_coverage_cases import Fn
 
 F32 = 4
@@ -249,9 +248,7 @@ def test_convolution(name, bias):
     plan = _plan(lambda s_, x: s_.conv(x), [torch.randn(batch, cin, *size)], conv=conv)
     flops, out = conv_hand_count(nsp, tr, cin, cout, kernel, stride, padding, dilation, groups, opad, size, batch)
     depthwise = nsp == 2 and not tr and groups == cin == cout > 1  # its own kind (kinds/depthwise.py)
-    narrow = nsp == 2 and not tr and groups == 1 and cin <= NARROW_CHANNELS and \
-        1 < math.prod(_tuple(kernel, 2)) and cin * math.prod(_tuple(kernel, 2)) <= NARROW_K  # kinds/narrow_conv.py
-    t = _one(plan, "Depthwise" if depthwise else "NarrowConv" if narrow else "Conv")
+    t = _one(plan, "Depthwise" if depthwise else "Conv")
     outs = batch * cout * math.prod(out)
     assert tuple(t.params.out.shape[2:]) == out
     assert t.flops == flops + (outs if bias else 0), "products, and one add per output element for the bias"
@@ -261,12 +258,11 @@ def test_convolution(name, bias):
 
 
 def test_convolution_with_its_activation():
-    for cin, kind in ((3, "NarrowConv"), (NARROW_CHANNELS + 1, "Conv")):
-        plan = _plan(lambda s_, x: torch.relu(s_.conv(x)), [torch.randn(2, cin, 8, 8)], conv=nn.Conv2d(cin, 4, 3))
-        t = _one(plan, kind)
-        assert (t.params.activation if kind == "Conv" else [i.op for i in t.params.epilogue]) in ("relu", ["relu"])
-        outs = 2 * 4 * 6 * 6
-        assert t.flops == 2 * outs * cin * 9 + 2 * outs, "bias and activation, one each per output element"
+    plan = _plan(lambda s_, x: torch.relu(s_.conv(x)), [torch.randn(2, 3, 8, 8)], conv=nn.Conv2d(3, 4, 3))
+    t = _one(plan, "Conv")
+    assert t.params.activation == "relu"
+    outs = 2 * 4 * 6 * 6
+    assert t.flops == 2 * outs * 3 * 9 + 2 * outs, "bias and activation, one each per output element"
 
 
 def _conv_sweep_case(case):
@@ -299,8 +295,6 @@ def test_convolution_sweep(case):
     if convs:
         (t,) = convs
         assert t.flops == hand + (math.prod(t.params.out.shape) if t.params.activation != "none" else 0)
-    for t in _tasks(plan, "NarrowConv"):  # its epilogue: one operation per output element each
-        assert t.flops == hand + math.prod(t.params.out.shape) * len(t.params.epilogue)
 
 
 # ---------------------------------------------------------------------- GEMMs

@@ -126,21 +126,17 @@ def test_fusion_of_the_families():
 
 def test_convolutions_fuse_their_activation():
     """cuDNN's fused epilogue takes the activation right after a convolution (SiLU written as
-    x * sigmoid(x) too), and a narrow convolution's hook the elementwise ops after it (a 2-d one over
-    at most 16 channels: kinds/narrow_conv.py); an activation whose input is also read elsewhere
-    stays apart."""
+    x * sigmoid(x) too); an activation whose input is also read elsewhere stays apart."""
     def conv(name: str) -> list[tuple[str, str]]:
-        return [(type(t.params).__name__.removesuffix("Spec"),
-                 getattr(t.params, "activation", "") or "+".join(i.op for i in getattr(t.params, "epilogue", ())))
+        return [(type(t.params).__name__.removesuffix("Spec"), getattr(t.params, "activation", ""))
                 for t in _plan(name).tasks]
 
-    assert conv("conv2d_relu") == [("NarrowConv", "relu")]
+    assert conv("conv2d_relu") == [("Conv", "relu")]
     assert conv("conv2d_grouped_gelu") == [("Conv", "gelu")]
-    assert sorted(conv("conv2d_relu6")) == [("Conv", "none"), ("Ew", ""), ("NarrowConv", "clamp")], \
-        "ReLU6 a hook; hardtanh(0, 5) after cuDNN's 1x1 apart"
+    assert sorted(conv("conv2d_relu6")) == [("Conv", "none"), ("Conv", "relu6"), ("Ew", "")], "hardtanh(0, 5) apart"
     assert conv("depthwise_separable_swish") == [("Depthwise", ""), ("Conv", "silu")], "the depthwise stage has its own kind"
     assert conv("conv1d_tanh_gelu_tanh") == [("Conv", "tanh"), ("Ew", "")], "one activation, the next one apart"
-    assert conv("conv_output_and_activation")[:2] == [("NarrowConv", ""), ("Ew", "")]
+    assert conv("conv_output_and_activation")[:2] == [("Conv", "none"), ("Ew", "")]
     spec = _plan("conv_transpose1d_grouped").tasks[0].params
     assert (spec.transposed, spec.groups, spec.stride, spec.dilation, spec.out_channels) == (True, 2, (3,), (2,), 6)
     bf16 = P.plan(frontend.capture(*CASES["conv2d_relu"][1](), "c").graph, "bf16")

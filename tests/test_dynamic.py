@@ -362,7 +362,7 @@ def test_a_dynamic_program_compiles_with_its_guards_and_manifest(tmp_path):
     # follows the batch is an expression of it; each shape its own CUDA graph
     assert "st_dyn[0] = in[0].shape[0];" in src
     assert "input 0 'x' dimension 0 (batch) is %lld: this program serves batch 1..16" in src
-    assert "p.batch = st_dyn[0];" in src and "static_cast<intptr_t>(io.dyn[k])" in src  # (the narrow convolution's)
+    assert "a.batch = st_dyn[0];" in src and "static_cast<intptr_t>(io.dyn[k])" in src
     # a graph kept for each of many shapes, so that sizes served in turn replay (a static program: 4)
     assert f"constexpr int kGraphSlots = {D.DYNAMIC_GRAPH_SLOTS};" in src and D.DYNAMIC_GRAPH_SLOTS >= 32
     assert m.dynamic.arena_bytes == o.plan.arena_bytes > 0  # sized for the largest shape

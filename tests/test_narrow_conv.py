@@ -1,7 +1,7 @@
-"""The narrow convolution kind (kinds/narrow_conv.py, templates/stitch/narrow_conv.cuh): which
-convolutions it claims, its precision per policy, its layouts, checked by the plan interpreter
-against PyTorch in float64, and its program compiled by nvcc (CPU only; the GPU runs it in the
-coverage cases ``narrow_conv_*``, tests/gpu/test_coverage_gpu.py)."""
+"""The narrow convolution kind (kinds/narrow_conv.py, templates/stitch/narrow_conv.cuh), under the conv
+strategy ``narrow`` it needs: which convolutions are offered it, its precision per policy, its
+layouts, checked by the plan interpreter against PyTorch in float64, and its program compiled by
+nvcc (CPU only; tests/gpu/test_narrow_conv_gpu.py runs it)."""
 
 from __future__ import annotations
 
@@ -46,9 +46,16 @@ class Region(nn.Module):
         return torch.sigmoid(self.narrow(torch.relu(self.wide(x))))
 
 
+def narrow_everywhere(graph, precision=None) -> Constraints:
+    """The conv strategy ``narrow`` on every convolution that offers it (and ``precision`` per node)."""
+    want = {n: "narrow" for n, opts in P.choices(graph).strategies if "narrow" in opts}
+    return Constraints.of(precision or {}, (), want, ())
+
+
 def _plan(model, x, policy, constraints=None):
+    """The plan with the narrow kernel asked for wherever it is offered, unless ``constraints`` say otherwise."""
     cap = frontend.capture(model, [x], "nc", supported_ops=ops.supported())
-    return P.plan(cap.graph, policy, constraints=constraints), cap
+    return P.plan(cap.graph, policy, constraints=constraints or narrow_everywhere(cap.graph)), cap
 
 
 def _check(model, x, policy, tol, constraints=None):
@@ -105,19 +112,23 @@ def test_in_a_channels_last_region_it_reads_and_writes_channels_last():
 @pytest.mark.parametrize("conv", [nn.Conv2d(17, 8, 3), nn.Conv2d(8, 16, 1), nn.Conv2d(8, 8, 3, groups=2),
                                   nn.ConvTranspose2d(8, 8, 3), nn.Conv2d(16, 8, 11)],
                          ids=["17-channels", "1x1", "grouped", "transposed", "sum-of-1936"])
-def test_wide_pointwise_grouped_transposed_or_long_sums_stay_cudnns(conv):
+def test_wide_pointwise_grouped_transposed_or_long_sums_are_not_offered_it(conv):
     torch.manual_seed(2)
+    graph = frontend.capture(conv, [torch.randn(1, conv.in_channels, 13, 12)], "nc", supported_ops=ops.supported()).graph
+    assert not any("narrow" in opts for _, opts in P.choices(graph).strategies)
     plan = _check(conv, torch.randn(1, conv.in_channels, 13, 12), "fp32", 1e-4)
     assert not _narrow(plan)
 
 
-def test_a_cudnn_layout_asked_by_the_loop_leaves_the_kernel():
-    """The conv strategies channels_first / channels_last are cuDNN's: the loop's measured alternative."""
+def test_by_default_and_under_a_cudnn_layout_cudnn_computes_it():
+    """The kernel only where the loop asks for it (its measured alternative); cuDNN's otherwise."""
     torch.manual_seed(3)
     model, x = ConvAct(nn.Conv2d(8, 24, 3, padding=1)), torch.randn(2, 8, 12, 12)
     plan, cap = _plan(model, x, "tf32")
+    assert _narrow(plan)
     conv = next(n.name for n in cap.graph.nodes if ops.kind(n.op) == "conv")
-    for option in ("channels_first", "channels_last"):
+    assert dict(P.choices(cap.graph).strategies)[conv] == ("auto", "channels_first", "channels_last", "narrow")
+    for option in ("auto", "channels_first", "channels_last"):
         plan = _check(model, x, "tf32", 1e-2, Constraints.of({}, (), {conv: option}, ()))
         assert not _narrow(plan) and any(isinstance(t.params, P.ConvSpec) for t in plan.tasks)
 
@@ -130,7 +141,7 @@ def test_a_raised_convolution_computes_split():
     (nc,) = _narrow(plan)
     assert not nc.split
     conv = next(n.name for n in cap.graph.nodes if ops.kind(n.op) == "conv")
-    (nc,) = _narrow(_check(model, x, "tf32", 1e-4, Constraints.of({conv: "fp32"}, (), {}, ())))
+    (nc,) = _narrow(_check(model, x, "tf32", 1e-4, narrow_everywhere(cap.graph, {conv: "fp32"})))
     assert nc.split
 
 
@@ -139,7 +150,7 @@ def test_the_program_compiles(nvcc, tmp_path):
     for model, x, policy in ((ConvAct(CONVS["5ch-dilated-70out"]()), torch.randn(2, 5, 19, 23), "fp32"),
                              (Region(), torch.randn(2, 24, 10, 11), "tf32")):
         cap = frontend.capture(model, [x], "nc", supported_ops=ops.supported())
-        plan = P.plan(cap.graph, policy)
+        plan = P.plan(cap.graph, policy, constraints=narrow_everywhere(cap.graph))
         src = C.code(plan, cap.graph, None, arch="sm_90")
         assert "stitch::launch_narrow_conv<" in src.program_cu
         r = B.build(src.program_cu, arch="sm_90", cache=tmp_path, name="nc", policy=policy)

@@ -48,12 +48,12 @@ class Chained(nn.Module):
 
 class ConvNet(nn.Module):
     """Two convolutions (the second grouped, with a ReLU for cuDNN's fused epilogue) and a
-    transposed one. Sums of 153 and 36: under tf32 each rounds unless raised (a shorter sum computes
-    at fp32 as planned, kinds/conv.py). 17 input channels: cuDNN's, not kinds/narrow_conv.py's."""
+    transposed one. Sums of 36: under tf32 each rounds unless raised (a shorter sum computes at
+    fp32 as planned, kinds/conv.py)."""
 
     def __init__(self):
         super().__init__()
-        self.a = nn.Conv2d(17, 8, 3, padding=1)
+        self.a = nn.Conv2d(4, 8, 3, padding=1)
         self.b = nn.Conv2d(8, 8, 3, stride=2, groups=2)
         self.c = nn.ConvTranspose2d(8, 4, 2, stride=2)
 
@@ -155,7 +155,7 @@ def _convs(plan):
 
 def test_a_raised_convolution_in_a_tf32_program_is_the_split_convolution():
     torch.manual_seed(0)
-    model, x = ConvNet(), torch.randn(2, 17, 10, 10)
+    model, x = ConvNet(), torch.randn(2, 4, 10, 10)
     plan, cap = _plan(model, x, "tf32", raise_all=True)
     convs = _convs(plan)
     assert len(convs) == 3 and all(t.params.policy == "fp32" and t.params.split_tf32 for t in convs), \
@@ -192,7 +192,7 @@ def test_the_split_convolution_costs_three_tf32_products():
 @pytest.mark.parametrize("policy,raise_all", [("tf32", False), ("fp32", False), ("fp32", True)])
 def test_no_split_convolution_where_nothing_was_raised_or_the_program_is_fp32(policy, raise_all):
     torch.manual_seed(0)
-    plan, cap = _plan(ConvNet(), torch.randn(2, 17, 10, 10), policy, raise_all)
+    plan, cap = _plan(ConvNet(), torch.randn(2, 4, 10, 10), policy, raise_all)
     convs = _convs(plan)
     assert convs and not any(t.params.split_tf32 for t in convs)
     assert "st_conv_split_tf32" not in C.code(plan, cap.graph, None, arch="sm_90").program_cu
@@ -201,7 +201,7 @@ def test_no_split_convolution_where_nothing_was_raised_or_the_program_is_fp32(po
 def test_the_split_convolution_program_compiles(nvcc, tmp_path):
     from stitchcuda import build as B
 
-    plan, cap = _plan(ConvNet(), torch.randn(2, 17, 10, 10), "tf32", raise_all=True)
+    plan, cap = _plan(ConvNet(), torch.randn(2, 4, 10, 10), "tf32", raise_all=True)
     r = B.build(C.code(plan, cap.graph, None, arch="sm_90").program_cu, arch="sm_90", cache=tmp_path)
     assert r.ok, r.compile.output[:2000] if r.compile else r.message
 

@@ -275,9 +275,8 @@ def test_cli_runs_list_show_diff(tmp_path, capsys):
 
 
 def test_precision_repair_suspects_every_task_the_policy_rounds():
-    """Under tf32 cuDNN's convolutions, the narrow convolution kernel and the recurrent template run on
-    tensor cores as GEMMs do: a deep conv net's wrong answer must have suspects to raise (it had
-    none: the loop gave up)."""
+    """Under tf32 cuDNN's convolutions and the recurrent template run on tensor cores as GEMMs do:
+    a deep conv net's wrong answer must have suspects to raise (it had none: the loop gave up)."""
     import torch
 
     from stitchcuda import frontend, plan
@@ -285,9 +284,8 @@ def test_precision_repair_suspects_every_task_the_policy_rounds():
     class ConvNet(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            # (sums of 36 and 180: a convolution of sums under 32 computes at fp32 already; the first
-            # over 4 channels is the narrow kind's, the second over 20 cuDNN's)
-            self.c1, self.c2 = torch.nn.Conv2d(4, 20, 3, padding=1), torch.nn.Conv2d(20, 8, 3, padding=1)
+            # (sums of 36 and 72: a convolution of sums under 32 computes at fp32 already)
+            self.c1, self.c2 = torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
             self.gru = torch.nn.GRU(8, 8, batch_first=True)
             self.fc = torch.nn.Linear(8, 4)
 
@@ -301,21 +299,15 @@ def test_precision_repair_suspects_every_task_the_policy_rounds():
     p = plan.plan(g, "tf32")
     sus = dict(PrecisionRepair().suspects(p))
     by = {t.name: t.strategy for t in p.tasks if t.name in sus}
-    assert sorted(set(by.values())) == ["conv_template", "cublaslt_gemm", "cudnn_conv", "recurrent_template"], by
-    assert sum(s == "cudnn_conv" for s in by.values()) == 1 and sum(s == "conv_template" for s in by.values()) == 1
+    assert sorted(set(by.values())) == ["cublaslt_gemm", "cudnn_conv", "recurrent_template"], by
+    assert sum(s == "cudnn_conv" for s in by.values()) == 2
     # raising a convolution's nodes is honoured: its task plans at fp32 (the split-TF32 convolution,
     # channels-last like its neighbours)
     conv = next(t for t, s in by.items() if s == "cudnn_conv")
     raised = plan.plan(g, "tf32", constraints=plan.Constraints.from_dict({"precision": {n: "fp32" for n in sus[conv]}}))
     t = next(t for t in raised.tasks if t.strategy == "cudnn_conv" and set(sus[conv]) <= set(t.covers))
     assert t.params.policy == "fp32" and t.params.split_tf32 and t.params.channels_last
-    assert all(x.params.policy == "tf32" for x in raised.tasks if x.strategy in ("cudnn_conv", "conv_template")
-               and x is not t)
-    # and the narrow one's: split-TF32 products
-    conv = next(t for t, s in by.items() if s == "conv_template")
-    raised = plan.plan(g, "tf32", constraints=plan.Constraints.from_dict({"precision": {n: "fp32" for n in sus[conv]}}))
-    t = next(t for t in raised.tasks if t.strategy == "conv_template" and set(sus[conv]) <= set(t.covers))
-    assert t.params.policy == "fp32" and t.params.split
+    assert all(x.params.policy == "tf32" for x in raised.tasks if x.strategy == "cudnn_conv" and x is not t)
 
 
 def test_tf32_model_of_the_interpreter_finds_the_sensitive_layer():

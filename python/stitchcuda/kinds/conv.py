@@ -171,7 +171,8 @@ def _conv(cx, n: Node) -> None:
         policy = "fp32"
     choice = cx.constraints.option(n.name, "auto")
     tensor_cores = get_policy(policy).tensor_cores or split_tf32(policy, cx.policy)
-    channels_last = choice == "channels_last" or (choice == "auto" and nsp >= 2 and tensor_cores)
+    # ("narrow": the narrow kernel's, where its kind could not take the node after all: as auto)
+    channels_last = choice == "channels_last" or (choice in ("auto", "narrow") and nsp >= 2 and tensor_cores)
     cx.claim(ConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x, w=w,
                        bias=bias, out=out, stride=int_list(n.attr("stride"), nsp, 1),
                        padding=int_list(n.attr("padding"), nsp, 0), dilation=int_list(n.attr("dilation"), nsp, 1),

@@ -2,7 +2,7 @@
 tensor cores, in either layout, with the elementwise ops after them as an epilogue hook.
 
 A convolution whose sum is short (in_channels x the filter's taps at most ``NARROW_K``: an RGB stem,
-eight channels of 3x3 taps) does few multiply-adds per byte it writes: it is bound by its output.
+eight channels of 3x3 taps) does few multiply-adds per byte it writes: it should be bound by its output.
 cuDNN serves it poorly: on an H100 at tf32, a 128x8x128x128 -> 64 3x3 one ran 0.50 ms channels-last
 on its best engine, 2.5x the bytes' floor, and 0.72 ms channels-first (BENCHMARKS.md, "Convolution
 problems: the cause found with CUPTI"), and the channels-last engines need the input copied first
@@ -10,11 +10,19 @@ and the result's layout changed after. This kind reads the input as it lies, wri
 whatever layout its consumer wants, and runs the activations after it (a hook, as depthwise and
 pooling take theirs) on the accumulators, so the convolution's result is written once.
 
-Claim (*fuse*, after depthwise and before cuDNN's convolutions): a 2-d, non-transposed,
+Claim (*fuse*, after depthwise and before cuDNN's convolutions), **only where the constraints ask
+for it** (the conv strategy ``narrow``, which :func:`stitchcuda.plan.choices` offers for the
+convolutions below and the loop's Variants proposer measures against cuDNN's): a 2-d, non-transposed,
 ungrouped convolution over float32 data with a filter of several taps, at most ``NARROW_CHANNELS``
 input channels and a sum of at most ``NARROW_K``, whose staged tile fits (narrow_conv.cuh), in a
-program that stores float32 (tf32 or fp32), where the loop has not asked for one of cuDNN's layouts
-(the conv strategy ``channels_first`` / ``channels_last``: the measured alternative).
+program that stores float32 (tf32 or fp32). Not by default: on an H100 at tf32 (BENCHMARKS.md, "A
+kernel of our own for convolutions over few channels") it won where the convolution's result is
+the program's output after elementwise ops (KernelBench 2:57, conv -> ReLU -> hardswish: 0.725 ms
+against 0.855, 1.38x torch.compile against 1.13x) and lost where a norm, pool or reduction reads
+the result (2:73 0.84x against 0.96x; 2:67 0.55x): the kernel itself ran 2:73's convolution at
+0.69 ms against cuDNN's 0.50. Two rewrites that copied the next tile's input in by cp.async while
+one computed were slower still (2:57 at 0.97 and 1.12 ms): Nsight Compute found them issue-bound,
+half the issue slots used and a quarter of the bandwidth.
 
 Precision: one TF32 product per multiply where the policy rounds matrix work to TF32, as cuDNN's
 TF32 engines; split TF32 (three products: big x big + big x small + small x big, about fp32's
@@ -99,12 +107,13 @@ def staged(cin: int, kernel: tuple[int, int], stride: tuple[int, int], dilation:
     return cin * rows * cols
 
 
-def narrow(ix, n: Node) -> bool:
-    """Whether convolution node ``n`` is one this kind computes (the module docstring's claim)."""
+def narrow(g, n: Node) -> bool:
+    """Whether convolution node ``n`` is one this kind can compute (the module docstring's claim);
+    ``g``: the graph or its index (anything whose ``spec(tensor)`` has the tensor's shape and dtype)."""
     if ops.kind(n.op) != "conv" or n.attr("transposed") or int(n.attr("groups") or 1) != 1:
         return False
-    xs, ws = ix.shape(n.inputs[0]), ix.shape(n.inputs[1])
-    if len(xs) != 4 or len(ws) != 4 or not all(ix.spec(t).dtype == "float32" for t in n.inputs):
+    xs, ws = g.spec(n.inputs[0]).shape, g.spec(n.inputs[1]).shape
+    if len(xs) != 4 or len(ws) != 4 or not all(t is not None and g.spec(t).dtype == "float32" for t in n.inputs):
         return False
     cin, kernel = ws[1], (ws[2], ws[3])
     return math.prod(kernel) > 1 and cin <= NARROW_CHANNELS and cin * math.prod(kernel) <= NARROW_K and \
@@ -116,7 +125,7 @@ def claim(cx) -> None:
     """Claim every free narrow convolution, in graph order, with its epilogue hook."""
     ix = cx.ix
     for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
-        if not (cx.free(n) and narrow(ix, n)) or cx.constraints.option(n.name, "auto") != "auto":
+        if not (cx.free(n) and narrow(ix, n)) or cx.constraints.option(n.name, "auto") != "narrow":
             continue
         policy = get_policy(cx.policy_of([n.name]))
         if policy.storage != "float32":

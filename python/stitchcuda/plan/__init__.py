@@ -41,6 +41,7 @@ from ..kinds.copy import CopyItem, CopySpec
 from ..kinds.elementwise import EwSpec
 from ..kinds.gather import GatherSpec
 from ..kinds.gemm import MAX_CHAIN, GemmSpec
+from ..kinds import narrow_conv
 from ..kinds.iota import IotaSpec
 from ..kinds.norm import BnStatsSpec, GroupStatsSpec
 from ..kinds.pool import PoolSpec
@@ -179,7 +180,7 @@ def choices(graph: Graph) -> Choices:
         elif n.op in (ops.A + "rsqrt.default", ops.A + "sqrt.default"):
             strat.append((n.name, STRATEGIES["row"]))
         elif ops.kind(n.op) == "conv":
-            strat.append((n.name, STRATEGIES["conv"]))
+            strat.append((n.name, STRATEGIES["narrow_conv" if narrow_conv.narrow(graph, n) else "conv"]))
         elif ops.kind(n.op) == "gemm":
             strat.append((n.name, STRATEGIES["gemm"]))
     # a rewrite the constraints ask for is applied after the library choices (:func:`plan`), which

@@ -81,8 +81,9 @@ class Constraints:
 STRATEGIES: dict[str, tuple[str, ...]] = {
     "attention": ("auto", "fused", "unfused"),
     "row": ("auto", "single", "split"),
-    # channels_first / channels_last: cuDNN in that layout (a narrow convolution leaves its own kernel)
     "conv": ("auto", "channels_first", "channels_last"),
+    # a convolution kinds/narrow_conv.py can take: cuDNN's options, or that kernel (measured by the loop)
+    "narrow_conv": ("auto", "channels_first", "channels_last", "narrow"),
     # a GEMM raised to fp32 in a TF32 program: three bf16 products (auto) or three TF32 products
     "gemm": ("auto", "bf16x3", "tf32x3"),
 }

@@ -143,6 +143,33 @@ def dim_groups(v: View, cuts: Sequence[int]) -> list[tuple[int, int] | None]:
     return [L.collapse(v.shape[a:b], v.strides[a:b]) for a, b in zip(edges, edges[1:])]
 
 
+def dense_block(lw, t: str, shape: tuple[int, ...], dtype: str, pre: list, phase: str, why: str) -> View:
+    """Tensor ``t`` as one contiguous block of ``shape`` in ``dtype`` (a kernel's filters or bias): its
+    own view where it is one, else a copy (made once, at create, when ``t`` is a weight or made of
+    weights)."""
+    v = lw.read(t, pre, phase)
+    flat = L.reshape(v, shape)
+    if flat is not None and flat.dtype == dtype and flat.is_contiguous():
+        return flat
+    at = "create" if lw.buffers[v.buffer].kind in ("weight", "const") else phase
+    return L.reshape(lw.views[lw.copy_contiguous(t, v, pre, at, why=why, dtype=dtype)], shape)
+
+
+def conv2d_reference(x, w, bias, out_shape: Sequence[int], stride, padding, dilation, groups: int = 1):
+    """PyTorch's 2-d convolution (the plan interpreter's, in float64) with ``padding`` zeros before
+    the first row and column and, after the last, as many as ``out_shape``'s extent reads (a folded
+    asymmetric padding)."""
+    import torch
+
+    after = [max((o - 1) * st + d * (k - 1) + 1 - (i + p), 0) for o, st, d, k, i, p in
+             zip(out_shape[2:], stride, dilation, w.shape[2:], x.shape[2:], padding)]
+    x = torch.nn.functional.pad(x, (padding[1], after[1], padding[0], after[0]))
+    y = torch.nn.functional.conv2d(x, w, bias, stride=stride, dilation=dilation, groups=groups)
+    y = y[:, :, :out_shape[2], :out_shape[3]]
+    assert tuple(y.shape) == tuple(out_shape), (tuple(y.shape), tuple(out_shape))
+    return y
+
+
 def readable(lw, t: str, v: View, pre: list, phase: str, cuts: Sequence[int], why: str,
              float_only: bool = True) -> View:
     """``v`` when its dims between ``cuts`` collapse (and, ``float_only``, it is a float type), else

@@ -35,7 +35,7 @@ from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
 from . import cxx
-from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, int_list, view_bytes
+from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, conv2d_reference, dense_block, int_list, view_bytes
 
 A = ops.A
 HEADER = "depthwise.cuh"
@@ -134,12 +134,7 @@ def lower(lw, pr: DepthwiseProto, pre: list) -> None:
     st = vx.dtype
 
     def dense(t: str, shape: tuple[int, ...], why: str) -> View:
-        v = lw.read(t, pre, pr.phase)
-        flat = L.reshape(v, shape)
-        if flat is not None and flat.dtype == st and flat.is_contiguous():
-            return flat
-        phase = "create" if lw.buffers[v.buffer].kind in ("weight", "const") else pr.phase
-        return L.reshape(lw.views[lw.copy_contiguous(t, v, pre, phase, why=why, dtype=st)], shape)
+        return dense_block(lw, t, shape, st, pre, pr.phase, why)
 
     c = vx.shape[1]
     ws = lw.shape(pr.w)
@@ -180,18 +175,10 @@ def cost(spec: DepthwiseSpec, ceil) -> tuple[float, float, float]:
 
 
 def interpret(mem, s: DepthwiseSpec) -> None:
-    import torch
-
     x = mem.hook(s.prologue, mem.read(s.x))
     w = mem.read(s.w).unsqueeze(1)
     b = mem.read(s.bias) if s.bias is not None else None
-    # the zeros before (padding) and after (as many as out's extent reads), then no padding
-    after = [max((o - 1) * st + d * (k - 1) + 1 - (i + p), 0) for o, st, d, k, i, p in
-             zip(s.out.shape[2:], s.stride, s.dilation, s.w.shape[1:], x.shape[2:], s.padding)]
-    x = torch.nn.functional.pad(x, (s.padding[1], after[1], s.padding[0], after[0]))
-    y = torch.nn.functional.conv2d(x, w, b, stride=s.stride, dilation=s.dilation, groups=x.shape[1])
-    y = y[:, :, :s.out.shape[2], :s.out.shape[3]]
-    assert tuple(y.shape) == s.out.shape, (tuple(y.shape), s.out.shape)
+    y = conv2d_reference(x, w, b, s.out.shape, s.stride, s.padding, s.dilation, groups=x.shape[1])
     mem.write(s.out, mem.hook(s.epilogue, y))
 
 

@@ -44,7 +44,7 @@ from ..layout import View
 from ..ops import EwInstr
 from ..precision import get as get_policy
 from . import cxx
-from .base import ClaimRule, Proto, TaskKind, int_list, view_bytes
+from .base import ClaimRule, Proto, TaskKind, conv2d_reference, dense_block, int_list, view_bytes
 from .conv import SHORT_SUM
 
 A = ops.A
@@ -154,17 +154,11 @@ def lower(lw, pr: NarrowConvProto, pre: list) -> None:
         vx = lw.views[lw.copy_contiguous(pr.x, vx, pre, pr.phase, dtype="float32",
                                          why="the narrow convolution reads float32 at non-negative strides")]
 
-    def dense(t: str, shape: tuple[int, ...], why: str) -> View:
-        v = lw.read(t, pre, pr.phase)
-        flat = L.reshape(v, shape)
-        if flat is not None and flat.dtype == "float32" and flat.is_contiguous():
-            return flat
-        phase = "create" if lw.buffers[v.buffer].kind in ("weight", "const") else pr.phase
-        return L.reshape(lw.views[lw.copy_contiguous(t, v, pre, phase, why=why, dtype="float32")], shape)
-
     ws = lw.shape(pr.w)
-    vw = dense(pr.w, tuple(ws), "the narrow convolution reads its filters as one dense block")
-    vb = dense(pr.bias, (ws[0],), "the narrow convolution reads its bias as one dense vector") if pr.bias else None
+    vw = dense_block(lw, pr.w, tuple(ws), "float32", pre, pr.phase,
+                     "the narrow convolution reads its filters as one dense block")
+    vb = dense_block(lw, pr.bias, (ws[0],), "float32", pre, pr.phase,
+                     "the narrow convolution reads its bias as one dense vector") if pr.bias else None
     order = L.channels_last_order(4) if L.is_channels_last(vx) and vx.shape[1] > 1 else None
     vo = lw.out_view(pr, pr.out, lambda tv: tv.dtype == "float32" and all(s >= 0 for s in tv.strides) and
                      (order is None or L.is_dense_in(tv, order)), order=order)
@@ -199,16 +193,8 @@ def cost(spec: NarrowConvSpec, ceil) -> tuple[float, float, float]:
 
 def interpret(mem, s: NarrowConvSpec) -> None:
     """PyTorch's convolution in float64 (TF32's rounding is the kernel's business, as cuDNN's)."""
-    import torch
-
-    x, w = mem.read(s.x), mem.read(s.w)
     b = mem.read(s.bias) if s.bias is not None else None
-    after = [max((o - 1) * st + d * (k - 1) + 1 - (i + p), 0) for o, st, d, k, i, p in
-             zip(s.out.shape[2:], s.stride, s.dilation, s.w.shape[2:], x.shape[2:], s.padding)]
-    x = torch.nn.functional.pad(x, (s.padding[1], after[1], s.padding[0], after[0]))
-    y = torch.nn.functional.conv2d(x, w, b, stride=s.stride, dilation=s.dilation)
-    y = y[:, :, :s.out.shape[2], :s.out.shape[3]]
-    assert tuple(y.shape) == s.out.shape, (tuple(y.shape), s.out.shape)
+    y = conv2d_reference(mem.read(s.x), mem.read(s.w), b, s.out.shape, s.stride, s.padding, s.dilation)
     mem.write(s.out, mem.hook(s.epilogue, y))
 
 

@@ -28,8 +28,6 @@
 // channels-last).
 #pragma once
 
-#include <climits>
-
 #include "stitch/common.cuh"
 #include "stitch/mma.cuh"
 

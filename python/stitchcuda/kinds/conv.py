@@ -28,7 +28,7 @@ cuDNN's SIMT engines, with layout copies around it.
 Precision where it costs nothing: under a policy that rounds to TF32, a convolution whose sums are
 shorter than one tensor-core K tile (``SHORT_SUM``: in_channels / groups x the filter's taps) computes
 at fp32, as a raised one does, where its filter has several taps or its output is small
-(:func:`_short_sums`). Tensor cores save nothing there: such a convolution is bound by its
+(:func:`short_sums`). Tensor cores save nothing there: such a convolution is bound by its
 bytes, and cuDNN's own heuristics run it on fp32 SIMT engines for channels-first data (PyTorch at
 tf32 on an H100: efficientnet_b0's RGB stem, K = 27, and its squeeze-excitation expansions, K = 6, 8,
 10; `benchmarks/tf32_rounding.py`). A stem's rounding is also the one a deep net amplifies most (the
@@ -166,7 +166,7 @@ def _conv(cx, n: Node) -> None:
     transposed = bool(n.attr("transposed"))
     policy = cx.policy_of(nodes)
     groups = int(n.attr("groups") or 1)
-    if not transposed and get_policy(policy).tf32 and _short_sums(ix.shape(x)[1] // groups, ix.shape(w)[2:],
+    if not transposed and get_policy(policy).tf32 and short_sums(ix.shape(x)[1] // groups, ix.shape(w)[2:],
                                                                   math.prod(n.outputs[0].shape)):
         policy = "fp32"
     choice = cx.constraints.option(n.name, "auto")
@@ -181,7 +181,7 @@ def _conv(cx, n: Node) -> None:
                        policy=policy, channels_last=channels_last))
 
 
-def _short_sums(cin: int, taps: Sequence[int], out_elements: int) -> bool:
+def short_sums(cin: int, taps: Sequence[int], out_elements: int) -> bool:
     """Whether a convolution computes at fp32 under TF32 (module docstring): sums shorter than
     ``SHORT_SUM`` over a filter of several taps (a stem over RGB), or over an output of at most
     ``SMALL_OUTPUT`` elements (a squeeze-excitation expansion); a 1x1 one over a large map stays on
@@ -374,4 +374,4 @@ KIND = TaskKind("conv", ConvSpec, "cudnn_conv", cost, interpret, render, lowers=
                 claims=(ClaimRule("fuse", 100, claim),), scratch=frozenset(), layouts=layouts,
                 out_order=lambda pr, order_of: layout_order(pr, len(pr.stride) + 2))
 
-__all__ = ["ConvSpec", "ConvProto", "conv_flops", "layout_order", "split_tf32", "KIND"]
+__all__ = ["ConvSpec", "ConvProto", "conv_flops", "layout_order", "short_sums", "split_tf32", "KIND"]

@@ -27,7 +27,7 @@ half the issue slots used and a quarter of the bandwidth.
 Precision: one TF32 product per multiply where the policy rounds matrix work to TF32, as cuDNN's
 TF32 engines; split TF32 (three products: big x big + big x small + small x big, about fp32's
 accuracy; mma.cuh) where the convolution computes at fp32 (the fp32 policy, the precision repair's
-raise, or a sum shorter than ``conv.SHORT_SUM`` under tf32: conv.py's "precision where it costs
+raise, or a short sum under tf32: conv.py's :func:`~.conv.short_sums`, "precision where it costs
 nothing"). The products are cheap here: the bytes bound the time either way.
 """
 
@@ -45,7 +45,7 @@ from ..ops import EwInstr
 from ..precision import get as get_policy
 from . import cxx
 from .base import ClaimRule, Proto, TaskKind, conv2d_reference, dense_block, int_list, view_bytes
-from .conv import SHORT_SUM
+from .conv import short_sums
 
 A = ops.A
 HEADER = "narrow_conv.cuh"
@@ -138,7 +138,7 @@ def claim(cx) -> None:
         if cx.absorbs_unfused(epi):
             epi, out = [], n.outputs[0].name
         nodes = [n.name] + epi
-        at = "fp32" if not policy.tf32 or ws[1] * ws[2] * ws[3] < SHORT_SUM else policy.name
+        at = "fp32" if not policy.tf32 or short_sums(ws[1], ws[2:], math.prod(n.outputs[0].shape)) else policy.name
         cx.claim(NarrowConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x,
                                  w=w, bias=bias, out=out, stride=int_list(n.attr("stride"), 2, 1),
                                  padding=int_list(n.attr("padding"), 2, 0),
@@ -181,12 +181,9 @@ def out_order(pr: NarrowConvProto, order_of) -> tuple[int, ...] | None:
 
 
 def cost(spec: NarrowConvSpec, ceil) -> tuple[float, float, float]:
-    o = spec.w.shape[0]
     k = math.prod(spec.w.shape[1:])
-    n = math.prod(spec.out.shape)
-    flops = n * (2 * k + len(spec.epilogue) + int(spec.bias is not None))
+    flops = math.prod(spec.out.shape) * (2 * k + len(spec.epilogue) + int(spec.bias is not None))
     nbytes = view_bytes(spec.x) + view_bytes(spec.w) + view_bytes(spec.bias) + view_bytes(spec.out)
-    assert spec.out.shape[1] == o
     peak = ceil.gemm_peak("tf32")
     return float(flops), float(nbytes), peak / 3 if spec.split else peak
 

@@ -1477,6 +1477,7 @@ KINDS: dict[str, tuple[Callable, ...]] = {
     "Gather": (gather, upsample, linear_upsample, pad, interpolate), "Iota": (arange,), "Conv": (conv,),
     "Depthwise": (conv,), "NarrowConv": (conv,),  # (NarrowConv: under the conv strategy `narrow` only, which
     # tests/test_narrow_conv.py sweeps)
+    "NormStream": (norm,),  # (under the norm strategy `stream`, or on tensors over 96 MB: tests/test_norm_stream.py)
     "Recurrent": (recurrent,),
 }
 

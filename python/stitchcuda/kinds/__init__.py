@@ -20,6 +20,7 @@ Kinds, in registration order (the order of the program's standard includes):
 :mod:`.depthwise`     depthwise 2-d convolutions, a kernel of our own, in either layout
 :mod:`.narrow_conv`   2-d convolutions over few input channels, on tensor cores, a kernel of our own
 :mod:`.norm`          batch / group / instance norm statistics
+:mod:`.norm_stream`   group norm over a tensor larger than L2, read once, with its epilogue
 :mod:`.pool`          pooling
 :mod:`.scan`          cumulative scans
 :mod:`.arg`           argmax / argmin
@@ -33,13 +34,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Union
 
-from . import (arg, attention, axis, conv, copy, depthwise, elementwise, gather, gemm, iota, narrow_conv, norm, pool,
-               recurrent, row, scan)
+from . import (arg, attention, axis, conv, copy, depthwise, elementwise, gather, gemm, iota, narrow_conv, norm,
+               norm_stream, pool, recurrent, row, scan)
 from .base import ClaimRule, Proto, TaskKind
 
 KINDS: tuple[TaskKind, ...] = (
     elementwise.KIND, copy.KIND, row.ROW, axis.AXIS, attention.ATTENTION, attention.MASK_BLOCKS, gemm.KIND,
-    conv.KIND, depthwise.KIND, narrow_conv.KIND, norm.BN_STATS, norm.GROUP_STATS, pool.KIND, scan.KIND, arg.KIND, gather.KIND,
+    conv.KIND, depthwise.KIND, narrow_conv.KIND, norm.BN_STATS, norm.GROUP_STATS,
+    norm_stream.KIND, pool.KIND, scan.KIND, arg.KIND, gather.KIND,
     iota.KIND, recurrent.KIND,
 )
 

@@ -41,7 +41,7 @@ from ..kinds.copy import CopyItem, CopySpec
 from ..kinds.elementwise import EwSpec
 from ..kinds.gather import GatherSpec
 from ..kinds.gemm import MAX_CHAIN, GemmSpec
-from ..kinds import narrow_conv
+from ..kinds import narrow_conv, norm_stream
 from ..kinds.iota import IotaSpec
 from ..kinds.norm import BnStatsSpec, GroupStatsSpec
 from ..kinds.pool import PoolSpec
@@ -183,6 +183,8 @@ def choices(graph: Graph) -> Choices:
             strat.append((n.name, STRATEGIES["narrow_conv" if narrow_conv.narrow(graph, n) else "conv"]))
         elif ops.kind(n.op) == "gemm":
             strat.append((n.name, STRATEGIES["gemm"]))
+        elif norm_stream.rows_of(graph, n) is not None:
+            strat.append((n.name, STRATEGIES["norm"]))
     # a rewrite the constraints ask for is applied after the library choices (:func:`plan`), which
     # can make its place: a per-feature subtract folded into a linear's bias leaves the linear read
     # by the mean after it (KernelBench 2:51) — so where it applies is asked of that graph too,

@@ -1,8 +1,8 @@
 """The streamed group norm (templates/stitch/norm_stream.cuh) on the GPU, with its epilogue, against
 PyTorch in float64 (fp32 programs, 1e-4; outputs poisoned with NaN first, three fresh draws): rows
 of one tile and of many, rows whose channels do not split into 16-byte packs (one element a pack),
-and a 128 MB tensor the default streams (many rows in flight: the lag between a row's statistics
-and its output, and the waits on it).
+and a 128 MB tensor (many rows in flight: the lag between a row's statistics and its output, and
+the waits on it).
 
 Run: ``pytest -m gpu tests/gpu/test_norm_stream_gpu.py``.
 """
@@ -22,12 +22,12 @@ from tests.test_norm_stream import GnAct, _constraints  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("exact_fp32")]
 
-CASES = {  # (channels, groups, affine, input shape, strategy)
+CASES = {  # (channels, groups, affine, input shape, strategy: the kernel runs only under "stream")
     "one-tile": (12, 4, True, (3, 12, 9, 10), "stream"),
     "many-tiles": (32, 8, True, (8, 32, 64, 64), "stream"),
     "odd-rows-no-packs": (6, 3, True, (4, 6, 33, 31), "stream"),
     "no-affine-64MB": (64, 8, False, (16, 64, 128, 128), "stream"),
-    "default-128MB": (64, 8, True, (32, 64, 128, 128), "auto"),
+    "128MB": (64, 8, True, (32, 64, 128, 128), "stream"),
 }
 
 

@@ -20,7 +20,7 @@ Kinds, in registration order (the order of the program's standard includes):
 :mod:`.depthwise`     depthwise 2-d convolutions, a kernel of our own, in either layout
 :mod:`.narrow_conv`   2-d convolutions over few input channels, on tensor cores, a kernel of our own
 :mod:`.norm`          batch / group / instance norm statistics
-:mod:`.norm_stream`   group norm over a tensor larger than L2, read once, with its epilogue
+:mod:`.norm_stream`   group norm read once, with its epilogue (behind the loop: the strategy ``stream``)
 :mod:`.pool`          pooling
 :mod:`.scan`          cumulative scans
 :mod:`.arg`           argmax / argmin

@@ -1,18 +1,28 @@
-"""Group norm over a tensor larger than L2, with the elementwise ops after it, in one kernel that
-reads the tensor from memory once (norm_stream.cuh).
+"""Group norm with the elementwise ops after it in one kernel that reads x from memory once
+(norm_stream.cuh), for tensors larger than L2 — **behind the loop**: measured slower than the
+two-pass form, so only the norm strategy ``stream`` asks for it.
 
 The two-pass form (:mod:`.norm`: the statistics task, then the affine fused with what follows)
 reads x twice and writes once: three passes over the tensor, where two are the floor. Where x
 fits in L2 the second read is free; where it does not (KernelBench 1:35, a 7.5 GB group norm:
-7.76 ms on an H100 at tf32, exactly three passes at the copy bandwidth, torch.compile 0.98x of
-that) it is a third of the time. norm_stream.cuh computes a row's statistics and writes its output
-a step later, while the row is still in L2.
+7.76 ms on an H100 at tf32, three passes at the copy bandwidth) it is a third of the traffic.
+norm_stream.cuh computes a row's statistics and writes its output a step later, while the row is
+still in L2.
 
-Claim (*match*, before :mod:`.norm`): a group norm over float32 data in a program that stores
-float32, x and its result one group of a sample a row, with the elementwise ops after it as an
-epilogue hook; by default where x is at least ``STREAM_MIN_BYTES`` and a row at most
-``STREAM_MAX_ROW_BYTES`` (the strategy ``auto``); under ``stream`` wherever the kernel can take it;
-never under ``two_pass``. :func:`stitchcuda.plan.choices` offers the three.
+Measured (BENCHMARKS.md, "A group norm read once"; H200, tf32, both forms in one process): 1:35
+6.88 ms against the two-pass form's 5.62; 2:21 2.96 against 2.61; 2:19 7.40 against 6.56; 2:85
+2.03 against 1.03. Correct everywhere, but slow: 1:35's 15 GB of needed traffic in 6.88 ms is
+2.2 TB/s, where the two-pass kernels move 22.5 GB at 4.0. By arithmetic on those times (no profile
+was taken), a block spends about 4.9 us on a 16 KB tile whose bytes need 2.2 us at its share of
+the bandwidth: the rest goes to the tile's ticket, its barriers and the wait for its row. Not the
+default until it wins.
+
+Claim (*match*, before :mod:`.norm`), only under the norm strategy ``stream``
+(:func:`stitchcuda.plan.choices` offers it on every group norm the kernel can take, and the loop's
+Variants proposer measures it): a group norm over float32 data in a program that stores float32,
+x and its result one group of a sample a row, with the elementwise ops after it as an epilogue
+hook. It could win only where x leaves L2 (two-pass's second read then costs DRAM traffic) and
+a row stays small (between a tile's two reads pass about two rows of reads and one of writes).
 """
 
 from __future__ import annotations
@@ -33,12 +43,6 @@ from .base import ClaimRule, Proto, TaskKind, view_bytes
 HEADER = "norm_stream.cuh"
 #: norm_stream.cuh's kNsThreads * kNsPacks: packs a tile.
 TILE_PACKS = 256 * 4
-#: x at least this large streams by default (an H100's L2 is 50 MB: below about that, the
-#: two-pass form's second read already comes from L2).
-STREAM_MIN_BYTES = 96 << 20
-#: A row at most this large: between a tile's two reads pass about two rows of reads and one of
-#: writes (norm_stream.cuh), which must stay well inside L2.
-STREAM_MAX_ROW_BYTES = 12 << 20
 
 
 @dataclass(frozen=True)
@@ -104,13 +108,7 @@ def rows_of(g, n: Node) -> tuple[int, int, int, int] | None:
 
 def streams(g, n: Node, option: str) -> bool:
     """Whether group norm ``n`` streams under the strategy ``option`` (the module docstring)."""
-    r = rows_of(g, n)
-    if r is None or option == "two_pass":
-        return False
-    if option == "stream":
-        return True
-    samples, groups, _, cols = r
-    return samples * groups * cols * 4 >= STREAM_MIN_BYTES and cols * 4 <= STREAM_MAX_ROW_BYTES
+    return option == "stream" and rows_of(g, n) is not None
 
 
 def claim(cx) -> None:
@@ -219,5 +217,4 @@ def render(t, s: NormStreamSpec, n, fn: str) -> tuple[list[str], list[str]]:
 KIND = TaskKind("norm_stream", NormStreamSpec, "reduction_template", cost, interpret, render,
                 lowers=((NormStreamProto, lower),), claims=(ClaimRule("match", 29, claim),))
 
-__all__ = ["NormStreamSpec", "NormStreamProto", "rows_of", "streams", "workspace_floats", "STREAM_MIN_BYTES",
-           "STREAM_MAX_ROW_BYTES", "KIND"]
+__all__ = ["NormStreamSpec", "NormStreamProto", "rows_of", "streams", "workspace_floats", "KIND"]

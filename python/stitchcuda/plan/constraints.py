@@ -84,8 +84,8 @@ STRATEGIES: dict[str, tuple[str, ...]] = {
     "conv": ("auto", "channels_first", "channels_last"),
     # a convolution kinds/narrow_conv.py can take: cuDNN's options, or that kernel (measured by the loop)
     "narrow_conv": ("auto", "channels_first", "channels_last", "narrow"),
-    # a group norm kinds/norm_stream.py can take: streamed where x is large (auto), always, never
-    "norm": ("auto", "two_pass", "stream"),
+    # a group norm kinds/norm_stream.py can take: its statistics task (auto) or that kernel (measured by the loop)
+    "norm": ("auto", "stream"),
     # a GEMM raised to fp32 in a TF32 program: three bf16 products (auto) or three TF32 products
     "gemm": ("auto", "bf16x3", "tf32x3"),
 }

@@ -521,3 +521,39 @@ def test_the_loop_measures_the_narrow_convolution_kernel_against_cudnns(tmp_path
         tried = [c for c in st.candidates if c.proposer == "variant" and "strategy narrow" in c.description]
         assert tried and all(c.ok for c in tried), [c.description for c in st.candidates]
         assert ("narrow" in st.best_candidate.constraints.get("strategy", {}).values()) == kept
+
+
+def test_a_variant_whose_program_is_one_judged_before_is_not_judged_again(tmp_path):
+    """Under bf16 the narrow kernel declines (float32 storage only) and convolutions are channels-last
+    anyway, so the conv strategies ``narrow`` and ``channels_last`` give the program as built: the loop
+    says so and spends no build or verification on them, and a resumed run still knows the programs
+    it judged."""
+    import torch
+
+    class ConvAct(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(8, 24, 3, padding=1)
+
+        def forward(self, x):
+            return torch.relu(self.c(x))
+
+    torch.manual_seed(0)
+    x = [torch.randn(2, 8, 12, 12)]
+    judge = ScriptedJudge(sensitive=(), ms={"cudnn_conv": (1.0, 3.0), "conv_template": (0.4, 0.4),
+                                            "elementwise_kernel": (0.2, 0.2), "copy": (0.1, 0.1)})
+    r = optimize(ConvAct(), x, precision="bf16", budget="5m", judge=judge, proposers=[Variants()], compile=False,
+                 out=tmp_path / "run")
+    cands = r.state.candidates
+    (narrow,) = [c for c in cands if "strategy narrow" in c.description]
+    assert narrow.judgement.kind == "same_program" and narrow.judgement.summary.startswith("the same program as c0000")
+    assert not narrow.program and not (tmp_path / "run" / "candidates" / narrow.id / "program").exists()
+    judged = [c for c in cands if c.judgement.kind != "same_program"]
+    assert judge.calls == [str(tmp_path / "run" / c.program) for c in judged], "one verification each"
+    sources = [(tmp_path / "run" / c.program / "program.cu").read_text() for c in judged]
+    assert len(set(sources)) == len(sources), "every program judged is a different program"
+    # a resumed run reads the programs it judged from the run folder
+    from stitchcuda.workflow.loop import Loop
+    loop = Loop.__new__(Loop)
+    loop.state, loop.run_dir, loop._sources = r.state, type("R", (), {"root": tmp_path / "run"})(), None
+    assert set(loop._programs().values()) == {c.id for c in judged}

@@ -141,14 +141,15 @@ class CapturedProblem:
 
     def write(self, plan: Any, out: Path, *, overrides: Mapping[str, str | coder.Override] | None = None,
               weights_file: Path | None = None, compile: bool = True, cache: str | os.PathLike | None = None,
-              progress: Callable[[str], None] | None = None) -> BuildOutcome:
+              progress: Callable[[str], None] | None = None, source: Any | None = None) -> BuildOutcome:
         """:meth:`code` then :func:`write_program` into ``out``: the tail every program goes
         through, ``build``'s and each candidate of the loop. ``weights_file``: these weights already
-        written (:meth:`weights_file`), hard-linked instead of written again."""
+        written (:meth:`weights_file`), hard-linked instead of written again. ``source``: what
+        :meth:`code` gave for this plan and these overrides already (not made again)."""
         step = progress or (lambda stage: None)
         t0 = time.monotonic()
         step("code")
-        src = self.code(plan, overrides)
+        src = source if source is not None else self.code(plan, overrides)
         took = time.monotonic() - t0
         weights = weights_file if weights_file is not None else self.weights
         o = write_program(plan, src, weights, out, reference_text=self.source, compile=compile, cache=cache,

@@ -14,11 +14,13 @@ every candidate, so a killed run resumes losing at most the candidate in flight.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..code import CodeError, Override, contract
+from ..manifest import PROGRAM_SOURCE
 from ..pipeline import CapturedProblem
 from ..plan import Constraints
 from .judge import CandidateJudge, CannotJudge, estimated_tasks
@@ -46,6 +48,7 @@ class Loop:
         self._t0 = clock()
         self._spent0 = state.spent
         self._plans: dict[str, Any] = {}
+        self._sources: dict[str, str] | None = None  # see _programs
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -63,6 +66,19 @@ class Loop:
         if key not in self._plans:
             self._plans[key] = self.problem.plan(c.constraints)
         return self._plans[key]
+
+    def _programs(self) -> dict[str, str]:
+        """Each program source judged so far (its sha256) -> the candidate that had it, read from the
+        run folder on first use (so a resumed run knows them too). Different constraints can give the
+        same program (a strategy the kind declines under this policy, a variant equal to its base):
+        it is judged once."""
+        if self._sources is None:
+            self._sources = {}
+            for c in self.state.candidates:
+                f = self.run_dir.root / c.program / PROGRAM_SOURCE if c.program else None
+                if f is not None and f.is_file():
+                    self._sources.setdefault(_digest(f.read_text()), c.id)
+        return self._sources
 
     # ------------------------------------------------------------------ the loop
 
@@ -199,11 +215,18 @@ class Loop:
         rel = Path("candidates") / cid / "program"
         bodies = {t: Override(o["source"], o.get("origin", "hand")) for t, o in overrides.items()}
         try:
-            built = self.problem.write(plan, self.run_dir.root / rel, overrides=bodies, compile=self.compile,
-                                       weights_file=self.problem.weights_file(self.run_dir.weights_file))
+            src = self.problem.code(plan, bodies)
         except CodeError as e:
             return (Judgement("invalid", f"the Coder refuses it: {e}"), checks, gpu, "", task_origins(plan, prop, {}),
                     overrides)
+        digest = _digest(src.program_cu)
+        same = self._programs().get(digest)
+        if same is not None:
+            return (Judgement("same_program", f"the same program as {same}: not built or measured again"), checks,
+                    gpu, "", task_origins(plan, prop, {}), overrides)
+        self._programs()[digest] = cid
+        built = self.problem.write(plan, self.run_dir.root / rel, source=src, compile=self.compile,
+                                   weights_file=self.problem.weights_file(self.run_dir.weights_file))
         origins = task_origins(plan, prop, {t.name: t.origin for t in built.manifest.tasks})
         if not built.ok:
             return Judgement("compile_error", built.build.message), checks, gpu, "", origins, overrides
@@ -247,6 +270,10 @@ class Loop:
         self.state = dataclasses.replace(self.state, finished=why)
         self._save()
         self.say(f"done: {why}")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def task_origins(plan: Any, prop: Proposal, coder_origins: dict) -> dict[str, str]:

@@ -117,7 +117,8 @@ class Judgement:
 
     ``kind``: passed, wrong_answer, compile_error, crash, timeout, rejected, inconclusive, or
     (before the Verifier) ``invalid`` (the constraints do not fit), ``no_code`` (an LLM reply
-    without a body), ``task_failed`` (a per-task check failed). ``ms`` the program's median time;
+    without a body), ``task_failed`` (a per-task check failed), ``same_program`` (the program of a
+    candidate judged before: not judged again). ``ms`` the program's median time;
     ``baselines`` name -> ms; ``tasks`` per-task times; ``report`` the report.json it came from.
     """
 

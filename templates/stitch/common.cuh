@@ -89,6 +89,18 @@ __device__ __forceinline__ T load_nc(const T* p) {
   return x;
 }
 
+// The current device's SM count, asked of the driver once per device.
+inline cudaError_t sm_count(int& n) {
+  static int sms[64] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  int& c = sms[dev & 63];
+  if (c == 0 && (e = cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  n = c;
+  return cudaSuccess;
+}
+
 __host__ __device__ inline bool aligned_to(const void* p, int bytes) {
   return (reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes)) == 0;
 }

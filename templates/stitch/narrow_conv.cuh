@@ -228,12 +228,9 @@ cudaError_t launch_narrow_conv(const NarrowConvParams& p, cudaStream_t stream, c
                         ceil_div<int64_t>(p.ow, kNcTileW);
   const size_t smem = detail::narrow_conv_smem<SPLIT, NT>(kpad, int(p.in_channels) * ih * iw);
   auto kernel = detail::narrow_conv_kernel<SPLIT, NT, Epi>;
-  static int sms[64] = {};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
+  int sm = 0;
+  cudaError_t e = sm_count(sm);
   if (e != cudaSuccess) return e;
-  int& sm = sms[dev & 63];
-  if (sm == 0 && (e = cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
   if (smem > 48 * 1024 &&
       (e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
     return e;

@@ -192,12 +192,9 @@ cudaError_t launch_norm_stream(const NormStreamParams<TW>& p, cudaStream_t strea
   const int v = vec ? 4 : 1;
   const int64_t tiles = ceil_div<int64_t>(p.cols, int64_t(kNsThreads) * kNsPacks * v);
   if (tiles >= INT_MAX / 2) return cudaErrorInvalidConfiguration;
-  static int sms[64] = {};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
+  int sm = 0;
+  cudaError_t e = sm_count(sm);
   if (e != cudaSuccess) return e;
-  int& sm = sms[dev & 63];
-  if (sm == 0 && (e = cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
   auto kernel = vec ? detail::norm_stream_kernel<4, TW, Epi> : detail::norm_stream_kernel<1, TW, Epi>;
   int per_sm = 0;
   if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kNsThreads, 0)) != cudaSuccess) return e;

@@ -429,12 +429,8 @@ row_split_apply_kernel(RowParams<Tin, Tout, TW> p, int64_t chunk, Pro pro, Epi e
 // Blocks per row for a split layer / rms norm on this device (1: run one block per row).
 inline int row_split_count(int64_t rows, int64_t cols, int vec) {
   if (cols < kRowSplitMinCols || rows <= 0) return 1;
-  static int sms[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
-  int& n = sms[dev & 63];
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 0;
-  if (n == 0 || rows >= n) return 1;  // every SM already has a row
+  int n = 0;
+  if (sm_count(n) != cudaSuccess || n == 0 || rows >= n) return 1;  // (or every SM already has a row)
   const int64_t want = ceil_div<int64_t>(2 * int64_t(n), rows);       // two blocks per SM
   const int64_t most = ceil_div<int64_t>(cols, int64_t(512) * vec * 4);  // >= 4 packs per thread
   const int64_t s = want < most ? want : most;

@@ -129,9 +129,9 @@ class BnStatsProto(Proto):
 
 
 @dataclass(frozen=True)
-class GroupStatsProto(Proto):
-    """Per-(sample, channel) scale and shift of a group norm (instance norm: one channel per
-    group) from x [samples, groups * cpg, ...]; the affine itself is a synthetic elementwise node."""
+class GroupNormProto(Proto):
+    """What a group norm reads (instance norm: one channel per group): x [samples, groups * cpg,
+    ...], the per-channel weight and bias (or None), eps."""
 
     x: str = ""
     weight: str | None = None
@@ -140,6 +140,13 @@ class GroupStatsProto(Proto):
     samples: int = 1
     groups: int = 1
     cpg: int = 1
+
+
+@dataclass(frozen=True)
+class GroupStatsProto(GroupNormProto):
+    """Per-(sample, channel) scale and shift of a group norm; the affine itself is a synthetic
+    elementwise node."""
+
     scale: str = ""
     shift: str = ""
 
@@ -355,7 +362,7 @@ def lower_group(lw, pr: GroupStatsProto, pre: list) -> None:
         rc = L.rows_cols(v2, 1)
     _, _, ldi = rc
 
-    w, b = _group_vectors(lw, pr, pre)
+    w, b = group_vectors(lw, pr, pre)
     scale = lw.out_view(pr, pr.scale, lambda tv: False)
     shift = lw.out_view(pr, pr.shift, lambda tv: False)
     splits = group_splits(rows, cols)
@@ -368,7 +375,7 @@ def lower_group(lw, pr: GroupStatsProto, pre: list) -> None:
     lw.add(pr, pr.name, spec, [v2, w, b], [scale, shift, ws], touched=list(pr.ins))
 
 
-def _group_vectors(lw, pr: GroupStatsProto, pre: list) -> tuple[View | None, View | None]:
+def group_vectors(lw, pr: GroupNormProto, pre: list) -> tuple[View | None, View | None]:
     """The weight and bias as channel vectors, in one dtype."""
     c = pr.groups * pr.cpg
     w = lw.channel_vector(pr.weight, c, pre, pr.phase)
@@ -382,7 +389,7 @@ def _group_vectors(lw, pr: GroupStatsProto, pre: list) -> tuple[View | None, Vie
 def _lower_group_cl(lw, pr: GroupStatsProto, pre: list, vx: View, cl: tuple[int, int, int]) -> None:
     s, sn, ss = cl
     c = pr.groups * pr.cpg
-    w, b = _group_vectors(lw, pr, pre)
+    w, b = group_vectors(lw, pr, pre)
     scale = lw.out_view(pr, pr.scale, lambda tv: False)
     shift = lw.out_view(pr, pr.shift, lambda tv: False)
     splits = group_cl_splits(pr.samples, c, s, bn_vec_width(vx, c, sn, 1, ss))
@@ -515,5 +522,5 @@ BN_STATS = TaskKind("bn_stats", BnStatsSpec, "custom_kernel", cost_bn, interpret
 GROUP_STATS = TaskKind("group_stats", GroupStatsSpec, "reduction_template", cost_group, interpret_group,
                        render_group, lowers=((GroupStatsProto, lower_group),), writes=frozenset({"scale", "shift"}))
 
-__all__ = ["BnStatsSpec", "GroupStatsSpec", "BnStatsProto", "GroupStatsProto", "bn_by_planes", "group_splits",
+__all__ = ["BnStatsSpec", "GroupStatsSpec", "BnStatsProto", "GroupNormProto", "GroupStatsProto", "bn_by_planes", "group_splits",
            "BN_STATS", "GROUP_STATS"]

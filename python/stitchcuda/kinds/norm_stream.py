@@ -38,7 +38,8 @@ from ..layout import View
 from ..ops import EwInstr
 from ..precision import get as get_policy
 from . import cxx
-from .base import ClaimRule, Proto, TaskKind, view_bytes
+from .base import ClaimRule, TaskKind, view_bytes
+from .norm import GroupNormProto, group_vectors
 
 HEADER = "norm_stream.cuh"
 #: norm_stream.cuh's kNsThreads * kNsPacks: packs a tile.
@@ -71,14 +72,9 @@ class NormStreamSpec:
 
 
 @dataclass(frozen=True)
-class NormStreamProto(Proto):
-    x: str = ""
-    weight: str | None = None
-    bias: str | None = None
-    eps: float = 0.0
-    samples: int = 1
-    groups: int = 1
-    cpg: int = 1
+class NormStreamProto(GroupNormProto):
+    """The group norm, its epilogue hook's nodes ``epi`` and the tensor they write, ``out``."""
+
     out: str = ""
     epi: tuple[str, ...] = ()
 
@@ -145,8 +141,6 @@ def _matrix(v: View | None, rows: int, cols: int) -> tuple[View, int] | None:
 
 
 def lower(lw, pr: NormStreamProto, pre: list) -> None:
-    from .norm import _group_vectors
-
     rows = pr.samples * pr.groups
     vx = lw.read(pr.x, pre, pr.phase)
     cols = vx.numel // rows
@@ -155,7 +149,7 @@ def lower(lw, pr: NormStreamProto, pre: list) -> None:
         cc = lw.copy_contiguous(pr.x, vx, pre, pr.phase, dtype="float32",
                                 why="the streamed group norm reads float32 rows with unit stride")
         mx = _matrix(lw.views[cc], rows, cols)
-    w, b = _group_vectors(lw, pr, pre)
+    w, b = group_vectors(lw, pr, pre)
     vo = lw.out_view(pr, pr.out, lambda tv: tv.dtype == "float32" and _matrix(tv, rows, cols) is not None,
                      inplace=[pr.x])
     mo = _matrix(vo, rows, cols)

@@ -14,8 +14,10 @@ Measured (BENCHMARKS.md, "A group norm read once"; H200, tf32, both forms in one
 2.03 against 1.03. Correct everywhere, but slow: 1:35's 15 GB of needed traffic in 6.88 ms is
 2.2 TB/s, where the two-pass kernels move 22.5 GB at 4.0. By arithmetic on those times (no profile
 was taken), a block spends about 4.9 us on a 16 KB tile whose bytes need 2.2 us at its share of
-the bandwidth: the rest goes to the tile's ticket, its barriers and the wait for its row. Not the
-default until it wins.
+the bandwidth: the rest goes to the tile's ticket, its barriers and the wait for its row. The
+level-2 problems lost more: their group norms read a channels-last convolution's result, which this
+kernel's plan copies into rows first (the two-pass statistics read it in place). Not the default
+until it wins.
 
 Claim (*match*, before :mod:`.norm`), only under the norm strategy ``stream``
 (:func:`stitchcuda.plan.choices` offers it on every group norm the kernel can take, and the loop's

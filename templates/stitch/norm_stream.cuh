@@ -10,8 +10,9 @@
 //   - out = epi((x - mean) * rstd * weight[c] + bias[c]) per element (weight, bias of TW, either
 //     may be null), mean and biased variance over the row (rstd = rsqrt(var + eps)): the group
 //     statistics of norm.cuh and the elementwise affine after them, in one kernel.
-//   - workspace: norm_stream_workspace_floats(rows, cols, 4) floats. Each launch zeroes its
-//     counters first (one memset on the stream).
+//   - workspace: norm_stream_workspace_floats(rows, cols, 1) floats (the launch packs 4 elements
+//     where x and out allow, which needs fewer). Each launch zeroes its counters first (one
+//     memset on the stream).
 //   - out may be x itself: a row is written only after its statistics are complete, and no later
 //     statistics read it.
 // How: the row is cut into tiles of kNsThreads * kNsPacks packs. Blocks (as many as fit on the

@@ -35,6 +35,7 @@ from typing import ClassVar
 
 from .. import layout as L
 from .. import ops
+from ..dtypes import ctype
 from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
@@ -192,8 +193,6 @@ def interpret(mem, s: NormStreamSpec) -> None:
 
 
 def render(t, s: NormStreamSpec, n, fn: str) -> tuple[list[str], list[str]]:
-    from ..dtypes import ctype
-
     pre: list[str] = []
     epi = ""
     if s.epilogue:

@@ -5,8 +5,6 @@ nvcc (CPU only; tests/gpu/test_narrow_conv_gpu.py runs it)."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch.nn as nn
@@ -19,9 +17,8 @@ from stitchcuda import layout as L
 from stitchcuda import ops
 from stitchcuda import plan as P
 from stitchcuda.kinds.narrow_conv import NarrowConvSpec
-from stitchcuda.pipeline import model_weights
 from stitchcuda.plan.constraints import Constraints
-from tests.plan_sim import simulate
+from tests.plan_sim import check_float64
 
 
 class ConvAct(nn.Module):
@@ -60,11 +57,7 @@ def _plan(model, x, policy, constraints=None):
 
 def _check(model, x, policy, tol, constraints=None):
     plan, cap = _plan(model, x, policy, constraints)
-    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])[0].double()
-    with torch.no_grad():
-        want = copy.deepcopy(model).double()(x.double())
-    err = ((out - want).abs() / (1 + want.abs())).max().item()
-    assert not torch.isnan(out).any() and err < tol, (policy, err)
+    check_float64(plan, model, cap, x, tol, policy)
     return plan
 
 

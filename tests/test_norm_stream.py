@@ -4,8 +4,6 @@ and its program compiled by nvcc (CPU only; tests/gpu/test_norm_stream_gpu.py ru
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch.nn as nn
@@ -19,9 +17,8 @@ from stitchcuda import plan as P
 from stitchcuda.kinds import norm_stream
 from stitchcuda.kinds.norm import GroupStatsSpec
 from stitchcuda.kinds.norm_stream import NormStreamSpec
-from stitchcuda.pipeline import model_weights
 from stitchcuda.plan.constraints import Constraints
-from tests.plan_sim import simulate
+from tests.plan_sim import check_float64
 
 
 class GnAct(nn.Module):
@@ -49,11 +46,7 @@ def _plan(model, x, policy, option="stream"):
 
 def _check(model, x, policy, option="stream", tol=1e-6):
     plan, cap = _plan(model, x, policy, option)
-    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])[0].double()
-    with torch.no_grad():
-        want = copy.deepcopy(model).double()(x.double())
-    err = ((out - want).abs() / (1 + want.abs())).max().item()
-    assert not torch.isnan(out).any() and err < tol, (policy, err)
+    check_float64(plan, model, cap, x, tol, policy)
     return plan
 
 

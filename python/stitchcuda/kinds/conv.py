@@ -107,11 +107,9 @@ class ConvSpec:
 
 
 @dataclass(frozen=True)
-class ConvProto(Proto):
-    """``out = activation(conv(x, w) + bias)``: PyTorch's convolution (``transposed``: its
-    transposed form) over the last ``len(stride)`` dims, with cuDNN's fused activation
-    (``none``, ``relu``, ``relu6``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``, ``tanh``) taking the
-    elementwise node(s) after it."""
+class ConvArgsProto(Proto):
+    """What a convolution reads and writes: ``out`` from input ``x``, filters ``w`` and ``bias`` (or
+    None), with ``stride``, ``padding`` and ``dilation`` per spatial dim."""
 
     x: str = ""
     w: str = ""
@@ -120,6 +118,15 @@ class ConvProto(Proto):
     stride: tuple[int, ...] = ()
     padding: tuple[int, ...] = ()
     dilation: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConvProto(ConvArgsProto):
+    """``out = activation(conv(x, w) + bias)``: PyTorch's convolution (``transposed``: its
+    transposed form) over the last ``len(stride)`` dims, with cuDNN's fused activation
+    (``none``, ``relu``, ``relu6``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``, ``tanh``) taking the
+    elementwise node(s) after it."""
+
     output_padding: tuple[int, ...] = ()
     transposed: bool = False
     groups: int = 1
@@ -374,4 +381,4 @@ KIND = TaskKind("conv", ConvSpec, "cudnn_conv", cost, interpret, render, lowers=
                 claims=(ClaimRule("fuse", 100, claim),), scratch=frozenset(), layouts=layouts,
                 out_order=lambda pr, order_of: layout_order(pr, len(pr.stride) + 2))
 
-__all__ = ["ConvSpec", "ConvProto", "conv_flops", "layout_order", "short_sums", "split_tf32", "KIND"]
+__all__ = ["ConvSpec", "ConvArgsProto", "ConvProto", "conv_flops", "layout_order", "short_sums", "split_tf32", "KIND"]

@@ -44,8 +44,8 @@ from ..layout import View
 from ..ops import EwInstr
 from ..precision import get as get_policy
 from . import cxx
-from .base import ClaimRule, Proto, TaskKind, conv2d_reference, dense_block, int_list, view_bytes
-from .conv import short_sums
+from .base import ClaimRule, TaskKind, conv2d_reference, dense_block, int_list, view_bytes
+from .conv import ConvArgsProto, short_sums
 
 A = ops.A
 HEADER = "narrow_conv.cuh"
@@ -85,14 +85,9 @@ class NarrowConvSpec:
 
 
 @dataclass(frozen=True)
-class NarrowConvProto(Proto):
-    x: str = ""
-    w: str = ""
-    bias: str | None = None
-    out: str = ""
-    stride: tuple[int, ...] = ()
-    padding: tuple[int, ...] = ()
-    dilation: tuple[int, ...] = ()
+class NarrowConvProto(ConvArgsProto):
+    """The convolution, the policy its products compute at, and its epilogue hook's nodes ``epi``."""
+
     policy: str = "fp32"
     epi: tuple[str, ...] = ()
 

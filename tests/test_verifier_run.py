@@ -1082,7 +1082,51 @@ def test_varied_trials_fall_back_to_norm_relative_only_when_ill_conditioned():
     j = ill.judge("v", [out], d, [], varied=True)
     assert j.trial.passed and j.trial.outputs[0].judged == "norm-relative"
     assert not ill.judge("v", [out.clamp(-4, 4)], d, [], varied=True).trial.passed
-    assert not ill.judge("plain", [out], d, [], varied=False).trial.passed  # plain trials: never
+    # a plain trial: elementwise where fp32 meets the truth; norm-relative only where the fp32
+    # reference itself misses it (ill-conditioned beyond fp32: no fp32 program could pass)
+    assert not conditioned.judge("plain", [out], d, [], varied=False).trial.passed
+    j = ill.judge("plain", [out], d, [], varied=False)
+    assert j.trial.passed and j.trial.outputs[0].judged == "norm-relative"
+    assert not ill.judge("plain", [out.clamp(-4, 4)], d, [], varied=False).trial.passed
+
+
+def test_a_plain_trial_beyond_fp32_is_judged_against_the_policy_in_pytorch():
+    """Under tf32, a plain trial whose fp32 reference misses float64 is judged on its norm-relative
+    error within max(tol, 4x PyTorch-at-tf32's); where only the policy misses (fp32 meets the truth),
+    it stays elementwise: precision is the answer there."""
+    from stitchcuda.verifier.run.session import Draw, Session
+    from stitchcuda.verifier.run.inputs import Secret
+
+    class Ref:
+        input_specs = (mf.TensorSpec("x", (4096,), "float32"),)
+        output_specs = (mf.TensorSpec("y", (4096,), "float32"),)
+        lifted_indices = ()
+
+        def __init__(self, ref32, ref64, at):
+            self.ref32, self.ref64, self.at = ref32, ref64, at
+
+        def forward(self, draw, inputs=None):
+            return [self.ref32]
+
+        def forward64(self, draw, inputs=None):
+            return [self.ref64]
+
+        def forward_at(self, policy, draw, inputs=None):
+            return [self.at]
+
+    g = torch.Generator().manual_seed(SEED)
+    ref64 = torch.randn(4096, generator=g, dtype=torch.float64) * 1e6   # outputs far above 1: atol = tol
+    ref64[:4] = 0.5                                                     # four cancel to near nothing
+    noise = torch.randn(4096, generator=g, dtype=torch.float64)
+    at = (ref64 + noise * 1e3).float()                                  # PyTorch's TF32: 1e-3 in norm
+    out = (ref64 + noise.flip(0) * 1e3).float()                         # ours: the same size of error
+    d, runner = Draw([], [], 0), FakeRunner(lambda i, o, r: None)
+    beyond = Session(runner, Ref((ref64 + 0.1).float(), ref64, at), "tf32", Secret(SEED))   # fp32 misses at [:4]
+    j = beyond.judge("plain", [out], d, [], varied=False)
+    assert j.trial.passed and j.trial.outputs[0].judged == "norm-relative", j.trial
+    assert not beyond.judge("plain", [(ref64 * 1.05).float()], d, [], varied=False).trial.passed  # 5 % off
+    met = Session(runner, Ref(ref64.float(), ref64, at), "tf32", Secret(SEED))              # fp32 meets it
+    assert not met.judge("plain", [out], d, [], varied=False).trial.passed
 
 
 def test_child_dies_with_its_parent(tmp_path):

@@ -244,7 +244,7 @@ class OutputCheck:
     max_abs_err_f64: float | None = None
     mean_abs_err_f64: float | None = None
     atol: float | None = None  # the absolute tolerance applied: tol, or tol * RMS for an output below 1
-    judged: str = "elementwise"  # elementwise | float64 | norm-relative (an ill-conditioned varied trial)
+    judged: str = "elementwise"  # elementwise | float64 | norm-relative (ill-conditioned)
 
 
 @dataclass(frozen=True)

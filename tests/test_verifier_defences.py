@@ -656,3 +656,28 @@ def test_the_in_process_clock_measures_its_overhead_around_a_launch():
     clock = LocalClock(lambda: None, timer=None, flush=lambda: None, sync_device=lambda: None,
                        clock=lambda: now["t"], probe=probe)
     assert abs(clock.overhead() - 2.0) < 1e-9 and probe_calls == [1]
+
+
+def test_checked_timed_calls_are_judged_as_the_trials_are():
+    """A checked call failing against the fp32 reference passes within tolerance of float64, or, where
+    the fp32 reference itself misses float64 (ill-conditioned beyond fp32), within it in norm; a
+    wrong output fails either way."""
+    from stitchcuda.verifier.run.timed_calls import output_judge
+
+    spec = mf.TensorSpec("y", (4096,), "float32")
+    g = torch.Generator().manual_seed(SEED)
+    ref64 = torch.randn(4096, generator=g, dtype=torch.float64) * 1e6
+    ref64[:4] = 0.5                                             # four cancel to near nothing
+    out = (ref64 + torch.randn(4096, generator=g, dtype=torch.float64) * 1e3).float()   # 1e-3 in norm
+    asked = []
+
+    def truth(t):
+        return lambda: asked.append(1) or [t]
+
+    judge = output_judge([spec], 1e-2, truth(ref64))
+    assert judge([ref64.float()], [ref64.float()]) == (True, "") and not asked      # float64 only on a failure
+    ok, detail = judge([out], [ref64.float()])                  # fp32 meets the truth: elementwise
+    assert not ok and "elements wrong" in detail and asked
+    assert judge([out], [(ref64 + 0.1).float()])[0]             # the fp32 reference misses at [:4]
+    assert not judge([(ref64 * 1.05).float()], [(ref64 + 0.1).float()])[0]   # 5 % off in norm
+    assert judge([ref64.float()], [(ref64 * 1.5).float()])[0]   # the float64 one judges where fp32 is off

@@ -15,6 +15,10 @@ doubles: three random calls among the first eight, then two random calls in each
 [32, 64), ... — a program honest for its first hundreds (or thousands) of calls is judged after
 them too — and the last call of the phase, which no program can tell from the others (the phase
 ends on a clock). At most ``max_checks`` calls are judged in all, the last always.
+
+How a checked call is judged (:func:`output_judge`): as the plain trials are (:mod:`.session`),
+elementwise at the policy's tolerance against the fp32 reference, then against float64; where the
+fp32 reference itself misses float64 (ill-conditioned beyond fp32), on the norm-relative error.
 """
 
 from __future__ import annotations
@@ -23,6 +27,31 @@ from typing import Any, Callable
 
 from ..measure.timing import LoopSettings
 from ..report.records import TimedCallCheck
+from .compare import errors, norm_relative
+
+
+def output_judge(specs, tol: float, truth: Callable[[], list[Any] | None]
+                 ) -> Callable[[list[Any], list[Any]], tuple[bool, str]]:
+    """The checked calls' judge, ``judge(outputs, ref) -> (passed, detail)`` (module docstring):
+    ``truth()`` gives the float64 reference for the inputs as they are (None where none fits),
+    asked for only when an output fails against the fp32 one."""
+
+    def judge(outputs, ref) -> tuple[bool, str]:
+        ref64: list[Any] | None = None
+        for i, (spec, o, r) in enumerate(zip(specs, outputs, ref)):
+            e = errors(o, r, tol)
+            if e.passed:
+                continue
+            if o.is_floating_point() and e.bad_nonfinite == 0:
+                ref64 = (truth() or []) if ref64 is None else ref64
+                if i < len(ref64) and (errors(o, ref64[i], tol, e.atol).passed or (
+                        not errors(r, ref64[i], tol, e.atol).passed and norm_relative(o, ref64[i]) <= tol)):
+                    continue
+            return False, (f"output {spec.name}: {e.n_bad} of {o.numel()} elements wrong (max |err| "
+                           f"{e.max_abs:.3g}, expected {e.expected:.6g}, got {e.got:.6g})")
+        return True, ""
+
+    return judge
 
 
 class TimedCalls:
@@ -101,4 +130,4 @@ class TimedCalls:
                               detail="; ".join(self.failures[:3]), last_checked=self.last_checked + 1)
 
 
-__all__ = ["TimedCalls"]
+__all__ = ["TimedCalls", "output_judge"]

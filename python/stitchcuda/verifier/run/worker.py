@@ -240,13 +240,12 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
 
     from ..measure.timing import time_all
     from ..report.verdict import DynamicCheck
-    from .compare import errors
     from .inputs import Secret
     from .instance import RemoteClock
     from .precision_claim import library_evidence
     from .session import poison_
     from .stream_checks import runtime_stream
-    from .timed_calls import TimedCalls
+    from .timed_calls import TimedCalls, output_judge
 
     secret = Secret(job.seed)
     buffers = inst.buffers if inst is not None else None
@@ -261,14 +260,7 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
     else:
         program = runner.bind(x, y)
 
-    def judge(outputs, ref) -> tuple[bool, str]:
-        for spec, o, r in zip(problem.output_specs, outputs, ref):
-            e = errors(o, r, tol)
-            if not e.passed:
-                return False, (f"output {spec.name}: {e.n_bad} of {o.numel()} elements wrong (max |err| "
-                               f"{e.max_abs:.3g}, expected {e.expected:.6g}, got {e.got:.6g})")
-        return True, ""
-
+    judge = output_judge(problem.output_specs, tol, lambda: problem.forward64(d, x))
     calls = TimedCalls(x, y, lambda xs: problem.forward(d, xs), judge, secret.rng("timed"), job.timing)
 
     def outputs_ok() -> bool:
@@ -280,7 +272,7 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
         runner.sync()
         torch.cuda.synchronize(dev)
         ref = problem.forward(fresh, xs)
-        return all(errors(a, r, tol).passed for a, r in zip(ys, ref))
+        return output_judge(problem.output_specs, tol, lambda: problem.forward64(fresh, xs))(ys, ref)[0]
 
     table, details = time_all(program, problem.model, problem.model_args(d), precision=job.precision,
                               stream=stream, compile=job.compile, autotune=job.autotune, settings=job.timing,

@@ -75,6 +75,18 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
   *reinterpret_cast<Pack<T, V>*>(p) = x;
 }
 
+// A pack through the read-only (non-coherent) path (load_nc below): packs of 4, 8 or 16 bytes.
+template <class T, int V>
+__device__ __forceinline__ Pack<T, V> load_pack_nc(const T* p) {
+  constexpr int B = int(sizeof(T)) * V;
+  static_assert(B == 4 || B == 8 || B == 16, "pack size");
+  using Bits = std::conditional_t<B == 4, unsigned int, std::conditional_t<B == 8, uint2, uint4>>;
+  const Bits bits = __ldg(reinterpret_cast<const Bits*>(p));
+  Pack<T, V> x;
+  memcpy(&x, &bits, B);
+  return x;
+}
+
 // One element through the read-only (non-coherent) path, so that the compiler may schedule the
 // load past stores: only for data the kernel never writes (an input that is not its output).
 template <class T>

@@ -28,7 +28,10 @@
 //     over (a, b), each side a power of two >= 8 that follows its extent (8 channels make a
 //     side of 8); every such input goes through shared memory (read along b), the others are
 //     read directly, and out is written along a — reads and writes both coalesced, where the
-//     strided path would stride every warp's loads by the other layout.
+//     strided path would stride every warp's loads by the other layout. Accesses are packs of 4
+//     elements (16 bytes of float32) wherever the extents and strides are multiples of 4 and the
+//     pointers aligned to a pack (per tensor: staged reads along b, the write along a, the other
+//     inputs along a), else one element each.
 //
 // launch_elementwise_once(...): the same contract, one kernel (the strided path, element by
 //   element): for work a program does once, at create, where compiling seven kernels costs more
@@ -311,7 +314,20 @@ struct EwTileParams {
   int lta, ltb;     // log2 of the tile's sides
   int row;          // shared row stride (floats): conflict-free in both phases
   unsigned staged;
+  // Packs of 4 (kEwPack): bit k of vec_in, staged input k read 4 along b a load; vec_out, the
+  // output written 4 along a a store, and then each other input read as amode[k] says.
+  unsigned vec_in;
+  bool vec_out;
+  unsigned char amode[NIN];  // kEwBcastA: one value for the 4 (stride 0 along a), kEwPackA: a pack, else 4 loads
 };
+
+// STITCH_EW_TILE_PACK 0 (defined before this header) keeps the tiled path to one element an
+// access: the form before packs, for measuring the two in one process (benchmarks/compare_programs.py).
+#ifndef STITCH_EW_TILE_PACK
+#define STITCH_EW_TILE_PACK 1
+#endif
+constexpr int kEwPack = 4;
+constexpr unsigned char kEwBcastA = 0, kEwPackA = 1, kEwEachA = 2;
 
 // A read through the read-only (non-coherent) path: the tiled path's inputs are never its output
 // (a layout change cannot run in place), so these loads may be scheduled past the tile's stores.
@@ -333,6 +349,52 @@ __device__ __forceinline__ void ew_tile_stage(float* slot, const T* src, int64_t
 #pragma unroll
   for (int i = 0; i < kPer; ++i)
     if (kFull || (b_in && i * sa < a_left)) slot[i * sa * row] = r[i];
+}
+
+// Input K's staging in packs of kEwPack along b (its bit of vec_in): kPer / kEwPack loads a thread,
+// each spread over kEwPack consecutive slots of a shared row.
+template <bool kFull, class T>
+__device__ __forceinline__ void ew_tile_stage4(float* slot, const T* src, int64_t step, int sa, int row,
+                                               bool b_in, int64_t a_left) {
+  constexpr int kPer = kEwTile / kEwTileThreads / kEwPack;
+  if constexpr (sizeof(T) * kEwPack <= 16) {
+    Pack<T, kEwPack> r[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (kFull || (b_in && i * sa < a_left)) r[i] = load_pack_nc<T, kEwPack>(src + i * step);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (kFull || (b_in && i * sa < a_left)) {
+#pragma unroll
+        for (int j = 0; j < kEwPack; ++j) slot[i * sa * row + j] = ew_to_float(r[i].v[j]);
+      }
+  }
+}
+
+// Input K's values at kEwPack consecutive a (one b) for the packed write phase: from the tile
+// (staged: `t` at the first a), else as its amode says.
+template <size_t K, int NIN, class T>
+__device__ __forceinline__ void ew_tile_gather4(float (&v)[kEwPack][NIN], bool staged, const float* t, int row,
+                                                const T* src, int64_t sa, unsigned char mode) {
+  if (staged) {
+#pragma unroll
+    for (int j = 0; j < kEwPack; ++j) v[j][K] = t[j * row];
+  } else if (mode == kEwBcastA) {
+    const float x = ew_load_nc(src);
+#pragma unroll
+    for (int j = 0; j < kEwPack; ++j) v[j][K] = x;
+  } else {
+    if constexpr (sizeof(T) * kEwPack <= 16) {
+      if (mode == kEwPackA) {
+        const Pack<T, kEwPack> q = load_pack_nc<T, kEwPack>(src);
+#pragma unroll
+        for (int j = 0; j < kEwPack; ++j) v[j][K] = ew_to_float(q.v[j]);
+        return;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kEwPack; ++j) v[j][K] = ew_load_nc(src + j * sa);
+  }
 }
 
 // One tile: the staged inputs read along b into shared memory (e = lane order along b), then
@@ -370,13 +432,53 @@ __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(
     const int lb = tid & mtb, la0 = tid >> p.ltb, sa = kEwTileThreads >> p.ltb;
     const bool b_in = b0 + lb < p.nb;
     const int64_t a_left = p.na - a0 - la0;
+    // the same in packs: this thread's kEwPack consecutive b fixed, a stepping by block / (tb / kEwPack)
+    const int lq = p.ltb - 2;
+    const int lb4 = (tid & ((1 << lq) - 1)) * kEwPack, la4 = tid >> lq, sa4 = kEwTileThreads >> lq;
+    const bool b4_in = b0 + lb4 < p.nb;
+    const int64_t a4_left = p.na - a0 - la4;
     (((p.staged >> K) & 1u
-          ? ew_tile_stage<kFull>(tile + K * kEwTileSmem + la0 * p.row + lb,
-                                 static_cast<const TIn*>(ptr.in[K]) + off[K] + (a0 + la0) * p.in_sa[K] + b0 + lb,
-                                 int64_t(sa) * p.in_sa[K], sa, p.row, b_in, a_left)
+          ? ((p.vec_in >> K) & 1u
+                 ? ew_tile_stage4<kFull>(tile + K * kEwTileSmem + la4 * p.row + lb4,
+                                         static_cast<const TIn*>(ptr.in[K]) + off[K] + (a0 + la4) * p.in_sa[K] + b0 + lb4,
+                                         int64_t(sa4) * p.in_sa[K], sa4, p.row, b4_in, a4_left)
+                 : ew_tile_stage<kFull>(tile + K * kEwTileSmem + la0 * p.row + lb,
+                                        static_cast<const TIn*>(ptr.in[K]) + off[K] + (a0 + la0) * p.in_sa[K] + b0 + lb,
+                                        int64_t(sa) * p.in_sa[K], sa, p.row, b_in, a_left))
           : (void)0),
      ...);
     __syncthreads();
+  }
+  if (p.vec_out) {
+    // write phase in packs: this thread's kEwPack consecutive a fixed, b stepping by block / (ta / kEwPack)
+    const int lq = p.lta - 2;
+    const int la = (tid & ((1 << lq) - 1)) * kEwPack, lb0 = tid >> lq, sb = kEwTileThreads >> lq;
+    const int64_t a = a0 + la;
+    const void* src[NIN] = {static_cast<const void*>(static_cast<const TIn*>(ptr.in[K]) + off[K] + a * p.in_sa[K] +
+                                                     (b0 + lb0) * p.in_sb[K])...};
+    const int64_t step[NIN] = {int64_t(sb) * p.in_sb[K]...};
+    TOut* dst = static_cast<TOut*>(ptr.out) + out_off + a + (b0 + lb0) * p.out_sb;
+    const int64_t dstep = int64_t(sb) * p.out_sb;
+    const int64_t b_left = p.nb - b0 - lb0;
+    if (kFull || a < p.na) {  // (na a multiple of the pack: the pack lies inside or outside)
+#pragma unroll
+      for (int i = 0; i < kPer / kEwPack; ++i) {
+        if (kFull || i * sb < b_left) {
+          const int lb = lb0 + i * sb;
+          float v[kEwPack][NIN];
+          (ew_tile_gather4<K, NIN>(v, (p.staged >> K) & 1u, tile + K * kEwTileSmem + la * p.row + lb, p.row,
+                                   static_cast<const TIn*>(src[K]) + i * step[K],
+                                   p.in_sa[K], p.amode[K]),
+           ...);
+          Pack<TOut, kEwPack> o;
+#pragma unroll
+          for (int j = 0; j < kEwPack; ++j) o.v[j] = ew_from_float<TOut>(f(v[j]));
+          store_pack<TOut, kEwPack>(dst + i * dstep, o);
+        }
+      }
+    }
+    if (p.staged) __syncthreads();
+    return;
   }
   // write phase: lane order along a; this thread's a fixed, b stepping by block / ta
   const int la = tid & mta, lb0 = tid >> p.lta, sb = kEwTileThreads >> p.lta;
@@ -482,6 +584,29 @@ bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const
   const dim3 grid(unsigned(p.tiles_a < cap_x ? p.tiles_a : cap_x),
                   unsigned(p.tiles_b < cap_yz ? p.tiles_b : cap_yz),
                   unsigned(p.batch < cap_yz ? p.batch : cap_yz));
+  // Packs of kEwPack where whole packs lie inside the extents and on aligned addresses (every
+  // stride but the packed dim's a multiple of the pack): 16-byte accesses for float32 in place of
+  // 4-byte ones. The tile's traffic is load / store instructions as much as bytes: with one
+  // element an access its throughput fell with every per-channel operand of the epilogue.
+  constexpr size_t in_size[NIN > 0 ? NIN : 1] = {sizeof(TIn)...};
+  auto packed = [&](int64_t s) { return s % kEwPack == 0; };
+  auto batch_packed = [&](const int64_t* b) {
+    for (int d = 0; d < p.nbatch; ++d)
+      if (!packed(b[d])) return false;
+    return true;
+  };
+  for (int k = 0; k < NIN; ++k)
+    if (STITCH_EW_TILE_PACK && (p.staged >> k) & 1u && in_size[k] * kEwPack <= 16 && tb <= 32 && packed(p.nb) && packed(p.in_sa[k]) &&
+        batch_packed(p.bin[k]) && aligned_to(ptr.in[k], int(in_size[k]) * kEwPack))
+      p.vec_in |= 1u << k;
+  p.vec_out = STITCH_EW_TILE_PACK && sizeof(TOut) * kEwPack <= 16 && packed(p.na) && packed(p.out_sb) && batch_packed(p.bout) &&
+              aligned_to(ptr.out, int(sizeof(TOut)) * kEwPack);
+  for (int k = 0; k < NIN; ++k)
+    p.amode[k] = p.in_sa[k] == 0 ? kEwBcastA
+                 : p.in_sa[k] == 1 && in_size[k] * kEwPack <= 16 && packed(p.in_sb[k]) && batch_packed(p.bin[k]) &&
+                           aligned_to(ptr.in[k], int(in_size[k]) * kEwPack)
+                       ? kEwPackA
+                       : kEwEachA;
   int nstaged = 0;
   for (int k = 0; k < NIN; ++k) nstaged = (p.staged >> k) & 1u ? k + 1 : nstaged;
   const size_t smem = size_t(nstaged) * kEwTileSmem * sizeof(float);

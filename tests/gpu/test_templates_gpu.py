@@ -368,7 +368,8 @@ def test_ew_fma4(ew_lib, dtype):
 #: rows, both sides long, partial tiles on both, a channel count that is no power of two).
 LAYOUT_SHAPES = [((3, 37, 11, 13), "odd extents"), ((2, 8, 33, 35), "8 channels"), ((3, 16, 9, 130), "16 channels"),
                  ((2, 64, 5, 7), "64 channels, short planes"), ((1, 9, 300, 2), "9 channels"),
-                 ((4, 200, 3, 3), "200 channels, 9-element planes"), ((2, 32, 64, 64), "full tiles")]
+                 ((4, 200, 3, 3), "200 channels, 9-element planes"), ((2, 32, 64, 64), "full tiles"),
+                 ((3, 12, 10, 30), "packs of 4, partial tiles on both"), ((2, 48, 16, 20), "packs of 4, 48 channels")]
 
 
 @pytest.mark.parametrize("out_layout", ["channels_first", "channels_last"])
@@ -389,6 +390,35 @@ def test_ew_layout_change(ew_lib, dtype, shape, why, out_layout):
          *[_i64(_bcast_strides(t, shape)) for t in (a, b, c, d)], _stream())
     ref = a.double() * b.double() + c.double() - d.double()
     _close(out, ref, _tol(dtype), f"{why} {out_layout} seed={seed}")
+
+
+@pytest.mark.parametrize("which", ["a", "c", "out"])
+@pytest.mark.parametrize("out_layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
+def test_ew_layout_change_off_a_pack(ew_lib, dtype, out_layout, which):
+    """The tiled path in packs of 4 only where a pack's address is aligned: one tensor (a staged
+    input, the other input, the output) starting one element past a pack boundary takes the
+    element-wise accesses for that tensor, and the result is the same."""
+    seed = _seed()
+    shape = (2, 16, 8, 12)
+
+    def off(make):  # the same tensor one element past an aligned start
+        flat = make(math.prod(shape) + 1)
+        return flat[1:]
+
+    a = (off(lambda n: _randn(n, dtype=dtype)) if which == "a" else _randn(math.prod(shape), dtype=dtype))
+    a = a.view(shape[0], shape[2], shape[3], shape[1]).permute(0, 3, 1, 2)      # channels-last
+    c = (off(lambda n: _randn(n, dtype=dtype)) if which == "c" else _randn(math.prod(shape), dtype=dtype)).view(shape)
+    b, d = _randn(shape[1], 1, 1, dtype=dtype), _randn(dtype=dtype)
+    o = off(lambda n: torch.full((n,), NAN, device="cuda", dtype=dtype)) if which == "out" else \
+        torch.full((math.prod(shape),), NAN, device="cuda", dtype=dtype)
+    out = o.view(shape) if out_layout == "channels_first" else \
+        o.view(shape[0], shape[2], shape[3], shape[1]).permute(0, 3, 1, 2)
+    _run(ew_lib.ew_fma4, DT_CODE[dtype], a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(),
+         out.data_ptr(), 4, _i64(shape), _i64(out.stride()),
+         *[_i64(_bcast_strides(t, shape)) for t in (a, b, c, d)], _stream())
+    ref = a.double() * b.double() + c.double() - d.double()
+    _close(out, ref, _tol(dtype), f"{which} off a pack, {out_layout} seed={seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)

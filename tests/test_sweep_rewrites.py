@@ -965,79 +965,6 @@ def test_a_merged_index_tensor_is_renamed_where_a_tensor_list_names_it():
     assert check(_expect("merge_duplicates", case, True, None)) == "planned"
 
 
-# ---------------------------------------------------------------------- pad_conv_channels
-
-PAD_GUARDS = ("aligned", "short", "one_tap", "grouped", "transposed", "one_dim", "dtype")
-
-
-@st.composite
-def unaligned_conv(draw, broken: str | None):
-    """A 2-d or 3-d convolution over a channel count that is no multiple of 4, with a sum of 32 or more
-    (stride, padding, dilation, bias, an activation after, x through a view), planned under tf32 and
-    fp32 (which takes it only under tensor cores); or one guard away: 4 or 8 channels, a short sum,
-    a 1x1 filter, groups, transposed, 1-d, bf16 data."""
-    nsp = 1 if broken == "one_dim" else draw(st.integers(2, 3))
-    groups = 3 if broken == "grouped" else 1
-    cin = draw(st.sampled_from([4, 8])) if broken == "aligned" else groups * draw(st.sampled_from([1, 2, 3, 5, 6, 7]))
-    if broken == "one_tap":
-        kernel = (1,) * nsp
-    elif broken == "short":
-        kernel = (2,) * nsp if cin * 2 ** nsp < 32 else (1,) * (nsp - 1) + (2,)
-        assume(cin // groups * math.prod(kernel) < 32 and math.prod(kernel) > 1)
-    else:
-        kernel = tuple(draw(st.integers(2, 4) if nsp > 1 else st.integers(8, 12)) for _ in range(nsp))
-        assume(cin // groups * math.prod(kernel) >= 32)
-    cout = groups * draw(st.integers(1, 3))
-    stride, padding, dilation = draw(st.integers(1, 2)), draw(st.integers(0, 2)), draw(st.integers(1, 2))
-    if broken == "transposed":
-        dilation = 1
-    size = tuple(draw(st.integers((k - 1) * dilation + 1, (k - 1) * dilation + 4)) for k in kernel)
-    bias = draw(st.booleans())
-    act = draw(st.sampled_from(["none", "relu"]))
-    dtype = "bfloat16" if broken == "dtype" else "float32"
-    Conv = _conv_class(nsp, broken == "transposed")
-    x, how = draw(laid_out((draw(st.integers(1, 2)), cin) + size, dtype,
-                           layouts=("contiguous", "contiguous", "permuted", "strided")))
-
-    def make_conv():
-        kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias)
-        return Conv(cin, cout, kernel, **kw).to(getattr(torch, dtype))
-
-    def fn(s, x):
-        y = s.conv(view(x, how))
-        return torch.relu(y) if act == "relu" else y
-
-    params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, kernel=kernel, stride=stride,
-                  padding=padding, dilation=dilation, bias=bias, act=act)
-    case = Case("aten.convolution.default", params, fn, (x,), (("conv", make_conv),),
-                policy=draw(st.sampled_from(["tf32", "tf32", "fp32"])), kinds=("Conv", "Depthwise", "Gemm"),
-                data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0)
-    return _expect("pad_conv_channels", case, broken is None, broken)
-
-
-@pytest.mark.parametrize("broken", (None,) + PAD_GUARDS)
-def test_pad_conv_channels(broken):
-    _sweep("pad_conv_channels", unaligned_conv, broken, 6 if broken is None else 2)
-
-
-def test_padded_channels_are_zeros_in_both_operands_and_only_under_tensor_cores():
-    """An RGB 3x3x3 convolution under tf32: the input and the filters padded to 4 channels (the filters
-    at create), the convolution over the padded ones; under fp32 the plan is as captured."""
-    from stitchcuda import frontend, ops
-
-    torch.manual_seed(3)
-    model, x = nn.Conv3d(3, 5, 3, padding=1), torch.randn(2, 3, 5, 6, 7)
-    cap = frontend.capture(model, [x], "rgb3d", supported_ops=ops.supported())
-    plan = P.plan(cap.graph, "tf32")
-    conv = next(t for t in plan.tasks if type(t.params).__name__ == "ConvSpec")
-    assert conv.params.in_channels == 4 and conv.params.w.shape[1] == 4, conv.params
-    pads = sorted(t.phase for t in plan.tasks if t.name.startswith("convolution_constant_pad_nd"))
-    assert pads == ["create", "run"] and conv.name == "convolution", [(t.name, t.phase) for t in plan.tasks]
-    fp32 = P.plan(cap.graph, "fp32")
-    assert not any("constant_pad_nd" in t.name for t in fp32.tasks)
-    assert next(t for t in fp32.tasks if type(t.params).__name__ == "ConvSpec").params.in_channels == 3
-
-
 def test_every_rewrite_is_swept():
     """A rewrite added to either table needs a sweep here."""
     assert set(ALWAYS) | set(P.REWRITES) == {"pool_before_pointwise_conv", "pointwise_conv_as_gemm",
@@ -1045,7 +972,7 @@ def test_every_rewrite_is_swept():
                                              "drop_identities", "conv_bias_into_elementwise",
                                              "fold_channel_affine", "fold_feature_affine", "instance_norm_as_group_norm",
                                              "group_norm_over_rows", "mish_from_parts", "drop_empty_pads",
-                                             "merge_duplicates", "merge_sibling_linears", "pad_conv_channels"}
+                                             "merge_duplicates", "merge_sibling_linears"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

@@ -136,7 +136,7 @@ def claim_groups(cx) -> None:
         nodes = cx.pull_ew_group(n, set(), limit=MAX_EW_INPUTS)
         out = n.outputs[0].name
         leaves = cx.leaves(set(nodes))
-        phase = "create" if out in ix.const and leaves and all(at_create(cx, t) for t in leaves) else "run"
+        phase = "create" if out in ix.const and leaves and all(_at_create(cx, t) for t in leaves) else "run"
         if not leaves:
             phase = "create" if out not in ix.graph_outputs else "run"
         covers = ix.expand(nodes)
@@ -144,14 +144,13 @@ def claim_groups(cx) -> None:
                          root=out, out_shape=ix.shape(out)), nodes=list(covers) + list(nodes))
 
 
-def at_create(cx, t: str) -> bool:
+def _at_create(cx, t: str) -> bool:
     """Whether ``t`` exists when the program is created: a weight (through layout ops), the
     result of a task claimed to run at create, or of elementwise nodes over such tensors not yet
     claimed (groups are claimed from the last back, so a shared weight-only group — a folded
     batch norm's scale, read by the new weights and the new bias — is claimed after its
     readers: it will run at create). A tensor computed from weights by a task that runs on every
-    call (a GEMM, a gather of run-time data) is not, so its readers run on every call too.
-    (kinds/gather.py asks it of a gather's operands: a pad of the filters runs at create.)"""
+    call (a GEMM, a gather) is not, so its readers run on every call too."""
     ix = cx.ix
     while True:
         if t in ix.weights:
@@ -164,7 +163,7 @@ def at_create(cx, t: str) -> bool:
             continue
         if cx.free(p):
             return ops.kind(p.op) == "elementwise" and t in ix.const and bool(p.inputs) and \
-                all(at_create(cx, i) for i in p.inputs)
+                all(_at_create(cx, i) for i in p.inputs)
         return cx.protos[cx.claimed[p.name]].phase == "create"
 
 
@@ -280,4 +279,4 @@ KIND = TaskKind("elementwise", EwSpec, "elementwise_kernel", cost, interpret, re
                 claims=(ClaimRule("match", 40, claim_gelu_tanh), ClaimRule("fuse", 900, claim_groups)),
                 headers=("stitch/elementwise.cuh",), scratch=frozenset(), out_order=out_order)
 
-__all__ = ["EwSpec", "EwProto", "MAX_EW_INPUTS", "KIND", "at_create"]
+__all__ = ["EwSpec", "EwProto", "MAX_EW_INPUTS", "KIND"]

@@ -23,7 +23,6 @@ from ..ir import Node
 from ..layout import View
 from . import cxx
 from .base import ClaimRule, Proto, TaskKind, copy_back, view_bytes
-from .elementwise import at_create
 
 A = ops.A
 
@@ -161,13 +160,7 @@ def _gather(cx, n: Node) -> None:
     if base.startswith("upsample") and (n.attr("output_size") is None and n.attr("scale_factors") is None
                                         and n.attr("scales_h") is None):
         raise cx.fail(n, "upsampling without a size")
-    # over tensors that exist at create (a pad of the filters: kinds/elementwise.py at_create), once, at create
-    phase = "create" if n.outputs[0].name not in cx.ix.graph_outputs and \
-        all(at_create(cx, t) for t in (x,) + tuple(indices)) else "run"
-    name = cx.name([n.name])
-    if n.name in cx.ix.synthetic_cover and base not in name:  # a rewrite's (a padded convolution's input):
-        name = f"{name}_{base}"                                # named for the node it stands for and what it does
-    cx.claim(GatherProto(name, (n.name,), (n.outputs[0].name,), (x,) + tuple(indices), phase, node=n.name,
+    cx.claim(GatherProto(cx.name([n.name]), (n.name,), (n.outputs[0].name,), (x,) + tuple(indices), node=n.name,
                          x=x, indices=tuple(indices), out=n.outputs[0].name))
 
 

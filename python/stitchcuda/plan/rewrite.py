@@ -65,18 +65,6 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          taken where the elementwise chain ends in a pool or a reduction, whose
                          prologue hook takes it (a hook is a function of one tensor, not an add of
                          the bias).
-``pad_conv_channels``   ``conv(x, W) = conv(pad(x), pad(W))`` with the input channels padded with zeros
-                         to a multiple of 4 (``CHANNEL_MULTIPLE``): the added channels add zero
-                         products. Only under a policy with tensor cores: cuDNN's TF32 tensor-core
-                         engines need channels-last data whose channel count is a multiple of 4;
-                         for an RGB input its heuristics fall back to SIMT implicit GEMMs
-                         (``…implicit_gemm_indexed_wo_smem…``: 11x the floor of KernelBench 1:50,
-                         an 11x11 stem; 1:54, a 3x3x3 one). The pad writes the channels-last copy
-                         the convolution needed anyway (a fourth channel wider); the filters are
-                         padded once, at create. Taken for ungrouped, non-transposed 2-d and 3-d
-                         convolutions of float32 data with a filter of several taps whose sum
-                         (in_channels x taps) is not short: a short one computes at fp32 on SIMT
-                         engines (kinds/conv.py, ``short_sums``), where channels cost and buy nothing.
 ``instance_norm_as_group_norm``  ``view(bn(view(x, [1, N·C, …])), [N, C, …])`` with batch
                          statistics (F.instance_norm as PyTorch decomposes it, weight and bias
                          repeated N times) is group norm with one channel a group on ``x`` itself:
@@ -986,43 +974,6 @@ def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:
     return _replace(graph, [conv], node.nodes)
 
 
-# ---------------------------------------------------------------------- pad_conv_channels
-
-#: The input channel count cuDNN's TF32 tensor-core convolutions are aligned to (pad_conv_channels).
-CHANNEL_MULTIPLE = 4
-#: Sums (in_channels x taps) below this compute at fp32 under TF32 (kinds/conv.py SHORT_SUM): not padded.
-_SHORT_SUM = 32
-
-
-def _find_unaligned_convs(graph: Graph) -> list[Node]:
-    out = []
-    for n in graph.nodes:
-        if n.op != A + "convolution.default" or n.attr("transposed") or int(n.attr("groups") or 1) != 1:
-            continue
-        x, w = (graph.spec(t) for t in n.inputs[:2])
-        if x.dtype != "float32" or w.dtype != "float32" or len(w.shape) not in (4, 5) or len(x.shape) != len(w.shape):
-            continue
-        cin, taps = w.shape[1], math.prod(w.shape[2:])
-        if cin % CHANNEL_MULTIPLE and taps > 1 and cin * taps >= _SHORT_SUM:
-            out.append(n)
-    return out
-
-
-def _apply_pad_conv_channels(graph: Graph, n: Node) -> Graph:
-    x, w = n.inputs[:2]
-    xs, ws = graph.spec(x).shape, graph.spec(w).shape
-    more = -ws[1] % CHANNEL_MULTIPLE
-    pad = (0, 0) * (len(ws) - 2) + (0, more)  # (PyTorch's order: the last dim first; channels are dim 1)
-    node = _NewNodes(graph, n.name, n.source)
-
-    def padded(t: str, shape) -> str:
-        return node(A + "constant_pad_nd.default", [t], (shape[0], shape[1] + more) + tuple(shape[2:]),
-                    (("pad", pad), ("value", 0.0)))
-
-    conv = dataclasses.replace(n, inputs=(padded(x, xs), padded(w, ws)) + tuple(n.inputs[2:]))
-    return _replace(graph, [n], node.nodes + [conv])
-
-
 #: Library choices made on every graph (module docstring), in order.
 ALWAYS: tuple[Rewrite, ...] = (
     Rewrite("merge_duplicates", _find_duplicates, _apply_merge_duplicates, lambda place: place.stands),
@@ -1043,8 +994,6 @@ ALWAYS: tuple[Rewrite, ...] = (
     Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),
     Rewrite("group_norm_over_rows", _find_group_norms_over_rows, _apply_group_norm_over_rows),
     Rewrite("conv_bias_into_elementwise", _find_conv_bias_before_elementwise, _apply_conv_bias_into_elementwise),
-    # (last: after the folds, which give a convolution new filters)
-    Rewrite("pad_conv_channels", _find_unaligned_convs, _apply_pad_conv_channels),
 )
 
 
@@ -1091,20 +1040,12 @@ UNDER_TENSOR_CORES = {"pointwise_conv_as_gemm": Rewrite("pointwise_conv_as_gemm"
                                                         _apply_pointwise_conv)}
 
 
-#: The rewrites of ALWAYS taken only under a policy with tensor cores (without them, none of these).
-ONLY_UNDER_TENSOR_CORES = frozenset({"pad_conv_channels"})
-
-
 def apply_always(graph: Graph, tensor_cores: bool = False, covers: dict[str, tuple[str, ...]] | None = None) -> Graph:
     """``graph`` with the rewrites of :data:`ALWAYS` applied (under a policy with
-    ``tensor_cores``, those of :data:`UNDER_TENSOR_CORES` in their place; without, none of
-    :data:`ONLY_UNDER_TENSOR_CORES`); ``covers`` gains the nodes that stand for several reference
-    nodes (:attr:`Rewrite.covers`)."""
+    ``tensor_cores``, those of :data:`UNDER_TENSOR_CORES` in their place); ``covers`` gains the
+    nodes that stand for several reference nodes (:attr:`Rewrite.covers`)."""
     for rw in ALWAYS:
-        if tensor_cores:
-            graph = UNDER_TENSOR_CORES.get(rw.name, rw).apply(graph, covers)
-        elif rw.name not in ONLY_UNDER_TENSOR_CORES:
-            graph = rw.apply(graph, covers)
+        graph = (UNDER_TENSOR_CORES.get(rw.name, rw) if tensor_cores else rw).apply(graph, covers)
     return graph
 
 
@@ -1124,5 +1065,4 @@ def apply_rewrites(graph: Graph, names: Sequence[str]) -> Graph:
     return graph
 
 
-__all__ = ["Rewrite", "REWRITES", "ALWAYS", "UNDER_TENSOR_CORES", "ONLY_UNDER_TENSOR_CORES", "CHANNEL_MULTIPLE",
-           "apply_rewrites", "apply_always"]
+__all__ = ["Rewrite", "REWRITES", "ALWAYS", "UNDER_TENSOR_CORES", "apply_rewrites", "apply_always"]

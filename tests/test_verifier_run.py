@@ -1090,6 +1090,22 @@ def test_varied_trials_fall_back_to_norm_relative_only_when_ill_conditioned():
     assert not ill.judge("plain", [out.clamp(-4, 4)], d, [], varied=False).trial.passed
 
 
+def test_a_pass_says_how_many_trials_were_judged_in_norm():
+    """A pass whose trials were judged on the norm-relative error does not claim every element within
+    the tolerance: its summary counts those trials."""
+    from stitchcuda.verifier.report.verdict import OutputCheck, TrialResult, build_result
+
+    def trial(i, how):
+        return TrialResult(i, (OutputCheck("y", 5e17, 1e12, 1e-2, judged=how),))
+
+    plain = build_result(trials=[trial(0, "elementwise"), trial(1, "float64")])
+    assert "every element within tol" in plain.verdict.summary() and plain.verdict.norm_relative == 0
+    ill = build_result(trials=[trial(0, "norm-relative"), trial(1, "elementwise"), trial(2, "norm-relative")])
+    text = ill.verdict.summary()
+    assert ill.verdict.norm_relative == 2 and "every element" in text and "2 ill-conditioned" in text, text
+    assert "1 with every element" in text
+
+
 def test_a_plain_trial_beyond_fp32_is_judged_against_the_policy_in_pytorch():
     """Under tf32, a plain trial whose fp32 reference misses float64 is judged on its norm-relative
     error within max(tol, 4x PyTorch-at-tf32's); where only the policy misses (fp32 meets the truth),

@@ -418,10 +418,16 @@ class Passed:
     tolerance: float
     warnings: tuple[str, ...] = ()
     degenerate: str = ""  # why the pass proves nothing (DEGENERATE and the evidence), "" otherwise
+    norm_relative: int = 0  # trials judged on the norm-relative error (ill-conditioned at their inputs)
 
     def summary(self) -> str:
         # The bound is elementwise, |err| <= atol + tol |ref|: a large max |err| on large values passes.
         head = f"passed ({DEGENERATE})" if self.degenerate else "passed"
+        if self.norm_relative:
+            return (f"{head}: {self.trials} trials, {self.trials - self.norm_relative} with every element within "
+                    f"tol {self.tolerance:.0e} of |ref|, {self.norm_relative} ill-conditioned (the reference at fp32 "
+                    f"or at the policy misses float64) judged on the norm-relative error "
+                    f"(max |err| {self.max_abs_err:.3g})")
         return (f"{head}: {self.trials} trials, every element within tol {self.tolerance:.0e} of |ref| "
                 f"(max |err| {self.max_abs_err:.3g})")
 
@@ -500,8 +506,9 @@ def build_result(*, findings: tuple[Finding, ...] | list[Finding] = (), compile_
     warns = tuple(f"{f.rule} at {f.location}: {f.message}" for f in findings if f.severity == "warn")
     if degenerate:
         warns += (f"{DEGENERATE} ({degenerate}): this pass proves nothing about the program",)
+    norm = sum(any(o.judged == "norm-relative" for o in t.outputs) for t in trials)
     return result(Passed(trials=len(trials), max_abs_err=max_err, tolerance=tol, warnings=warns,
-                         degenerate=degenerate))
+                         degenerate=degenerate, norm_relative=norm))
 
 
 def _finite(x: float) -> float:

@@ -439,9 +439,10 @@ __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(
     const int64_t a4_left = p.na - a0 - la4;
     (((p.staged >> K) & 1u
           ? ((p.vec_in >> K) & 1u
-                 ? ew_tile_stage4<kFull>(tile + K * kEwTileSmem + la4 * p.row + lb4,
-                                         static_cast<const TIn*>(ptr.in[K]) + off[K] + (a0 + la4) * p.in_sa[K] + b0 + lb4,
-                                         int64_t(sa4) * p.in_sa[K], sa4, p.row, b4_in, a4_left)
+                 ? ew_tile_stage4<kFull>(
+                       tile + K * kEwTileSmem + la4 * p.row + lb4,
+                       static_cast<const TIn*>(ptr.in[K]) + off[K] + (a0 + la4) * p.in_sa[K] + b0 + lb4,
+                       int64_t(sa4) * p.in_sa[K], sa4, p.row, b4_in, a4_left)
                  : ew_tile_stage<kFull>(tile + K * kEwTileSmem + la0 * p.row + lb,
                                         static_cast<const TIn*>(ptr.in[K]) + off[K] + (a0 + la0) * p.in_sa[K] + b0 + lb,
                                         int64_t(sa) * p.in_sa[K], sa, p.row, b_in, a_left))
@@ -595,12 +596,13 @@ bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const
       if (!packed(b[d])) return false;
     return true;
   };
+  // (staged packs only on a side along b of at most 32: a wider row's packs meet in shared memory's banks)
   for (int k = 0; k < NIN; ++k)
-    if (STITCH_EW_TILE_PACK && (p.staged >> k) & 1u && in_size[k] * kEwPack <= 16 && tb <= 32 && packed(p.nb) && packed(p.in_sa[k]) &&
-        batch_packed(p.bin[k]) && aligned_to(ptr.in[k], int(in_size[k]) * kEwPack))
+    if (STITCH_EW_TILE_PACK && (p.staged >> k) & 1u && in_size[k] * kEwPack <= 16 && tb <= 32 && packed(p.nb) &&
+        packed(p.in_sa[k]) && batch_packed(p.bin[k]) && aligned_to(ptr.in[k], int(in_size[k]) * kEwPack))
       p.vec_in |= 1u << k;
-  p.vec_out = STITCH_EW_TILE_PACK && sizeof(TOut) * kEwPack <= 16 && packed(p.na) && packed(p.out_sb) && batch_packed(p.bout) &&
-              aligned_to(ptr.out, int(sizeof(TOut)) * kEwPack);
+  p.vec_out = STITCH_EW_TILE_PACK && sizeof(TOut) * kEwPack <= 16 && packed(p.na) && packed(p.out_sb) &&
+              batch_packed(p.bout) && aligned_to(ptr.out, int(sizeof(TOut)) * kEwPack);
   for (int k = 0; k < NIN; ++k)
     p.amode[k] = p.in_sa[k] == 0 ? kEwBcastA
                  : p.in_sa[k] == 1 && in_size[k] * kEwPack <= 16 && packed(p.in_sb[k]) && batch_packed(p.bin[k]) &&

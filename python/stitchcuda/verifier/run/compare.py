@@ -68,6 +68,14 @@ def atol_for(tol: float, scale: float) -> float:
     return tol * min(1.0, max(scale, SCALE_FLOOR))
 
 
+def beyond_fp32(ref32: torch.Tensor, ref64: torch.Tensor, tol: float, atol: float) -> bool:
+    """Whether the fp32 reference itself misses the float64 one elementwise: the problem is
+    ill-conditioned beyond the arithmetic the reference uses (sums whose terms cancel to a millionth
+    of their size), so no fp32 program can be held to the elementwise bound there. The Verifier's
+    judges (the trials', the timed calls') then take the norm-relative error."""
+    return not errors(ref32, ref64, tol, atol).passed
+
+
 def bound(ref_abs, tol: float, atol: float):
     """The Verifier's bound on an element's error, ``atol + tol |ref|`` (numbers or tensors): the
     one formula every judge of an error uses (this module, the judgement's ratio, the TF32 model)."""

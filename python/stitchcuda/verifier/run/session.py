@@ -28,7 +28,7 @@ import torch
 from ...manifest import TensorSpec
 from ...precision import get as get_policy
 from ..report.verdict import DynamicCheck, OutputCheck, TrialResult
-from .compare import bits, errors, norm_relative, output_scale, torch_dtype
+from .compare import beyond_fp32, bits, errors, norm_relative, output_scale, torch_dtype
 from .copies import CopyBudget, Stash, nbytes
 from .guards import GuardedBuffers
 from .inputs import Secret
@@ -406,7 +406,9 @@ class Session:
                     e64 = errors(o, ref64[i], self.tol, e.atol)
                     passed = e64.passed
                     how = "float64" if passed else how
-                if not passed and (varied or (i < len(ref64) and self._beyond_fp32(r, ref64[i], e.atol))):
+                # a plain trial only where fp32 itself misses the truth (compare.beyond_fp32); one that fp32
+                # meets and the policy does not (a deep net at TF32) stays elementwise: precision answers it
+                if not passed and (varied or (i < len(ref64) and beyond_fp32(r, ref64[i], self.tol, e.atol))):
                     at = lazy("at") if self.policy != "fp32" else []
                     passed, how = self._ill_conditioned(label, spec.name, o, r, ref64[i] if i < len(ref64) else None,
                                                         at[i] if i < len(at) else None, e.atol)
@@ -441,15 +443,6 @@ class Session:
         self.note(f"{label or 'a trial'}: output {name} at {self.policy}: the program's max |err| {e.max_abs:.3g}; "
                   f"{POLICY_NOTE} {self.policy} on the same inputs {e_at.max_abs:.3g} "
                   f"({'also over' if not e_at.passed else 'within'} the tolerance)")
-
-    def _beyond_fp32(self, ref32: torch.Tensor, ref64: torch.Tensor, atol: float) -> bool:
-        """Whether the fp32 reference itself misses the float64 one elementwise on these inputs: the
-        problem is ill-conditioned beyond the arithmetic the reference uses (sums whose terms cancel
-        to a millionth of their size), so no fp32 program can be held to the elementwise bound. Only
-        then is a plain trial judged as an ill-conditioned varied one (:meth:`_ill_conditioned`); a
-        problem that fp32 meets and the policy does not (a deep net at TF32) stays elementwise: its
-        answer is precision (the loop's repair)."""
-        return not errors(ref32, ref64, self.tol, atol).passed
 
     def _ill_conditioned(self, label: str, name: str, out: torch.Tensor, ref32: torch.Tensor,
                          ref64: torch.Tensor | None, at: torch.Tensor | None, atol: float) -> tuple[bool, str]:

@@ -87,6 +87,38 @@ def test_generated_sources(case, graphs):
         assert [o.node for o in src.manifest.reference_ops] == [n.name for n in graph.nodes]
 
 
+def test_tasks_of_the_same_function_share_its_kernels(tmp_path):
+    """Three elementwise tasks computing the same function (constants and all) define one functor;
+    the other two alias it, so the templates' kernels over it are compiled once, and the manifest
+    says whose kernels they launch (the profile attributes them by it). The program compiles."""
+    import shutil
+
+    import torch
+
+    from stitchcuda import build as B
+
+    class Repeat(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(3):
+                x = torch.sigmoid(x * 2.0 + 1.0).transpose(0, 1)  # a layout change between: three tasks
+            return x
+
+    graph = frontend.capture(Repeat(), [torch.randn(64, 48)], "repeat", supported_ops=ops.supported()).graph
+    plan = P.plan(graph, "fp32")
+    ew = [t for t in plan.tasks if t.strategy == "elementwise_kernel"]
+    assert len(ew) == 3, [t.name for t in plan.tasks]
+    src = C.code(plan, graph, None, arch="sm_90")
+    _check_program(src, plan)
+    text = src.program_cu
+    first = C.contract(plan, ew[0]).function
+    assert text.count(f"struct {first}_fn {{") == 1 and len(re.findall(r"^struct \w+_fn \{", text, re.M)) == 1
+    for t in ew[1:]:
+        assert f"using {C.contract(plan, t).function}_fn = {first}_fn;" in text, t.name
+    assert [t.kernels_of for t in src.manifest.tasks if t.strategy == "elementwise_kernel"] == ["", ew[0].name, ew[0].name]
+    if shutil.which("nvcc"):
+        assert B.build(text, arch="sm_90", cache=tmp_path).ok
+
+
 def test_program_text_is_stable(graphs):
     graph = graphs(CASES[0])
     plan = P.plan(graph, "fp32")

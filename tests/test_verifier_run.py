@@ -808,6 +808,32 @@ def test_template_kernels_are_placed_by_program_order():
     assert [r.task for r in recs] == ["gelu", ""] and unclaimed == ["mystery"]
 
 
+def test_kernels_of_a_shared_functor_go_to_each_task_of_its_group_in_program_order():
+    """Tasks with the same elementwise function launch the first one's kernels (kernels_of): each
+    kernel named after it goes to the member whose turn it is, whether each launches one kernel or
+    the count is uneven."""
+    tasks = (Task("bn_a", "elementwise_kernel", ("a",), bytes=100), Task("conv", "cudnn_conv", ("c",)),
+             Task("bn_b", "elementwise_kernel", ("b",), bytes=300, kernels_of="bn_a"),
+             Task("bn_c", "elementwise_kernel", ("c2",), kernels_of="bn_a"))
+    K = cp.RawActivity
+    run = [K("kernel", "stitch::ew_tile_kernel<task::bn_a_fn>", 0, 10), K("kernel", "sm90_xmma_fprop", 10, 20),
+           K("kernel", "stitch::ew_tile_kernel<task::bn_a_fn>", 20, 30),
+           K("kernel", "stitch::ew_tile_kernel<task::bn_a_fn>", 30, 35)]
+    recs, unclaimed = cp.attribute([run], tasks)
+    assert [r.task for r in recs] == ["bn_a", "conv", "bn_b", "bn_c"] and unclaimed == [], recs
+    assert recs[2].bytes == 300
+    # two kernels a member (a contiguous pass and its tail): pairs in order
+    pairs = [K("kernel", "k<task::bn_a_fn>", 10 * i, 10 * i + 5) for i in range(6)]
+    recs, _ = cp.attribute([pairs], tasks)
+    assert [r.task for r in recs] == ["bn_a", "bn_a", "bn_b", "bn_b", "bn_c", "bn_c"]
+    # uneven (a member launched one more): each to the first member after the last placed
+    odd = [K("kernel", "k<task::bn_a_fn>", 0, 5), K("kernel", "sm90_xmma_fprop", 5, 9),
+           K("kernel", "k<task::bn_a_fn>", 10, 15), K("kernel", "k<task::bn_a_fn>", 20, 25),
+           K("kernel", "k<task::bn_a_fn>", 30, 35)]
+    recs, _ = cp.attribute([odd], tasks)
+    assert [r.task for r in recs][:4] == ["bn_a", "conv", "bn_b", "bn_c"]
+
+
 def test_analyse_splits_runs_drops_the_flush_and_counts_gaps():
     raw = _run(0) + _run(100_000)
     recs, d = cp.analyse(raw, None, tasks=TASKS, runs=2, windows=[(0, 50_000), (99_000, 150_000)], event_ms=[0.03],

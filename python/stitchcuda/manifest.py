@@ -173,10 +173,14 @@ class TaskRecord:
     bytes: int = 0
     origin: str = "template"  # where its body came from: template, or "override: <who>" (hand, rewrite, llm, ...)
     phase: str = "run"  # "run": every call; "create": once, when the program is loaded (weight transforms)
+    #: the earlier task whose compiled kernels this one launches (the same elementwise function: the
+    #: kernels carry that task's name); "" for its own
+    kernels_of: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "strategy": self.strategy, "covers": list(self.covers),
-                "flops": self.flops, "bytes": self.bytes, "origin": self.origin, "phase": self.phase}
+        d = {"name": self.name, "strategy": self.strategy, "covers": list(self.covers),
+             "flops": self.flops, "bytes": self.bytes, "origin": self.origin, "phase": self.phase}
+        return {**d, "kernels_of": self.kernels_of} if self.kernels_of else d
 
 
 @dataclass(frozen=True)
@@ -539,6 +543,7 @@ class _ManifestReader:
             bytes=self.count(d.get("bytes", 0), f"{where}.bytes"),
             origin=self.string(d.get("origin", "template"), f"{where}.origin"),
             phase=self.phase(d.get("phase", "run"), f"{where}.phase"),
+            kernels_of=self.string(d.get("kernels_of", ""), f"{where}.kernels_of", nonempty=False),
         )
 
     def ref_op(self, v: Any, where: str) -> ReferenceOp:

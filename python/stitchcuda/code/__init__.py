@@ -85,7 +85,8 @@ def code(plan: Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
             raise CodeError(f"override for {name!r} {found}: expected `{contracts[name].signature} {{ ... }}`")
         bodies[name] = ov.source
         origin[name] = f"override: {ov.origin}"
-    source = Skeleton(plan, contracts, bodies, origin).render()
+    skeleton = Skeleton(plan, contracts, bodies, origin)
+    source = skeleton.render()
     manifest = mf.Manifest(
         name=plan.name,
         precision=plan.policy,
@@ -98,8 +99,8 @@ def code(plan: Plan, graph: Graph, weights: Mapping[str, Any] | None = None, *,
         lifted_random=tuple(mf.RandomInput(input=r.input, op=r.op, distribution=r.distribution, params=r.params,
                                             shape=r.shape, dtype=r.dtype, source=r.source)
                             for r in graph.lifted_random),
-        tasks=tuple(mf.TaskRecord(t.name, t.strategy, t.covers, int(t.flops), int(t.bytes), origin[t.name], t.phase)
-                    for t in plan.tasks),
+        tasks=tuple(mf.TaskRecord(t.name, t.strategy, t.covers, int(t.flops), int(t.bytes), origin[t.name], t.phase,
+                                  skeleton.kernels_of.get(t.name, "")) for t in plan.tasks),
         reference_ops=tuple(mf.ReferenceOp(c.node, c.op, int(c.flops), int(c.bytes)) for c in plan.node_costs),
         state=_state(plan, state),
         generator=GENERATOR if not bodies else f"{GENERATOR}, with {len(bodies)} task bod{'y' if len(bodies) == 1 else 'ies'} "

@@ -11,7 +11,9 @@ CUPTI) gives the same kernels with fewer attributes; the report says which sourc
 From the records (pure functions, tested on the CPU with hand-made records):
 
 - time per task: generated programs name kernels after their tasks, so a kernel belongs to the
-  task whose name is a substring of its (demangled) name, the longest such; kernels launched
+  task whose name is a substring of its (demangled) name, the longest such — or, where later tasks
+  run that task's compiled kernels (the manifest's ``kernels_of``: the same elementwise function),
+  to the task of its group whose turn it is in program order (:func:`share_group_kernels`); kernels launched
   inside runtime calls (cuBLASLt GEMMs, the runtime's epilogue kernel) go, in launch order, to the
   tasks whose strategy is a runtime call (``cublaslt_gemm``, ``epilogue_template``) that no kernel
   claimed by name;
@@ -158,6 +160,7 @@ def attribute(runs: Sequence[Sequence[RawActivity]], tasks: Sequence[Task], name
     for run in runs:
         kernels = [r for r in run if r.kind == "kernel"]
         owner = [(t.name if (t := match_task(short_name(names.get(r.name, r.name)), tasks)) else "") for r in kernels]
+        share_group_kernels(owner, tasks)
         place_unnamed(owner, tasks)
         # a task's bytes and FLOPs (per run) are split between its kernels in this run by duration
         per_task: dict[str, int] = {}
@@ -180,6 +183,37 @@ def attribute(runs: Sequence[Sequence[RawActivity]], tasks: Sequence[Task], name
                 records.append(KernelRecord(name=r.name, start_ns=r.start, end_ns=r.end, bytes=r.bytes,
                                             kind="memcpy" if r.kind == "memcpy" else "memset", stream=r.stream))
     return records, sorted(unclaimed)
+
+
+def share_group_kernels(owner: list[str], tasks: Sequence[Task]) -> None:
+    """Reassign in ``owner`` (one task name per kernel, in time order) the kernels named after a task
+    that later tasks share (their ``kernels_of`` names it): a group's members launch the same kernels,
+    so with k of them named in a run and m members, the j-th goes to member j // (k / m) in program
+    order; where k is no multiple of m, each to the first member after the last owner placed."""
+    groups: dict[str, list[str]] = {}
+    for t in tasks:
+        first = getattr(t, "kernels_of", "")
+        if first:
+            groups.setdefault(first, [first]).append(t.name)
+    if not groups:
+        return
+    index = {t.name: i for i, t in enumerate(tasks)}
+    for first, members in groups.items():
+        at = [i for i, o in enumerate(owner) if o == first]
+        if not at:
+            continue
+        if len(at) % len(members) == 0:
+            per = len(at) // len(members)
+            for j, i in enumerate(at):
+                owner[i] = members[j // per]
+            continue
+        last = -1
+        for i, o in enumerate(owner):
+            if o == first:
+                later = [m for m in members if index[m] > last]
+                owner[i] = later[0] if later else members[-1]
+            if owner[i]:
+                last = index.get(owner[i], last)
 
 
 def place_unnamed(owner: list[str], tasks: Sequence[Task]) -> None:
@@ -543,7 +577,8 @@ from ...device import device_ceilings, measure as measure_ceilings  # noqa: E402
 from ...paths import cache_dir  # noqa: E402
 
 
-__all__ = ["RawActivity", "RawApi", "short_name", "demangle", "split_runs", "match_task", "attribute", "task_times",
+__all__ = ["RawActivity", "RawApi", "short_name", "demangle", "split_runs", "match_task", "share_group_kernels",
+           "attribute", "task_times",
            "gap_stats", "launch_accounting", "graph_check", "analyse", "cupti_available", "collect_cupti",
            "collect_torch_profiler", "profile_program", "profile_reference", "cache_dir", "device_ceilings",
            "measure_ceilings", "RUNTIME_STRATEGIES"]

@@ -13,10 +13,10 @@ From the records (pure functions, tested on the CPU with hand-made records):
 - time per task: generated programs name kernels after their tasks, so a kernel belongs to the
   task whose name is a substring of its (demangled) name, the longest such — or, where later tasks
   run that task's compiled kernels (the manifest's ``kernels_of``: the same elementwise function),
-  to the task of its group whose turn it is in program order (:func:`share_group_kernels`); kernels launched
-  inside runtime calls (cuBLASLt GEMMs, the runtime's epilogue kernel) go, in launch order, to the
-  tasks whose strategy is a runtime call (``cublaslt_gemm``, ``epilogue_template``) that no kernel
-  claimed by name;
+  to the task of its group whose turn it is in program order (:func:`share_group_kernels`);
+  kernels launched inside runtime calls (cuBLASLt GEMMs, the runtime's epilogue kernel) go, in
+  launch order, to the tasks whose strategy is a runtime call (``cublaslt_gemm``,
+  ``epilogue_template``) that no kernel claimed by name;
 - per kernel, achieved bytes/s and FLOP/s from its task's manifest ``flops``/``bytes`` (split
   between a task's kernels by duration), against the device ceilings (a large device-to-device
   copy and large GEMMs through PyTorch, measured once per device and cached under

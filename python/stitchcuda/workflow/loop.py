@@ -14,13 +14,12 @@ every candidate, so a killed run resumes losing at most the candidate in flight.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..code import CodeError, Override, contract
-from ..manifest import PROGRAM_SOURCE
+from ..manifest import PROGRAM_SOURCE, hash_source
 from ..pipeline import CapturedProblem
 from ..plan import Constraints
 from .judge import CandidateJudge, CannotJudge, estimated_tasks
@@ -77,7 +76,7 @@ class Loop:
             for c in self.state.candidates:
                 f = self.run_dir.root / c.program / PROGRAM_SOURCE if c.program else None
                 if f is not None and f.is_file():
-                    self._sources.setdefault(_digest(f.read_text()), c.id)
+                    self._sources.setdefault(hash_source(f.read_text()), c.id)
         return self._sources
 
     # ------------------------------------------------------------------ the loop
@@ -219,7 +218,7 @@ class Loop:
         except CodeError as e:
             return (Judgement("invalid", f"the Coder refuses it: {e}"), checks, gpu, "", task_origins(plan, prop, {}),
                     overrides)
-        digest = _digest(src.program_cu)
+        digest = src.manifest.source_hash  # (manifest.hash_source of the program, as the Coder made it)
         same = self._programs().get(digest)
         if same is not None:
             return (Judgement("same_program", f"the same program as {same}: not built or measured again"), checks,
@@ -270,10 +269,6 @@ class Loop:
         self.state = dataclasses.replace(self.state, finished=why)
         self._save()
         self.say(f"done: {why}")
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def task_origins(plan: Any, prop: Proposal, coder_origins: dict) -> dict[str, str]:

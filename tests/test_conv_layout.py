@@ -157,11 +157,15 @@ class ConvTail(nn.Module):
 
 def test_a_group_ending_the_region_writes_the_output_layout_itself():
     """The group reads the convolution's channels-last result and writes the channels-first graph
-    output in one pass (the template's tiled path), with no converting copy after it."""
+    output in one pass (the template's tiled path), with no converting copy after it. (cuDNN's
+    convolution asked for: by default the narrow kernel takes this one, kinds/narrow_conv.py.)"""
     torch.manual_seed(2)
     model = ConvTail(pool=False)
     x = torch.randn(2, 5, 13, 11)
-    plan, cap = _plan(model, x, "tf32")
+    graph = frontend.capture(model, [x], "net", supported_ops=ops.supported()).graph
+    want = {n: "channels_last" for n, opts in P.choices(graph).strategies if "narrow" in opts}
+    assert want, "a convolution the narrow kernel could take"
+    plan, cap = _plan(model, x, "tf32", P.Constraints.of({}, (), want, ()))
     (conv,) = _convs(plan)
     assert conv.params.channels_last
     last = plan.run_tasks[-1]

@@ -76,9 +76,13 @@ def test_small_problem_matches_reference(key):
     run_case(model, inputs, "fp32", problem_id(key))
 
 
-def _plan(name: str) -> P.Plan:
+def _plan(name: str, cudnn: bool = False) -> P.Plan:
+    """The fp32 plan of coverage case ``name``; ``cudnn``: with cuDNN's convolutions asked for where
+    the narrow kernel (kinds/narrow_conv.py) would take them by default."""
     model, inputs = CASES[name][1]()
-    return P.plan(frontend.capture(model, inputs, name).graph, "fp32")
+    graph = frontend.capture(model, inputs, name).graph
+    want = {n: "channels_first" for n, opts in P.choices(graph).strategies if "narrow" in opts} if cudnn else {}
+    return P.plan(graph, "fp32", constraints=P.Constraints.of({}, (), want, ()))
 
 
 def test_fusion_of_the_families():
@@ -129,7 +133,7 @@ def test_convolutions_fuse_their_activation():
     x * sigmoid(x) too); an activation whose input is also read elsewhere stays apart."""
     def conv(name: str) -> list[tuple[str, str]]:
         return [(type(t.params).__name__.removesuffix("Spec"), getattr(t.params, "activation", ""))
-                for t in _plan(name).tasks]
+                for t in _plan(name, cudnn=True).tasks]
 
     assert conv("conv2d_relu") == [("Conv", "relu")]
     assert conv("conv2d_grouped_gelu") == [("Conv", "gelu")]

@@ -1,5 +1,5 @@
 """The narrow convolution kind (kinds/narrow_conv.py, templates/stitch/narrow_conv.cuh), under the conv
-strategy ``narrow`` it needs: which convolutions are offered it, its precision per policy, its
+strategy ``narrow`` and by default where its result leaves the program: which convolutions are offered it, its precision per policy, its
 layouts, checked by the plan interpreter against PyTorch in float64, and its program compiled by
 nvcc (CPU only; tests/gpu/test_narrow_conv_gpu.py runs it)."""
 
@@ -52,7 +52,7 @@ def narrow_everywhere(graph, precision=None) -> Constraints:
 def _plan(model, x, policy, constraints=None):
     """The plan with the narrow kernel asked for wherever it is offered, unless ``constraints`` say otherwise."""
     cap = frontend.capture(model, [x], "nc", supported_ops=ops.supported())
-    return P.plan(cap.graph, policy, constraints=constraints or narrow_everywhere(cap.graph)), cap
+    return P.plan(cap.graph, policy, constraints=narrow_everywhere(cap.graph) if constraints is None else constraints), cap
 
 
 def _check(model, x, policy, tol, constraints=None):
@@ -113,17 +113,52 @@ def test_wide_pointwise_grouped_transposed_or_long_sums_are_not_offered_it(conv)
     assert not _narrow(plan)
 
 
-def test_by_default_and_under_a_cudnn_layout_cudnn_computes_it():
-    """The kernel only where the loop asks for it (its measured alternative); cuDNN's otherwise."""
+class ConvPool(nn.Module):
+    """A narrow convolution whose result a max pool reads (not elementwise work)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 24, 3, padding=1)
+
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(self.conv(x)), 2)
+
+
+class ConvTwice(nn.Module):
+    """A narrow convolution whose activated result is returned and also read by a second node."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 24, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return y, y.sum((2, 3))
+
+
+def test_by_default_only_where_the_result_leaves_the_program():
+    """By default the kernel takes a convolution whose result (after its elementwise epilogue) is
+    returned and read by nothing else; cuDNN's where a pool or a reduction reads it, and wherever a
+    cuDNN layout is asked for."""
     torch.manual_seed(3)
     model, x = ConvAct(nn.Conv2d(8, 24, 3, padding=1)), torch.randn(2, 8, 12, 12)
-    plan, cap = _plan(model, x, "tf32")
-    assert _narrow(plan)
+    cap = frontend.capture(model, [x], "nc", supported_ops=ops.supported())
     conv = next(n.name for n in cap.graph.nodes if ops.kind(n.op) == "conv")
     assert dict(P.choices(cap.graph).strategies)[conv] == ("auto", "channels_first", "channels_last", "narrow")
-    for option in ("auto", "channels_first", "channels_last"):
+    for option in ("auto", "narrow"):
+        (nc,) = _narrow(_check(model, x, "tf32", 1e-2, Constraints.of({}, (), {conv: option}, ())))
+        assert len(nc.epilogue) > 1, "ReLU and hardswish in its epilogue"
+    (nc,) = _narrow(_check(ConvAct(nn.Conv2d(8, 24, 3, padding=1), act=False), x, "fp32", 1e-4,
+                           Constraints.of({}, (), {}, ())))
+    assert not nc.epilogue, "a bare convolution that is the output"
+    for option in ("channels_first", "channels_last"):
         plan = _check(model, x, "tf32", 1e-2, Constraints.of({}, (), {conv: option}, ()))
         assert not _narrow(plan) and any(isinstance(t.params, P.ConvSpec) for t in plan.tasks)
+    for other in (ConvPool(), ConvTwice()):  # (two outputs: the float64 check takes one, so plans only)
+        plan, _ = _plan(other, x, "tf32", Constraints.of({}, (), {}, ()))
+        assert not _narrow(plan) and any(isinstance(t.params, P.ConvSpec) for t in plan.tasks)
+        assert _narrow(_plan(other, x, "tf32")[0]), "offered under the strategy narrow"
+    _check(ConvPool(), x, "tf32", 1e-2, Constraints.of({}, (), {}, ()))
 
 
 def test_a_raised_convolution_computes_split():

@@ -10,17 +10,17 @@ and the result's layout changed after. This kind reads the input as it lies, wri
 whatever layout its consumer wants, and runs the activations after it (a hook, as depthwise and
 pooling take theirs) on the accumulators, so the convolution's result is written once.
 
-Claim (*fuse*, after depthwise and before cuDNN's convolutions), **only where the constraints ask
-for it** (the conv strategy ``narrow``, which :func:`stitchcuda.plan.choices` offers for the
-convolutions below and the loop's Variants proposer measures against cuDNN's): a 2-d, non-transposed,
-ungrouped convolution over float32 data with a filter of several taps, at most ``NARROW_CHANNELS``
-input channels and a sum of at most ``NARROW_K``, whose staged tile fits (narrow_conv.cuh), in a
-program that stores float32 (tf32 or fp32). Not by default: on an H100 at tf32 (BENCHMARKS.md, "A
-kernel of our own for convolutions over few channels") it won where the convolution's result is
-the program's output after elementwise ops (KernelBench 2:57, conv -> ReLU -> hardswish: 0.725 ms
-against 0.855, 1.38x torch.compile against 1.13x) and lost where a norm, pool or reduction reads
-the result (2:73 0.84x against 0.96x; 2:67 0.55x): the kernel itself ran 2:73's convolution at
-0.69 ms against cuDNN's 0.50. Two rewrites that copied the next tile's input in by cp.async while
+Claim (*fuse*, after depthwise and before cuDNN's convolutions): a 2-d, non-transposed, ungrouped
+convolution over float32 data with a filter of several taps, at most ``NARROW_CHANNELS`` input
+channels and a sum of at most ``NARROW_K``, whose staged tile fits (narrow_conv.cuh), in a program
+that stores float32 (tf32 or fp32); under the conv strategy ``narrow`` (which
+:func:`stitchcuda.plan.choices` offers for those convolutions and the loop's Variants proposer
+measures against cuDNN's), and by default only where the result, after the epilogue hook, leaves
+the program (:func:`leaves_program`). On an H100 at tf32 (BENCHMARKS.md, "A kernel of our own for
+convolutions over few channels") it won there (KernelBench 2:57, conv -> ReLU -> hardswish:
+0.725 ms against 0.855, 1.38x torch.compile against 1.13x; 2:69 and 2:71 1.19x and 1.21x) and lost
+where a norm, pool or reduction reads the result (2:73 0.84x against 0.96x; 2:67 0.55x): the kernel
+itself ran 2:73's convolution at 0.69 ms against cuDNN's 0.50. Two rewrites that copied the next tile's input in by cp.async while
 one computed were slower still (2:57 at 0.97 and 1.12 ms): Nsight Compute found them issue-bound,
 half the issue slots used and a quarter of the bandwidth.
 
@@ -116,11 +116,21 @@ def narrow(g, n: Node) -> bool:
         <= MAX_STAGE
 
 
+def leaves_program(ix, out: str) -> bool:
+    """Whether ``out`` (a convolution's result, after its epilogue hook) is returned and read by no
+    node: the case where this kernel beat cuDNN's (the module docstring), since it writes the result
+    once, in the caller's layout, where cuDNN's plan copies the input, convolves and changes the
+    result's layout in three tasks."""
+    return out in ix.graph_outputs and not ix.users.get(out)
+
+
 def claim(cx) -> None:
-    """Claim every free narrow convolution, in graph order, with its epilogue hook."""
+    """Claim every free narrow convolution, in graph order, with its epilogue hook: under the conv
+    strategy ``narrow``, or by default (``auto``) where its result :func:`leaves_program`."""
     ix = cx.ix
     for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
-        if not (cx.free(n) and narrow(ix, n)) or cx.constraints.option(n.name, "auto") != "narrow":
+        option = cx.constraints.option(n.name, "auto")
+        if not (cx.free(n) and narrow(ix, n)) or option not in ("auto", "narrow"):
             continue
         policy = get_policy(cx.policy_of([n.name]))
         if policy.storage != "float32":
@@ -132,6 +142,8 @@ def claim(cx) -> None:
         _, _, epi, out = cx.hooks(n, x, n.outputs[0].name)  # its epilogue hook (no prologue)
         if cx.absorbs_unfused(epi):
             epi, out = [], n.outputs[0].name
+        if option == "auto" and not leaves_program(ix, out):
+            continue
         nodes = [n.name] + epi
         at = "fp32" if not policy.tf32 or short_sums(ws[1], ws[2:], math.prod(n.outputs[0].shape)) else policy.name
         cx.claim(NarrowConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x,

@@ -38,11 +38,14 @@ from tests.test_coverage_cases import Fn
 F32 = 4
 
 
-def _plan(f, inputs, policy: str = "fp32", **modules) -> P.Plan:
+def _plan(f, inputs, policy: str = "fp32", cudnn: bool = False, **modules) -> P.Plan:
+    """``cudnn``: cuDNN's convolutions asked for where the narrow kernel would take them by default."""
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = Fn(f, **modules)
-    return P.plan(frontend.capture(model, inputs, "costs", supported_ops=ops.supported()).graph, policy)
+    graph = frontend.capture(model, inputs, "costs", supported_ops=ops.supported()).graph
+    want = {n: "channels_first" for n, opts in P.choices(graph).strategies if "narrow" in opts} if cudnn else {}
+    return P.plan(graph, policy, constraints=P.Constraints.of({}, (), want, ()))
 
 
 def _tasks(plan: P.Plan, kind: str) -> list[P.Task]:
@@ -245,20 +248,24 @@ def test_convolution(name, bias):
     if tr:
         kw["output_padding"] = opad
     conv = Conv(cin, cout, kernel, **kw)
-    plan = _plan(lambda s_, x: s_.conv(x), [torch.randn(batch, cin, *size)], conv=conv)
     flops, out = conv_hand_count(nsp, tr, cin, cout, kernel, stride, padding, dilation, groups, opad, size, batch)
     depthwise = nsp == 2 and not tr and groups == cin == cout > 1  # its own kind (kinds/depthwise.py)
-    t = _one(plan, "Depthwise" if depthwise else "Conv")
     outs = batch * cout * math.prod(out)
-    assert tuple(t.params.out.shape[2:]) == out
-    assert t.flops == flops + (outs if bias else 0), "products, and one add per output element for the bias"
-    assert t.bytes == F32 * (batch * cin * math.prod(size) + conv.weight.numel() + (cout if bias else 0) + outs)
-    node = _node(plan, "convolution.default")
-    assert (node.flops, node.bytes) == (t.flops, t.bytes)
+    # cuDNN's, and the narrow kernel's where it takes the convolution by default (a returned result)
+    for cudnn in (True, False):
+        plan = _plan(lambda s_, x: s_.conv(x), [torch.randn(batch, cin, *size)], cudnn=cudnn, conv=conv)
+        (t,) = [t for k in ("Depthwise", "Conv", "NarrowConv") for t in _tasks(plan, k)]
+        kinds = {"DepthwiseSpec"} if depthwise else {"ConvSpec"} if cudnn else {"ConvSpec", "NarrowConvSpec"}
+        assert type(t.params).__name__ in kinds
+        assert tuple(t.params.out.shape[2:]) == out
+        assert t.flops == flops + (outs if bias else 0), "products, and one add per output element for the bias"
+        assert t.bytes == F32 * (batch * cin * math.prod(size) + conv.weight.numel() + (cout if bias else 0) + outs)
+        node = _node(plan, "convolution.default")
+        assert (node.flops, node.bytes) == (t.flops, t.bytes)
 
 
 def test_convolution_with_its_activation():
-    plan = _plan(lambda s_, x: torch.relu(s_.conv(x)), [torch.randn(2, 3, 8, 8)], conv=nn.Conv2d(3, 4, 3))
+    plan = _plan(lambda s_, x: torch.relu(s_.conv(x)), [torch.randn(2, 3, 8, 8)], cudnn=True, conv=nn.Conv2d(3, 4, 3))
     t = _one(plan, "Conv")
     assert t.params.activation == "relu"
     outs = 2 * 4 * 6 * 6

@@ -424,7 +424,7 @@ def conv_then_eval_bn(draw, broken: str | None):
                   padding=padding, bias=bias, affine=affine, act=act)
     case = Case("aten.convolution.default", params, fn, tuple(inputs),
                 (("conv", make_conv), ("bn", make_bn)), policy=draw(st.sampled_from(["fp32", "fp32", "tf32"])),
-                kinds=("Conv", "Depthwise", "Gemm"), data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0)
+                kinds=("Conv", "Depthwise", "NarrowConv", "Gemm"), data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0)
     return _expect("fold_batch_norm", case, broken is None, broken)
 
 
@@ -679,7 +679,7 @@ def conv_then_channel_affine(draw, broken: str | None):
                   chain=chain, act=act)
     case = Case("aten.convolution.default", params, fn, tuple(inputs),
                 (("conv", make_conv), ("params", make_params)), policy=draw(st.sampled_from(["fp32", "fp32", "tf32"])),
-                kinds=("Conv", "Depthwise", "Gemm"), data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0)
+                kinds=("Conv", "Depthwise", "NarrowConv", "Gemm"), data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0)
     return _expect("fold_channel_affine", case, broken is None, broken)
 
 
@@ -900,7 +900,7 @@ def transposed_conv_then_elementwise(draw, broken: str | None):
     fires = broken is None and op != "add"
     params = dict(broken=broken, nsp=nsp, cin=cin, cout=cout, groups=groups, kernel=k, stride=stride, op=op)
     case = Case("aten.convolution.default", params, fn, tuple(inputs), (("conv", make_conv),),
-                policy=draw(st.sampled_from(["fp32", "tf32"])), kinds=("Conv", "Depthwise", "Gemm"),
+                policy=draw(st.sampled_from(["fp32", "tf32"])), kinds=("Conv", "Depthwise", "NarrowConv", "Gemm"),
                 data_seed=draw(seeds()))
     return _expect("conv_bias_into_elementwise", case, fires, broken if broken else (None if fires else "two readers"))
 

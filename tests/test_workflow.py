@@ -493,21 +493,22 @@ def test_a_run_whose_every_final_verification_fails_hands_back_nothing(tmp_path)
 
 
 def test_the_loop_measures_the_narrow_convolution_kernel_against_cudnns(tmp_path):
-    """A convolution over few input channels is cuDNN's as built; the loop's Variants proposer offers
-    the conv strategy ``narrow`` (kinds/narrow_conv.py), and the judge's times decide: kept where it
-    measured faster, not where slower."""
+    """A convolution over few input channels with a sum too long for the narrow kernel's default (16
+    channels x 3 x 3) is cuDNN's as built; the loop's Variants proposer offers the conv strategy
+    ``narrow`` (kinds/narrow_conv.py), and the judge's times decide: kept where it measured faster,
+    not where slower."""
     import torch
 
     class ConvAct(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.c = torch.nn.Conv2d(8, 24, 3, padding=1)
+            self.c = torch.nn.Conv2d(16, 24, 3, padding=1)
 
         def forward(self, x):
             return torch.nn.functional.hardswish(torch.relu(self.c(x)))
 
     torch.manual_seed(0)
-    x = [torch.randn(2, 8, 12, 12)]
+    x = [torch.randn(2, 16, 12, 12)]
     for narrow_ms, kept in ((0.4, True), (3.0, False)):
         judge = ScriptedJudge(sensitive=(), ms={"cudnn_conv": (1.0, 3.0), "conv_template": (narrow_ms, narrow_ms),
                                                 "elementwise_kernel": (0.2, 0.2), "copy": (0.1, 0.1)})

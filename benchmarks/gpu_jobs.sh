@@ -39,10 +39,14 @@ run_job() {  # name: CMD_<name> on GPUS_<name> for at most LIM_<name> (or LIM) s
   t0=$(date +%s)
   CUDA_VISIBLE_DEVICES=${!g:-0} setsid bash -c "${!c}" > "/tmp/logs/$j.log" 2>&1 &
   pid=$!
-  ( sleep "${!l:-${LIM:-480}}"; kill -TERM -- "-$pid" 2>/dev/null; sleep 15; kill -KILL -- "-$pid" 2>/dev/null ) &
+  # the watchdog in a process group of its own, its output away from ours: ended with its group when
+  # the job ends first, so that no sleeping child of it holds the caller's pipe (and the machine)
+  # open until the limit
+  setsid bash -c "sleep ${!l:-${LIM:-480}}; kill -TERM -- -$pid 2>/dev/null; sleep 15; kill -KILL -- -$pid 2>/dev/null" \
+    > /dev/null 2>&1 < /dev/null &
   wd=$!
   wait "$pid"; rc=$?
-  kill "$wd" 2>/dev/null
+  kill -- "-$wd" 2>/dev/null
   echo "$j: exit $rc in $(( $(date +%s) - t0 )) s — $(tail -1 "/tmp/logs/$j.log" | cut -c1-200)" >> "$OUT/jobs.txt"
 }
 

@@ -16,12 +16,13 @@ channels and a sum of at most ``NARROW_K``, whose staged tile fits (narrow_conv.
 that stores float32 (tf32 or fp32); under the conv strategy ``narrow`` (which
 :func:`stitchcuda.plan.choices` offers for those convolutions and the loop's Variants proposer
 measures against cuDNN's), and by default only where the result, after the epilogue hook, leaves
-the program (:func:`leaves_program`) and the sum is at most ``DEFAULT_K``. On an H100 at tf32 (BENCHMARKS.md, "A kernel of our own for
-convolutions over few channels") it won there (KernelBench 2:57, conv -> ReLU -> hardswish:
-0.725 ms against 0.855, 1.38x torch.compile against 1.13x; 2:69 and 2:71 1.19x and 1.21x) and lost
-where a norm, pool or reduction reads the result (2:73 0.84x against 0.96x; 2:67 0.55x): the kernel
-itself ran 2:73's convolution at 0.69 ms against cuDNN's 0.50. Two rewrites that copied the next tile's input in by cp.async while
-one computed were slower still (2:57 at 0.97 and 1.12 ms): Nsight Compute found them issue-bound,
+the program (:func:`leaves_program`) and the sum is at most ``DEFAULT_K``. On an H100 at tf32
+(BENCHMARKS.md, "A kernel of our own for convolutions over few channels") it won there
+(KernelBench 2:57, conv -> ReLU -> hardswish: 0.725 ms against 0.855, 1.38x torch.compile against
+1.13x; 2:69 and 2:71 1.19x and 1.21x) and lost where a norm, pool or reduction reads the result
+(2:73 0.84x against 0.96x; 2:67 0.55x): the kernel itself ran 2:73's convolution at 0.69 ms
+against cuDNN's 0.50. Two rewrites that copied the next tile's input in by cp.async while one
+computed were slower still (2:57 at 0.97 and 1.12 ms): Nsight Compute found them issue-bound,
 half the issue slots used and a quarter of the bandwidth.
 
 Precision: one TF32 product per multiply where the policy rounds matrix work to TF32, as cuDNN's
@@ -54,11 +55,11 @@ HEADER = "narrow_conv.cuh"
 NARROW_K = 160
 #: The most input channels it takes: wider inputs are GEMM-shaped, where cuDNN's engines do well.
 NARROW_CHANNELS = 16
-#: The longest sum it takes by default (where its result leaves the program). The kernel is bound by
-#: issuing its products, so its time per output grows with the sum, while what it saves (cuDNN's
+#: The longest sum it takes by default (where its result leaves the program). The kernel is bound
+#: by issuing its products, so its time per output grows with the sum, while what it saves (cuDNN's
 #: input copy and the result's layout change) is a fixed cost per output. On an H200 at tf32
-#: (BENCHMARKS.md, "The narrow kernel by default where the result leaves the program") it ran 0.81-0.94x
-#: cuDNN's plan's time with sums of 72 (8 channels x 3 x 3) and 1.45x it with 144 (16 x 3 x 3).
+#: (BENCHMARKS.md, "The narrow kernel by default (756abb0), measured, then bounded") it ran in
+#: 0.81-0.94x cuDNN's plan's time with sums of 72 (8 channels x 3 x 3), 1.45x with 144 (16 x 3 x 3).
 DEFAULT_K = 96
 #: Output tile and staged-input bound of narrow_conv.cuh (kNcTileH, kNcTileW, kNcMaxStage).
 TILE_H, TILE_W, MAX_STAGE = 8, 16, 6144

@@ -137,9 +137,9 @@ class ConvTwice(nn.Module):
 
 
 def test_by_default_only_where_the_result_leaves_the_program():
-    """By default the kernel takes a convolution whose result (after its elementwise epilogue) is
-    returned and read by nothing else; cuDNN's where a pool or a reduction reads it, and wherever a
-    cuDNN layout is asked for."""
+    """By default (under tf32) the kernel takes a convolution whose result (after its elementwise
+    epilogue) is returned and read by nothing else and whose sum is short; cuDNN's where a pool or a
+    reduction reads it, under fp32, over longer sums, and wherever a cuDNN layout is asked for."""
     torch.manual_seed(3)
     model, x = ConvAct(nn.Conv2d(8, 24, 3, padding=1)), torch.randn(2, 8, 12, 12)
     cap = frontend.capture(model, [x], "nc", supported_ops=ops.supported())
@@ -148,9 +148,16 @@ def test_by_default_only_where_the_result_leaves_the_program():
     for option in ("auto", "narrow"):
         (nc,) = _narrow(_check(model, x, "tf32", 1e-2, Constraints.of({}, (), {conv: option}, ())))
         assert len(nc.epilogue) > 1, "ReLU and hardswish in its epilogue"
-    (nc,) = _narrow(_check(ConvAct(nn.Conv2d(8, 24, 3, padding=1), act=False), x, "fp32", 1e-4,
+    (nc,) = _narrow(_check(ConvAct(nn.Conv2d(8, 24, 3, padding=1), act=False), x, "tf32", 1e-2,
                            Constraints.of({}, (), {}, ())))
     assert not nc.epilogue, "a bare convolution that is the output"
+    # under fp32 cuDNN's plan is channels-first, with no copies to save: cuDNN's by default
+    plan = _check(model, x, "fp32", 1e-4, Constraints.of({}, (), {}, ()))
+    assert not _narrow(plan) and any(isinstance(t.params, P.ConvSpec) for t in plan.tasks)
+    # a sum over 96 terms (16 channels x 3 x 3): cuDNN's by default, the kernel under `narrow`
+    wide, x16 = ConvAct(nn.Conv2d(16, 24, 3, padding=1)), torch.randn(2, 16, 12, 12)
+    assert not _narrow(_check(wide, x16, "tf32", 1e-2, Constraints.of({}, (), {}, ())))
+    assert _narrow(_check(wide, x16, "tf32", 1e-2))
     for option in ("channels_first", "channels_last"):
         plan = _check(model, x, "tf32", 1e-2, Constraints.of({}, (), {conv: option}, ()))
         assert not _narrow(plan) and any(isinstance(t.params, P.ConvSpec) for t in plan.tasks)

@@ -16,7 +16,10 @@ channels and a sum of at most ``NARROW_K``, whose staged tile fits (narrow_conv.
 that stores float32 (tf32 or fp32); under the conv strategy ``narrow`` (which
 :func:`stitchcuda.plan.choices` offers for those convolutions and the loop's Variants proposer
 measures against cuDNN's), and by default only where the result, after the epilogue hook, leaves
-the program (:func:`leaves_program`) and the sum is at most ``DEFAULT_K``. On an H100 at tf32
+the program (:func:`leaves_program`), the sum is at most ``DEFAULT_K`` and the convolution computes
+under tensor cores (tf32: cuDNN's plan is channels-last there, with the copies this kernel saves;
+under fp32 it is channels-first, without them, and the kernel was measured at tf32 only). On an
+H100 at tf32
 (BENCHMARKS.md, "A kernel of our own for convolutions over few channels") it won there
 (KernelBench 2:57, conv -> ReLU -> hardswish: 0.725 ms against 0.855, 1.38x torch.compile against
 1.13x; 2:69 and 2:71 1.19x and 1.21x) and lost where a norm, pool or reduction reads the result
@@ -133,8 +136,8 @@ def leaves_program(ix, out: str) -> bool:
 
 def claim(cx) -> None:
     """Claim every free narrow convolution, in graph order, with its epilogue hook: under the conv
-    strategy ``narrow``, or by default (``auto``) where its result :func:`leaves_program` and its sum
-    is at most ``DEFAULT_K``."""
+    strategy ``narrow``, or by default (``auto``) under tensor cores where its result
+    :func:`leaves_program` and its sum is at most ``DEFAULT_K``."""
     ix = cx.ix
     for n in sorted(ix.nodes.values(), key=lambda m: ix.pos[m.name]):
         option = cx.constraints.option(n.name, "auto")
@@ -150,7 +153,8 @@ def claim(cx) -> None:
         _, _, epi, out = cx.hooks(n, x, n.outputs[0].name)  # its epilogue hook (no prologue)
         if cx.absorbs_unfused(epi):
             epi, out = [], n.outputs[0].name
-        if option == "auto" and not (leaves_program(ix, out) and ws[1] * ws[2] * ws[3] <= DEFAULT_K):
+        if option == "auto" and not (policy.tensor_cores and leaves_program(ix, out) and
+                                     ws[1] * ws[2] * ws[3] <= DEFAULT_K):
             continue
         nodes = [n.name] + epi
         at = "fp32" if not policy.tf32 or short_sums(ws[1], ws[2:], math.prod(n.outputs[0].shape)) else policy.name

@@ -21,7 +21,7 @@ from stitchcuda import layout as L
 from stitchcuda import ops
 from stitchcuda import plan as P
 from stitchcuda.pipeline import model_weights
-from tests.plan_sim import simulate
+from tests.plan_sim import simulate, where_narrow
 
 
 class Net(nn.Module):
@@ -163,9 +163,9 @@ def test_a_group_ending_the_region_writes_the_output_layout_itself():
     model = ConvTail(pool=False)
     x = torch.randn(2, 5, 13, 11)
     graph = frontend.capture(model, [x], "net", supported_ops=ops.supported()).graph
-    want = {n: "channels_last" for n, opts in P.choices(graph).strategies if "narrow" in opts}
-    assert want, "a convolution the narrow kernel could take"
-    plan, cap = _plan(model, x, "tf32", P.Constraints.of({}, (), want, ()))
+    cudnn = where_narrow(graph, "channels_last")
+    assert cudnn.strategy, "a convolution the narrow kernel could take"
+    plan, cap = _plan(model, x, "tf32", cudnn)
     (conv,) = _convs(plan)
     assert conv.params.channels_last
     last = plan.run_tasks[-1]

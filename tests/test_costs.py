@@ -33,6 +33,7 @@ from stitchcuda import frontend, ops
 from stitchcuda import plan as P
 from tests import sweep_cases
 from tests.sweep import sweep
+from tests.plan_sim import where_narrow
 from tests.test_coverage_cases import Fn
 
 F32 = 4
@@ -44,8 +45,7 @@ def _plan(f, inputs, policy: str = "fp32", cudnn: bool = False, **modules) -> P.
         torch.manual_seed(0)
         model = Fn(f, **modules)
     graph = frontend.capture(model, inputs, "costs", supported_ops=ops.supported()).graph
-    want = {n: "channels_first" for n, opts in P.choices(graph).strategies if "narrow" in opts} if cudnn else {}
-    return P.plan(graph, policy, constraints=P.Constraints.of({}, (), want, ()))
+    return P.plan(graph, policy, constraints=where_narrow(graph, "channels_first") if cudnn else None)
 
 
 def _tasks(plan: P.Plan, kind: str) -> list[P.Task]:

@@ -22,6 +22,7 @@ from stitchcuda import frontend, ops
 from stitchcuda import plan as P
 from stitchcuda.check.interp import simulate
 from stitchcuda.pipeline import model_weights
+from tests.plan_sim import where_narrow
 from tests.test_coverage_cases import CASES, SMALL, all_rows, problem_id, problem_reference
 
 TOL = {"fp32": 1e-5, "bf16": 3e-2}
@@ -81,8 +82,7 @@ def _plan(name: str, cudnn: bool = False) -> P.Plan:
     the narrow kernel (kinds/narrow_conv.py) would take them by default."""
     model, inputs = CASES[name][1]()
     graph = frontend.capture(model, inputs, name).graph
-    want = {n: "channels_first" for n, opts in P.choices(graph).strategies if "narrow" in opts} if cudnn else {}
-    return P.plan(graph, "fp32", constraints=P.Constraints.of({}, (), want, ()))
+    return P.plan(graph, "fp32", constraints=where_narrow(graph, "channels_first") if cudnn else None)
 
 
 def test_fusion_of_the_families():

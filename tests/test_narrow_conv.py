@@ -1,7 +1,7 @@
 """The narrow convolution kind (kinds/narrow_conv.py, templates/stitch/narrow_conv.cuh), under the conv
-strategy ``narrow`` and by default where its result leaves the program: which convolutions are offered it, its precision per policy, its
-layouts, checked by the plan interpreter against PyTorch in float64, and its program compiled by
-nvcc (CPU only; tests/gpu/test_narrow_conv_gpu.py runs it)."""
+strategy ``narrow`` and by default where its result leaves the program: which convolutions are
+offered it, its precision per policy, its layouts, checked by the plan interpreter against PyTorch
+in float64, and its program compiled by nvcc (CPU only; tests/gpu/test_narrow_conv_gpu.py runs it)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from stitchcuda import ops
 from stitchcuda import plan as P
 from stitchcuda.kinds.narrow_conv import NarrowConvSpec
 from stitchcuda.plan.constraints import Constraints
-from tests.plan_sim import check_float64
+from tests.plan_sim import check_float64, where_narrow
 
 
 class ConvAct(nn.Module):
@@ -45,8 +45,7 @@ class Region(nn.Module):
 
 def narrow_everywhere(graph, precision=None) -> Constraints:
     """The conv strategy ``narrow`` on every convolution that offers it (and ``precision`` per node)."""
-    want = {n: "narrow" for n, opts in P.choices(graph).strategies if "narrow" in opts}
-    return Constraints.of(precision or {}, (), want, ())
+    return where_narrow(graph, "narrow", precision)
 
 
 def _plan(model, x, policy, constraints=None):

@@ -19,8 +19,7 @@ measures against cuDNN's), and by default only where the result, after the epilo
 the program (:func:`leaves_program`), the sum is at most ``DEFAULT_K`` and the convolution computes
 under tensor cores (tf32: cuDNN's plan is channels-last there, with the copies this kernel saves;
 under fp32 it is channels-first, without them, and the kernel was measured at tf32 only). On an
-H100 at tf32
-(BENCHMARKS.md, "A kernel of our own for convolutions over few channels") it won there
+H100 at tf32 (BENCHMARKS.md, "A kernel of our own for convolutions over few channels") it won there
 (KernelBench 2:57, conv -> ReLU -> hardswish: 0.725 ms against 0.855, 1.38x torch.compile against
 1.13x; 2:69 and 2:71 1.19x and 1.21x) and lost where a norm, pool or reduction reads the result
 (2:73 0.84x against 0.96x; 2:67 0.55x): the kernel itself ran 2:73's convolution at 0.69 ms

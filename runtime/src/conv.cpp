@@ -247,6 +247,12 @@ void dense_strides(const int64_t* dims, int n, bool channels_last, int64_t* stri
   strides[0] = s;
 }
 
+int64_t elements(const int64_t* dims, int n) {
+  int64_t e = 1;
+  for (int i = 0; i < n; ++i) e *= dims[i];
+  return e;
+}
+
 Geometry geometry(const st_conv_args& a) {
   Geometry g;
   const int d = a.spatial_dims;
@@ -752,8 +758,17 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   const bool tune = env_flag("STITCHCUDA_CONV_AUTOTUNE", true) && !capturing;
   size_t ws_now = 0;
   ctx.workspace(&ws_now);
-  // Under capture no memory may be allocated: only plans that fit the workspace there is.
-  const size_t ws_limit = capturing ? ws_now : std::max(ws_now, env_bytes("STITCHCUDA_CONV_WORKSPACE_LIMIT", 256u << 20));
+  // Under capture no memory may be allocated: only plans that fit the workspace there is. Otherwise an
+  // engine may take up to 256 MiB, or as much as the convolution's own operands (x and y) where that is
+  // more: cuDNN's fast engines for channels-first data convert the input channels-last inside the call,
+  // into the workspace. Held to 256 MiB, a 16x16x1024x1024 input's (268 MB) left only a SIMT engine:
+  // 17.4 ms, against 6.2 ms for the converting engine and PyTorch's 6.6 (H200, tf32; BENCHMARKS.md,
+  // "Channels-first engines need workspace").
+  const size_t operands = static_cast<size_t>(elements(geo.x, geo.dims()) * st_dtype_size(a.x_dtype) +
+                                              elements(geo.y, geo.dims()) * st_dtype_size(a.y_dtype));
+  const size_t ws_limit =
+      capturing ? ws_now
+                : std::max(ws_now, env_bytes("STITCHCUDA_CONV_WORKSPACE_LIMIT", std::max<size_t>(256u << 20, operands)));
   const int want = tune ? kMaxCandidates : 1;
   const bool extra = a.bias || a.activation != ST_ACT_NONE;
   const bool exact = key.exact_products != 0;

@@ -280,7 +280,8 @@ typedef enum st_activation {
  *  while the stream is captured; STITCHCUDA_CONV_AUTOTUNE=0 takes the heuristics' first pick).
  *  Later calls reuse the plan with no descriptor work (the variant pack of a set of addresses
  *  is kept too). The plan's workspace is the context's persistent workspace, grown when a plan
- *  needs more (up to STITCHCUDA_CONV_WORKSPACE_LIMIT bytes, default 256 MiB). */
+ *  needs more (up to STITCHCUDA_CONV_WORKSPACE_LIMIT bytes, default 256 MiB or the bytes of x and y
+ *  where more: channels-first engines convert the input inside the call). */
 typedef struct st_conv_args {
   st_policy policy;
   int32_t spatial_dims;

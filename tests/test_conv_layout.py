@@ -113,6 +113,36 @@ def test_a_strategy_constraint_chooses_the_layout():
     assert _simulated_error(model, x, on, cap) < 1e-4
 
 
+class Lone(nn.Module):
+    def __init__(self, cin: int, cout: int, then=None):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3)
+        self.then = then
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.then(y) if self.then else y
+
+
+@pytest.mark.parametrize("cout, then, first", [
+    (128, None, True),                   # 5.6x the input's bytes, returned as computed: channels-first
+    (32, None, False),                   # 1.4x: the copies cost less than cuDNN's channels-first engines
+    (128, lambda y: y + torch.sigmoid(y), False),  # read by other nodes: the layout change fuses into them
+])
+def test_a_widening_convolution_alone_stays_channels_first(cout, then, first):
+    torch.manual_seed(0)
+    model = Lone(16, cout, then)
+    x = torch.randn(1, 16, 12, 12)  # 16 x 9 taps: past the narrow kernel's sums (cuDNN's)
+    plan, cap = _plan(model, x, "tf32")
+    (conv,) = _convs(plan)
+    assert conv.params.channels_last is not first
+    copies = [t for t in plan.run_tasks if isinstance(t.params, P.CopySpec)]
+    if first:
+        assert not copies, "the caller's input and output, as they are"
+        assert conv.params.x.buffer == "in0" and conv.params.out.buffer == "out0"
+    assert _simulated_error(model, x, plan, cap) < 1e-2
+
+
 @pytest.mark.parametrize("mode", ["max", "avg"])
 def test_channels_last_pooling_matches_pytorch(mode):
     """The channels-last pooling path alone: strided, padded, dilated windows over a channels-last

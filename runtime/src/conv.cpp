@@ -657,8 +657,9 @@ int64_t spatial_numel(const st_conv_args& a) {
   return s;
 }
 
-void run_plan(Context& ctx, ConvPlan& p, const st_conv_args& a, cudaStream_t stream) {
-  void* ws = ctx.workspace_at_least(static_cast<size_t>(p.workspace), nullptr);
+// `scratch`: a workspace of at least p.workspace bytes to run in instead of the context's (timing).
+void run_plan(Context& ctx, ConvPlan& p, const st_conv_args& a, cudaStream_t stream, void* scratch = nullptr) {
+  void* ws = scratch ? scratch : ctx.workspace_at_least(static_cast<size_t>(p.workspace), nullptr);
   cudnnBackendDescriptor_t vp = variant_pack(p, a, ws);
   ST_CUDNN_CHECK(cudnnBackendExecute(ctx.cudnn(), p.plan.get(), vp));
   if (p.post)
@@ -825,28 +826,44 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   size_t n_words = 0;
   const int64_t* words = key_words(key, &n_words);
   TunedChoice known;
-  if (tune && cands.size() > 1) {
-    // Grow the workspace once for every candidate, not step by step while timing them; with a choice
-    // imported too, so that later plans rank their candidates under the same workspace as in the
-    // process that timed them.
-    int64_t ws_max = 0;
-    for (auto& c : cands) ws_max = std::max(ws_max, c->workspace);
-    ctx.workspace_at_least(static_cast<size_t>(ws_max), nullptr);
-  }
   // A choice carried from another process (stitchrt/tuning.h) instead of timing, when the ranked
   // list it indexes is as long as it was (an index past its end: timed as without it).
   if (tune && cands.size() > 1 && tuning_lookup('c', words, n_words, &known) &&
       known.index < static_cast<int64_t>(cands.size())) {
     best = static_cast<size_t>(known.index);
   } else if (tune && cands.size() > 1) {
+    // Candidates that want more workspace than the context has run in a block of their own, freed
+    // after timing: the context's workspace grows only to what the chosen plan needs (the real call
+    // below), in this process as in one that imports the choice. Growing it for every candidate kept
+    // the largest (up to the operands' bytes) for the life of the stream.
+    struct Scratch {  // freed however timing ends (cudaFree waits for the work queued on it)
+      void* p = nullptr;
+      ~Scratch() { if (p) cudaFree(p); }
+    } scratch;
+    int64_t ws_max = 0;
+    for (auto& c : cands) ws_max = std::max(ws_max, c->workspace);
+    bool all = true;  // every candidate timed: the choice indexes the list another process ranks too
+    if (static_cast<size_t>(ws_max) > ws_now && cudaMalloc(&scratch.p, static_cast<size_t>(ws_max)) != cudaSuccess) {
+      cudaGetLastError();  // no room to time them: those that fit the context's workspace compete
+      scratch.p = nullptr;
+      std::vector<std::unique_ptr<ConvPlan>> fit;
+      for (auto& c : cands)
+        if (static_cast<size_t>(c->workspace) <= ws_now) fit.push_back(std::move(c));
+      // (none fits: the first, as untimed, and the real call below grows the workspace or says why)
+      if (!fit.empty()) {
+        cands = std::move(fit);
+        all = false;
+      }
+    }
     Timer timer(ctx, stream);
-    timer.warm([&] { run_plan(ctx, *cands[0], a, stream); });
-    for (size_t i = 0; i < cands.size(); ++i) cands[i]->ms = timer.median([&] { run_plan(ctx, *cands[i], a, stream); });
+    timer.warm([&] { run_plan(ctx, *cands[0], a, stream, scratch.p); });
+    for (size_t i = 0; i < cands.size(); ++i)
+      cands[i]->ms = timer.median([&] { run_plan(ctx, *cands[i], a, stream, scratch.p); });
     float best_ms = -1.f;
     for (size_t i = 0; i < cands.size(); ++i)
       if (cands[i]->ms >= 0.f && (best_ms < 0.f || cands[i]->ms < best_ms)) { best = i; best_ms = cands[i]->ms; }
     if (best_ms < 0.f) best = 0;  // every timed run failed: the real call below reports why
-    tuning_record('c', words, n_words, TunedChoice{static_cast<int64_t>(best), 0});
+    if (all) tuning_record('c', words, n_words, TunedChoice{static_cast<int64_t>(best), 0});
   }
   if (log_enabled()) {
     std::string times;

@@ -12,7 +12,16 @@ where a channels-last region starts (a copy of the input, the weights once at cr
 ends (the layout a consumer needs, usually fused into the elementwise pass after it); in between,
 elementwise groups, batch-norm statistics, pooling and joins keep the layout (see *place*, which
 asks the producer of a channels-last convolution's input to write it so). Under fp32 the
-channels-first SIMT engines are the fast ones and the layout stays. A ``strategy`` constraint
+channels-first SIMT engines are the fast ones and the layout stays. So does it for a convolution that
+is a program of its own, widening (:func:`widening_alone`: its input the program's, its result
+returned and read by nothing, and at least ``WIDENING`` times the input's bytes): channels-last, its
+result would be written twice (the convolution's, then the copy back), while cuDNN's channels-first
+engines convert only the input, inside the call (into a workspace the runtime now allows), and write
+the result once. (Not a transposed one: cuDNN's channels-first engines for it convert the result
+inside the call too, 43 % of PyTorch's time for a 64 -> 64 one.) On an H200 at tf32, whole programs (BENCHMARKS.md, "Channels-first engines need
+workspace"): 16x16x1024^2 -> 128 channels (32x the input's bytes) 6.40 ms channels-first against 10.04,
+a 3-d 3 -> 64 channels (19.5x) 1.42 against 1.74; an 11x11 stride-4 stem (1.9x) 2.51 against 1.70, a
+transposed 64 -> 64 (1.0x) 2.17 against 2.12. A ``strategy`` constraint
 (``channels_first`` / ``channels_last``) overrides the choice. A 1x1 convolution without bias or
 activation is not one here where its layout is channels-first anyway (under fp32; under tensor cores
 where no other convolution reaches it): it is rewritten to a batched GEMM on its own layout
@@ -63,6 +72,9 @@ A = ops.A
 SHORT_SUM = 32
 #: ... where the filter has several taps, or the output is at most this many elements (launch-bound).
 SMALL_OUTPUT = 1 << 16
+#: A convolution alone in its program stays channels-first where its result is at least this many times
+#: its input's bytes (:func:`widening_alone`; measured: 19.5x and 32x ran faster so, 1.0x and 1.9x slower).
+WIDENING = 4
 
 
 @dataclass(frozen=True)
@@ -179,13 +191,33 @@ def _conv(cx, n: Node) -> None:
     choice = cx.constraints.option(n.name, "auto")
     tensor_cores = get_policy(policy).tensor_cores or split_tf32(policy, cx.policy)
     # ("narrow": the narrow kernel's, where its kind could not take the node after all: as auto)
-    channels_last = choice == "channels_last" or (choice in ("auto", "narrow") and nsp >= 2 and tensor_cores)
+    alone = not transposed and widening_alone(ix, x, out)
+    channels_last = choice == "channels_last" or (choice in ("auto", "narrow") and nsp >= 2 and tensor_cores and
+                                                  not alone)
     cx.claim(ConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x, w=w,
                        bias=bias, out=out, stride=int_list(n.attr("stride"), nsp, 1),
                        padding=int_list(n.attr("padding"), nsp, 0), dilation=int_list(n.attr("dilation"), nsp, 1),
                        output_padding=int_list(n.attr("output_padding"), nsp, 0) if transposed else (0,) * nsp,
                        transposed=transposed, groups=groups, activation=act,
                        policy=policy, channels_last=channels_last))
+
+
+def leaves_program(ix, out: str) -> bool:
+    """Whether ``out`` (a convolution's result, after its epilogue) is returned and read by no node: it
+    is written in the caller's layout, wherever it was computed (:func:`widening_alone`, and the narrow
+    kernel's default, kinds/narrow_conv.py)."""
+    return out in ix.graph_outputs and not ix.users.get(out)
+
+
+def widening_alone(ix, x: str, out: str) -> bool:
+    """Whether a convolution is a program of its own that widens its data (the module docstring): its
+    input ``x`` the program's, its result ``out`` :func:`leaves_program`, and at least ``WIDENING``
+    times the input's bytes."""
+    def nbytes(t: str) -> int:
+        s = ix.spec(t)
+        return math.prod(s.shape) * L.DTYPE_SIZES[s.dtype]
+
+    return x in ix.inputs and leaves_program(ix, out) and nbytes(out) >= WIDENING * nbytes(x)
 
 
 def short_sums(cin: int, taps: Sequence[int], out_elements: int) -> bool:

@@ -48,7 +48,7 @@ from ..ops import EwInstr
 from ..precision import get as get_policy
 from . import cxx
 from .base import ClaimRule, TaskKind, conv2d_reference, dense_block, int_list, view_bytes
-from .conv import ConvArgsProto, short_sums
+from .conv import ConvArgsProto, leaves_program, short_sums
 
 A = ops.A
 HEADER = "narrow_conv.cuh"
@@ -123,14 +123,6 @@ def narrow(g, n: Node) -> bool:
     return math.prod(kernel) > 1 and cin <= NARROW_CHANNELS and cin * math.prod(kernel) <= NARROW_K and \
         staged(cin, kernel, tuple(int_list(n.attr("stride"), 2, 1)), tuple(int_list(n.attr("dilation"), 2, 1))) \
         <= MAX_STAGE
-
-
-def leaves_program(ix, out: str) -> bool:
-    """Whether ``out`` (a convolution's result, after its epilogue hook) is returned and read by no
-    node: the case where this kernel beat cuDNN's (the module docstring), since it writes the result
-    once, in the caller's layout, where cuDNN's plan copies the input, convolves and changes the
-    result's layout in three tasks."""
-    return out in ix.graph_outputs and not ix.users.get(out)
 
 
 def claim(cx) -> None:

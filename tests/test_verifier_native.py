@@ -188,7 +188,7 @@ exec "$@"
 def test_the_sanitizers_reports_become_one_check(built, tmp_path):
     """Each tool runs the program once through the runner (shared host file); an error is the
     ``sanitizer`` check naming the tool and the kernel; a tool over its time is a note, not a verdict."""
-    from stitchcuda.verifier.run.sanitizer import parse_report, run_tool, sanitizer_check
+    from stitchcuda.verifier.run.sanitizer import ToolReport, parse_report, run_tool, sanitizer_check
 
     exe, lib = built
     tool = tmp_path / "compute-sanitizer"
@@ -202,6 +202,11 @@ def test_the_sanitizers_reports_become_one_check(built, tmp_path):
     check = sanitizer_check(reports)
     assert check.status == "fail" and "racecheck" in check.detail and "program.cu:31" in check.detail
     assert sanitizer_check([reports[0], reports[2]]).status == "pass"
+    # a run that ended early under a tool: the failure carries the runner's word with the tool's
+    died = ToolReport("racecheck", 1, ("Error: process didn't terminate successfully",), True,
+                      "racecheck: the run ended early (run: task conv_3: out of memory)")
+    check = sanitizer_check([reports[0], died])
+    assert check.status == "fail" and "out of memory" in check.detail and "terminate" in check.detail
     mem = parse_report("memcheck", "========= Invalid __global__ write of size 4 bytes\n"
                                    "=========     at relu_f4(float4*, long)+0x70\n"
                                    "========= ERROR SUMMARY: 1 error\n")

@@ -173,7 +173,10 @@ def sanitizer_check(reports: Sequence[ToolReport]) -> DynamicCheck:
     for r in reports:
         if r.errors:
             first = "; ".join(r.lines[:3]) or "see the log"
-            return DynamicCheck("sanitizer", "fail", f"compute-sanitizer {r.tool}: {r.errors} error(s): {first}")
+            # the runner's own word where the program's run ended early under the tool (the tool says
+            # only that the process failed; ResNet101's racecheck run said no more than that)
+            why = f" ({r.note})" if r.note else ""
+            return DynamicCheck("sanitizer", "fail", f"compute-sanitizer {r.tool}: {r.errors} error(s): {first}{why}")
     ran = [r.tool for r in reports if r.finished and not r.note]
     notes = [r.note for r in reports if r.note]
     text = (f"no error from {', '.join(ran)} on one small trial" if ran else "not judged") + \

@@ -372,6 +372,79 @@ def test_gather_of_log_softmax(broken):
     _sweep("gather_of_log_softmax", gather_of_log_softmax, broken, 6 if broken is None else 2)
 
 
+# ---------------------------------------------------------------------- select_before_producer
+
+SELECT_GUARDS = ("shared", "returned", "split_dim", "dtype")
+
+
+@st.composite
+def select_of_producer(draw, broken: str | None):
+    """``select(f(x), d, i)`` (any dim, the index spelled either sign) over ``f`` a permute, a reshape
+    that leaves the selected dim whole, or a batched product (a batch, a row or a column), an op after;
+    or one guard away: f's result read elsewhere or returned, a reshape that merges the selected dim,
+    bf16 data."""
+    what = draw(st.sampled_from(["permute", "reshape"] + ([] if broken == "dtype" else ["bmm"])))  # (no bf16 GEMM)
+    if broken == "split_dim":
+        what = "reshape"
+    dtype = "bfloat16" if broken == "dtype" else "float32"
+    if what == "bmm":
+        b, m, k, n = (draw(st.integers(1, 5)) for _ in range(4))
+        x, how_x = draw(laid_out((b, m, k), dtype))
+        w, how_w = draw(laid_out((b, k, n), dtype))
+        d = draw(st.integers(0, 2))
+        shape = (b, m, n)
+        inputs = (x, w)
+
+        def f(x, w):
+            return torch.bmm(view(x, how_x), view(w, how_w))
+    else:
+        r = draw(st.integers(2, 4))
+        src = tuple(draw(st.integers(2 if broken == "split_dim" else 1, 4)) for _ in range(r))
+        x, how_x = draw(laid_out(src, dtype))
+        inputs = (x,)
+        if what == "permute":
+            perm = tuple(draw(st.permutations(range(r))))
+            shape = tuple(src[p] for p in perm)
+            d = draw(st.integers(0, r - 1))
+
+            def f(x):
+                return view(x, how_x).permute(*perm)
+        elif broken == "split_dim":  # the first two dims merged, the merged one selected
+            shape = (src[0] * src[1],) + src[2:]
+            d = 0
+
+            def f(x):
+                return view(x, how_x).reshape(shape)
+        else:  # a dim kept whole (size 2 or more), the dims before it and after it each merged or split
+            e = draw(st.integers(0, r - 1))
+            assume(src[e] >= 2)
+            head, tail = math.prod(src[:e]), math.prod(src[e + 1:])
+            pre = (head,) if draw(st.booleans()) or head == 1 else (1, head)
+            post = (tail,) if draw(st.booleans()) else (tail, 1)
+            shape = pre + (src[e],) + post
+            d = len(pre)
+
+            def f(x):
+                return view(x, how_x).reshape(shape)
+    assume(shape[d] >= 1)
+    i = draw(st.integers(0, shape[d] - 1))
+    spelled = i - shape[d] if draw(st.booleans()) else i
+
+    def fn(s, *xs):
+        y = f(*xs)
+        z = y.select(d, spelled) * 2
+        return _guarded(broken, z, y, lambda: y.sum())
+
+    params = dict(broken=broken, producer=what, shape=shape, dim=d, index=spelled, dtype=dtype)
+    case = Case("", params, fn, inputs, data_seed=draw(seeds()), tol=3e-2 if dtype == "bfloat16" else 0.0)
+    return _expect("select_before_producer", case, broken is None, broken)
+
+
+@pytest.mark.parametrize("broken", (None,) + SELECT_GUARDS)
+def test_select_before_producer(broken):
+    _sweep("select_before_producer", select_of_producer, broken, 10 if broken is None else 3)
+
+
 # ---------------------------------------------------------------------- fold_batch_norm
 
 FOLD_GUARDS = ("transposed", "shared", "returned", "training", "input_stats", "bf16")
@@ -972,7 +1045,7 @@ def test_every_rewrite_is_swept():
                                              "drop_identities", "conv_bias_into_elementwise",
                                              "fold_channel_affine", "fold_feature_affine", "instance_norm_as_group_norm",
                                              "group_norm_over_rows", "mish_from_parts", "drop_empty_pads",
-                                             "merge_duplicates", "merge_sibling_linears"}
+                                             "merge_duplicates", "merge_sibling_linears", "select_before_producer"}
 
 
 @pytest.mark.parametrize("divisor,padding", [(3, 0), (None, 1)])

@@ -111,6 +111,15 @@ Applied to every graph (:func:`apply_always`), not asked for:
                          it in place). Taken for linears of weights (not computed ones) whose
                          results are read only through views or by attention: an elementwise
                          reader would have been the GEMM's own epilogue.
+``select_before_producer``  ``select(f(x), d, i) = f'(select(x, e, i))``: an element taken along one
+                         dim of a result is taken from the operand first, where that dim is one
+                         of the operand's — through a permute (dim ``dims[d]``), a reshape (a dim
+                         the reshape leaves whole), a batched matrix product (a batch: the two
+                         operands' matrices; a row: the left operand's row, a 1-row product; a
+                         column: the right operand's). A state-space model's last chunk state
+                         (``new_states[:, -1]`` after an einsum) computed all chunks' and copied
+                         one out: the product now computes the one, into the output. Taken where
+                         the select is the producer's only reader and the producer is no output.
 ``gather_of_log_softmax``  ``gather(log_softmax(x, d), i, d) = gather(x, i, d) - logsumexp(x, d)``
                          (cross entropy and NLL losses as PyTorch decomposes them): the row
                          reduction writes one value per row instead of the whole log-probability
@@ -974,6 +983,85 @@ def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:
     return _replace(graph, [conv], node.nodes)
 
 
+# ---------------------------------------------------------------------- select_before_producer
+
+_RESHAPES = (A + "view.default", A + "_unsafe_view.default", A + "reshape.default")
+
+
+def _reshape_dim(src: Sequence[int], dst: Sequence[int], d: int) -> int | None:
+    """The dim of ``src`` that a row-major reshape to ``dst`` keeps whole as its dim ``d`` (the same
+    size, and the same number of elements before it), or None."""
+    before = math.prod(dst[:d])
+    for e in range(len(src)):
+        if math.prod(src[:e]) == before and src[e] == dst[d] and dst[d] != 1:
+            return e
+    return None
+
+
+def _select_source(graph: Graph, sel: Node) -> tuple[Node, int] | None:
+    """(the producer the select moves before, the dim of its operand it selects) or None."""
+    if sel.op != A + "select.int" or len(sel.inputs) != 1:
+        return None
+    y = sel.inputs[0]
+    p = graph.producer(y)
+    if p is None or y in graph.outputs or len(_users(graph, y)) != 1 or p.outputs[0].dtype != "float32":
+        return None
+    shape = graph.spec(y).shape
+    d = int(sel.attr("dim")) % len(shape)
+    if p.op == A + "permute.default":
+        return p, int(p.attr("dims")[d]) % len(shape)
+    if p.op in _RESHAPES and len(p.inputs) == 1:
+        e = _reshape_dim(graph.spec(p.inputs[0]).shape, shape, d)
+        return (p, e) if e is not None else None
+    if p.op == A + "bmm.default" and len(p.inputs) == 2:
+        return p, d
+    return None
+
+
+def _find_selects_of_producers(graph: Graph) -> list[Node]:
+    return [n for n in graph.nodes if _select_source(graph, n) is not None]
+
+
+def _apply_select_before_producer(graph: Graph, sel: Node) -> Graph:
+    p, e = _select_source(graph, sel)
+    y = graph.spec(sel.inputs[0])
+    d = int(sel.attr("dim")) % len(y.shape)
+    i = int(sel.attr("index")) % y.shape[d]
+    out = sel.outputs[0]
+    # named after the reference nodes (a select moved again: after the one it came from)
+    node = _NewNodes(graph, sel.name.split("__rw", 1)[0], sel.source or p.source)
+    mine = _NewNodes(graph, p.name.split("__rw", 1)[0], p.source or sel.source)  # these stand for the producer
+
+    def select(t: str, dim: int) -> str:
+        shape = graph.spec(t).shape
+        return node(A + "select.int", [t], shape[:dim] + shape[dim + 1:], (("dim", dim), ("index", i)))
+
+    if p.op == A + "permute.default":
+        dims = [int(v) % len(y.shape) for v in p.attr("dims")]
+        rest = [v - (v > e) for v in dims if v != e]
+        x = select(p.inputs[0], e)
+        mine(A + "permute.default", [x], out.shape, (("dims", tuple(rest)),), out=out.name, node_name=mine.name())
+    elif p.op in _RESHAPES:
+        x = select(p.inputs[0], e)
+        mine(A + "view.default", [x], out.shape, (("size", tuple(out.shape)),), out=out.name, node_name=mine.name())
+    else:  # bmm [B, M, K] x [B, K, N]
+        a, b = p.inputs
+        (nb, m, k), n = graph.spec(a).shape, graph.spec(b).shape[2]
+        if d == 0:
+            mine(A + "mm.default", [select(a, 0), select(b, 0)], out.shape, out=out.name, node_name=mine.name())
+        else:  # one row of a (a 1-row product), or one column of b (a 1-column one)
+            t, keep = (a, 1) if d == 1 else (b, 2)
+            shape = list(graph.spec(t).shape)
+            shape[keep] = 1
+            one = node(A + "slice.Tensor", [t], tuple(shape), (("dim", keep), ("start", i), ("end", i + 1),
+                                                                   ("step", 1)))
+            prod = mine(A + "bmm.default", [one, b] if d == 1 else [a, one], (nb, 1, n) if d == 1 else (nb, m, 1))
+            mine(A + "view.default", [prod], out.shape, (("size", tuple(out.shape)),), out=out.name,
+                 node_name=mine.name())
+    # (nodes named after the producer stand for it, those after the select for the select)
+    return _replace(graph, [p, sel], node.nodes + mine.nodes)
+
+
 #: Library choices made on every graph (module docstring), in order.
 ALWAYS: tuple[Rewrite, ...] = (
     Rewrite("merge_duplicates", _find_duplicates, _apply_merge_duplicates, lambda place: place.stands),
@@ -992,6 +1080,7 @@ ALWAYS: tuple[Rewrite, ...] = (
     Rewrite("pool_before_pointwise_conv", _find_pool_after_pointwise, _apply_pool_before_pointwise),
     Rewrite("pointwise_conv_as_gemm", _find_pointwise_convs, _apply_pointwise_conv),
     Rewrite("gather_of_log_softmax", _find_gather_of_log_softmax, _apply_gather_of_log_softmax),
+    Rewrite("select_before_producer", _find_selects_of_producers, _apply_select_before_producer),
     Rewrite("group_norm_over_rows", _find_group_norms_over_rows, _apply_group_norm_over_rows),
     Rewrite("conv_bias_into_elementwise", _find_conv_bias_before_elementwise, _apply_conv_bias_into_elementwise),
 )

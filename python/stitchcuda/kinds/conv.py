@@ -17,7 +17,8 @@ is a program of its own, widening (:func:`widening_alone`: its input the program
 returned and read by nothing, and at least ``WIDENING`` times the input's bytes): channels-last, its
 result would be written twice (the convolution's, then the copy back), while cuDNN's channels-first
 engines convert only the input, inside the call (into a workspace the runtime now allows), and write
-the result once. (Not a transposed one: cuDNN's channels-first engines for it convert the result
+the result once. (Under fp32 storage: under bf16 or fp16 the result is cast to the caller's type by a
+pass in any case, which changes the layout in the same write. Not a transposed one: cuDNN's channels-first engines for it convert the result
 inside the call too, 43 % of PyTorch's time for a 64 -> 64 one.) On an H200 at tf32, whole programs (BENCHMARKS.md, "Channels-first engines need
 workspace"): 16x16x1024^2 -> 128 channels (32x the input's bytes) 6.40 ms channels-first against 10.04,
 a 3-d 3 -> 64 channels (19.5x) 1.42 against 1.74; an 11x11 stride-4 stem (1.9x) 2.51 against 1.70, a
@@ -191,7 +192,9 @@ def _conv(cx, n: Node) -> None:
     choice = cx.constraints.option(n.name, "auto")
     tensor_cores = get_policy(policy).tensor_cores or split_tf32(policy, cx.policy)
     # ("narrow": the narrow kernel's, where its kind could not take the node after all: as auto)
-    alone = not transposed and widening_alone(ix, x, out)
+    # (fp32 storage only: under a 16-bit policy the result is cast to the caller's type by a pass anyway,
+    # which changes its layout in the same write)
+    alone = not transposed and get_policy(policy).storage == "float32" and widening_alone(ix, x, out)
     channels_last = choice == "channels_last" or (choice in ("auto", "narrow") and nsp >= 2 and tensor_cores and
                                                   not alone)
     cx.claim(ConvProto(cx.name(nodes), tuple(nodes), (out,), tuple(t for t in (x, w, bias) if t), x=x, w=w,

@@ -39,6 +39,7 @@ run_job() {  # name: CMD_<name> on GPUS_<name> for at most LIM_<name> (or LIM) s
   t0=$(date +%s)
   CUDA_VISIBLE_DEVICES=${!g:-0} setsid bash -c "${!c}" > "/tmp/logs/$j.log" 2>&1 &
   pid=$!
+  echo "$pid" >> /tmp/logs/.groups
   # the watchdog in a process group of its own, its output away from ours: ended with its group when
   # the job ends first, so that no sleeping child of it holds the caller's pipe (and the machine)
   # open until the limit
@@ -50,9 +51,24 @@ run_job() {  # name: CMD_<name> on GPUS_<name> for at most LIM_<name> (or LIM) s
   echo "$j: exit $rc in $(( $(date +%s) - t0 )) s — $(tail -1 "/tmp/logs/$j.log" | cut -c1-200)" >> "$OUT/jobs.txt"
 }
 
+pack() {  # every job's log and the small files of every /tmp/b_* folder, into $OUT/res.tgz
+  (cd /tmp && find logs b_* -maxdepth 3 -type f -size -4M \
+    \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.svg' -o -name '*.csv' \) \
+    2>/dev/null | tar czf "$OUT/res.tgz" -T -)
+}
+# Ended from outside (the caller's own time limit, short of the jobs' limits): what is done so far
+# still comes back. A call cut at 590 s once left its results on the machine, fetched only by a
+# second call while it was still warm.
+ended() {
+  echo "ended from outside at $(date -u +%T)" >> "$OUT/jobs.txt"
+  while read -r g; do kill -TERM -- "-$g" 2>/dev/null; done < /tmp/logs/.groups
+  pack
+  exit 143
+}
+trap ended TERM INT
+rm -f /tmp/logs/.groups
+
 for j in ${JOBS:?JOBS names the jobs}; do run_job "$j" & done
 wait
 cat "$OUT/jobs.txt"
-cd /tmp && find logs b_* -maxdepth 3 -type f -size -4M \
-  \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.svg' -o -name '*.csv' \) \
-  2>/dev/null | tar czf "$OUT/res.tgz" -T -
+pack

@@ -549,26 +549,40 @@ bool env_flag(const char* name, bool fallback) {
   return std::strcmp(v, "0") != 0;
 }
 
+// Why an engine the heuristics offered did not compete, for STITCHCUDA_CONV_LOG.
+std::string left_out_why(const EngineNotes& e, int rank) {
+  if (rank >= 0) return "non-deterministic";
+  if (!e.ok) return "notes unreadable";
+  if (e.reduced_reduction) return "reduced-precision sums";
+  if (e.tensor_core || e.down_convert) return "tensor cores under fp32";
+  return "a transform of split operands";
+}
+
 // Execution plans for the graph's engine configurations, best ranked first, at most `want`.
-// `why` keeps cuDNN's last refusal for the error when nothing works.
+// `why` keeps cuDNN's last refusal for the error when nothing works; `left_out` (for the log) gains
+// the engines offered that did not compete, and why.
 void collect(cudnnHandle_t handle, const std::shared_ptr<ConvGraph>& graph, st_policy policy, bool exact_products,
-             int want, size_t ws_limit, std::vector<std::unique_ptr<ConvPlan>>& out, std::string& why) {
+             int want, size_t ws_limit, std::vector<std::unique_ptr<ConvPlan>>& out, std::string& why,
+             std::string& left_out) {
   std::vector<Desc> configs = engine_configs(graph->graph, CUDNN_HEUR_MODE_A);
   std::vector<int64_t> seen;
   struct Ranked { Desc config; EngineNotes notes; int rank; };
   std::vector<Ranked> ranked;
+  auto forbidden = [&](const EngineNotes& e) { left_out += cat(" E", e.index, " (", left_out_why(e, -1), ")"); };
   for (auto& c : configs) {
     const EngineNotes e = engine_notes(c.get());
     const int r = policy_rank(e, policy, exact_products);
     seen.push_back(e.index);
     if (r >= 0) ranked.push_back({std::move(c), e, r});
+    else forbidden(e);
   }
   for (auto& c : engine_configs(graph->graph, CUDNN_HEUR_MODE_FALLBACK)) {
     const EngineNotes e = engine_notes(c.get());
     const int r = policy_rank(e, policy, exact_products);
-    if (r < 0 || std::find(seen.begin(), seen.end(), e.index) != seen.end()) continue;
+    if (std::find(seen.begin(), seen.end(), e.index) != seen.end()) continue;
     seen.push_back(e.index);
-    ranked.push_back({std::move(c), e, r});
+    if (r >= 0) ranked.push_back({std::move(c), e, r});
+    else forbidden(e);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });
   if (ranked.empty() && why.empty())
@@ -583,7 +597,11 @@ void collect(cudnnHandle_t handle, const std::shared_ptr<ConvGraph>& graph, st_p
   int found_of[2] = {0, 0};  // without, with tensor cores
   for (auto& r : ranked) {
     if (found >= 2 * want || attempts >= kMaxAttempts) break;
-    if (best_rank >= 0 && r.rank > best_rank) break;  // keep only the best rank that works
+    if (best_rank >= 0 && r.rank > best_rank) {  // keep only the best rank that works
+      for (auto& rest : ranked)
+        if (rest.rank > best_rank) left_out += cat(" E", rest.notes.index, " (", left_out_why(rest.notes, rest.rank), ")");
+      break;
+    }
     if (found_of[r.notes.tensor_core ? 1 : 0] >= want) continue;
     if (r.notes.compiled && compiled >= kMaxCompiled) continue;
     ++attempts;
@@ -775,17 +793,17 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   const bool exact = key.exact_products != 0;
 
   std::vector<std::unique_ptr<ConvPlan>> cands;
-  std::string why;
+  std::string why, left_out;
   if (extra) {
     try {
-      collect(handle, build_graph(handle, a, geo, key, true), a.policy, exact, want, ws_limit, cands, why);
+      collect(handle, build_graph(handle, a, geo, key, true), a.policy, exact, want, ws_limit, cands, why, left_out);
     } catch (const Error& e) {
       why = e.what();  // cuDNN cannot fuse this graph: the plain graph and the runtime's pass serve it
     }
   }
   size_t n_fused = cands.size();
   if (tune || cands.empty() || cands[0]->rank > 0) {
-    collect(handle, build_graph(handle, a, geo, key, false), a.policy, exact, want, ws_limit, cands, why);
+    collect(handle, build_graph(handle, a, geo, key, false), a.policy, exact, want, ws_limit, cands, why, left_out);
     for (size_t i = n_fused; i < cands.size(); ++i) cands[i]->post = extra;
   }
   if (cands.empty() && !capturing) {
@@ -796,13 +814,13 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
       why.clear();
       if (extra) {
         try {
-          collect(handle, build_graph(handle, a, geo, key, true), a.policy, exact, want, free_b / 2, cands, why);
+          collect(handle, build_graph(handle, a, geo, key, true), a.policy, exact, want, free_b / 2, cands, why, left_out);
         } catch (const Error& e) {
           why = e.what();
         }
       }
       n_fused = cands.size();
-      collect(handle, build_graph(handle, a, geo, key, false), a.policy, exact, want, free_b / 2, cands, why);
+      collect(handle, build_graph(handle, a, geo, key, false), a.policy, exact, want, free_b / 2, cands, why, left_out);
       for (size_t i = n_fused; i < cands.size(); ++i) cands[i]->post = extra;
     } else {
       cudaGetLastError();
@@ -868,8 +886,8 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   if (log_enabled()) {
     std::string times;
     for (auto& c : cands) times += cat(" ", c->fused ? "F" : "P", c->engine, "=", c->ms);
-    std::fprintf(stderr, "stitchcuda conv plan %s: %zu fused + %zu plain candidates;%s; chose %s engine %lld (%.4f ms, workspace %lld)\n",
-                 describe(a).c_str(), n_fused, cands.size() - n_fused, times.c_str(),
+    std::fprintf(stderr, "stitchcuda conv plan %s: %zu fused + %zu plain candidates;%s; left out:%s; chose %s engine %lld (%.4f ms, workspace %lld)\n",
+                 describe(a).c_str(), n_fused, cands.size() - n_fused, times.c_str(), left_out.empty() ? " none" : left_out.c_str(),
                  cands[best]->fused ? "fused" : (cands[best]->post ? "plain + bias/activation pass" : "plain"),
                  static_cast<long long>(cands[best]->engine), cands[best]->ms,
                  static_cast<long long>(cands[best]->workspace));

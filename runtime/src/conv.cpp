@@ -781,8 +781,8 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   // engine may take up to 256 MiB, or as much as the convolution's own operands (x and y) where that is
   // more: cuDNN's fast engines for channels-first data convert the input channels-last inside the call,
   // into the workspace. Held to 256 MiB, a 16x16x1024x1024 input's (268 MB) left only a SIMT engine:
-  // 17.4 ms, against 6.2 ms for the converting engine and PyTorch's 6.6 (H200, tf32; BENCHMARKS.md,
-  // "Channels-first engines need workspace").
+  // 17.4 ms, against 6.2 ms for the converting engine and PyTorch's 6.7 (H200, tf32; BENCHMARKS.md,
+  // "The cause: a channels-first engine was held to 256 MiB of workspace").
   const size_t operands = static_cast<size_t>(elements(geo.x, geo.dims()) * st_dtype_size(a.x_dtype) +
                                               elements(geo.y, geo.dims()) * st_dtype_size(a.y_dtype));
   const size_t ws_limit =

@@ -12,18 +12,19 @@ where a channels-last region starts (a copy of the input, the weights once at cr
 ends (the layout a consumer needs, usually fused into the elementwise pass after it); in between,
 elementwise groups, batch-norm statistics, pooling and joins keep the layout (see *place*, which
 asks the producer of a channels-last convolution's input to write it so). Under fp32 the
-channels-first SIMT engines are the fast ones and the layout stays. So does it for a convolution that
-is a program of its own, widening (:func:`widening_alone`: its input the program's, its result
+channels-first SIMT engines are the fast ones and the layout stays. So does it for a convolution
+that is a program of its own, widening (:func:`widening_alone`: its input the program's, its result
 returned and read by nothing, and at least ``WIDENING`` times the input's bytes): channels-last, its
 result would be written twice (the convolution's, then the copy back), while cuDNN's channels-first
 engines convert only the input, inside the call (into a workspace the runtime now allows), and write
-the result once. (Under fp32 storage: under bf16 or fp16 the result is cast to the caller's type by a
-pass in any case, which changes the layout in the same write. Not a transposed one: cuDNN's channels-first engines for it convert the result
-inside the call too, 43 % of PyTorch's time for a 64 -> 64 one.) On an H200 at tf32, whole programs (BENCHMARKS.md, "Channels-first engines need
-workspace"): 16x16x1024^2 -> 128 channels (32x the input's bytes) 6.40 ms channels-first against 10.04,
-a 3-d 3 -> 64 channels (19.5x) 1.42 against 1.74; an 11x11 stride-4 stem (1.9x) 2.51 against 1.70, a
-transposed 64 -> 64 (1.0x) 2.17 against 2.12. A ``strategy`` constraint
-(``channels_first`` / ``channels_last``) overrides the choice. A 1x1 convolution without bias or
+the result once. Under fp32 storage only: under bf16 or fp16 the result is cast to the caller's type
+by a pass in any case, which changes the layout in the same write. Not a transposed one: cuDNN's
+channels-first engines for it convert the result inside the call too (43 % of PyTorch's time for a
+64 -> 64 one). On an H200 at tf32, whole programs (BENCHMARKS.md, "Layout by measurement"):
+16x16x1024^2 -> 128 channels (32x the input's bytes) 6.40 ms channels-first against 10.04, a 3-d
+3 -> 64 channels (19.5x) 1.42 against 1.74; an 11x11 stride-4 stem (1.9x) 2.51 against 1.70, a
+transposed 64 -> 64 (1.0x) 2.17 against 2.12. A ``strategy`` constraint (``channels_first`` /
+``channels_last``) overrides the choice. A 1x1 convolution without bias or
 activation is not one here where its layout is channels-first anyway (under fp32; under tensor cores
 where no other convolution reaches it): it is rewritten to a batched GEMM on its own layout
 (``pointwise_conv_as_gemm``, plan/rewrite.py).

@@ -790,3 +790,44 @@ def test_pool_before_pointwise_conv_in_3d_with_a_partial_window():
     assert taken == {"conv.weight"}
     assert _conv_pixels(after) == {"conv.weight": ((3, 3, 4), (3, 3, 4))}
     _simulate(model, [x], "fp32", TOL["fp32"], "pool_pointwise_3d")
+
+
+# ---------------------------------------------------------------------- a batch no one stride spans
+
+
+class _ChunkStates(nn.Module):
+    """A state-space model's chunk states (``einsum("bclhn,bclhp->bchpn")`` over a sequence cut into
+    chunks): the product's batch (b, c, h) of the input as it lies has two strides, b·c and h."""
+
+    def forward(self, x, bm):
+        b, t, h, p = x.shape
+        xc, bc = x.reshape(b, 2, t // 2, h, p), bm.reshape(b, 2, t // 2, h, bm.shape[-1])
+        return torch.einsum("bclhn,bclhp->bchpn", bc, xc)
+
+
+@pytest.mark.parametrize("cheap_calls", [True, False])
+def test_a_batch_of_two_strides_runs_as_calls_over_one_dim(cheap_calls, monkeypatch):
+    """Where copying the input costs more than the calls, the product reads it as it lies, one call
+    per item of an outer batch dim (here h), each a strided batch over the rest; otherwise (a small
+    input, at the default device's costs) it is copied into one batch. The values agree either way."""
+    import dataclasses
+
+    import stitchcuda.device as dev
+
+    if cheap_calls:  # (this input is small: calls made free, so that the split is taken)
+        monkeypatch.setattr(dev, "DEFAULT", dataclasses.replace(dev.DEFAULT, launch_s=0.0))
+    torch.manual_seed(0)
+    x, bm = torch.randn(2, 8, 3, 5), torch.randn(2, 8, 3, 4)
+    model = _ChunkStates()
+    cap = frontend.capture(model, [x, bm], "chunk_states", supported_ops=ops.supported())
+    plan = P.plan(cap.graph, "fp32")
+    outer = [g for g in _gemms(plan) if g.outer > 1]
+    copies_of_x = [t for t in plan.run_tasks if isinstance(t.params, P.CopySpec) and "in0" in t.inputs]
+    if cheap_calls:
+        assert len(outer) == 1 and outer[0].outer == 3 and not copies_of_x
+        assert P.Plan.from_json(plan.to_json()).to_json() == plan.to_json()
+    else:
+        assert not outer and copies_of_x
+    out = simulate(plan, cap.weights, [x, bm])[0].double()
+    want = model(x.double(), bm.double())
+    assert torch.allclose(out, want, atol=1e-5, rtol=1e-5)

@@ -7,7 +7,10 @@ join: :func:`stitchcuda.ops.epilogue_of`), at most :data:`MAX_CHAIN` ops.
 
 Lowering: one big 2-D GEMM when ``b`` is one matrix and ``a``'s batch rows stack with a uniform
 stride; otherwise a strided-batched GEMM. Operands that are not matrices in the policy's storage
-type are copied (cast) first. The epilogue: a leading scale folds into ``alpha``, a per-column add
+type are copied (cast) first, but for one case: ``a`` a permuted tensor reshaped into a batch that
+no one stride spans (a state-space model's einsum: batch (b, c, h) of its input as it lies, strides
+b·c and h), where the copy would cost more than the calls, is read as it lies by one strided-batched
+call per item of an outer batch dim (at most :data:`MAX_OUTER` calls; a plain product, no epilogue). The epilogue: a leading scale folds into ``alpha``, a per-column add
 into the bias, a same-shape add into ``beta·C`` (else a residual op), a leading ReLU (or tanh GELU
 off fp32) into cuBLASLt's epilogue, the rest into the runtime's chain in reference order.
 
@@ -52,6 +55,9 @@ class GemmSpec:
     out is m x n with leading dim ldo; strides between batch items (0: broadcast).
     ``epilogue`` is cuBLASLt's (``none``, ``bias``, ``relu``, ``gelu``, ``bias_relu``,
     ``bias_gelu``), ``chain`` the runtime's epilogue ops applied after it, in place.
+    ``outer`` > 1: the product runs ``outer`` times (one st_gemm call each), A, B and out moved on by
+    ``outer_a``, ``outer_b``, ``outer_out`` elements a call: a batch whose dims no one stride spans (a
+    permuted tensor reshaped into the batch, read as it lies instead of copied; see :func:`_through_reshape`).
     ``split``: how an fp32 task of a TF32 program (the loop's precision repair raised it) runs on
     tensor cores instead of the SIMT units: ``bf16`` three bf16 products of split operands
     (st_gemm_split_bf16: about 2^-16 relative error a product, well below TF32's, on tensor cores
@@ -91,6 +97,10 @@ class GemmSpec:
     residual: View | None = None
     ldr: int = 0
     split: str = ""
+    outer: int = 1
+    outer_a: int = 0
+    outer_b: int = 0
+    outer_out: int = 0
 
 
 @dataclass(frozen=True)
@@ -253,6 +263,95 @@ def _chain_step(cx, u: Node, cur: str, ncols: int, has_bias: bool, residual: boo
 
 # ---------------------------------------------------------------------- lower
 
+#: The most GEMM calls a batch is split into where no one stride spans it (:func:`_through_reshape`).
+MAX_OUTER = 16
+
+
+def _through_reshape(lw, pr: GemmProto, pre: list):
+    """(A's view with its batch dims as they lie, the outer batch dim) where A is a permuted tensor
+    reshaped into a batch that no one stride spans, so that reading it would copy it, and the copy
+    would cost more than the calls it saves (at the default device's bandwidth and launch cost): a
+    state-space model's einsum read its 537 MB input through such a copy. The batch then runs as
+    ``outer`` calls over one of its dims (at most ``MAX_OUTER``), each a strided batch over the rest.
+    None where A reads as it is, or no dim serves (B and out must split the same way)."""
+    from ..device import DEFAULT
+
+    x = pr.a
+    if x.transposed or x.tensor in lw.views:
+        return None
+    n = lw.ix.producer.get(x.tensor)
+    if n is None or n.op not in (ops.A + "view.default", ops.A + "_unsafe_view.default", ops.A + "reshape.default"):
+        return None
+    ys, bs = lw.shape(x.tensor), lw.shape(pr.b.tensor)
+    if len(ys) != 3 or len(bs) != 3 or bs[0] != ys[0] or lw.ix.spec(n.inputs[0]).dtype != "float32":
+        return None  # (B a batch of its own, item for item)
+    vx = lw.read(n.inputs[0], pre, pr.phase)
+    if L.reshape(vx, ys) is not None:
+        return None  # A reads as it is
+    vx = L.squeeze(vx, None)  # (unit dims are free: 3:49's A is [b, c, h, p, l, 1])
+    if tuple(vx.shape[-2:]) != tuple(ys[-2:]) or vx.ndim < 4:
+        return None
+    if 2 * view_bytes(vx) / DEFAULT.bandwidth <= MAX_OUTER * DEFAULT.launch_s:
+        return None  # a small copy costs less than the calls
+    dense = L.contiguous_strides(vx.shape[:-2])  # (B and out, dense, must split the same way)
+    for d in range(vx.ndim - 2):
+        if 1 < vx.shape[d] <= MAX_OUTER and _splits(vx.shape, vx.strides, d) and \
+                _splits(vx.shape[:-2], dense, d, matrix=False):
+            return vx, d
+    return None
+
+
+def _splits(shape: Sequence[int], strides: Sequence[int], d: int, matrix: bool = True) -> bool:
+    """Whether the batch dims but ``d`` (of a view whose last two dims are a matrix, or of batch dims
+    alone) span one stride."""
+    nb = len(shape) - 2 if matrix else len(shape)
+    inner = [e for e in range(nb) if e != d]
+    return L.collapse([shape[e] for e in inner], [strides[e] for e in inner]) is not None
+
+
+def _lower_outer(lw, pr: GemmProto, pre: list, policy: str, va: View, d: int) -> None:
+    """A plain product (no epilogue) over a batch split as :func:`_through_reshape` found: A as it lies,
+    B and out viewed with A's batch dims (B copied dense first where it cannot be)."""
+    m, kk = va.shape[-2:]
+    if kk < SHORT_K and policy == "tf32":
+        policy = "fp32"  # (a short sum, as the one-call path plans it)
+    st = get_policy(policy).storage
+    dims = va.shape[:-2]
+    vb = lw.read(pr.b.tensor, pre, pr.phase)
+    vb = L.transpose(vb, -1, -2) if pr.b.transposed else vb
+    n = vb.shape[-1]
+    def split(v: View, shape: tuple[int, ...], out: bool = False) -> View | None:  # in A's batch dims, split as A
+        w = L.reshape(v, shape) if v.dtype == st else None
+        ok = w is not None and _splits(w.shape, w.strides, d) and \
+            L.as_matrix(View(w.buffer, w.offset, w.shape[-2:], w.strides[-2:], w.dtype), allow_trans=not out)
+        return w if ok else None
+
+    wb = split(vb, dims + (kk, n))
+    if wb is None:
+        c = lw.copy_contiguous(pr.b.tensor, vb, pre, pr.phase, why="GEMM operand B in A's batch dims", dtype=st)
+        wb = L.reshape(lw.views[c], dims + (kk, n))
+    vo = lw.out_view(pr, pr.out, lambda tv: split(tv, dims + (m, n), out=True) is not None)
+    wo = L.reshape(vo, dims + (m, n))
+    assert wo is not None, "out is its target in A's batch dims, or a fresh dense buffer"
+    vb, vo = wb, wo
+
+    def inner(v: View) -> tuple[View, int]:  # the view without dim d (its matrix and batch), and d's stride
+        keep = [e for e in range(v.ndim) if e != d]
+        return View(v.buffer, v.offset, tuple(v.shape[e] for e in keep), tuple(v.strides[e] for e in keep),
+                    v.dtype), v.strides[d]
+
+    (ia, oa), (ib, ob), (io, oo) = inner(va), inner(vb), inner(vo)
+    ma, mb, mo = L.as_matrix(ia), L.as_matrix(ib), L.as_matrix(io, allow_trans=False)
+    assert ma is not None and mb is not None and mo is not None, "an outer split needs matrices inside"
+    batch = math.prod(ia.shape[:-2])
+    spec = GemmSpec("gemm", policy, m, n, kk, batch, va, ma.ld, ma.batch_stride, ma.trans,
+                    vb, mb.ld, mb.batch_stride, mb.trans, vo, mo.ld, mo.batch_stride if batch > 1 else 0,
+                    alpha=float(pr.alpha), outer=va.shape[d], outer_a=oa, outer_b=ob, outer_out=oo)
+    lw.add(pr, pr.name, spec, [va, vb], [vo], touched=list(pr.ins) + [pr.out],
+           note=f"{va.shape[d]} calls over a batch no one stride spans, its A read as it lies")
+
+
+
 
 def lower(lw, pr: GemmProto, pre: list) -> None:
     policy = pr.policy or lw.f.policy
@@ -263,6 +362,10 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
         v = lw.read(x.tensor, pre, pr.phase)
         return L.transpose(v, -1, -2) if x.transposed else v
 
+    outer = _through_reshape(lw, pr, pre) if not pr.steps and pr.bias is None and policy == lw.f.policy else None
+    if outer is not None:
+        _lower_outer(lw, pr, pre, policy, *outer)
+        return
     va, vb = operand(pr.a), operand(pr.b)
     out_t = pr.out
     os_ = lw.shape(out_t)
@@ -430,7 +533,8 @@ def lower(lw, pr: GemmProto, pre: list) -> None:
 
 
 def cost(spec: GemmSpec, ceil) -> tuple[float, float, float]:
-    flops = 2.0 * spec.m * spec.n * spec.k * spec.batch + spec.m * spec.n * spec.batch * (len(spec.chain) + 1)
+    items = spec.batch * spec.outer
+    flops = 2.0 * spec.m * spec.n * spec.k * items + spec.m * spec.n * items * (len(spec.chain) + 1)
     nbytes = sum(view_bytes(v) for v in (spec.a, spec.b, spec.c, spec.bias, spec.residual)) + view_bytes(spec.out)
     if spec.split:  # three products over the split operands, written once a call (3x, in the parts' type)
         a_n, b_n = view_bytes(spec.a), view_bytes(spec.b)
@@ -440,6 +544,14 @@ def cost(spec: GemmSpec, ceil) -> tuple[float, float, float]:
 
 
 def interpret(mem, g: GemmSpec) -> None:
+    if g.outer > 1:  # (plain products only: no epilogue, C or chain)
+        import dataclasses
+
+        for o in range(g.outer):
+            one = dataclasses.replace(g, outer=1, a=_moved(g.a, o * g.outer_a), b=_moved(g.b, o * g.outer_b),
+                                      out=_moved(g.out, o * g.outer_out))
+            interpret(mem, one)
+        return
     import torch
 
     b = g.batch
@@ -470,6 +582,12 @@ def interpret(mem, g: GemmSpec) -> None:
         mem.write(g.out, x, (rows, g.n), (g.ldo, 1))
 
 
+def _moved(v: View, by: int) -> View:
+    import dataclasses
+
+    return dataclasses.replace(v, offset=v.offset + by)
+
+
 _EPILOGUE = {"none": "ST_EPI_NONE", "bias": "ST_EPI_BIAS", "relu": "ST_EPI_RELU", "gelu": "ST_EPI_GELU",
              "bias_relu": "ST_EPI_BIAS_RELU", "bias_gelu": "ST_EPI_BIAS_GELU"}
 
@@ -491,6 +609,14 @@ def render(t, g: GemmSpec, n, fn: str) -> tuple[list[str], list[str]]:
         lines.append(f"  g.bias = {n('bias')};")
     lines.append(f"  g.alpha = {cxx.flit(g.alpha)}; g.beta = {cxx.flit(g.beta)};")
     call = f"st_gemm_split_{g.split}" if g.split else "st_gemm"
+    if g.outer > 1:  # one call per item of the outer dim, the operands moved on by its strides
+        lines += [f"  for (int64_t o = 0; o < {g.outer}; ++o) {{",
+                  f"    g.a = {n('a')} + o * {g.outer_a}; g.b = {n('b')} + o * {g.outer_b}; "
+                  f"g.out = {n('out')} + o * {g.outer_out};",
+                  f"    if (st_status s = {call}(&g, stream)) return s;",
+                  "  }",
+                  "  return ST_OK;"]
+        return [], lines
     if not g.chain:
         lines.append(f"  return {call}(&g, stream);")
         return [], lines

@@ -10,9 +10,10 @@ stride; otherwise a strided-batched GEMM. Operands that are not matrices in the 
 type are copied (cast) first, but for one case: ``a`` a permuted tensor reshaped into a batch that
 no one stride spans (a state-space model's einsum: batch (b, c, h) of its input as it lies, strides
 b·c and h), where the copy would cost more than the calls, is read as it lies by one strided-batched
-call per item of an outer batch dim (at most :data:`MAX_OUTER` calls; a plain product, no epilogue). The epilogue: a leading scale folds into ``alpha``, a per-column add
-into the bias, a same-shape add into ``beta·C`` (else a residual op), a leading ReLU (or tanh GELU
-off fp32) into cuBLASLt's epilogue, the rest into the runtime's chain in reference order.
+call per item of an outer batch dim (at most :data:`MAX_OUTER` calls; a plain product, no epilogue).
+The epilogue: a leading scale folds into ``alpha``, a per-column add into the bias, a same-shape add
+into ``beta·C`` (else a residual op), a leading ReLU (or tanh GELU off fp32) into cuBLASLt's
+epilogue, the rest into the runtime's chain in reference order.
 
 Precision where it costs nothing (as the convolutions' short sums, kinds/conv.py): under a policy
 that rounds to TF32, a GEMM whose sums are shorter than :data:`SHORT_K` computes at fp32. Such a
@@ -320,6 +321,7 @@ def _lower_outer(lw, pr: GemmProto, pre: list, policy: str, va: View, d: int) ->
     vb = lw.read(pr.b.tensor, pre, pr.phase)
     vb = L.transpose(vb, -1, -2) if pr.b.transposed else vb
     n = vb.shape[-1]
+
     def split(v: View, shape: tuple[int, ...], out: bool = False) -> View | None:  # in A's batch dims, split as A
         w = L.reshape(v, shape) if v.dtype == st else None
         ok = w is not None and _splits(w.shape, w.strides, d) and \
@@ -349,7 +351,6 @@ def _lower_outer(lw, pr: GemmProto, pre: list, policy: str, va: View, d: int) ->
                     alpha=float(pr.alpha), outer=va.shape[d], outer_a=oa, outer_b=ob, outer_out=oo)
     lw.add(pr, pr.name, spec, [va, vb], [vo], touched=list(pr.ins) + [pr.out],
            note=f"{va.shape[d]} calls over a batch no one stride spans, its A read as it lies")
-
 
 
 

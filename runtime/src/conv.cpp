@@ -247,12 +247,6 @@ void dense_strides(const int64_t* dims, int n, bool channels_last, int64_t* stri
   strides[0] = s;
 }
 
-int64_t elements(const int64_t* dims, int n) {
-  int64_t e = 1;
-  for (int i = 0; i < n; ++i) e *= dims[i];
-  return e;
-}
-
 Geometry geometry(const st_conv_args& a) {
   Geometry g;
   const int d = a.spatial_dims;
@@ -783,8 +777,9 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
   // into the workspace. Held to 256 MiB, a 16x16x1024x1024 input's (268 MB) left only a SIMT engine:
   // 17.4 ms, against 6.2 ms for the converting engine and PyTorch's 6.7 (H200, tf32; BENCHMARKS.md,
   // "The cause: a channels-first engine was held to 256 MiB of workspace").
-  const size_t operands = static_cast<size_t>(elements(geo.x, geo.dims()) * st_dtype_size(a.x_dtype) +
-                                              elements(geo.y, geo.dims()) * st_dtype_size(a.y_dtype));
+  const size_t operands =
+      static_cast<size_t>(numel(a, a.in_size, a.in_channels) * static_cast<int64_t>(st_dtype_size(a.x_dtype)) +
+                          a.batch * a.out_channels * spatial_numel(a) * static_cast<int64_t>(st_dtype_size(a.y_dtype)));
   const size_t ws_limit =
       capturing ? ws_now
                 : std::max(ws_now, env_bytes("STITCHCUDA_CONV_WORKSPACE_LIMIT", std::max<size_t>(256u << 20, operands)));

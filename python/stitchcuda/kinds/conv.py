@@ -217,11 +217,7 @@ def widening_alone(ix, x: str, out: str) -> bool:
     """Whether a convolution is a program of its own that widens its data (the module docstring): its
     input ``x`` the program's, its result ``out`` :func:`leaves_program`, and at least ``WIDENING``
     times the input's bytes."""
-    def nbytes(t: str) -> int:
-        s = ix.spec(t)
-        return math.prod(s.shape) * L.DTYPE_SIZES[s.dtype]
-
-    return x in ix.inputs and leaves_program(ix, out) and nbytes(out) >= WIDENING * nbytes(x)
+    return x in ix.inputs and leaves_program(ix, out) and ix.spec(out).nbytes >= WIDENING * ix.spec(x).nbytes
 
 
 def short_sums(cin: int, taps: Sequence[int], out_elements: int) -> bool:

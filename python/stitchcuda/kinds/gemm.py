@@ -281,7 +281,7 @@ def _through_reshape(lw, pr: GemmProto, pre: list):
     if x.transposed or x.tensor in lw.views:
         return None
     n = lw.ix.producer.get(x.tensor)
-    if n is None or n.op not in (ops.A + "view.default", ops.A + "_unsafe_view.default", ops.A + "reshape.default"):
+    if n is None or n.op not in ops.RESHAPES:
         return None
     ys, bs = lw.shape(x.tensor), lw.shape(pr.b.tensor)
     if len(ys) != 3 or len(bs) != 3 or bs[0] != ys[0] or lw.ix.spec(n.inputs[0]).dtype != "float32":
@@ -337,10 +337,8 @@ def _lower_outer(lw, pr: GemmProto, pre: list, policy: str, va: View, d: int) ->
     assert wo is not None, "out is its target in A's batch dims, or a fresh dense buffer"
     vb, vo = wb, wo
 
-    def inner(v: View) -> tuple[View, int]:  # the view without dim d (its matrix and batch), and d's stride
-        keep = [e for e in range(v.ndim) if e != d]
-        return View(v.buffer, v.offset, tuple(v.shape[e] for e in keep), tuple(v.strides[e] for e in keep),
-                    v.dtype), v.strides[d]
+    def inner(v: View) -> tuple[View, int]:  # the view's first item along dim d, and d's stride
+        return L.select(v, d, 0), v.strides[d]
 
     (ia, oa), (ib, ob), (io, oo) = inner(va), inner(vb), inner(vo)
     ma, mb, mo = L.as_matrix(ia), L.as_matrix(ib), L.as_matrix(io, allow_trans=False)

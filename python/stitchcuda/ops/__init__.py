@@ -19,7 +19,7 @@ from .elementwise import Lowering, num  # (importing .elementwise registers its 
 from . import pointwise  # (importing .pointwise registers the long tail of pointwise entries)
 from .epilogue import EPILOGUES, EpKind
 from .registry import A, ATEN, INSTRS, AtenOp, Domain, EpOp, EwInstr, Instr, elementwise, registered, version
-from .structural import TRANSPARENT  # (importing .structural registers its entries)
+from .structural import RESHAPES, TRANSPARENT  # (importing .structural registers its entries)
 
 SDPA = A + "scaled_dot_product_attention.default"
 CAT = A + "cat.default"
@@ -125,6 +125,6 @@ def epilogue_of(node: Any, in_dtype: Callable[[int], str], arg_of: Callable[...,
     return EpOp(i.epilogue, params[0], params[1])
 
 
-__all__ = ["pointwise", "A", "SDPA", "CAT", "TRANSPARENT", "ATEN", "INSTRS", "AtenOp", "Instr", "Domain", "EwInstr", "EpOp", "EpKind", "EPILOGUES",
+__all__ = ["pointwise", "A", "SDPA", "CAT", "RESHAPES", "TRANSPARENT", "ATEN", "INSTRS", "AtenOp", "Instr", "Domain", "EwInstr", "EpOp", "EpKind", "EPILOGUES",
            "Lowering", "elementwise", "registered", "version", "aten", "kind", "args", "instr", "of_kind", "supported",
            "lower", "epilogue_of"]

@@ -59,8 +59,11 @@ _add("cat", ("cat.default",), flops=0)
 # positional in Node.inputs; the planner reads them with stitchcuda.recurrent.recurrence.
 _add("recurrent", ("lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input"), ("input",), 2)
 
+#: Row-major reshapes: the same elements in the same order, another shape.
+RESHAPES = frozenset(A + s for s in ("view.default", "_unsafe_view.default", "reshape.default"))
+
 #: Layout ops that leave a tensor's value and shape as they are.
 TRANSPARENT = frozenset(A + s for s in ("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default",
                                         "contiguous.default"))
 
-__all__ = ["TRANSPARENT"]
+__all__ = ["RESHAPES", "TRANSPARENT"]

@@ -137,7 +137,7 @@ class Lowerer:
         ys = self.shape(t)
         if op in ops.TRANSPARENT:
             return vx
-        if op in (A + "view.default", A + "_unsafe_view.default", A + "reshape.default"):
+        if op in ops.RESHAPES:
             return L.reshape(vx, ys)
         if op == A + "permute.default":
             return L.permute(vx, n.attr("dims"))

@@ -46,7 +46,7 @@ def _inverse(n: Node, vy: View, xs: tuple[int, ...]) -> View | None:
         return L.transpose(vy, int(n.attr("dim0")), int(n.attr("dim1")))
     if op == A + "t.default":
         return L.transpose(vy, 0, 1) if vy.ndim == 2 else vy
-    if op in (A + "view.default", A + "_unsafe_view.default", A + "reshape.default"):
+    if op in ops.RESHAPES:
         return L.reshape(vy, xs)
     if op in (A + "unsqueeze.default", A + "squeeze.dims", A + "squeeze.dim", A + "squeeze.default"):
         return L.reshape(vy, xs)  # only size-1 dims differ: always expressible

@@ -566,7 +566,6 @@ def _apply_fold_batch_norm(graph: Graph, place) -> Graph:
 # ---------------------------------------------------------------------- instance_norm_as_group_norm
 
 _BN_NO_STATS = A + "_native_batch_norm_legit.no_stats"
-_VIEWS = (A + "view.default", A + "reshape.default", A + "_unsafe_view.default")
 
 
 def _find_instance_norms(graph: Graph) -> list[tuple[Node, Node, Node]]:
@@ -577,14 +576,14 @@ def _find_instance_norms(graph: Graph) -> list[tuple[Node, Node, Node]]:
         if bn.op != _BN_NO_STATS or not bn.inputs:
             continue
         vin = graph.producer(bn.inputs[0])
-        if vin is None or vin.op not in _VIEWS:
+        if vin is None or vin.op not in ops.RESHAPES:
             continue
         x0, y = graph.spec(vin.inputs[0]), bn.outputs[0]
         if len(x0.shape) < 3 or x0.dtype != "float32" or tuple(y.shape) != (1, x0.shape[0] * x0.shape[1]) + \
                 tuple(x0.shape[2:]) or len(_users(graph, vin.outputs[0].name)) != 1:
             continue
         users = _users(graph, y.name)
-        if len(users) != 1 or users[0].op not in _VIEWS or y.name in graph.outputs or \
+        if len(users) != 1 or users[0].op not in ops.RESHAPES or y.name in graph.outputs or \
                 tuple(users[0].outputs[0].shape) != tuple(x0.shape):
             continue
         if any(_users(graph, o.name) or o.name in graph.outputs for o in bn.outputs[1:]):
@@ -985,9 +984,6 @@ def _apply_conv_bias_into_elementwise(graph: Graph, place) -> Graph:
 
 # ---------------------------------------------------------------------- select_before_producer
 
-_RESHAPES = (A + "view.default", A + "_unsafe_view.default", A + "reshape.default")
-
-
 def _reshape_dim(src: Sequence[int], dst: Sequence[int], d: int) -> int | None:
     """The dim of ``src`` that a row-major reshape to ``dst`` keeps whole as its dim ``d`` (the same
     size, and the same number of elements before it), or None."""
@@ -1010,7 +1006,7 @@ def _select_source(graph: Graph, sel: Node) -> tuple[Node, int] | None:
     d = int(sel.attr("dim")) % len(shape)
     if p.op == A + "permute.default":
         return p, int(p.attr("dims")[d]) % len(shape)
-    if p.op in _RESHAPES and len(p.inputs) == 1:
+    if p.op in ops.RESHAPES and len(p.inputs) == 1:
         e = _reshape_dim(graph.spec(p.inputs[0]).shape, shape, d)
         return (p, e) if e is not None else None
     if p.op == A + "bmm.default" and len(p.inputs) == 2:
@@ -1041,7 +1037,7 @@ def _apply_select_before_producer(graph: Graph, sel: Node) -> Graph:
         rest = [v - (v > e) for v in dims if v != e]
         x = select(p.inputs[0], e)
         mine(A + "permute.default", [x], out.shape, (("dims", tuple(rest)),), out=out.name, node_name=mine.name())
-    elif p.op in _RESHAPES:
+    elif p.op in ops.RESHAPES:
         x = select(p.inputs[0], e)
         mine(A + "view.default", [x], out.shape, (("size", tuple(out.shape)),), out=out.name, node_name=mine.name())
     else:  # bmm [B, M, K] x [B, K, N]

@@ -296,18 +296,10 @@ def _through_reshape(lw, pr: GemmProto, pre: list):
         return None  # a small copy costs less than the calls
     dense = L.contiguous_strides(vx.shape[:-2])  # (B and out, dense, must split the same way)
     for d in range(vx.ndim - 2):
-        if 1 < vx.shape[d] <= MAX_OUTER and _splits(vx.shape, vx.strides, d) and \
-                _splits(vx.shape[:-2], dense, d, matrix=False):
+        if 1 < vx.shape[d] <= MAX_OUTER and L.as_matrix(L.select(vx, d, 0)) is not None and \
+                L.collapse(vx.shape[:d] + vx.shape[d + 1:-2], dense[:d] + dense[d + 1:]) is not None:
             return vx, d
     return None
-
-
-def _splits(shape: Sequence[int], strides: Sequence[int], d: int, matrix: bool = True) -> bool:
-    """Whether the batch dims but ``d`` (of a view whose last two dims are a matrix, or of batch dims
-    alone) span one stride."""
-    nb = len(shape) - 2 if matrix else len(shape)
-    inner = [e for e in range(nb) if e != d]
-    return L.collapse([shape[e] for e in inner], [strides[e] for e in inner]) is not None
 
 
 def _lower_outer(lw, pr: GemmProto, pre: list, policy: str, va: View, d: int) -> None:
@@ -324,9 +316,7 @@ def _lower_outer(lw, pr: GemmProto, pre: list, policy: str, va: View, d: int) ->
 
     def split(v: View, shape: tuple[int, ...], out: bool = False) -> View | None:  # in A's batch dims, split as A
         w = L.reshape(v, shape) if v.dtype == st else None
-        ok = w is not None and _splits(w.shape, w.strides, d) and \
-            L.as_matrix(View(w.buffer, w.offset, w.shape[-2:], w.strides[-2:], w.dtype), allow_trans=not out)
-        return w if ok else None
+        return w if w is not None and L.as_matrix(L.select(w, d, 0), allow_trans=not out) is not None else None
 
     wb = split(vb, dims + (kk, n))
     if wb is None:

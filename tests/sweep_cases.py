@@ -1475,8 +1475,8 @@ KINDS: dict[str, tuple[Callable, ...]] = {
     "Attention": (attention,), "AttentionMaskBlocks": (attention,), "Copy": (cat, scatter, views),
     "BnStats": (norm,), "GroupStats": (norm,), "Pool": (pool,), "Scan": (scan,), "Arg": (arg,),
     "Gather": (gather, upsample, linear_upsample, pad, interpolate), "Iota": (arange,), "Conv": (conv,),
-    "Depthwise": (conv,), "NarrowConv": (conv,),  # (NarrowConv: by default where the result is returned, and
-    # under the conv strategy `narrow`, which tests/test_narrow_conv.py sweeps)
+    "Depthwise": (conv,), "NarrowConv": (conv,),  # (NarrowConv: by default under tf32 where the result is
+    # returned, and under the conv strategy `narrow`, which tests/test_narrow_conv.py sweeps)
     "NormStream": (norm,),  # (under the norm strategy `stream`, or on tensors over 96 MB: tests/test_norm_stream.py)
     "Recurrent": (recurrent,),
 }

@@ -361,10 +361,10 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
         Fn(lambda s, x: s.c(x).amax((3, 4)), c=nn.Conv3d(2, 8, 2)), [_x(2, 2, 4, 5, 6)]))),
     # pooling inside a channels-last region (tensor cores): four channels a thread (8 channels)
     # and one (6), max with ceil mode then average
-    # convolutions over few input channels (kinds/narrow_conv.py's kernel where the result is returned,
-    # cuDNN's elsewhere; tests/gpu/test_narrow_conv_gpu.py runs each on the kernel): tiles cut by the edges, filter chunks (70 channels), a
-    # strided RGB stem, a dilated 16-channel one, and one reading a wide convolution's result
-    # channels-last (under tensor cores)
+    # convolutions over few input channels (kinds/narrow_conv.py's kernel under tf32 where the result
+    # is returned, cuDNN's elsewhere; tests/gpu/test_narrow_conv_gpu.py runs each on the kernel): tiles
+    # cut by the edges, filter chunks (70 channels), a strided RGB stem, a dilated 16-channel one, and
+    # one reading a wide convolution's result channels-last (under tensor cores)
     "narrow_conv_hardswish_chunks": ("conv", _seeded(lambda: (
         Fn(lambda s, x: F.hardswish(torch.relu(s.c(x))), c=nn.Conv2d(8, 70, 3, padding=1)), [_x(2, 8, 37, 41)]))),
     "narrow_conv_stem_7x7_stride2": ("conv", _seeded(lambda: (

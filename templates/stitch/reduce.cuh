@@ -128,6 +128,12 @@ struct MomentsOp {
   }
 };
 
+// STITCH_ROW_BULK 0 (defined before this header) loads a cluster's row slices through registers:
+// the form before the copy engine, for measuring the two in one process.
+#ifndef STITCH_ROW_BULK
+#define STITCH_ROW_BULK 1
+#endif
+
 namespace detail {
 
 template <class T> struct NoDeduce { using type = T; };
@@ -172,9 +178,18 @@ row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
   extern __shared__ float4 slice_smem[];  // kCluster: the block's slice of the row, as packs
   Pack<Tin, VEC>* slice = reinterpret_cast<Pack<Tin, VEC>*>(slice_smem);
   if constexpr (kCluster) {
+    // The slice by the copy engine where its packs are 16 bytes (all of it in flight at once: loaded
+    // through registers, 4 packs a thread at a time, the load phase kept DRAM under half busy on an
+    // H200), else through registers.
+    __shared__ unsigned long long bar;
+    const int64_t bytes = (c1 > c0 ? c1 - c0 : 0) * int64_t(sizeof(Pack<Tin, VEC>));
+    if (!(STITCH_ROW_BULK && sizeof(Pack<Tin, VEC>) == 16 &&
+          reinterpret_cast<uintptr_t>(x + c0 * VEC) % 16 == 0 &&
+          bulk_load_shared(slice, x + c0 * VEC, uint32_t(bytes), &bar))) {
 #pragma unroll 4
-    for (int64_t c = c0 + lane; c < c1; c += group) slice[c - c0] = load_pack<Tin, VEC>(x + c * VEC);
-    __syncthreads();
+      for (int64_t c = c0 + lane; c < c1; c += group) slice[c - c0] = load_pack<Tin, VEC>(x + c * VEC);
+      __syncthreads();
+    }
   }
 
   Pack<Tin, VEC> cache[CACHE > 0 ? CACHE : 1];

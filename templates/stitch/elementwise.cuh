@@ -292,31 +292,15 @@ cudaError_t ew_launch_strided(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int
 
 // ---- tiled path (a layout change) --------------------------------------------------------------
 
-// Tiles of ta x tb elements (ta * tb == kEwTile, each a power of two, from kEwTileMinSide to 256)
-// over (a, b): out has stride 1 along a; each input has strides in_sa / in_sb along them; bit k of
-// `staged`: input k has stride 1 along b and is read through shared memory. The tile's sides follow
-// the extents, so a side of 8 channels fills its lanes (a 32 x 32 tile over 8 channels left three
-// quarters of the block idle). Blocks walk tiles as (x: along a, y: along b, z: batch), so a
-// tile's place needs no division; the batch dims (innermost first) are decomposed once a tile, in
-// 32 bits.
-//
-// 4096 elements a tile (16 a thread): a block's read phase is all the bytes it has in flight, and
-// at 2048 an SM held too few of them to cover the memory's latency (Nsight Compute on an H200: the
-// layout-changing epilogues of two convolution chains at 41-46 % of DRAM bandwidth, register-limited
-// to 4 blocks an SM). The cost: a side spans at least 16, so an extent of 8 leaves half a tile idle.
-// STITCH_EW_TILE_LOG 11 (defined before this header) is the 2048-element form, for measuring the two
-// in one process (benchmarks/compare_programs.py).
-#ifndef STITCH_EW_TILE_LOG
-#define STITCH_EW_TILE_LOG 12
-#endif
-constexpr int kEwTileLog = STITCH_EW_TILE_LOG;
-constexpr int kEwTile = 1 << kEwTileLog;
+// Tiles of ta x tb elements (ta * tb == kEwTile, each a power of two >= 8) over (a, b): out has
+// stride 1 along a; each input has strides in_sa / in_sb along them; bit k of `staged`: input k
+// has stride 1 along b and is read through shared memory. The tile's sides follow the extents, so
+// a side of 8 channels fills its lanes (a 32 x 32 tile over 8 channels left three quarters of the
+// block idle). Blocks walk tiles as (x: along a, y: along b, z: batch), so a tile's place needs no
+// division; the batch dims (innermost first) are decomposed once a tile, in 32 bits.
+constexpr int kEwTile = 2048;
 constexpr int kEwTileThreads = 256;
-constexpr int kEwTileMinSide = kEwTile / kEwTileThreads;  // the long side at most the block
-static_assert(kEwTileLog >= 11 && kEwTileLog <= 12, "2048 or 4096 elements a tile");
-// floats per staged input: ta * row stride (row = tb + 1, or tb + 32 / ta for ta < 32), at most
-// 256 * (kEwTileMinSide + 1)
-constexpr int kEwTileSmem = 256 * (kEwTileMinSide + 1);
+constexpr int kEwTileSmem = 2304;  // floats per staged input: ta * row stride, at most 256 * 9
 
 template <int NIN>
 struct EwTileParams {
@@ -357,21 +341,14 @@ __device__ __forceinline__ float ew_load_nc(const T* p) {
 template <bool kFull, class T>
 __device__ __forceinline__ void ew_tile_stage(float* slot, const T* src, int64_t step, int sa, int row,
                                               bool b_in, int64_t a_left) {
-  constexpr int kPer = kEwTile / kEwTileThreads, kBatch = 8;  // (8 in flight: 16 held 30 more registers)
-#pragma unroll 1
-  for (int i0 = 0; i0 < kPer; i0 += kBatch) {
-    float r[kBatch];
+  constexpr int kPer = kEwTile / kEwTileThreads;
+  float r[kPer];
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = i0 + j;
-      r[j] = kFull || (b_in && i * sa < a_left) ? ew_load_nc(src + i * step) : 0.0f;
-    }
+  for (int i = 0; i < kPer; ++i)
+    r[i] = kFull || (b_in && i * sa < a_left) ? ew_load_nc(src + i * step) : 0.0f;
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = i0 + j;
-      if (kFull || (b_in && i * sa < a_left)) slot[i * sa * row] = r[j];
-    }
-  }
+  for (int i = 0; i < kPer; ++i)
+    if (kFull || (b_in && i * sa < a_left)) slot[i * sa * row] = r[i];
 }
 
 // Input K's staging in packs of kEwPack along b (its bit of vec_in): kPer / kEwPack loads a thread,
@@ -485,7 +462,7 @@ __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(
     const int64_t dstep = int64_t(sb) * p.out_sb;
     const int64_t b_left = p.nb - b0 - lb0;
     if (kFull || a < p.na) {  // (na a multiple of the pack: the pack lies inside or outside)
-#pragma unroll 2
+#pragma unroll
       for (int i = 0; i < kPer / kEwPack; ++i) {
         if (kFull || i * sb < b_left) {
           const int lb = lb0 + i * sb;
@@ -514,7 +491,7 @@ __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(
   const int64_t dstep = int64_t(sb) * p.out_sb;
   const int64_t b_left = p.nb - b0 - lb0;
   if (kFull || a < p.na) {
-#pragma unroll 4
+#pragma unroll
     for (int i = 0; i < kPer; ++i) {
       if (kFull || i * sb < b_left) {
         const int lb = lb0 + i * sb;
@@ -585,17 +562,16 @@ bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const
     ++p.nbatch;
   }
   if (p.batch >= (int64_t(1) << 32)) return false;  // batch index in 32 bits
-  // Sides: a up to 64 (2048) or 128 (4096) (its extent rounded up), b the rest of the tile, unless b
-  // is the short side (then b its extent, a the rest); no side under kEwTileMinSide, so none over
-  // the block's 256 lanes. At 4096, a and b of 128 x 32 keep b's packs within 32 (below).
-  const int lmin = ew_log2_ceil(kEwTileMinSide), lamax = kEwTileLog - 5;
+  // Sides: a up to 64 (its extent rounded up), b the rest of the tile, unless b is the short
+  // side (then b its extent, a the rest); a side of 8 channels is a side of 8.
+  const int ltile = ew_log2_ceil(kEwTile);
   int lta = ew_log2_ceil(p.na);
-  lta = lta < lmin ? lmin : lta > lamax ? lamax : lta;
-  int ltb = kEwTileLog - lta;
+  lta = lta < 3 ? 3 : lta > 6 ? 6 : lta;
+  int ltb = ltile - lta;
   const int lnb = ew_log2_ceil(p.nb);
   if (lnb < ltb) {
-    ltb = lnb < lmin ? lmin : lnb;
-    lta = kEwTileLog - ltb;
+    ltb = lnb < 3 ? 3 : lnb;
+    lta = ltile - ltb;
   }
   p.lta = lta;
   p.ltb = ltb;

@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     ratios: dict[str, list[float]] = {k: [] for k, _ in BASELINES}
+    by_level: dict[int, dict[str, list[float]]] = {}  # the issues' targets are per level
     gaps = []
     for p in problems:
         key = (p["level"], p["problem_id"])
@@ -118,11 +119,15 @@ def main(argv: list[str] | None = None) -> int:
             s = base / prog if base and prog else None
             if s is not None:
                 ratios[k].append(s)
+                by_level.setdefault(p["level"], {b: [] for b, _ in BASELINES})[k].append(s)
             cells.append(f"{s:.2f}x" if s is not None else "")
         print("| " + " | ".join(cells) + " |")
     g = geomean(gaps)
     print("| **geometric mean** | | | | " + (f"{g:.1f}" if g else "") + " | "
           + " | ".join(f"**{geomean(v):.2f}x** ({len(v)})" if v else "" for v in ratios.values()) + " |")
+    for level, lr in sorted(by_level.items()):
+        print(f"| level {level} | | | | | " + " | ".join(f"{geomean(v):.2f}x ({len(v)})" if v else "" for v in lr.values())
+              + " |")
     return 0
 
 

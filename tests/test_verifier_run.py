@@ -1153,8 +1153,8 @@ def test_a_plain_trial_beyond_fp32_is_judged_against_the_policy_in_pytorch():
         def forward64(self, draw, inputs=None):
             return [self.ref64]
 
-        def forward_at(self, policy, draw, inputs=None):
-            return [self.at]
+        def forward_at(self, policy, draw, inputs=None, emulated=False):
+            return None if emulated else [self.at]
 
     g = torch.Generator().manual_seed(SEED)
     ref64 = torch.randn(4096, generator=g, dtype=torch.float64) * 1e6   # outputs far above 1: atol = tol
@@ -1169,6 +1169,52 @@ def test_a_plain_trial_beyond_fp32_is_judged_against_the_policy_in_pytorch():
     assert not beyond.judge("plain", [(ref64 * 1.05).float()], d, [], varied=False).trial.passed  # 5 % off
     met = Session(runner, Ref(ref64.float(), ref64, at), "tf32", Secret(SEED))              # fp32 meets it
     assert not met.judge("plain", [out], d, [], varied=False).trial.passed
+
+
+def test_ill_conditioned_inputs_are_judged_by_the_policys_arithmetic_not_pytorchs_engine():
+    """PyTorch "at tf32" may run without TF32 (cuDNN picks an fp32 engine: its result is the fp32
+    reference), so on inputs where TF32 itself cannot meet the tolerance elementwise it shows none of
+    that error. The reference with TF32-rounded operands (``emulated``) shows it: a program with
+    TF32's error passes in norm there, one 25 % off (past the varied slack too) still fails, and
+    without the emulation the honest program is rejected (2:73 on a ramp)."""
+    from stitchcuda.verifier.run.session import Draw, Session
+    from stitchcuda.verifier.run.inputs import Secret
+
+    class Ref:
+        input_specs = (mf.TensorSpec("x", (4096,), "float32"),)
+        output_specs = (mf.TensorSpec("y", (4096,), "float32"),)
+        lifted_indices = ()
+
+        def __init__(self, ref64, emulated):
+            self.ref64, self.emulated = ref64, emulated
+
+        def forward(self, draw, inputs=None):
+            return [self.ref64.float()]
+
+        def forward64(self, draw, inputs=None):
+            return [self.ref64]
+
+        def forward_at(self, policy, draw, inputs=None, emulated=False):
+            if emulated:
+                return None if self.emulated is None else [self.emulated]
+            return [self.ref64.float()]  # PyTorch at tf32 on an engine without TF32: the fp32 result
+
+    g = torch.Generator().manual_seed(SEED)
+    ref64 = torch.randn(4096, generator=g, dtype=torch.float64)
+    noise = torch.randn(4096, generator=g, dtype=torch.float64)
+    ref64[:4], noise[:4] = 0.5, 500.0                                   # four far off (a tiny spread amplified): 0.25
+    tf32 = (ref64 + noise * 5e-4).float()                               # TF32 arithmetic: 8e-3 in norm
+    out = (ref64 + noise.flip(0) * 5e-4).float()                        # ours: the same size of error
+    out[:4] = tf32[:4]
+    d, runner = Draw([], [], 0), FakeRunner(lambda i, o, r: None)
+    blind = Session(runner, Ref(ref64, None), "tf32", Secret(SEED))      # no emulation: PyTorch's fp32 engine only
+    assert not blind.judge("ramp", [out], d, [], varied=True, distribution=True).trial.passed
+    seen = Session(runner, Ref(ref64, tf32), "tf32", Secret(SEED))
+    j = seen.judge("ramp", [out], d, [], varied=True, distribution=True)
+    assert j.trial.passed and j.trial.outputs[0].judged == "norm-relative", j.trial
+    assert any("tf32 arithmetic" in n for n in seen.notes), seen.notes
+    assert not seen.judge("ramp", [(ref64 * 1.25).float()], d, [], varied=True, distribution=True).trial.passed  # 25 % off
+    assert not seen.judge("plain", [out], d, [], varied=False).trial.passed  # plain trials: elementwise as before
 
 
 def test_child_dies_with_its_parent(tmp_path):

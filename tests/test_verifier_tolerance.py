@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from stitchcuda import manifest as mf  # noqa: E402
-from stitchcuda.precision import get  # noqa: E402
+from stitchcuda.precision import get, round_tf32  # noqa: E402
 from stitchcuda.verifier import build_result  # noqa: E402
 from stitchcuda.verifier.run import harness  # noqa: E402
 from stitchcuda.verifier.run.reference import resolve_reference  # noqa: E402
@@ -170,9 +170,7 @@ def test_float64_is_computed_only_where_fp32_fails(tmp_path, monkeypatch):
 
 
 def _round_tf32(t: torch.Tensor) -> torch.Tensor:
-    """Round to TF32 (10 explicit mantissa bits), to nearest."""
-    b = t.float().contiguous().view(torch.int32)
-    return ((b + 0x1000) & ~0x1FFF).view(torch.float32)
+    return round_tf32(t.float())
 
 
 def _round_bf16(t: torch.Tensor) -> torch.Tensor:
@@ -183,7 +181,9 @@ class EmulatedGemm(harness.ReferenceHarness):
     """references/gemm.py with the GPU's policies emulated: TF32 rounds the GEMM's inputs to TF32;
     bf16 (autocast) rounds inputs and output to bfloat16."""
 
-    def forward_at(self, policy, draw, inputs=None):
+    def forward_at(self, policy, draw, inputs=None, emulated=False):
+        if emulated:  # (forward_at at tf32 is the emulation here already)
+            return None
         (x,) = draw.program if inputs is None else inputs
         w = self.weights[0]
         if policy == "tf32":
@@ -224,3 +224,37 @@ def test_a_wrong_program_is_a_wrong_answer_not_a_precision_claim(gemm):
     # the failure set beside PyTorch's own TF32 on the same inputs, once: the program's fault here
     said = [n for n in res.notes if "PyTorch's own tf32 on the same inputs" in n]
     assert len(said) == 1 and "(within the tolerance)" in said[0] and "max |err| 0.1" in said[0], res.notes
+
+
+def test_round_tf32_keeps_ten_mantissa_bits_to_nearest():
+    one = 1.0
+    x = torch.tensor([one, one + 2**-10, one + 2**-11, one + 2**-12, -(one + 2**-11), 3.0e38, float("inf"),
+                      float("-inf"), float("nan"), 0.0], dtype=torch.float32)
+    r = round_tf32(x)
+    assert r[:6].tolist() == [one, one + 2**-10, one + 2**-10, one, -(one + 2**-10), r[5].item()]
+    assert (round_tf32(r[:6]) == r[:6]).all()                      # TF32 values stay as they are
+    assert abs(r[5].item() - 3.0e38) <= 3.0e38 * 2**-11
+    assert r[6].item() == float("inf") and r[7].item() == float("-inf") and r[8].isnan() and r[9].item() == 0.0
+
+
+def test_tf32_emulated_rounds_every_products_operands_and_nothing_else():
+    """Policy.emulated() at tf32: a product's float32 operands rounded to TF32 whichever op reaches
+    it (a matmul, a linear layer's addmm with its bias left exact, a convolution); elementwise work
+    untouched; at fp32 nothing rounded. On the CPU, where PyTorch's TF32 flags do nothing."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(7)
+    x, w, b = (torch.randn(s, generator=g) for s in ((16, 64), (32, 64), (32,)))
+    img, k = torch.randn(2, 3, 9, 9, generator=g), torch.randn(4, 3, 3, 3, generator=g)
+    rx, rw, rimg, rk = (round_tf32(t) for t in (x, w, img, k))
+    with torch.no_grad(), get("tf32").emulated():
+        mm, lin, conv, ew = x @ w.T, F.linear(x, w, b), F.conv2d(img, k, b[:4]), torch.exp(x)
+    assert torch.equal(mm, rx @ rw.T)
+    assert torch.equal(lin, torch.addmm(b, rx, rw.T))
+    assert torch.equal(conv, F.conv2d(rimg, rk, b[:4]))
+    assert torch.equal(ew, torch.exp(x))
+    assert not torch.equal(mm, x @ w.T)                                # the rounding is there to see
+    with torch.no_grad(), get("fp32").emulated():
+        assert torch.equal(x @ w.T, x @ w.T) and torch.equal(F.linear(x, w, b), F.linear(x, w, b))
+        fp32_mm = x @ w.T
+    assert torch.equal(fp32_mm, x @ w.T)

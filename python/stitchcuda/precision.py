@@ -82,6 +82,22 @@ class Policy:
             b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old[0], old[1]
             torch.set_float32_matmul_precision(old[2])
 
+    @contextlib.contextmanager
+    def emulated(self) -> Iterator[None]:
+        """PyTorch computing as this policy's arithmetic does on whichever engine runs it. Under tf32
+        the float32 operands of every matrix product and convolution are rounded to TF32 (10 mantissa
+        bits, to nearest) and the products taken in fp32: what a TF32 tensor core multiplies, with no
+        engine choice in it. baseline() cannot promise that: cuDNN may run a TF32-allowed convolution
+        without TF32 (bit-identical to fp32 on 2:73's shape), and then PyTorch "at tf32" shows none of
+        TF32's error. Other policies: as baseline() (autocast already rounds the operands itself).
+        Runs on any device. Needs PyTorch."""
+        if not self.tf32:
+            with self.baseline():
+                yield
+            return
+        with get("fp32").baseline(), _tf32_products():
+            yield
+
 
 #: strategies whose products run on tensor cores when the policy allows them (cuBLASLt, cuDNN, the
 #: attention, convolution and recurrent templates): what tf32 rounds, and what precision repair may raise
@@ -126,3 +142,40 @@ def fp32_exact() -> contextlib.AbstractContextManager[None]:
 
 
 __all__ = ["Policy", "POLICIES", "NAMES", "FP32", "TF32", "BF16", "FP16", "get", "stricter", "fp32_exact"]
+
+
+#: The ATen ops whose float32 operands a TF32 tensor core rounds (their positions in the call); what
+#: they compute from the rounded operands is fp32. Composite ops (linear, matmul, conv2d, einsum)
+#: reach these. Not rounded: matrix-vector products (no tensor cores) and PyTorch's fused attention
+#: kernels (their arithmetic is their own).
+_TF32_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "addbmm": (1, 2),
+                  "convolution": (0, 1), "_convolution": (0, 1)}
+
+
+def round_tf32(t):
+    """``t`` (float32) rounded to TF32's 10 mantissa bits, to nearest, ties away from zero (as
+    ``cvt.rna.tf32.f32``); non-finite values unchanged. A new tensor."""
+    import torch
+
+    bits = t.contiguous().view(torch.int32)
+    r = ((bits + 0x1000) & ~0x1FFF).view(torch.float32).view(t.shape)
+    return torch.where(torch.isfinite(t), r, t)
+
+
+def _tf32_products():
+    """A dispatch mode rounding the operands of the products in ``_TF32_OPERANDS`` (Policy.emulated)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    import torch
+
+    class TF32Products(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            where = _TF32_OPERANDS.get(func.overloadpacket.__name__)
+            if where:
+                args = list(args)
+                for k in where:
+                    a = args[k] if k < len(args) else None
+                    if isinstance(a, torch.Tensor) and a.dtype == torch.float32:
+                        args[k] = round_tf32(a)
+            return func(*args, **(kwargs or {}))
+
+    return TF32Products()

@@ -360,3 +360,26 @@ def test_graph_replay_kernel_time_matches_event_time(tmp_path):
         assert det.launches.ok and det.launches.graph_launches == 10 and det.launches.graph_kernels == 40, \
             det.launches
     assert "cuda_graph" in {t.id for t in v.report.rubric.cuda_engineering.techniques if t.detected}
+
+
+def test_tf32_emulated_on_the_device_is_tf32_whichever_engine_runs():
+    """Policy.emulated() on a CUDA device: a convolution and a matrix product equal the same ops on
+    TF32-rounded operands with TF32 off (the yardstick of ill-conditioned inputs), where PyTorch's own
+    "tf32" may be bit-identical to fp32 (cuDNN free to run an engine without TF32)."""
+    import torch.nn.functional as F
+
+    from stitchcuda.precision import get, round_tf32
+
+    g = torch.Generator(device="cuda").manual_seed(SEED)
+    x = torch.rand(8, 8, 64, 64, generator=g, device="cuda")
+    w = torch.randn(16, 8, 3, 3, generator=g, device="cuda")
+    a, b = torch.randn(256, 512, generator=g, device="cuda"), torch.randn(512, 128, generator=g, device="cuda")
+    with torch.no_grad(), get("tf32").emulated():
+        conv, mm = F.conv2d(x, w), a @ b
+    with torch.no_grad(), get("fp32").baseline():
+        want_conv, want_mm = F.conv2d(round_tf32(x), round_tf32(w)), round_tf32(a) @ round_tf32(b)
+        fp32_mm = a @ b
+    # (the same ops on the same operands: equal up to an engine's order of summation, 1e-6 of the size)
+    torch.testing.assert_close(conv, want_conv, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(mm, want_mm, rtol=1e-6, atol=1e-5)
+    assert (mm - fp32_mm).abs().max().item() > 1e-3  # TF32's rounding, a thousand times that

@@ -19,6 +19,9 @@ The planner, the Coder, the Verifier and the binding read these objects; nothing
 what ``"tf32"`` means: which is stricter (``rank``: fp32 first), which policy a claim is checked
 against (``lower``: a tf32 claim must beat bf16's error statistics), and which task strategies a
 policy rounds (``rounds``: under tf32 only matrix work; under 16-bit storage every stored result).
+``baseline()`` is PyTorch *allowed* the policy (what the speed baselines run); ``emulated()`` is the
+policy's arithmetic itself, whichever engine runs (the Verifier's yardstick for inputs on which
+even that arithmetic misses the truth).
 """
 
 from __future__ import annotations
@@ -141,9 +144,6 @@ def fp32_exact() -> contextlib.AbstractContextManager[None]:
     return FP32.baseline()
 
 
-__all__ = ["Policy", "POLICIES", "NAMES", "FP32", "TF32", "BF16", "FP16", "get", "stricter", "fp32_exact"]
-
-
 #: The ATen ops whose float32 operands a TF32 tensor core rounds (their positions in the call); what
 #: they compute from the rounded operands is fp32. Composite ops (linear, matmul, conv2d, einsum)
 #: reach these. Not rounded: matrix-vector products (no tensor cores) and PyTorch's fused attention
@@ -179,3 +179,7 @@ def _tf32_products():
             return func(*args, **(kwargs or {}))
 
     return TF32Products()
+
+
+__all__ = ["Policy", "POLICIES", "NAMES", "FP32", "TF32", "BF16", "FP16", "get", "stricter", "fp32_exact",
+           "round_tf32"]

@@ -76,6 +76,22 @@ def test_report_files_from_hand_made_results(tmp_path):
         assert page.count("data:image/png;base64,") == 2 and "![speedups](speedups.png)" in md
 
 
+def test_the_report_gives_each_level_its_own_geometric_mean(tmp_path):
+    """A suite over several KernelBench levels: a row per level, each baseline's geometric mean over
+    that level's correct, timed problems (the wrong one counted as a problem, not in the mean); a
+    suite of one level has no such table."""
+    rows = [dict(_r("L1_a", eager_fp32=4.0, compile_policy=2.0), level=1),
+            dict(_r("L1_b", eager_fp32=1.0, compile_policy=0.5), level=1),
+            dict(_r("L2_a", eager_fp32=3.0, compile_policy=1.5), level=2),
+            dict(_r("L2_b", status="wrong_answer", eager_fp32=9.0, compile_policy=9.0), level=2)]
+    md = report.write_reports(rows, tmp_path, {"suite": "levels"}, "tf32").markdown.read_text()
+    table = md.split("### Per level")[1]
+    assert "| 1 | 2 | 2 | 2.00x (2) |  | 1.00x (2) |" in table  # (eager at tf32 never timed: blank)
+    assert "| 2 | 2 | 1 | 3.00x (1) |  | 1.50x (1) |" in table
+    one = report.write_reports(rows[:2], tmp_path / "one", {"suite": "one"}, "tf32").markdown.read_text()
+    assert "### Per level" not in one
+
+
 def test_a_result_says_where_its_time_went_and_the_report_sums_it(tmp_path):
     """solve() times the stages its solver reports (counts in brackets dropped, time before the
     first is setup); the report sums each over the problems, the longest first."""

@@ -221,6 +221,25 @@ def _tables(results: Sequence[dict], m: SuiteMetrics) -> tuple[list, list, list,
     return summary, [bh, brows], [ph, prows], []
 
 
+def _levels(results: Sequence[dict], m: SuiteMetrics) -> tuple[list[str], list[list[str]]]:
+    """Per KernelBench level (a result's ``level``), where a suite spans more than one: problems,
+    correct, and each baseline's geometric-mean speedup over that level's timed problems (targets
+    are often set per level). Empty otherwise."""
+    levels = sorted({r["level"] for r in results if isinstance(r.get("level"), int)})
+    if len(levels) < 2:
+        return [], []
+    head = ["level", "problems", "correct"] + [b.label for b in m.baselines]
+    rows = []
+    for lv in levels:
+        rs = [r for r in results if r.get("level") == lv]
+        cells = [str(lv), str(len(rs)), str(sum(1 for r in rs if correct(r)))]
+        for b in m.baselines:
+            sp = [s for r in rs if correct(r) and (s := speedup(r, b.key)) is not None]
+            cells.append(f"{_fmt(geomean(sp))} ({len(sp)})" if sp else "")
+        rows.append(cells)
+    return head, rows
+
+
 #: A listed section of a report: its heading and items, each (problem id, what is said of it, sub-items).
 Section = tuple[str, list[tuple[str, str, list[str]]]]
 
@@ -310,6 +329,9 @@ def render_markdown(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, An
     lines += [_md_table(["", ""], [[k, str(v)] for k, v in meta.items() if v not in (None, "")] + summary), ""]
     lines += ["## Speedups", "", _md_table(bh, brows), "",
               "fast_p: share of all problems that are correct and more than p times faster than the baseline.", ""]
+    lh, lrows = _levels(results, m)
+    if lrows:
+        lines += ["### Per level (geometric mean, problems timed)", "", _md_table(lh, lrows), ""]
     for p in plots:
         lines += [f"![{p.stem}]({p.name})", ""]
     lines += ["## Problems", "", _md_table(ph, prows), ""]
@@ -359,6 +381,9 @@ def render_html(results: Sequence[dict], m: SuiteMetrics, meta: dict[str, Any], 
              _html_table(["", ""], [[k, str(v)] for k, v in meta.items() if v not in (None, "")] + summary),
              "<h2>Speedups</h2>", _html_table(bh, brows),
              "<p>fast_p: share of all problems that are correct and more than p times faster than the baseline.</p>"]
+    lh, lrows = _levels(results, m)
+    if lrows:
+        parts += ["<h3>Per level (geometric mean, problems timed)</h3>", _html_table(lh, lrows)]
     for p in plots:
         data = base64.b64encode(p.read_bytes()).decode()
         parts.append(f"<img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>")

@@ -27,8 +27,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from stitchcuda.ship.report import geomean  # the suite report's own
-
 BASELINES = (("eager_fp32", "eager fp32"), ("eager_policy", "eager policy"),
              ("compile_fp32", "compile fp32"), ("compile_policy", "compile policy"),
              ("compile_autotune", "max-autotune policy"))
@@ -59,6 +57,11 @@ def fewest_bytes(source: str, name: str, precision: str) -> int:
     g = cap.graph
     specs = list(g.inputs) + list(g.weights) + [g.spec(name) for name in dict.fromkeys(g.outputs)]
     return sum(math.prod(t.shape) * SIZES[t.dtype] for t in specs)
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
 def main(argv: list[str] | None = None) -> int:

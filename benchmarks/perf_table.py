@@ -59,7 +59,7 @@ def fewest_bytes(source: str, name: str, precision: str) -> int:
     return sum(math.prod(t.shape) * SIZES[t.dtype] for t in specs)
 
 
-def geomean(xs: list[float]) -> float | None:
+def geomean(xs: list[float]) -> float | None:  # (not the package's: --make-suite runs before it is installed)
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 

@@ -1075,25 +1075,37 @@ def test_lifted_random_inputs_are_drawn_by_the_harness(tmp_path):
     assert not res.passed and any(not t.passed for t in res.trials)
 
 
+class _FixedRef:
+    """A reference of one 4096-element output whose answers are given: fp32, float64, PyTorch at the
+    policy (``at``; None: the policy means nothing here) and the policy's emulated arithmetic
+    (``emulated``; None: not available)."""
+
+    input_specs = (mf.TensorSpec("x", (4096,), "float32"),)
+    output_specs = (mf.TensorSpec("y", (4096,), "float32"),)
+    lifted_indices = ()
+
+    def __init__(self, ref32, ref64, at=None, emulated=None):
+        self.ref32, self.ref64, self.at, self.emulated = ref32, ref64, at, emulated
+
+    def forward(self, draw, inputs=None):
+        return [self.ref32]
+
+    def forward64(self, draw, inputs=None):
+        return [self.ref64]
+
+    def forward_at(self, policy, draw, inputs=None, emulated=False):
+        got = self.emulated if emulated else self.at
+        return None if got is None else [got]
+
+
 def test_varied_trials_fall_back_to_norm_relative_only_when_ill_conditioned():
     """A varied trial is judged on ||out - ref|| / ||ref|| only where the fp32 reference itself misses
     the float64 one at those inputs (ill-conditioned there); elsewhere elementwise, like any trial."""
     from stitchcuda.verifier.run.session import Draw, Session
     from stitchcuda.verifier.run.inputs import Secret
 
-    class Ref:
-        input_specs = (mf.TensorSpec("x", (4096,), "float32"),)
-        output_specs = (mf.TensorSpec("y", (4096,), "float32"),)
-        lifted_indices = ()
-
-        def __init__(self, ref32, ref64):
-            self.ref32, self.ref64 = ref32, ref64
-
-        def forward(self, draw, inputs=None):
-            return [self.ref32]
-
-        def forward64(self, draw, inputs=None):
-            return [self.ref64]
+    def Ref(ref32, ref64):
+        return _FixedRef(ref32, ref64)
 
     g = torch.Generator().manual_seed(SEED)
     ref64 = torch.randn(4096, generator=g, dtype=torch.float64) * 8
@@ -1139,22 +1151,8 @@ def test_a_plain_trial_beyond_fp32_is_judged_against_the_policy_in_pytorch():
     from stitchcuda.verifier.run.session import Draw, Session
     from stitchcuda.verifier.run.inputs import Secret
 
-    class Ref:
-        input_specs = (mf.TensorSpec("x", (4096,), "float32"),)
-        output_specs = (mf.TensorSpec("y", (4096,), "float32"),)
-        lifted_indices = ()
-
-        def __init__(self, ref32, ref64, at):
-            self.ref32, self.ref64, self.at = ref32, ref64, at
-
-        def forward(self, draw, inputs=None):
-            return [self.ref32]
-
-        def forward64(self, draw, inputs=None):
-            return [self.ref64]
-
-        def forward_at(self, policy, draw, inputs=None, emulated=False):
-            return None if emulated else [self.at]
+    def Ref(ref32, ref64, at):
+        return _FixedRef(ref32, ref64, at=at)
 
     g = torch.Generator().manual_seed(SEED)
     ref64 = torch.randn(4096, generator=g, dtype=torch.float64) * 1e6   # outputs far above 1: atol = tol
@@ -1180,24 +1178,8 @@ def test_ill_conditioned_inputs_are_judged_by_the_policys_arithmetic_not_pytorch
     from stitchcuda.verifier.run.session import Draw, Session
     from stitchcuda.verifier.run.inputs import Secret
 
-    class Ref:
-        input_specs = (mf.TensorSpec("x", (4096,), "float32"),)
-        output_specs = (mf.TensorSpec("y", (4096,), "float32"),)
-        lifted_indices = ()
-
-        def __init__(self, ref64, emulated):
-            self.ref64, self.emulated = ref64, emulated
-
-        def forward(self, draw, inputs=None):
-            return [self.ref64.float()]
-
-        def forward64(self, draw, inputs=None):
-            return [self.ref64]
-
-        def forward_at(self, policy, draw, inputs=None, emulated=False):
-            if emulated:
-                return None if self.emulated is None else [self.emulated]
-            return [self.ref64.float()]  # PyTorch at tf32 on an engine without TF32: the fp32 result
+    def Ref(ref64, emulated):  # PyTorch at tf32 on an engine without TF32: the fp32 result
+        return _FixedRef(ref64.float(), ref64, at=ref64.float(), emulated=emulated)
 
     g = torch.Generator().manual_seed(SEED)
     ref64 = torch.randn(4096, generator=g, dtype=torch.float64)

@@ -552,6 +552,13 @@ std::string left_out_why(const EngineNotes& e, int rank) {
   return "a transform of split operands";
 }
 
+// `e` added to the log's list of engines left out, once: the heuristics offer an engine in several
+// configurations, and the fused and plain graphs both (2:2's log named engine 76 seven times).
+void note_left_out(std::string& left_out, const EngineNotes& e, int rank) {
+  const std::string item = cat(" E", e.index, " (", left_out_why(e, rank), ")");
+  if (left_out.find(item) == std::string::npos) left_out += item;
+}
+
 // Execution plans for the graph's engine configurations, best ranked first, at most `want`.
 // `why` keeps cuDNN's last refusal for the error when nothing works; `left_out` (for the log) gains
 // the engines offered that did not compete, and why.
@@ -562,13 +569,12 @@ void collect(cudnnHandle_t handle, const std::shared_ptr<ConvGraph>& graph, st_p
   std::vector<int64_t> seen;
   struct Ranked { Desc config; EngineNotes notes; int rank; };
   std::vector<Ranked> ranked;
-  auto forbidden = [&](const EngineNotes& e) { left_out += cat(" E", e.index, " (", left_out_why(e, -1), ")"); };
   for (auto& c : configs) {
     const EngineNotes e = engine_notes(c.get());
     const int r = policy_rank(e, policy, exact_products);
     seen.push_back(e.index);
     if (r >= 0) ranked.push_back({std::move(c), e, r});
-    else forbidden(e);
+    else note_left_out(left_out, e, r);
   }
   for (auto& c : engine_configs(graph->graph, CUDNN_HEUR_MODE_FALLBACK)) {
     const EngineNotes e = engine_notes(c.get());
@@ -576,7 +582,7 @@ void collect(cudnnHandle_t handle, const std::shared_ptr<ConvGraph>& graph, st_p
     if (std::find(seen.begin(), seen.end(), e.index) != seen.end()) continue;
     seen.push_back(e.index);
     if (r >= 0) ranked.push_back({std::move(c), e, r});
-    else forbidden(e);
+    else note_left_out(left_out, e, r);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });
   if (ranked.empty() && why.empty())
@@ -593,7 +599,7 @@ void collect(cudnnHandle_t handle, const std::shared_ptr<ConvGraph>& graph, st_p
     if (found >= 2 * want || attempts >= kMaxAttempts) break;
     if (best_rank >= 0 && r.rank > best_rank) {  // keep only the best rank that works
       for (auto& rest : ranked)
-        if (rest.rank > best_rank) left_out += cat(" E", rest.notes.index, " (", left_out_why(rest.notes, rest.rank), ")");
+        if (rest.rank > best_rank) note_left_out(left_out, rest.notes, rest.rank);
       break;
     }
     if (found_of[r.notes.tensor_core ? 1 : 0] >= want) continue;

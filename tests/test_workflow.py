@@ -15,6 +15,7 @@ import pytest
 
 from stitchcuda.workflow import (Budget, PrecisionRepair, Rewrites, State, Variants, optimize, parse_seconds)
 from stitchcuda.workflow.runs import RunDir
+from stitchcuda.workflow.state import Spent
 
 from .workflow_script import ScriptedBodies, ScriptedJudge, example
 
@@ -134,6 +135,27 @@ def test_iteration_and_gpu_budgets(tmp_path):
     r = run(tmp_path / "c", ScriptedJudge(), [PrecisionRepair(), Variants()], budget=0.001)
     assert len(r.state.candidates) == 1 and "wall-time budget" in r.state.finished
     assert r.best is None and "no candidate verified" in r.markdown.read_text()
+
+
+def test_a_candidate_that_cannot_finish_in_time_is_not_begun(tmp_path):
+    """Candidates take 2 s each: after the first verified one (about 4 s into a 5.5 s budget) the run
+    stops and hands back that best, not begin a third and end past its budget."""
+    r = run(tmp_path, ScriptedJudge(delay=2.0), [PrecisionRepair(), Variants()], budget=5.5)
+    st = r.state
+    assert len(st.candidates) == 2 and st.best == st.candidates[1].id, [c.id for c in st.candidates]
+    assert "quickest candidate built so far took 2 s" in st.finished, st.finished
+    assert st.spent.wall_s < 5.5
+    assert r.best is not None
+    # without a verified best the run still tries: a late program beats none
+    r = run(tmp_path / "b", ScriptedJudge(delay=2.0), [PrecisionRepair(), Variants()], budget=3.0)
+    assert len(r.state.candidates) == 2 and "wall-time budget of 3 s spent" in r.state.finished, r.state.finished
+
+
+def test_budget_fit_is_judged_by_the_quickest_build():
+    spent = Spent(wall_s=100.0)
+    assert Budget(180.0).cannot_fit(spent, 79.0) is None
+    assert "80 s left" in Budget(180.0).cannot_fit(spent, 81.0)
+    assert Budget(180.0).cannot_fit(spent, None) is None and Budget(None).cannot_fit(spent, 1e9) is None
 
 
 def test_hot_tasks_fall_back_to_the_plan_when_the_profile_placed_no_time():

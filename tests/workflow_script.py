@@ -41,9 +41,11 @@ class ScriptedJudge:
     """``sensitive``: graph nodes whose GEMM must run at fp32 (unless rewritten away) for a pass.
     ``ms``: strategy -> (ms at the policy, ms at fp32); ``gpu_s`` per verification.
     ``sleep_on``: the verification number (1-based) that writes ``marker`` and sleeps.
-    ``exact``: of those, the nodes whose raised GEMM must not split into bf16 parts (TF32 parts pass)."""
+    ``exact``: of those, the nodes whose raised GEMM must not split into bf16 parts (TF32 parts pass).
+    ``delay``: wall seconds every verification takes (a program that is slow to build and judge)."""
 
-    def __init__(self, sensitive=("linear_1",), ms=None, gpu_s=1.0, sleep_on=None, marker=None, slower=(), exact=()):
+    def __init__(self, sensitive=("linear_1",), ms=None, gpu_s=1.0, sleep_on=None, marker=None, slower=(), exact=(),
+                 delay=0.0):
         self.sensitive = set(sensitive)
         self.exact = set(exact)
         self.ms = ms or {"cublaslt_gemm": (1.0, 3.0), "reduction_template": (0.5, 0.5),
@@ -51,6 +53,7 @@ class ScriptedJudge:
         self.gpu_s = gpu_s
         self.sleep_on, self.marker = sleep_on, marker
         self.slower = set(slower)
+        self.delay = delay
         self.calls = []
         self.task_calls = []
 
@@ -65,6 +68,7 @@ class ScriptedJudge:
         if self.sleep_on is not None and len(self.calls) == self.sleep_on:
             Path(self.marker).write_text(str(os.getpid()))
             time.sleep(600)
+        time.sleep(self.delay)
         p = json.loads((Path(program) / "plan.json").read_text())
         policy = p["policy"]
         total, times, wrong = 0.0, [], []

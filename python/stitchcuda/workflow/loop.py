@@ -140,9 +140,22 @@ class Loop:
             self._tick()
             if self.state.budget.left(self.state.spent):
                 return
+            # With a verified best in hand, a candidate that cannot finish in time is not begun: a
+            # run asked for three minutes does not take five (the best so far is what it hands back).
+            why = self.state.budget.cannot_fit(self.state.spent, self._quickest_build()) if best is not None else None
+            if why:
+                self._finish(why)
+                return
             self.evaluate(prop, route)
             if self.state.best != best:
                 return  # revise from the new best
+
+    def _quickest_build(self) -> float | None:
+        """Seconds of the quickest candidate that was built and judged (refusals and programs judged
+        before take next to none), or None before any was."""
+        built = [c.seconds for c in self.state.candidates
+                 if c.judgement is not None and c.judgement.kind not in ("invalid", "no_code", "same_program", "task_failed")]
+        return min(built) if built else None
 
     # ------------------------------------------------------------------ one candidate
 

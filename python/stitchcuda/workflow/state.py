@@ -47,6 +47,17 @@ class Budget:
             return f"GPU-time budget of {self.gpu_s:g} s spent"
         return None
 
+    def cannot_fit(self, spent: "Spent", fastest_s: float | None) -> str | None:
+        """Why no further candidate fits the wall-time budget (one line), or None: the quickest
+        candidate built so far took longer than what is left, so the next would overrun it."""
+        if self.wall_s is None or fastest_s is None:
+            return None
+        left = self.wall_s - spent.wall_s
+        if fastest_s <= left:
+            return None
+        return (f"wall-time budget of {self.wall_s:g} s: {max(left, 0.0):.0f} s left, and the quickest candidate "
+                f"built so far took {fastest_s:.0f} s")
+
 
 _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 

@@ -11,7 +11,7 @@
 //   - Group reductions: `group` threads (a power of two <= 32, lanes of one warp, aligned to a
 //     multiple of `group`) or a whole block; every thread of the warp / block must call them.
 //     cluster_allreduce: the same over a thread-block cluster (sm_90+).
-//   - bulk_issue / bulk_wait: global memory into a block's shared memory by the copy engine.
+//   - bulk_load_shared: a block's slice of global memory into its shared memory by the copy engine.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -191,68 +191,41 @@ __device__ __forceinline__ V cluster_allreduce(V v, Op op, V identity, V* smem) 
 #endif
 }
 
-// The copy engine (sm_90+: cp.async.bulk into shared memory, completion counted in bytes on an
-// mbarrier). A barrier is initialised once by one thread (bulk_barrier_init) and then used any
-// number of times, one load a phase: bulk_issue (one thread: expect the bytes, then the copies in
-// 16 KiB pieces) and bulk_wait (every thread that reads the bytes: spins until the phase of the
-// given parity has completed). n a multiple of 16 below 2^20, both addresses 16-byte aligned. On
-// an arch without the copy engine these do nothing: callers test bulk_available() first.
-__device__ __forceinline__ constexpr bool bulk_available() {
+// Bytes [0, n) of global `src` into this block's shared `dst` by the copy engine (sm_90+:
+// cp.async.bulk, issued by thread 0 in 16 KiB pieces), every thread of the block returning once
+// they have landed: the whole slice in flight at once, no register round trip. `bar` is a shared
+// 8-byte word of the caller's, used once as an mbarrier (phase 0). n a multiple of 16 below 2^20,
+// both addresses 16-byte aligned. Every thread of the block must call it; false (nothing done) on
+// an arch without the copy engine.
+__device__ __forceinline__ bool bulk_load_shared(void* dst, const void* src, uint32_t n, unsigned long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the barrier seen by the copy engine
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(n) : "memory");
+    constexpr uint32_t kPiece = 1u << 14;
+    for (uint32_t off = 0; off < n; off += kPiece)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d + off),
+                   "l"(static_cast<const char*>(src) + off), "r"(n - off < kPiece ? n - off : kPiece), "r"(b)
+                   : "memory");
+  }
+  __syncthreads();  // the barrier initialised before any thread waits on it
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(b)
+                 : "memory");
   return true;
 #else
+  (void)dst, (void)src, (void)n, (void)bar;
   return false;
 #endif
 }
 
-__device__ __forceinline__ void bulk_barrier_init(unsigned long long* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the barrier seen by the copy engine
-#else
-  (void)bar;
-#endif
-}
-
-__device__ __forceinline__ void bulk_issue(void* dst, const void* src, uint32_t n, unsigned long long* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  // (earlier reads of dst by this block's threads, ordered before the copy engine's writes)
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(n) : "memory");
-  constexpr uint32_t kPiece = 1u << 14;
-  for (uint32_t off = 0; off < n; off += kPiece)
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d + off),
-                 "l"(static_cast<const char*>(src) + off), "r"(n - off < kPiece ? n - off : kPiece), "r"(b)
-                 : "memory");
-#else
-  (void)dst, (void)src, (void)n, (void)bar;
-#endif
-}
-
-__device__ __forceinline__ void bulk_wait(unsigned long long* bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  uint32_t done = 0;
-  while (!done)
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(b), "r"(parity)
-                 : "memory");
-#else
-  (void)bar, (void)parity;
-#endif
-}
-
-// Bytes of dynamic shared memory this launch was given.
-__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
-  uint32_t n;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
-  return n;
-}
-
+// This block's rank in its cluster and the cluster's size ({0, 1} without clusters).
 __device__ __forceinline__ uint2 cluster_place() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;

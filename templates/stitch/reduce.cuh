@@ -29,11 +29,9 @@
 //   chunks <= 256        a warp per row, up to 8 chunks per lane cached in registers;
 //   chunks <= 4096       a block per row (64..512 threads), 8 chunks per thread in registers;
 //   larger, a row-writing op whose row fits the shared memory of a thread-block cluster (sm_90+
-//                        binaries: 2 .. 16 blocks of 512 threads, up to 112 KB a slice): each
-//                        block's slice of a row read once into shared memory, the statistics
-//                        merged across the cluster through distributed shared memory; as many
-//                        clusters as the device holds, each looping over rows with the next row's
-//                        slice loading while it writes this one;
+//                        binaries: 2 .. 16 blocks of 512 threads, up to 112 KB each): one row per
+//                        cluster, each block's slice read once into shared memory, the statistics
+//                        merged across the cluster through distributed shared memory;
 //   larger               a block of 1024 per row, looping over global memory (two reads of the
 //                        row for the ops that write a row; the second read hits L2 only while
 //                        the rows in flight fit it).
@@ -147,20 +145,19 @@ template <class T> struct NoDeduce { using type = T; };
 // chunks [k * per, (k + 1) * per) of it in dynamic shared memory (per = ceil(chunks / cluster
 // size)), the statistics merged across the cluster through distributed shared memory.
 constexpr int kRowCluster = -1;
-constexpr int kRowClusterThreads = 512;
-constexpr int64_t kRowClusterSmem = 112 * 1024;  // a slice; two of them fit an SM's shared memory
 
-// One row's work (row < p.rows, or a lane past the end that joins the shuffles / barriers); for
-// kRowCluster, `slice` holds this block's chunks of the row, loaded by the caller.
 template <RowOp OP, class Tin, class Tout, class TW, class Pro, class Epi, int VEC, int CACHE>
-__device__ __forceinline__ void row_reduce_one(const RowParams<Tin, Tout, TW>& p, int group, const Pro& pro,
-                                               const Epi& epi, int64_t row, const Pack<Tin, VEC>* slice,
-                                               float4* red_smem) {
+__global__ void __launch_bounds__(CACHE == 0 ? 1024 : 512)
+row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
+  __shared__ float4 red_smem[33];  // block-reduction scratch, 16 bytes per slot
   constexpr bool kCluster = CACHE == kRowCluster;
   constexpr bool kOnChip = CACHE != 0;  // the row (or this block's slice of it) is held on chip
   const bool block_group = group > 32;
   const int lane = block_group ? int(threadIdx.x) : int(threadIdx.x & (group - 1));
+  const int rows_per_block = block_group ? 1 : int(blockDim.x) / group;
   const uint2 place = kCluster ? cluster_place() : uint2{0u, 1u};
+  const int64_t row = kCluster ? int64_t(blockIdx.x / place.y)
+                               : int64_t(blockIdx.x) * rows_per_block + (block_group ? 0 : int(threadIdx.x) / group);
   const bool valid = row < p.rows;
   // Lanes of a row past the end still run every shuffle / barrier, with nothing to read.
   const int64_t nchunks = valid ? p.cols / VEC : 0;
@@ -177,6 +174,23 @@ __device__ __forceinline__ void row_reduce_one(const RowParams<Tin, Tout, TW>& p
     if (block_group) return block_allreduce(v, op, identity, reinterpret_cast<V*>(red_smem));
     return warp_allreduce(v, op, group);
   };
+
+  extern __shared__ float4 slice_smem[];  // kCluster: the block's slice of the row, as packs
+  Pack<Tin, VEC>* slice = reinterpret_cast<Pack<Tin, VEC>*>(slice_smem);
+  if constexpr (kCluster) {
+    // The slice by the copy engine where its packs are 16 bytes (all of it in flight at once: loaded
+    // through registers, 4 packs a thread at a time, the load phase kept DRAM under half busy on an
+    // H200), else through registers.
+    __shared__ unsigned long long bar;
+    const int64_t bytes = (c1 > c0 ? c1 - c0 : 0) * int64_t(sizeof(Pack<Tin, VEC>));
+    if (!(STITCH_ROW_BULK && sizeof(Pack<Tin, VEC>) == 16 &&
+          reinterpret_cast<uintptr_t>(x + c0 * VEC) % 16 == 0 &&
+          bulk_load_shared(slice, x + c0 * VEC, uint32_t(bytes), &bar))) {
+#pragma unroll 4
+      for (int64_t c = c0 + lane; c < c1; c += group) slice[c - c0] = load_pack<Tin, VEC>(x + c * VEC);
+      __syncthreads();
+    }
+  }
 
   Pack<Tin, VEC> cache[CACHE > 0 ? CACHE : 1];
   if constexpr (CACHE > 0) {
@@ -348,81 +362,6 @@ __device__ __forceinline__ void row_reduce_one(const RowParams<Tin, Tout, TW>& p
   }
 }
 
-template <RowOp OP, class Tin, class Tout, class TW, class Pro, class Epi, int VEC, int CACHE>
-__global__ void __launch_bounds__(CACHE == 0 ? 1024 : 512)
-row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
-  static_assert(CACHE != kRowCluster, "row_cluster_kernel holds rows in a cluster");
-  __shared__ float4 red_smem[33];  // block-reduction scratch, 16 bytes per slot
-  const bool block_group = group > 32;
-  const int rows_per_block = block_group ? 1 : int(blockDim.x) / group;
-  const int64_t row = int64_t(blockIdx.x) * rows_per_block + (block_group ? 0 : int(threadIdx.x) / group);
-  row_reduce_one<OP, Tin, Tout, TW, Pro, Epi, VEC, CACHE>(p, group, pro, epi, row, nullptr, red_smem);
-}
-
-// STITCH_ROW_PERSIST 0 (defined before this header): one row per cluster, one slice buffer, the
-// form before rows were double-buffered, for measuring the two in one process.
-#ifndef STITCH_ROW_PERSIST
-#define STITCH_ROW_PERSIST 1
-#endif
-
-// Rows held in thread-block clusters: cluster k takes rows k, k + clusters, ...; block r of a
-// cluster holds chunks [r * per, (r + 1) * per) of the row in its shared memory. Given room for two
-// slices (the launch's dynamic shared memory), the copy engine loads the next row's slice while the
-// block works on this one, so loads and stores are in flight together: one cluster an SM set
-// otherwise alternates a read phase and a write phase, and two co-resident clusters started
-// together stay in step. Slices of 16-byte packs on 16-byte addresses come by the copy engine,
-// others through registers.
-template <RowOp OP, class Tin, class Tout, class TW, class Pro, class Epi, int VEC>
-__global__ void __launch_bounds__(kRowClusterThreads)
-row_cluster_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
-  using P = Pack<Tin, VEC>;
-  __shared__ float4 red_smem[33];
-  __shared__ unsigned long long bar[2];
-  extern __shared__ float4 slice_smem[];
-  const uint2 place = cluster_place();
-  const int64_t nchunks = p.cols / VEC;
-  const int64_t per = ceil_div<int64_t>(nchunks, place.y);
-  const int64_t c0 = place.x * per;
-  const int64_t n = c0 < nchunks ? (c0 + per < nchunks ? per : nchunks - c0) : 0;
-  P* buf[2] = {reinterpret_cast<P*>(slice_smem), reinterpret_cast<P*>(slice_smem) + per};
-  const int nbuf = STITCH_ROW_PERSIST && dynamic_smem_bytes() >= 2 * per * sizeof(P) ? 2 : 1;
-  const int64_t stride = STITCH_ROW_PERSIST ? int64_t(gridDim.x / place.y) : p.rows;
-  const auto src = [&](int64_t r) { return p.in + r * p.ldi + c0 * VEC; };
-  const auto by_copy_engine = [&](int64_t r) {
-    return bulk_available() && STITCH_ROW_BULK && sizeof(P) == 16 && n > 0 &&
-           reinterpret_cast<uintptr_t>(src(r)) % 16 == 0;
-  };
-  if (threadIdx.x == 0) {
-    bulk_barrier_init(&bar[0]);
-    bulk_barrier_init(&bar[1]);
-  }
-  __syncthreads();
-  uint32_t parity = 0;  // bit k: the phase of bar[k] to wait for next
-  int64_t row = blockIdx.x / place.y;
-  if (nbuf == 2 && row < p.rows && by_copy_engine(row) && threadIdx.x == 0)
-    bulk_issue(buf[0], src(row), uint32_t(n * sizeof(P)), &bar[0]);
-  for (int it = 0; row < p.rows; ++it, row += stride) {
-    const int k = nbuf == 2 ? it & 1 : 0;
-    const int64_t next = row + stride;
-    if (threadIdx.x == 0) {
-      if (nbuf == 2 && next < p.rows && by_copy_engine(next))
-        bulk_issue(buf[k ^ 1], src(next), uint32_t(n * sizeof(P)), &bar[k ^ 1]);
-      if (nbuf == 1 && by_copy_engine(row)) bulk_issue(buf[0], src(row), uint32_t(n * sizeof(P)), &bar[0]);
-    }
-    if (by_copy_engine(row)) {
-      bulk_wait(&bar[k], (parity >> k) & 1u);
-      parity ^= 1u << k;
-    } else {
-      const Tin* x = src(row);
-#pragma unroll 4
-      for (int64_t c = threadIdx.x; c < n; c += blockDim.x) buf[k][c] = load_pack<Tin, VEC>(x + c * VEC);
-      __syncthreads();
-    }
-    row_reduce_one<OP, Tin, Tout, TW, Pro, Epi, VEC, kRowCluster>(p, group, pro, epi, row, buf[k], red_smem);
-    __syncthreads();  // every thread done with buf[k] before the copy engine loads it again
-  }
-}
-
 // ---- split rows: a layer / rms norm over few, long rows ---------------------------------------
 // One block per row leaves most SMs idle when rows < SMs (a 16 x 4M layer norm runs on 16 of 132
 // SMs). Pass 1: block (s, r) reduces columns [s * chunk, (s + 1) * chunk) of row r to Welford
@@ -530,24 +469,26 @@ cudaError_t launch_row_split(const RowParams<Tin, Tout, TW>& p, int splits, cuda
 // statistics and once for the output; at these lengths the second read misses L2). Tried where
 // the kernel's binary is sm_90+ and for row-writing ops only: the smallest cluster of 2, 4, 8 or
 // 16 blocks (16 where the device allows that non-portable size) whose slice fits kRowClusterSmem
-// bytes, if the device can co-schedule it; as many clusters as fit the device at once (at most
-// one a row), each with room for two slices where the device has it, else one; returns false
-// (nothing launched) otherwise.
+// bytes, if the device can co-schedule it; returns false (nothing launched) otherwise.
+constexpr int kRowClusterThreads = 512;
+constexpr int64_t kRowClusterSmem = 112 * 1024;  // two blocks an SM: one loads while one writes
+
 template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
 bool launch_row_cluster(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream, const Pro& pro, const Epi& epi,
                         cudaError_t* status) {
   if constexpr (!row_op_writes_row(OP)) {
     return false;  // (a row reduced to one value is read once already: no cluster variant compiled)
   } else {
-    auto* kernel = row_cluster_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC>;
+    auto* kernel = row_reduce_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC, kRowCluster>;
     static const int arch = kernel_binary_arch(kernel);
     if (arch < 90) return false;
     const int64_t chunks = p.cols / VEC;
     for (int cl : {2, 4, 8, 16}) {
-      const int64_t slice = ceil_div<int64_t>(chunks, cl) * int64_t(sizeof(Pack<Tin, VEC>));
-      if (slice > kRowClusterSmem) continue;
+      const int64_t smem = ceil_div<int64_t>(chunks, cl) * int64_t(sizeof(Pack<Tin, VEC>));
+      if (smem > kRowClusterSmem) continue;
       if (p.rows * cl > INT_MAX) return false;
-      if (cl > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
+          (cl > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
         cudaGetLastError();
         return false;
       }
@@ -557,25 +498,19 @@ bool launch_row_cluster(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream, 
       attr[0].val.clusterDim.x = unsigned(cl);
       attr[0].val.clusterDim.y = 1;
       attr[0].val.clusterDim.z = 1;
+      cfg.gridDim = dim3(unsigned(p.rows * cl));
       cfg.blockDim = dim3(kRowClusterThreads);
+      cfg.dynamicSmemBytes = size_t(smem);
       cfg.stream = stream;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
-      for (int nbuf = STITCH_ROW_PERSIST ? 2 : 1; nbuf >= 1; --nbuf) {
-        cfg.dynamicSmemBytes = size_t(slice * nbuf);
-        cfg.gridDim = dim3(unsigned(p.rows * cl));
-        int fits = 0;
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(slice * nbuf)) !=
-                cudaSuccess ||
-            cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg) != cudaSuccess || fits < 1) {
-          cudaGetLastError();
-          continue;
-        }
-        if (STITCH_ROW_PERSIST && fits < p.rows) cfg.gridDim = dim3(unsigned(int64_t(fits) * cl));
-        *status = cudaLaunchKernelEx(&cfg, kernel, p, kRowClusterThreads, pro, epi);
-        return true;
+      int fits = 0;
+      if (cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg) != cudaSuccess || fits < 1) {
+        cudaGetLastError();
+        return false;
       }
-      return false;
+      *status = cudaLaunchKernelEx(&cfg, kernel, p, kRowClusterThreads, pro, epi);
+      return true;
     }
     return false;
   }

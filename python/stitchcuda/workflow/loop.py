@@ -26,7 +26,7 @@ from .judge import CandidateJudge, CannotJudge, estimated_tasks
 from .proposers import Context, Proposal
 from .route import decide, hot_tasks
 from .runs import RunDir
-from .state import Candidate, Judgement, Route, State, TaskVerdict, proposal_key
+from .state import BEFORE_VERIFIER, Candidate, Judgement, Route, State, TaskVerdict, proposal_key
 
 #: Candidates the final verification tries, fastest first, before the run hands back nothing.
 FINAL_TRIES = 3
@@ -151,10 +151,10 @@ class Loop:
                 return  # revise from the new best
 
     def _quickest_build(self) -> float | None:
-        """Seconds of the quickest candidate that was built and judged (refusals and programs judged
-        before take next to none), or None before any was."""
+        """Seconds of the quickest candidate that reached the Verifier (those stopped before it take
+        next to none), or None before any did."""
         built = [c.seconds for c in self.state.candidates
-                 if c.judgement is not None and c.judgement.kind not in ("invalid", "no_code", "same_program", "task_failed")]
+                 if c.judgement is not None and c.judgement.kind not in BEFORE_VERIFIER]
         return min(built) if built else None
 
     # ------------------------------------------------------------------ one candidate

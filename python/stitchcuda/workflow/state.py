@@ -122,12 +122,16 @@ class TaskTime:
         return self.us * (1.0 - min(max(self.efficiency, 0.0), 1.0))
 
 
+#: Judgement kinds given before the Verifier runs: nothing was built or judged (next to no time).
+BEFORE_VERIFIER = ("invalid", "no_code", "task_failed", "same_program")
+
+
 @dataclass(frozen=True)
 class Judgement:
     """The Verifier's verdict on one whole candidate program, in short.
 
     ``kind``: passed, wrong_answer, compile_error, crash, timeout, rejected, inconclusive, or
-    (before the Verifier) ``invalid`` (the constraints do not fit), ``no_code`` (an LLM reply
+    (before the Verifier, BEFORE_VERIFIER) ``invalid`` (the constraints do not fit), ``no_code`` (an LLM reply
     without a body), ``task_failed`` (a per-task check failed), ``same_program`` (the program of a
     candidate judged before: not judged again). ``ms`` the program's median time;
     ``baselines`` name -> ms; ``tasks`` per-task times; ``report`` the report.json it came from.

@@ -360,6 +360,35 @@ def test_tf32_model_of_the_interpreter_finds_the_sensitive_layer():
     assert "all but 1 of 4" in s.describe()
 
 
+def test_tf32_model_in_groups_of_consecutive_tasks_when_runs_are_few():
+    """Too few runs for one a suspect: the model judges groups of neighbouring tasks, and raises the
+    group holding the sensitive layer (not every task); with room for only one group it gives up."""
+    import torch
+
+    from stitchcuda import frontend, plan
+    from stitchcuda.check.sensitivity import consecutive_groups, runs_needed, tf32_sensitivity
+
+    from .workflow_script import CancellingChain
+
+    assert consecutive_groups(list("abcde"), 2) == [("a", "b", "c"), ("d", "e")]
+    assert consecutive_groups(list("abc"), 5) == [("a",), ("b",), ("c",)]
+    assert runs_needed(4) == 9 and runs_needed(2) == 6
+    torch.manual_seed(0)
+    x = torch.randn(32, 64)
+    cap = frontend.capture(CancellingChain().eval(), [x], "chain")
+    p = plan.plan(cap.graph, "tf32")
+    sus = [t for t, _ in PrecisionRepair().suspects(p)]
+    one_by_one = tf32_sensitivity(p, dict(cap.weights), [x], sus, tol=1e-2, max_runs=9)
+    assert one_by_one.groups == 0 and one_by_one.raise_ == ("linear",) and one_by_one.runs <= 9
+    s = tf32_sensitivity(p, dict(cap.weights), [x], sus, tol=1e-2, max_runs=8)  # 3 groups: 2 + 3 + 2 runs
+    first = next(g for g in consecutive_groups(sus, 3) if "linear" in g)
+    assert s.groups == 3 and set(s.raise_) == set(first) and len(s.raise_) < len(sus), s
+    assert s.runs <= 8 and s.rest <= s.target and s.alone[0][0] in first
+    assert "judged in 3 groups of consecutive tasks" in s.describe()
+    none = tf32_sensitivity(p, dict(cap.weights), [x], sus, tol=1e-2, max_runs=5)
+    assert none.raise_ == () and "4 suspects in 5 runs" in none.describe()
+
+
 def test_precision_repair_raises_the_interpreters_choice_first(tmp_path):
     """A wrong answer at tf32: the candidate after the first raises only the task the interpreter
     found responsible, it verifies, and the every-task candidate is never built."""

@@ -18,9 +18,12 @@ where the GPU's gave 3.0x (dropping the bits instead: 10.7x and 20x). So where t
 error is known (``observed``: the failing candidate's worst element over its bound) and above the
 model's, the model is scaled up to it: the tasks left at TF32 must stay within ``target`` of the
 bound after the scaling (a model above the GPU is not scaled down).
+Where one run per suspect would take too long (ResNet-101: 105 suspects at 0.9 s a run on an H200),
+the suspects are taken in groups of consecutive tasks in plan order (neighbours in depth), as many
+groups as the time allows, each group at TF32 alone; the fewest of the worst groups are raised.
 When the model sees almost nothing (every suspect at TF32 under ``VISIBLE`` of the bound: no
 structure to scale, or more than ``MAX_SCALE`` times below the GPU's error: the wrong structure),
-or without ``observed`` does not show the failure, or would take too long,
+or without ``observed`` does not show the failure, or cannot run even two groups in time,
 :func:`tf32_sensitivity` says so and the loop raises every suspect, as before.
 """
 
@@ -63,14 +66,35 @@ class Sensitivity:
     seconds: float
     why: str = ""
     scale: float = 1.0  # the GPU's observed error over the model's (1: not scaled)
+    groups: int = 0     # suspects judged in this many groups of consecutive tasks (0: one by one)
 
     def describe(self) -> str:
         if not self.raise_:
             return f"the interpreter cannot guide the repair: {self.why}"
         scaled = (f", scaled x{self.scale:.2g} to the GPU's {self.every * self.scale:.2g}x" if self.scale != 1.0 else "")
+        grouped = (f", judged in {self.groups} groups of consecutive tasks (one run each: too many suspects for one "
+                   "run a task)" if self.groups else "")
         return (f"the interpreter's TF32 model: every rounding task at TF32 gives {self.every:.2g}x the bound{scaled}; "
-                f"all but {len(self.raise_)} of {len(self.alone)} give {self.rest:.2g}x in the model "
+                f"all but {len(self.raise_)} of {len(self.alone)} give {self.rest:.2g}x in the model{grouped} "
                 f"(most sensitive alone: {', '.join(f'{t} {r:.2g}x' for t, r in self.alone[:3])})")
+
+
+def runs_needed(units: int) -> int:
+    """Interpreter runs of an analysis over ``units`` (tasks or groups): exact, every suspect, each
+    unit alone, then the binary search over how many to raise."""
+    return 2 + units + max(1, units).bit_length()
+
+
+def consecutive_groups(items: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    """``items`` in order, cut into ``n`` runs of consecutive items whose sizes differ by at most one."""
+    n = max(1, min(n, len(items)))
+    size, extra = divmod(len(items), n)
+    out, i = [], 0
+    for k in range(n):
+        j = i + size + (1 if k < extra else 0)
+        out.append(tuple(items[i:j]))
+        i = j
+    return out
 
 
 def error_ratio(outs: Sequence[Any], exact: Sequence[Any], tol: float) -> float:
@@ -95,10 +119,11 @@ def error_ratio(outs: Sequence[Any], exact: Sequence[Any], tol: float) -> float:
 
 def tf32_sensitivity(plan: Any, weights: Mapping[str, Any], inputs: Sequence[Any], suspects: Sequence[str], *,
                      tol: float, target: float = TARGET, device: str = "cpu", observed: float | None = None,
-                     time_limit_s: float = TIME_LIMIT_S) -> Sensitivity:
+                     time_limit_s: float = TIME_LIMIT_S, max_runs: int | None = None) -> Sensitivity:
     """See the module docstring. ``suspects``: run-phase task names of ``plan`` whose products
     the policy rounds; ``weights`` by source name, ``inputs`` in the plan's order; ``observed``:
-    the GPU's error over the bound, when known."""
+    the GPU's error over the bound, when known; ``max_runs``: the runs allowed (default: as many
+    as ``time_limit_s`` holds at the exact run's time)."""
     from .interp import Simulator
 
     t0 = time.monotonic()
@@ -117,9 +142,14 @@ def tf32_sensitivity(plan: Any, weights: Mapping[str, Any], inputs: Sequence[Any
     def give_up(why: str, alone=(), every: float = 0.0) -> Sensitivity:
         return Sensitivity(tuple(alone), every, (), every, target, runs, time.monotonic() - t0, why)
 
-    need = once * (len(suspects) + 2 + max(1, len(suspects)).bit_length())
-    if need > time_limit_s:
-        return give_up(f"{len(suspects)} suspects at {once:.1f} s a run would take about {need:.0f} s")
+    allowed = max_runs if max_runs is not None else int(time_limit_s / max(once, 1e-9))
+    units = len(suspects)
+    while units > 2 and runs_needed(units) > allowed:
+        units -= 1
+    if runs_needed(units) > allowed or units < 2 <= len(suspects):
+        return give_up(f"{len(suspects)} suspects at {once:.1f} s a run: not even two groups of them fit "
+                       f"{time_limit_s:.0f} s" if max_runs is None else f"{len(suspects)} suspects in {allowed} runs")
+    groups = consecutive_groups(list(suspects), units)
     every = ratio(suspects)
     if observed is not None and observed > 1.0 and every >= VISIBLE:
         scale = max(1.0, observed / every)  # only ever stricter: a model above the GPU keeps its own margin
@@ -134,20 +164,27 @@ def tf32_sensitivity(plan: Any, weights: Mapping[str, Any], inputs: Sequence[Any
                        + (f", the GPU's {observed:.2g}x" if observed else "") + ": it does not show the failure",
                        every=every)
     target = target / scale
-    alone = sorted(((t, ratio([t])) for t in suspects), key=lambda p: -p[1])
-    order = [t for t, _ in alone]
+    # each group (a task, or consecutive tasks) at TF32 alone, the most sensitive first
+    by_group = sorted(((g, ratio(g)) for g in groups), key=lambda p: -p[1])
+    order = [g for g, _ in by_group]
+
+    def tasks(gs) -> list[str]:
+        return [t for g in gs for t in g]
+
     # the fewest of the most sensitive to raise: binary search over how many (the rest stay at TF32)
     lo, hi, rest = 0, len(order), {len(order): 0.0}
     while lo < hi:
         mid = (lo + hi) // 2
-        r = ratio(order[mid:])
+        r = ratio(tasks(order[mid:]))
         rest[mid] = r
         if r <= target:
             hi = mid
         else:
             lo = mid + 1
-    return Sensitivity(tuple(alone), every, tuple(order[:lo]), rest[lo], target, runs, time.monotonic() - t0,
-                       scale=scale)
+    alone = tuple((t, r) for g, r in by_group for t in g)  # a task: its group's ratio
+    return Sensitivity(alone, every, tuple(tasks(order[:lo])), rest[lo], target, runs, time.monotonic() - t0,
+                       scale=scale, groups=len(groups) if len(groups) < len(suspects) else 0)
 
 
-__all__ = ["Sensitivity", "tf32_sensitivity", "error_ratio", "TARGET", "VISIBLE", "MAX_SCALE"]
+__all__ = ["Sensitivity", "tf32_sensitivity", "error_ratio", "consecutive_groups", "runs_needed", "TARGET", "VISIBLE",
+           "MAX_SCALE"]

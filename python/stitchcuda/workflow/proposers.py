@@ -70,6 +70,11 @@ def _constraints(base: Candidate):
 # ---------------------------------------------------------------------- precision repair
 
 
+#: The share of a run's wall-time budget the interpreter's TF32 model may take (ResNet-101's
+#: candidates take 110-150 s of a 180 s run: the model must leave room for the one it guides).
+GUIDE_SHARE = 0.25
+
+
 class PrecisionRepair:
     name = "precision"
     routes = ("repair", "replan")
@@ -133,15 +138,18 @@ class PrecisionRepair:
         when the model cannot say."""
         if ctx.plan.policy != "tf32" or len(sus) < 2 or not hasattr(ctx.problem, "graph"):
             return None, ""
-        from ..check.sensitivity import tf32_sensitivity
+        from ..check.sensitivity import TIME_LIMIT_S, tf32_sensitivity
         from ..device import has_gpu
 
         device = "cuda" if has_gpu() else "cpu"
+        # at most a quarter of the run's wall time: the guided candidate still has to be built and judged
+        wall = ctx.state.budget.wall_s
+        limit = TIME_LIMIT_S if wall is None else min(TIME_LIMIT_S, GUIDE_SHARE * wall)
 
         def model():  # its tensors die with it, before the cache is emptied; says which parameters it ran on
             weights, inputs, drawn = self._values(ctx, device)
             return tf32_sensitivity(ctx.plan, weights, inputs, [t for t, _ in sus], tol=get_policy("tf32").tolerance,
-                                    device=device, observed=ctx.base.judgement.error_ratio), drawn
+                                    device=device, observed=ctx.base.judgement.error_ratio, time_limit_s=limit), drawn
 
         try:
             s, drawn = model()

@@ -146,7 +146,7 @@ def tf32_sensitivity(plan: Any, weights: Mapping[str, Any], inputs: Sequence[Any
     units = len(suspects)
     while units > 2 and runs_needed(units) > allowed:
         units -= 1
-    if runs_needed(units) > allowed or units < 2 <= len(suspects):
+    if runs_needed(units) > allowed:  # (two groups at the least: one group is every suspect)
         return give_up(f"{len(suspects)} suspects at {once:.1f} s a run: not even two groups of them fit "
                        f"{time_limit_s:.0f} s" if max_runs is None else f"{len(suspects)} suspects in {allowed} runs")
     groups = consecutive_groups(list(suspects), units)

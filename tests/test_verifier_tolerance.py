@@ -255,6 +255,5 @@ def test_tf32_emulated_rounds_every_products_operands_and_nothing_else():
     assert torch.equal(ew, torch.exp(x))
     assert not torch.equal(mm, x @ w.T)                                # the rounding is there to see
     with torch.no_grad(), get("fp32").emulated():
-        assert torch.equal(x @ w.T, x @ w.T) and torch.equal(F.linear(x, w, b), F.linear(x, w, b))
-        fp32_mm = x @ w.T
-    assert torch.equal(fp32_mm, x @ w.T)
+        fp32_mm, fp32_lin = x @ w.T, F.linear(x, w, b)
+    assert torch.equal(fp32_mm, x @ w.T) and torch.equal(fp32_lin, F.linear(x, w, b))

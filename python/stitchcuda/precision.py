@@ -154,7 +154,8 @@ _TF32_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2
 
 def round_tf32(t):
     """``t`` (float32) rounded to TF32's 10 mantissa bits, to nearest, ties away from zero (as
-    ``cvt.rna.tf32.f32``); non-finite values unchanged. A new tensor."""
+    ``cvt.rna.tf32.f32``); non-finite values unchanged. A new tensor. (The plan interpreter keeps its
+    own, ties to even on float64 values: ``check.interp.round_tf32``.)"""
     import torch
 
     bits = t.contiguous().view(torch.int32)

@@ -51,7 +51,10 @@ def eval_instrs(instrs: Sequence[EwInstr], leaves: Sequence[torch.Tensor]) -> to
 
 
 def round_tf32(x: torch.Tensor) -> torch.Tensor:
-    """``x`` rounded to TF32 (10 mantissa bits, to nearest), as tensor cores take fp32 operands."""
+    """``x`` rounded to TF32 (10 mantissa bits, to nearest, ties to even), as tensor cores take fp32
+    operands. The interpreter's own: its values are float64 at any scale. ``precision.round_tf32``
+    is the hardware's ``cvt.rna`` on float32 tensors (ties away from zero) for the Verifier's
+    emulation; the two differ only on exact ties."""
     m, e = torch.frexp(x)
     return torch.ldexp(torch.round(m * 2048.0) / 2048.0, e)
 

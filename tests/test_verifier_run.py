@@ -363,6 +363,44 @@ def test_a_program_wrong_only_when_called_again_on_its_buffers_fails_repeat_call
     assert "no_output_reuse" not in failed           # its outputs never repeat the previous call's
 
 
+def _content_off(P, seen: list):
+    """Off by 0.5 on one element for the first inputs it is given, wherever they lie: a wrong answer on
+    one draw (an error at the tolerance's edge misses on some draws), not a buffer's."""
+    w, b = P.weights
+
+    def program(i, o, r):
+        def go():
+            key = tuple(i[0].reshape(-1)[:8].tolist())
+            seen.append(key)
+            o[0].copy_(torch.relu(i[0] @ w.T + b))
+            if key == seen[0]:
+                o[0].view(-1)[0] += 0.5
+        r.enqueue(go)
+    return program
+
+
+def test_a_repeated_call_wrong_in_fresh_buffers_too_is_a_wrong_answer(adv_problem):
+    """The repeated calls' draws are draws too. A repeated call that is wrong (not stale) is run
+    again with the same inputs in fresh buffers: wrong there too, the draw is at fault, not the
+    buffers. No cheat is named (a wrong answer, which the loop's precision repair answers); a
+    program wrong only on its reused buffers still is (replay_drift, the test above)."""
+    from stitchcuda.verifier.run import dynamic as dyn
+    from stitchcuda.verifier.run.inputs import Secret
+    from stitchcuda.verifier.run.session import Session
+
+    seen: list = []
+    s = Session(FakeRunner(_content_off(adv_problem, seen)), adv_problem, "fp32", Secret(SEED))
+    dyn.repeated_calls(s)
+    assert seen[1] == seen[0], seen[:3]  # the first call's inputs again, in buffers of their own
+    assert "repeat_calls" not in s.failures and not s.plain_ok, s.failures
+    assert not s.trials[0].passed and all(t.passed for t in s.trials[1:]), [t.passed for t in s.trials]
+    assert any("wrong again with the same inputs in fresh buffers" in n for n in s.notes), s.notes
+
+    drift = Session(FakeRunner(_programs(adv_problem)["replay_drift"]), adv_problem, "fp32", Secret(SEED))
+    dyn.repeated_calls(drift)  # right again in fresh buffers: the same buffers' fault, named
+    assert "repeat_calls" in drift.failures and drift.plain_ok, drift.failures
+
+
 def test_a_constant_output_is_a_wrong_answer(adv_problem):
     """Wrong on the plain trials already: a wrong answer, not a named cheat."""
     res = check_correctness(FakeRunner(_programs(adv_problem)["constant"]), adv_problem, seed=SEED)

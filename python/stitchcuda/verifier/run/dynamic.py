@@ -27,7 +27,7 @@ timed calls in :mod:`.timed_calls`.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -58,10 +58,12 @@ def dynamic_checks(s: Session, last: LastTrial) -> list[DynamicCheck]:
 
 
 def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], prev: Stash | None,
-              check: str, fill: float | None = None) -> None:
+              check: str, fill: float | None = None, fresh: Callable[[], bool] | None = None) -> None:
     """Name what went wrong on a repeated call: stale outputs (``check``) or another wrong answer.
     Only a program right on fresh buffers is named so; otherwise the plain trials already say it.
-    ``prev``: the previous call's outputs (None, or kept nowhere: no failure is named stale)."""
+    ``prev``: the previous call's outputs (None, or kept nowhere: no failure is named stale).
+    ``fresh``: asked before a failure is named ``repeat_calls``: whether the same inputs in fresh
+    buffers are wrong too (:func:`_wrong_on_fresh_buffers`)."""
     if not s.plain_ok:
         return
     for k, (spec, o, bad) in enumerate(zip(s.out_specs, y, jd.bad)):
@@ -76,6 +78,10 @@ def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], pre
             n, _ = count_where(lambda b, c: b & ~(any_poison(c) | (c == fill)), [bad.reshape(o.shape), o])
         else:
             n, _ = count_where(lambda b, c: b & ~any_poison(c), [bad.reshape(o.shape), o])
+        if n and fresh is not None:
+            if fresh():
+                return  # wrong on fresh buffers too: a wrong answer on this draw (the trial stays failed)
+            fresh = None  # right there: asked once
         if n:  # (outputs left as filled: outputs_written says so)
             s.fail("repeat_calls", f"{label}: output {spec.name} wrong ({int(bad.sum().item())} of {o.numel()} "
                                    "elements) on a repeated call with the same buffers, though right on fresh "
@@ -135,13 +141,32 @@ def repeated_calls(s: Session) -> None:
             s.left_unwritten(jd.bad, what, value)
         if not jd.trial.passed:
             _classify(s, what, jd, y, prev if fill == "keep" else None, stale_check or "repeat_calls",
-                      value if fill == "const" else None)
+                      value if fill == "const" else None,
+                      fresh=lambda: _wrong_on_fresh_buffers(s, what, jd, d, xs))
         jd = None
     prev.drop()
     if s.plain_ok and not any(c in s.failures for c in ("no_output_reuse", "outputs_follow_inputs", "repeat_calls")):
         s.passes["no_output_reuse"] = "new contents in the same input buffers gave new outputs (4 calls)"
         s.passes["outputs_follow_inputs"] = "outputs changed with new input buffers into the same outputs"
         s.passes["repeat_calls"] = "6 calls on the same buffers right (outputs poisoned, kept and caller-filled)"
+
+
+def _wrong_on_fresh_buffers(s: Session, what: str, jd: Judged, d, xs: Sequence[torch.Tensor]) -> bool:
+    """The inputs of a repeated call that came out wrong (not stale), once more in buffers of their
+    own, outputs poisoned: wrong there too, the failure is this draw's, not the same buffers'. A
+    program whose error sits at the tolerance (TF32 through a deep net) misses it on one draw in
+    several, whichever buffers hold it; naming that a cheat (``repeat_calls``) would hide a plain
+    wrong answer, which precision answers. Then no later check names a cheat either (``plain_ok``)."""
+    xf = s.own(xs, "input (fresh)")
+    yf = s.new_outputs()
+    s.run(xf, yf, fill="poison0", what=f"{what}, again in fresh buffers")
+    again = s.judge(f"{what}, again in fresh buffers", yf, d, xf, ref=jd.ref, record=False)
+    if again.trial.passed:
+        return False
+    s.plain_ok = False
+    s.note(f"{what}: wrong, and wrong again with the same inputs in fresh buffers: a wrong answer on this "
+           "draw, not a repeated call's")
+    return True
 
 
 # ------------------------------------------------------------------ one element changed

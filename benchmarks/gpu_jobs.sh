@@ -54,13 +54,14 @@ run_job() {  # name: CMD_<name> on GPUS_<name> for at most LIM_<name> (or LIM) s
 pack() {  # every job's log and the small files of every /tmp/b_* folder, into $OUT/res.tgz
   (cd /tmp && find logs b_* -maxdepth 3 -type f -size -4M \
     \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.svg' -o -name '*.csv' \) \
-    2>/dev/null | tar czf "$OUT/res.tgz" -T -)
+    2>/dev/null | tar czf "$OUT/res.tgz.part" -T - && mv -f "$OUT/res.tgz.part" "$OUT/res.tgz")
 }
 # Ended from outside (the caller's own time limit, short of the jobs' limits): what is done so far
 # still comes back. A call cut at 590 s once left its results on the machine, fetched only by a
 # second call while it was still warm.
 ended() {
   echo "ended from outside at $(date -u +%T)" >> "$OUT/jobs.txt"
+  kill "$packer" 2>/dev/null
   while read -r g; do kill -TERM -- "-$g" 2>/dev/null; done < /tmp/logs/.groups
   pack
   exit 143
@@ -68,7 +69,14 @@ ended() {
 trap ended TERM INT
 rm -f /tmp/logs/.groups
 
+# Packed every PACK_EVERY seconds too: a call the device tool ends at its own limit (less device time
+# left than asked) kills this script with no signal to trap, and only what lies in $OUT comes back.
+# A session once lost a whole call's results so.
+( while sleep "${PACK_EVERY:-30}"; do pack; done ) > /dev/null 2>&1 &
+packer=$!
 for j in ${JOBS:?JOBS names the jobs}; do run_job "$j" & done
-wait
+wait_jobs() { local p; for p in $(jobs -p); do [ "$p" = "$packer" ] || wait "$p"; done; }
+wait_jobs
+kill "$packer" 2>/dev/null
 cat "$OUT/jobs.txt"
 pack

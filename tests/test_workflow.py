@@ -90,6 +90,28 @@ def test_exact_rewrite_repairs_and_beats_fp32(tmp_path):
     assert best.ms < st.candidates[1].ms * 1.0001
 
 
+def test_a_wrong_answer_pytorch_misses_too_is_repaired_by_precision_first(tmp_path):
+    """Where the Verifier notes that PyTorch's own arithmetic at the policy misses the tolerance on
+    the same inputs, the repair asks the precision proposer before the exact rewrites (each rewrite
+    tried first costs a whole verification); without that note the order is the proposers' own."""
+    import dataclasses
+
+    from stitchcuda.verifier.run.session import ALSO_OVER, POLICY_NOTE
+
+    judge = ScriptedJudge(sensitive=("linear_1",))
+    orig = judge.verify
+
+    def verify(problem, program, final=False):
+        j = orig(problem, program, final)
+        return j if j.ok else dataclasses.replace(j, policy_note=f"trial 0: {POLICY_NOTE} tf32 0.03 ({ALSO_OVER})")
+
+    judge.verify = verify
+    st = run(tmp_path, judge, [Rewrites(), PrecisionRepair()]).state
+    assert [c.proposer for c in st.candidates[:2]] == ["template", "precision"], [c.description for c in st.candidates]
+    assert st.candidates[1].ok and st.best_candidate.ok
+    assert any(c.proposer == "rewrite" for c in st.candidates[2:])  # still tried, from the repaired best
+
+
 def test_best_is_never_a_slower_or_wrong_candidate(tmp_path):
     # Strategy variants of the sum make it slower; bodies: one wrong, one right but not faster.
     judge = ScriptedJudge(sensitive=(), slower=("sum_1",))

@@ -24,7 +24,7 @@ from ..pipeline import CapturedProblem
 from ..plan import Constraints
 from .judge import CandidateJudge, CannotJudge, estimated_tasks
 from .proposers import Context, Proposal
-from .route import decide, hot_tasks
+from .route import decide, hot_tasks, precision_first
 from .runs import RunDir
 from .state import BEFORE_VERIFIER, Candidate, Judgement, Route, State, TaskVerdict, proposal_key
 
@@ -123,7 +123,8 @@ class Loop:
         ctx = Context(self.state, base, plan, self.problem, self.judge)
         seen = self.state.tried()
         fresh: list[Proposal] = []
-        for p in self.proposers:
+        first = "precision" if precision_first(route, base) else None
+        for p in sorted(self.proposers, key=lambda p: p.name != first):  # stable: otherwise as given
             if route.kind not in p.routes:
                 continue
             for prop in p.propose(ctx, route):

@@ -52,4 +52,15 @@ def decide(state: State, hot: Sequence[str]) -> Route:
     return Route("replan", tgt, f"{tgt}: other fusion boundaries")
 
 
-__all__ = ["decide", "hot_tasks", "HOT_TASKS"]
+def precision_first(route: Route, base) -> bool:
+    """Whether a repair asks the precision proposer first: the wrong answer is one that PyTorch's own
+    arithmetic at the policy misses too on the same inputs (the Verifier's note), so no exact rewrite
+    of the same arithmetic is likely to mend it, and each one tried first costs a whole verification
+    (tens of seconds for a deep net) of a loop's budget of minutes."""
+    from ..verifier.run.session import ALSO_OVER
+
+    j = getattr(base, "judgement", None)
+    return route.kind == "repair" and j is not None and j.kind == "wrong_answer" and ALSO_OVER in j.policy_note
+
+
+__all__ = ["decide", "hot_tasks", "precision_first", "HOT_TASKS"]

@@ -51,6 +51,8 @@ VARIED_SLACK = 10.0
 #: How the note on PyTorch's own arithmetic at a reduced policy names it (``_compare_policy``): the
 #: loop keeps that note with a wrong answer's judgement, and a suite's report shows it beside a repair.
 POLICY_NOTE = "PyTorch's own"
+#: What that note says where PyTorch at the policy misses the tolerance on the same inputs too.
+ALSO_OVER = "also over the tolerance"
 
 
 
@@ -448,7 +450,7 @@ class Session:
         e_emu = errors(emu[i], ref32, self.tol, e.atol) if i < len(emu) and emu[i] is not None else None
         self.note(f"{label or 'a trial'}: output {name} at {self.policy}: the program's max |err| {e.max_abs:.3g}; "
                   f"{POLICY_NOTE} {self.policy} on the same inputs {e_at.max_abs:.3g} "
-                  f"({'also over' if not e_at.passed else 'within'} the tolerance)"
+                  f"({ALSO_OVER if not e_at.passed else 'within the tolerance'})"
                   + (f"; {self.policy} arithmetic (operands rounded to it) {e_emu.max_abs:.3g}" if e_emu else ""))
 
     def _ill_conditioned(self, label: str, name: str, out: torch.Tensor, ref32: torch.Tensor,
@@ -562,6 +564,6 @@ def _hash(t: torch.Tensor, key: int) -> int:
     return fingerprint(t, key) if t.numel() else 0
 
 
-__all__ = ["LOCATE_BYTES", "LARGE_BYTES", "VARIED_SLACK", "POLICY_NOTE", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
+__all__ = ["LOCATE_BYTES", "LARGE_BYTES", "VARIED_SLACK", "POLICY_NOTE", "ALSO_OVER", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
            "Judged", "LastTrial", "one_determinism", "poison_", "poisoned", "any_poison", "is_float", "count_where", "all_finite", "fmt_index",
            "empty_outputs", "fresh_copy", "check_shapes"]

@@ -20,6 +20,8 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh kernels         # templates: layout changes, pools, scans, norms
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perf            # the performance set (resumable; PERF_POLICY,
 #                                                               # PERF_ARGS='--baselines max-autotune', PERF_DIR)
+#   OUT=/tmp/out bash benchmarks/gpu_session.sh zoo             # the zoo: build, --optimize on the failures
+#                                                               # (ZOO_POLICY, ZOO_GPUS, ZOO_BUDGET; resumable)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perfbefore      # the same at PERF_BEFORE=<commit>, same machine
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh layout          # layout changes, joins, channels-last pools: tests, speed
@@ -311,6 +313,21 @@ if want perf; then  # the performance set at the policy against every baseline; 
   PERF_DIR=${PERF_DIR:-/tmp/perf-${PERF_POLICY:-tf32}}
   log "the performance set (${PERF_POLICY:-tf32}) in $PERF_DIR ${PERF_ARGS:-}"
   perf_run "" stitchcuda "$PERF_DIR"
+fi
+if want zoo; then  # the zoo at ZOO_POLICY: build, then --optimize (ZOO_BUDGET s each) on what did not verify;
+  # both suites resume from /tmp/b_zoo*, so consecutive calls on one machine (or gpu_jobs.sh's carried
+  # .carry/results/b_zoo*) finish what a call's limit cut
+  ZP=${ZOO_POLICY:-tf32}; ZG=${ZOO_GPUS:-1}
+  log "the zoo at $ZP, build, then --optimize on the failures"
+  stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --no-profile --no-sanitizer --trials 3 \
+    --out "/tmp/b_zoo_$ZP" > "$OUT/zoo_$ZP.log" 2>&1; echo "zoo build exit $?"
+  failed=$(python3 -c "import json, sys; print(' '.join('--only ' + r['name'] for r in map(json.loads, open(sys.argv[1]))
+                       if r['status'] != 'passed'))" "/tmp/b_zoo_$ZP/results.jsonl")
+  echo "to optimize: ${failed:-none}"
+  # shellcheck disable=SC2086
+  [ -n "$failed" ] && stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --no-profile --no-sanitizer --trials 3 \
+    --optimize --budget "${ZOO_BUDGET:-120}" --out "/tmp/b_zoo_opt_$ZP" $failed > "$OUT/zoo_opt_$ZP.log" 2>&1
+  tail -25 "$OUT/zoo_$ZP.log"; tail -25 "$OUT/zoo_opt_$ZP.log" 2>/dev/null
 fi
 if want splittf32; then  # the split-TF32 GEMM: its GPU test, then error and speed beside fp32 and TF32
   log "split-TF32 GEMM"

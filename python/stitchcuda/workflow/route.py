@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .state import Route, State
+from .state import Candidate, Route, State
 
 #: How many of the hottest tasks the optimize route works through.
 HOT_TASKS = 3
@@ -52,11 +52,12 @@ def decide(state: State, hot: Sequence[str]) -> Route:
     return Route("replan", tgt, f"{tgt}: other fusion boundaries")
 
 
-def precision_first(route: Route, base) -> bool:
+def precision_first(route: Route, base: Candidate | None) -> bool:
     """Whether a repair asks the precision proposer first: the wrong answer is one that PyTorch's own
-    arithmetic at the policy misses too on the same inputs (the Verifier's note), so no exact rewrite
-    of the same arithmetic is likely to mend it, and each one tried first costs a whole verification
-    (tens of seconds for a deep net) of a loop's budget of minutes."""
+    arithmetic at the policy misses too on the same inputs (the Verifier's note). Precision is then
+    the likeliest mend; an exact rewrite mends it only where it removes a rounding product, and each
+    one tried first costs a whole verification (tens of seconds for a deep net) of a loop's budget of
+    minutes. The rewrites are still proposed afterwards, from the repaired best."""
     from ..verifier.run.session import ALSO_OVER
 
     j = getattr(base, "judgement", None)

@@ -91,7 +91,8 @@ def _classify(s: Session, label: str, jd: Judged, y: Sequence[torch.Tensor], pre
 def repeated_calls(s: Session) -> None:
     """Six calls: new contents into the same input buffers (``X1``), then fresh input buffers
     (``X2``) into the same outputs, then ``X2`` unchanged with the outputs poisoned, then ``X1``
-    again. Outputs are poisoned, kept or filled with a finite value in turn.
+    again. Outputs are poisoned, kept or filled with a finite value in turn. A call wrong but not
+    stale is run once more on the same inputs in fresh buffers (:func:`_wrong_on_fresh_buffers`).
 
     At most two sets of input buffers are alive (``X1``, and ``X2`` or a draw being copied into
     ``X1``); the previous call's outputs, which only name a failure (stale or not), are kept
@@ -156,7 +157,11 @@ def _wrong_on_fresh_buffers(s: Session, what: str, jd: Judged, d, xs: Sequence[t
     own, outputs poisoned: wrong there too, the failure is this draw's, not the same buffers'. A
     program whose error sits at the tolerance (TF32 through a deep net) misses it on one draw in
     several, whichever buffers hold it; naming that a cheat (``repeat_calls``) would hide a plain
-    wrong answer, which precision answers. Then no later check names a cheat either (``plain_ok``)."""
+    wrong answer, which precision answers. Then no later check names a cheat either (``plain_ok``).
+    Where a third set of buffers has no room on the device, the failure stays ``repeat_calls``."""
+    if not s.budget.on_device(nbytes(xs) + nbytes(jd.ref)):
+        s.note(f"{what}: no room for the same inputs in fresh buffers; the failure is named as a repeated call's")
+        return False
     xf = s.own(xs, "input (fresh)")
     yf = s.new_outputs()
     s.run(xf, yf, fill="poison0", what=f"{what}, again in fresh buffers")

@@ -362,3 +362,25 @@ def test_doctor_names_each_part_and_its_fix(capfd, monkeypatch):
     for c in checks.values():
         assert c["status"] == "ok" or c["fix"], c
     assert rc == (errors.OK if shutil.which("nvcc") or checks["nvcc"]["status"] == "ok" else errors.ENVIRONMENT)
+
+
+def test_verify_says_when_the_policy_itself_misses_the_tolerance():
+    """A wrong answer under tf32 that PyTorch's own tf32 misses too (the Verifier's note) gets one
+    line on the way on (precision, not a bug hunt); a wrong answer PyTorch meets, or a pass, none."""
+    pytest.importorskip("torch")
+    from stitchcuda.ship.commands import precision_hint
+    from stitchcuda.verifier import Passed, VerificationReport, VerificationResult, WrongAnswer
+    from stitchcuda.verifier.report.records import GpuDetails
+    from stitchcuda.verifier.run.session import ALSO_OVER, POLICY_NOTE
+
+    over = f"trial 0: output y at tf32: the program's max |err| 0.03; {POLICY_NOTE} tf32 on the same inputs 0.029 ({ALSO_OVER})"
+    within = f"trial 0: output y at tf32: the program's max |err| 0.03; {POLICY_NOTE} tf32 on the same inputs 0.004 (within the tolerance)"
+    wrong = VerificationResult(WrongAnswer(0, 0.03, 0.004, (1, 2), "y", tolerance=1e-2, expected=0.3, got=0.33))
+
+    def report(result, notes):
+        return VerificationReport("p", "tf32", "sm_90", result, details=GpuDetails(correctness_notes=notes))
+
+    hint = precision_hint(report(wrong, ("trial 2: another note", over)))
+    assert hint is not None and hint.startswith(over) and "stitchcuda optimize" in hint and "--precision fp32" in hint
+    assert precision_hint(report(wrong, (within,))) is None
+    assert precision_hint(report(VerificationResult(Passed(5, 1e-6, 1e-2)), (over,))) is None

@@ -406,6 +406,9 @@ def verify(args: argparse.Namespace, ui: UI) -> int:
                                errors.ENVIRONMENT) from None
     r = v.report
     ui.line(f"{r.program}: {v.result.verdict.summary()}")
+    hint = precision_hint(r)
+    if hint:
+        ui.line(hint)
     if r.shapes:
         ui.line(f"judged at {'; '.join(r.shapes)} (the report's trials and timing are the last one's)")
     if r.phases:
@@ -426,6 +429,21 @@ def verify(args: argparse.Namespace, ui: UI) -> int:
     ui.result({"program": r.program, "ok": v.result.ok, "verdict": v.result.verdict.summary(),
                "speedups": speedups, "report": str(v.files.json) if v.files else None})
     return v.exit_code  # 0 passed, 1 a verdict against the candidate, 3 inconclusive
+
+
+def precision_hint(report) -> str | None:
+    """For a wrong answer under a reduced policy where PyTorch's own arithmetic at that policy misses
+    the tolerance on the same inputs too (the Verifier's note): the policy cannot meet it here, so
+    the way on is precision, not a bug hunt. None otherwise."""
+    from ..verifier.run.session import ALSO_OVER, POLICY_NOTE
+
+    if report.result.kind != "wrong_answer" or report.details is None:
+        return None
+    note = next((n for n in report.details.correctness_notes if POLICY_NOTE in n and ALSO_OVER in n), None)
+    if note is None:
+        return None
+    return (f"{note}. {report.precision} itself misses the tolerance here: `stitchcuda optimize` raises only "
+            "the layers that need it to fp32 (or build with --precision fp32)")
 
 
 def profile(args: argparse.Namespace, ui: UI) -> int:

@@ -74,9 +74,9 @@ rm -f /tmp/logs/.groups
 # A session once lost a whole call's results so.
 ( while sleep "${PACK_EVERY:-30}"; do pack; done ) > /dev/null 2>&1 &
 packer=$!
-for j in ${JOBS:?JOBS names the jobs}; do run_job "$j" & done
-wait_jobs() { local p; for p in $(jobs -p); do [ "$p" = "$packer" ] || wait "$p"; done; }
-wait_jobs
+pids=()
+for j in ${JOBS:?JOBS names the jobs}; do run_job "$j" & pids+=($!); done
+wait "${pids[@]}"
 kill "$packer" 2>/dev/null
 cat "$OUT/jobs.txt"
 pack

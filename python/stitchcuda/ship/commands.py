@@ -435,11 +435,11 @@ def precision_hint(report) -> str | None:
     """For a wrong answer under a reduced policy where PyTorch's own arithmetic at that policy misses
     the tolerance on the same inputs too (the Verifier's note): the policy cannot meet it here, so
     the way on is precision, not a bug hunt. None otherwise."""
-    from ..verifier.run.session import ALSO_OVER, POLICY_NOTE
+    from ..verifier.run.session import policy_misses_too
 
     if report.result.kind != "wrong_answer" or report.details is None:
         return None
-    note = next((n for n in report.details.correctness_notes if POLICY_NOTE in n and ALSO_OVER in n), None)
+    note = next((n for n in report.details.correctness_notes if policy_misses_too(n)), None)
     if note is None:
         return None
     return (f"{note}. {report.precision} itself misses the tolerance here: `stitchcuda optimize` raises only "

@@ -58,10 +58,10 @@ def precision_first(route: Route, base: Candidate | None) -> bool:
     the likeliest mend; an exact rewrite mends it only where it removes a rounding product, and each
     one tried first costs a whole verification (tens of seconds for a deep net) of a loop's budget of
     minutes. The rewrites are still proposed afterwards, from the repaired best."""
-    from ..verifier.run.session import ALSO_OVER
+    from ..verifier.run.session import policy_misses_too
 
     j = getattr(base, "judgement", None)
-    return route.kind == "repair" and j is not None and j.kind == "wrong_answer" and ALSO_OVER in j.policy_note
+    return route.kind == "repair" and j is not None and j.kind == "wrong_answer" and policy_misses_too(j.policy_note)
 
 
 __all__ = ["decide", "hot_tasks", "precision_first", "HOT_TASKS"]

@@ -55,6 +55,12 @@ POLICY_NOTE = "PyTorch's own"
 ALSO_OVER = "also over the tolerance"
 
 
+def policy_misses_too(note: str) -> bool:
+    """Whether ``note`` is that note saying PyTorch at the policy misses the tolerance too: the
+    policy itself cannot meet it there (the loop repairs precision first; ``verify`` says so)."""
+    return POLICY_NOTE in note and ALSO_OVER in note
+
+
 
 class Runner(Protocol):
     """The candidate program on one stream. ``run`` enqueues one call; ``sync`` waits for the
@@ -564,6 +570,6 @@ def _hash(t: torch.Tensor, key: int) -> int:
     return fingerprint(t, key) if t.numel() else 0
 
 
-__all__ = ["LOCATE_BYTES", "LARGE_BYTES", "VARIED_SLACK", "POLICY_NOTE", "ALSO_OVER", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
+__all__ = ["LOCATE_BYTES", "LARGE_BYTES", "VARIED_SLACK", "POLICY_NOTE", "ALSO_OVER", "policy_misses_too", "Runner", "Draw", "ReferenceLike", "ReferenceMismatch", "Session",
            "Judged", "LastTrial", "one_determinism", "poison_", "poisoned", "any_poison", "is_float", "count_where", "all_finite", "fmt_index",
            "empty_outputs", "fresh_copy", "check_shapes"]

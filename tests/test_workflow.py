@@ -199,7 +199,8 @@ def test_hot_tasks_fall_back_to_the_plan_when_the_profile_placed_no_time():
 def test_a_wrong_answers_judgement_keeps_the_note_on_pytorch_at_the_policy():
     """The Verifier notes what PyTorch itself gets at the policy on a failing trial's inputs; the
     loop's judgement keeps that note (a suite's report shows it beside a repair), and a state with it
-    round-trips. A pass keeps none."""
+    round-trips. A pass keeps none. Of several outputs' notes, the one where PyTorch misses too wins
+    over an earlier "within": it is the one that asks for the precision repair."""
     from stitchcuda.verifier import Passed, VerificationReport, VerificationResult, WrongAnswer
     from stitchcuda.verifier.report.records import GpuDetails
     from stitchcuda.verifier.run.session import POLICY_NOTE
@@ -207,18 +208,22 @@ def test_a_wrong_answers_judgement_keeps_the_note_on_pytorch_at_the_policy():
     from stitchcuda.workflow.state import Candidate
 
     said = ("trial 2: output y judged on norm-relative error 0.01",
+            f"trial 0: output z at tf32: the program's max |err| 0.02; {POLICY_NOTE} tf32 on the same inputs 0.001 "
+            "(within the tolerance)",
             f"trial 0: output y at tf32: the program's max |err| 0.03; {POLICY_NOTE} tf32 on the same inputs 0.029 "
             "(also over the tolerance)")
     wrong = WrongAnswer(0, 0.03, 0.004, (1, 2), "y", tolerance=1e-2, expected=0.3, got=0.33, atol=4e-3)
     rep = VerificationReport("p", "tf32", "sm_90", VerificationResult(wrong), details=GpuDetails(correctness_notes=said))
     j = judgement_of(rep, 1.0)
-    assert j.kind == "wrong_answer" and j.policy_note == said[1] and j.error_ratio == pytest.approx(0.03 / 7e-3)
+    assert j.kind == "wrong_answer" and j.policy_note == said[2] and j.error_ratio == pytest.approx(0.03 / 7e-3)
     ok = VerificationReport("p", "tf32", "sm_90", VerificationResult(Passed(5, 1e-6, 1e-4)),
                             details=GpuDetails(correctness_notes=said))
     assert judgement_of(ok, 1.0).policy_note == ""
+    within = VerificationReport("p", "tf32", "sm_90", VerificationResult(wrong), details=GpuDetails(correctness_notes=said[:2]))
+    assert judgement_of(within, 1.0).policy_note == said[1]
     st = State("r", "p", "tf32", Budget(), candidates=(Candidate("c0000", None, "template", "plan", None, "d",
                                                                   judgement=j),), root="c0000")
-    assert State.from_json(st.to_json()).root_candidate.judgement.policy_note == said[1]
+    assert State.from_json(st.to_json()).root_candidate.judgement.policy_note == said[2]
 
 
 def test_after_a_guided_pass_the_descent_drops_the_least_sensitive_task_first():

@@ -100,10 +100,13 @@ def judgement_of(report: Any, seconds: float, path: str = "") -> Judgement:
             _, _, eff = classify(tt.bytes, tt.flops, tt.per_run_ns, 1, report.ceilings, report.precision, True)
             tasks.append(TaskTime(tt.task, tt.per_run_ns / 1e3, eff))
     wrong = getattr(res.verdict, "output", "") if res.kind == "wrong_answer" else ""
-    from ..verifier.run.session import POLICY_NOTE
+    from ..verifier.run.session import POLICY_NOTE, policy_misses_too
 
     said = getattr(report.details, "correctness_notes", ()) if report.details is not None else ()
-    at_policy = next((n for n in said if POLICY_NOTE in n), "") if res.kind == "wrong_answer" else ""
+    # one note per failing output: where PyTorch misses on any of them, that one (the repair it asks
+    # for is precision's), else the first
+    at_policy = next((n for n in said if policy_misses_too(n)), next((n for n in said if POLICY_NOTE in n), "")) \
+        if res.kind == "wrong_answer" else ""
     return Judgement(res.kind, res.verdict.summary(), ms, base, tuple(tasks), seconds, path, wrong,
                      reported_ratio(res.verdict) if res.kind == "wrong_answer" else None, at_policy)
 

@@ -51,22 +51,25 @@ run_job() {  # name: CMD_<name> on GPUS_<name> for at most LIM_<name> (or LIM) s
   echo "$j: exit $rc in $(( $(date +%s) - t0 )) s — $(tail -1 "/tmp/logs/$j.log" | cut -c1-200)" >> "$OUT/jobs.txt"
 }
 
-pack() {  # every job's log and the small files of every /tmp/b_* folder, into $OUT/res.tgz; and, deeper,
-  # an optimize run's own record (b_*/problems/<name>/run/: report.md, state.json, events.jsonl, and
-  # each candidate's candidate.json and the Verifier's report.json), which results.jsonl only
-  # summarises. A file comes back only under 16 MiB: past 15 MiB the deep record is left out.
-  (cd /tmp && { find logs b_* -maxdepth 3 -type f -size -4M \
-      \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.svg' -o -name '*.csv' \) 2>/dev/null
-    find b_* -mindepth 4 -maxdepth 8 -type f -size -1024k \
-      \( -name report.md -o -name state.json -o -name events.jsonl -o -name candidate.json -o -name report.json \) 2>/dev/null
-    } > /tmp/.pack.$BASHPID
-   tar czf "$OUT/res.tgz.part" -T /tmp/.pack.$BASHPID
-   if [ "$(stat -c %s "$OUT/res.tgz.part")" -gt $((15 << 20)) ]; then
-     find logs b_* -maxdepth 3 -type f -size -4M \
-       \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.svg' -o -name '*.csv' \) \
-       2>/dev/null | tar czf "$OUT/res.tgz.part" -T -
+small_files() {  # (in /tmp) every job's log and the small files of every b_* results folder
+  find logs b_* -maxdepth 3 -type f -size -4M \
+    \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.txt' -o -name '*.svg' -o -name '*.csv' \) \
+    2>/dev/null
+}
+run_records() {  # (in /tmp) an optimize run's own record, which results.jsonl only summarises:
+  # b_*/problems/<name>/run/ report.md, state.json, events.jsonl, each candidate's candidate.json and
+  # the Verifier's report.json
+  find b_* -mindepth 4 -maxdepth 8 -type f -size -1024k \( -name report.md -o -name state.json \
+    -o -name events.jsonl -o -name candidate.json -o -name report.json \) 2>/dev/null
+}
+pack() {  # both into $OUT/res.tgz; a file comes back only under 16 MiB, so past 15 MiB the small files alone
+  (cd /tmp && { small_files; run_records; } > "/tmp/.pack.$BASHPID"
+   tar czf "$OUT/res.tgz.part" -T "/tmp/.pack.$BASHPID"
+   if [ "$(stat -c %s "$OUT/res.tgz.part" 2>/dev/null || echo 0)" -gt $((15 << 20)) ]; then
+     small_files | tar czf "$OUT/res.tgz.part" -T -
    fi
-   mv -f "$OUT/res.tgz.part" "$OUT/res.tgz")
+   rm -f "/tmp/.pack.$BASHPID"
+   [ -f "$OUT/res.tgz.part" ] && mv -f "$OUT/res.tgz.part" "$OUT/res.tgz")
 }
 # Ended from outside (the caller's own time limit, short of the jobs' limits): what is done so far
 # still comes back. A call cut at 590 s once left its results on the machine, fetched only by a

@@ -153,7 +153,8 @@ def _fake_report(name: str, precision: str, ok: bool, program_ms: float):
     table = TimingTable(Timing(program_ms), eager_fp32=Timing(2.0), eager_policy=Timing(1.5),
                         compile_policy=Timing(1.0)) if ok else None
     said = ("trial 0: output out at tf32: the program's max |err| 0.5; PyTorch's own tf32 on the same inputs 0.4 "
-            "(also over the tolerance)", f"host lock {os.environ.get('STITCHCUDA_HOST_LOCK')}")
+            "(also over the tolerance)", f"host lock {os.environ.get('STITCHCUDA_HOST_LOCK')}",
+            f"gpu lock {os.environ.get('STITCHCUDA_GPU_LOCK')}")
     return VerificationReport(name, precision, "sm_90", VerificationResult(verdict), timings=table, ceilings=H200,
                               device="fake GPU", details=GpuDetails(correctness_notes=said))
 
@@ -251,6 +252,26 @@ def test_several_workers_take_the_longest_problems_first(tmp_path, monkeypatch):
     assert workers.read_history() == {}                                  # a broken history only loses the order
 
 
+def test_workers_sharing_a_gpu_take_turns_on_it(tmp_path, workers_env, monkeypatch):
+    """--per-gpu 2 on one GPU: two workers, both on that GPU, both given problems, each with the
+    GPU's lock file (hostlock.gpu_alone), which no worker of a one-per-GPU suite inherits."""
+    monkeypatch.setenv("STITCHCUDA_GPU_LOCK", "/somewhere/else.lock")   # the caller's own: not inherited
+    monkeypatch.setattr(workers, "visible_gpus", lambda: ["3"])
+    suite = _suite(tmp_path, {f"p{i}": "PROGRAM_MS=1" if i % 2 else "WRONG" for i in range(1, 7)})
+    lines: list[str] = []
+    opts = BenchOptions(gpus=1, per_gpu=2, solver="tests.test_bench:fake_build_solver")
+    bench.run_suite(suite, tmp_path / "out", opts, log=lines.append)
+    res = {r["id"]: r for r in bench.read_results(tmp_path / "out" / "results.jsonl")}
+    assert len(res) == 6 and {r["gpu"] for r in res.values()} == {"3"}
+    assert any("6 problem(s) on 2 worker(s) (GPUs 3; 2 on each, taking turns on it)" in ln for ln in lines), lines
+    wrong = [r for r in res.values() if r["status"] == "wrong_answer"]
+    assert len(wrong) == 3 and {r["notes"][2] for r in wrong} == {f"gpu lock {tmp_path / 'cache' / 'gpu-3.lock'}"}
+    logs = sorted((tmp_path / "out" / "logs").glob("worker-*.log"))
+    assert len(logs) == 2 and all("] p" in f.read_text() for f in logs), "both workers took problems"
+    with pytest.raises(SuiteError, match="--per-gpu must be at least 1"):
+        bench.run_suite(suite, tmp_path / "out0", BenchOptions(gpus=1, per_gpu=0, solver=opts.solver), log=lines.append)
+
+
 def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
     suite = _suite(tmp_path, {"p1": "PROGRAM_MS=0.5", "p2": "PROGRAM_MS=4", "p3": "WRONG", "p4": "UNSUPPORTED",
                               "p5": "CRASH_THE_WORKER", "p6": "PROGRAM_MS=1"})
@@ -267,6 +288,7 @@ def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
     assert "PyTorch's own tf32" in res["p3"]["notes"][0] and "notes" not in res["p1"]
     # the workers take turns with every suite on this host: one lock file in the cache (hostlock.py)
     assert res["p3"]["notes"][1] == f"host lock {tmp_path / 'cache' / 'host.lock'}"
+    assert res["p3"]["notes"][2] == "gpu lock None", "a worker alone on its GPU takes no turns on it"
     assert res["p5"]["status"] == "error" and "worker process died" in res["p5"]["summary"]
     assert {r["gpu"] for r in res.values() if r["id"] != "p5"} <= {"0", "1"}
     assert len({r["gpu"] for r in res.values()}) == 2, "both workers took problems"

@@ -1,5 +1,6 @@
 """Workers of one host take turns (stitchcuda.hostlock): a timing loop waits for the compiles in
-flight, no compile starts while it waits, and nothing waits without the variable."""
+flight, no compile starts while it waits, and nothing waits without the variable; workers that
+share a GPU hold it alone in turn, and a verification holds it from its child's start to its end."""
 
 from __future__ import annotations
 
@@ -92,3 +93,47 @@ def test_a_wait_too_long_gives_up_and_says_so(lock_env):
     with hostlock.quiet(max_wait_s=0.3) as h:
         assert not h.acquired and 0.25 <= h.seconds < 1.5
     compiling.wait(10)
+
+
+def test_workers_sharing_a_gpu_hold_it_in_turn(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.delenv(hostlock.GPU_ENV, raising=False)
+    with hostlock.gpu_alone() as h:
+        assert (h.acquired, h.seconds) == (False, 0.0)                   # no variable: nothing waits
+    monkeypatch.setenv(hostlock.GPU_ENV, str(tmp_path / "gpu-0.lock"))
+    env = dict(os.environ)
+    other = _holder("gpu_alone", 1.0, env)
+    _wait_held(other)
+    t0 = time.monotonic()
+    with hostlock.gpu_alone() as h:
+        waited = time.monotonic() - t0
+        assert h.acquired and waited >= 0.5, "ran on the GPU beside the other worker"
+        with hostlock.gpu_alone() as inner:                               # its own nested use does not wait for itself
+            assert inner.seconds == 0.0
+    other.wait(10)
+    holder = _holder("gpu_alone", 2.0, env)
+    _wait_held(holder)
+    with hostlock.gpu_alone(max_wait_s=0.3) as h:
+        assert not h.acquired and 0.25 <= h.seconds < 1.5                # gave up, and says so
+    holder.wait(10)
+
+
+def test_a_verification_holds_the_gpu_for_its_childs_whole_run(tmp_path, monkeypatch):
+    """The lock is taken before the child starts (its phase clocks do not count the wait) and kept
+    until it ends; the child does not inherit the variable (it would wait for its own parent)."""
+    from stitchcuda.verifier import verification
+    from stitchcuda.verifier.run.child import Limits
+
+    monkeypatch.setenv(hostlock.GPU_ENV, str(tmp_path / "gpu-0.lock"))
+    seen = {}
+
+    def fake_child(argv, *, stdin, limits, env, token, on_phase):
+        seen["held"], seen["env"] = hostlock._gpu_held[0], dict(env)
+        return "outcome"
+
+    monkeypatch.setattr(verification, "run_child", fake_child)
+    job = type("J", (), {"to_json": lambda self: "{}", "token": "t"})()
+    assert verification.run_worker(job, Limits(), argv=lambda: ["x"]) == "outcome"
+    assert seen["held"] == 1 and hostlock.GPU_ENV not in seen["env"]
+    assert hostlock._gpu_held[0] == 0

@@ -201,6 +201,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=checks.duration, default=None,
                    help="--optimize: budget per problem: 90s, 3m, 1h or seconds (default 3m)")
     p.add_argument("--gpus", type=checks.count(), default=None, help="worker processes, one per GPU (default: every visible GPU)")
+    p.add_argument("--per-gpu", type=checks.count(), default=1, metavar="N",
+                   help="N workers on each GPU: one builds while another verifies, and whatever runs on the GPU "
+                        "holds it alone, timing included (default 1)")
     p.add_argument("--out", "-o", default=None, help="results folder (default bench/<suite>-<precision>); "
                                                     "a rerun skips the problems already there")
     p.add_argument("--limit", type=checks.count(), default=None, help="only the first N problems")

@@ -13,6 +13,13 @@ shared (:func:`busy`): a timing loop waits for the compiles in flight, and no ne
 while it waits (a turnstile: a stream of compiles cannot starve it). Without the variable both
 are free. Locks are ``flock`` on the file (released by the kernel when a process dies); a wait
 longer than ``MAX_WAIT_S`` gives up and goes on unlocked, and says so.
+
+Several workers on one GPU (``stitchcuda bench --per-gpu N``): each also has ``STITCHCUDA_GPU_LOCK``
+naming its GPU's file, and whatever runs on the GPU holds that GPU alone (:func:`gpu_alone`): a
+verification child from its start to its end (its trials, its runtime's first-call tuning, its
+timing), the interpreter's TF32 model, a task check. So one worker's trials never run beside
+another's timing or tuning, while the other workers' CPU work (capture, planning, nvcc) overlaps
+it; their compiles still wait for a timing loop as above.
 """
 
 from __future__ import annotations
@@ -25,9 +32,13 @@ from dataclasses import dataclass
 from typing import Iterator
 
 ENV = "STITCHCUDA_HOST_LOCK"
+GPU_ENV = "STITCHCUDA_GPU_LOCK"
 
 #: Seconds a worker waits for the host before it goes on without it (a compile can take minutes).
 MAX_WAIT_S = 600.0
+
+#: Seconds a worker waits for its GPU: as long as a problem may take (a verification can take many minutes).
+GPU_MAX_WAIT_S = 3600.0
 
 _held = [0]  # this process's depth: a compile inside a timing window (or the reverse) does not wait for itself
 
@@ -93,4 +104,31 @@ def busy(max_wait_s: float = MAX_WAIT_S) -> contextlib.AbstractContextManager[He
     return _hold(False, max_wait_s)
 
 
-__all__ = ["ENV", "MAX_WAIT_S", "Held", "quiet", "busy"]
+_gpu_held = [0]  # this process's depth: a task check inside the interpreter's model does not wait for itself
+
+
+@contextlib.contextmanager
+def gpu_alone(max_wait_s: float = GPU_MAX_WAIT_S) -> Iterator[Held]:
+    """This process alone on its GPU, where ``GPU_ENV`` names the GPU's lock file (see the module
+    docstring); free without it. A wait past ``max_wait_s`` goes on unlocked: ``acquired`` False."""
+    path = os.environ.get(GPU_ENV, "")
+    if not path or _gpu_held[0]:
+        _gpu_held[0] += 1
+        try:
+            yield Held()
+        finally:
+            _gpu_held[0] -= 1
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    t0 = time.monotonic()
+    fd = _take(path, fcntl.LOCK_EX, t0 + max_wait_s)
+    _gpu_held[0] += 1
+    try:
+        yield Held(time.monotonic() - t0, fd is not None)
+    finally:
+        _gpu_held[0] -= 1
+        if fd is not None:
+            os.close(fd)
+
+
+__all__ = ["ENV", "GPU_ENV", "MAX_WAIT_S", "GPU_MAX_WAIT_S", "Held", "quiet", "busy", "gpu_alone"]

@@ -114,7 +114,10 @@ def check_task(plan: Plan, task: str, source: str | Override | None = None, *, g
     if not use_gpu:
         return verdict(False, "build", "compiled; not run (no GPU): a body is correct only once it has run",
                        compile_output=res.compile.output if res.compile else "")
-    return _run(plan, c, graph, weights, res.library, trials, seed, tol, verdict)
+    from ..hostlock import gpu_alone
+
+    with gpu_alone():  # not beside another worker's verification on a GPU they share (hostlock.py)
+        return _run(plan, c, graph, weights, res.library, trials, seed, tol, verdict)
 
 
 #: A test seam: when set, called on each trial just before the body's inputs are copied and its

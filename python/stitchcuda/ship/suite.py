@@ -67,6 +67,7 @@ class BenchOptions:
     mode: str = "build"            # build | optimize
     budget: float | None = None    # optimize: per problem
     gpus: int | None = None        # None: every visible GPU (at least one worker)
+    per_gpu: int = 1               # workers on each GPU, taking turns on it (hostlock.gpu_alone)
     limit: int | None = None
     ray: str | None = None
     only: tuple[str, ...] = ()

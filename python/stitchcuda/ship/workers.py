@@ -9,6 +9,10 @@ finishes soonest.
   each took before on this machine (a history in the cache folder, ``bench/seconds.json``), else
   by a guess from its inputs' size, so that no long problem starts last while the other GPUs sit
   idle.
+* ``--per-gpu N`` starts N workers on each GPU. One builds (capture, planning, nvcc: the CPU's
+  work) while another verifies; whatever runs on the GPU holds it alone (``hostlock.gpu_alone``: a
+  verification from its start to its end, the interpreter's model, a task check), so no timing or
+  first-call tuning runs beside another worker's trials.
 * ``--ray ADDRESS`` runs the same solver as Ray tasks of one GPU each instead (``pip install ray``).
 
 Each finished problem's result line goes to the ``record`` callback of :mod:`.bench`, which alone
@@ -69,6 +73,10 @@ class _Worker:
         # every suite on this host takes turns: no compile while a worker times (hostlock.py); one
         # file in the cache, so that two suites run side by side also do
         env.setdefault(hostlock.ENV, str(cache_dir() / "host.lock"))
+        # workers that share a GPU take turns on it: one lock file per GPU, in the cache
+        env.pop(hostlock.GPU_ENV, None)
+        if opts.per_gpu > 1:
+            env[hostlock.GPU_ENV] = str(cache_dir() / f"gpu-{slug(gpu or 'default')}.lock")
         env["PYTHONUNBUFFERED"] = "1"
         (folder / "logs").mkdir(parents=True, exist_ok=True)
         self.log = open(folder / "logs" / f"worker-{index}.log", "a")
@@ -208,7 +216,10 @@ def run_local(pending: list[SuiteProblem], opts: BenchOptions, folder: Path, rec
         raise SuiteError("--gpus must be at least 1")
     if gpus and n > len(gpus):
         raise SuiteError(f"--gpus {n}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
-    slots = [gpus[i] if gpus else (str(i) if opts.gpus else None) for i in range(min(n, len(pending)))]
+    if opts.per_gpu < 1:
+        raise SuiteError("--per-gpu must be at least 1")
+    per_gpu = [gpus[i] if gpus else (str(i) if opts.gpus else None) for i in range(n)]
+    slots = [g for g in per_gpu for _ in range(opts.per_gpu)][:len(pending)]
     queue: list[SuiteProblem] = []
     sel = selectors.DefaultSelector()
     workers: dict[int, _Worker] = {}
@@ -239,8 +250,9 @@ def run_local(pending: list[SuiteProblem], opts: BenchOptions, folder: Path, rec
         else:
             w.stop()
 
-    log(f"{len(pending)} problem(s) on {len(slots)} worker(s)" + (f" (GPUs {','.join(s for s in slots if s)})"
-                                                                   if any(slots) else ""))
+    where = [f"GPUs {','.join(dict.fromkeys(s for s in slots if s))}"] if any(slots) else []
+    where += [f"{opts.per_gpu} on each, taking turns on it"] if opts.per_gpu > 1 else []
+    log(f"{len(pending)} problem(s) on {len(slots)} worker(s)" + (f" ({'; '.join(where)})" if where else ""))
     try:
         fresh = [spawn(i) for i in range(len(slots))]     # their PyTorch starts while the order is worked out
         queue.extend(schedule(pending, opts, len(slots)))

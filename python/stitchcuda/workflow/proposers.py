@@ -140,6 +140,7 @@ class PrecisionRepair:
             return None, ""
         from ..check.sensitivity import TIME_LIMIT_S, tf32_sensitivity
         from ..device import has_gpu
+        from ..hostlock import gpu_alone
 
         device = "cuda" if has_gpu() else "cpu"
         # at most a quarter of the run's wall time: the guided candidate still has to be built and judged
@@ -152,7 +153,8 @@ class PrecisionRepair:
                                     device=device, observed=ctx.base.judgement.error_ratio, time_limit_s=limit), drawn
 
         try:
-            s, drawn = model()
+            with gpu_alone():  # not beside another worker's verification on a GPU they share (hostlock.py)
+                s, drawn = model()
         except Exception as e:  # noqa: BLE001 - the model is a guide; without it the repair raises every task
             return None, f"the interpreter's TF32 model failed ({type(e).__name__}: {e})"
         finally:

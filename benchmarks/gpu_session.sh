@@ -21,7 +21,8 @@
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perf            # the performance set (resumable; PERF_POLICY,
 #                                                               # PERF_ARGS='--baselines max-autotune', PERF_DIR)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh zoo             # the zoo: build, --optimize on the failures
-#                                                               # (ZOO_POLICY, ZOO_GPUS, ZOO_BUDGET; resumable)
+#                                                               # (ZOO_POLICY, ZOO_GPUS, ZOO_PER_GPU, ZOO_BUDGET;
+#                                                               # resumable)
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh perfbefore      # the same at PERF_BEFORE=<commit>, same machine
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh profiles        # per-task CUPTI times of PROFILE_IDS
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh layout          # layout changes, joins, channels-last pools: tests, speed
@@ -317,15 +318,15 @@ fi
 if want zoo; then  # the zoo at ZOO_POLICY: build, then --optimize (ZOO_BUDGET s each) on what did not verify;
   # both suites resume from /tmp/b_zoo*, so consecutive calls on one machine (or gpu_jobs.sh's carried
   # .carry/results/b_zoo*) finish what a call's limit cut
-  ZP=${ZOO_POLICY:-tf32}; ZG=${ZOO_GPUS:-1}
+  ZP=${ZOO_POLICY:-tf32}; ZG=${ZOO_GPUS:-1}; ZW=${ZOO_PER_GPU:-1}
   log "the zoo at $ZP, build, then --optimize on the failures"
-  stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --no-profile --no-sanitizer --trials 3 \
+  stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --per-gpu "$ZW" --no-profile --no-sanitizer --trials 3 \
     --out "/tmp/b_zoo_$ZP" > "$OUT/zoo_$ZP.log" 2>&1; echo "zoo build exit $?"
   failed=$(python3 -c "import json, sys; print(' '.join('--only ' + r['name'] for r in map(json.loads, open(sys.argv[1]))
                        if r['status'] != 'passed'))" "/tmp/b_zoo_$ZP/results.jsonl")
   echo "to optimize: ${failed:-none}"
   # shellcheck disable=SC2086
-  [ -n "$failed" ] && stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --no-profile --no-sanitizer --trials 3 \
+  [ -n "$failed" ] && stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --per-gpu "$ZW" --no-profile --no-sanitizer --trials 3 \
     --optimize --budget "${ZOO_BUDGET:-120}" --out "/tmp/b_zoo_opt_$ZP" $failed > "$OUT/zoo_opt_$ZP.log" 2>&1
   tail -25 "$OUT/zoo_$ZP.log"; tail -25 "$OUT/zoo_opt_$ZP.log" 2>/dev/null
 fi

@@ -270,6 +270,9 @@ def test_workers_sharing_a_gpu_take_turns_on_it(tmp_path, workers_env, monkeypat
     assert len(logs) == 2 and all("] p" in f.read_text() for f in logs), "both workers took problems"
     with pytest.raises(SuiteError, match="--per-gpu must be at least 1"):
         bench.run_suite(suite, tmp_path / "out0", BenchOptions(gpus=1, per_gpu=0, solver=opts.solver), log=lines.append)
+    with pytest.raises(SuiteError, match="Ray places the tasks"):
+        bench.run_suite(suite, tmp_path / "out1", BenchOptions(per_gpu=2, ray="auto", solver=opts.solver),
+                        log=lines.append)
 
 
 def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):

@@ -128,6 +128,9 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
             f"({rec.get('seconds', 0):.0f} s{', gpu ' + rec['gpu'] if rec.get('gpu') else ''})")
 
     if pending:
+        if opts.ray and opts.per_gpu != 1:
+            raise SuiteError("--per-gpu puts several of this host's workers on each GPU; with --ray, Ray places "
+                             "the tasks (one GPU each)")
         if opts.ray:
             run_ray(pending, opts, folder, record, log)
         else:

@@ -218,8 +218,8 @@ def run_local(pending: list[SuiteProblem], opts: BenchOptions, folder: Path, rec
         raise SuiteError(f"--gpus {n}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
     if opts.per_gpu < 1:
         raise SuiteError("--per-gpu must be at least 1")
-    per_gpu = [gpus[i] if gpus else (str(i) if opts.gpus else None) for i in range(n)]
-    slots = [g for g in per_gpu for _ in range(opts.per_gpu)][:len(pending)]
+    cards = [gpus[i] if gpus else (str(i) if opts.gpus else None) for i in range(n)]
+    slots = [g for g in cards for _ in range(opts.per_gpu)][:len(pending)]
     queue: list[SuiteProblem] = []
     sel = selectors.DefaultSelector()
     workers: dict[int, _Worker] = {}

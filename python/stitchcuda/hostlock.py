@@ -41,6 +41,7 @@ MAX_WAIT_S = 600.0
 GPU_MAX_WAIT_S = 3600.0
 
 _held = [0]  # this process's depth: a compile inside a timing window (or the reverse) does not wait for itself
+_gpu_held = [0]  # the same for its GPU
 
 
 @dataclass
@@ -66,69 +67,47 @@ def _take(path: str, mode: int, deadline: float) -> int | None:
 
 
 @contextlib.contextmanager
-def _hold(exclusive: bool, max_wait_s: float) -> Iterator[Held]:
-    path = os.environ.get(ENV, "")
-    if not path or _held[0]:
-        _held[0] += 1
-        try:
-            yield Held()
-        finally:
-            _held[0] -= 1
-        return
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    t0 = time.monotonic()
-    deadline = t0 + max_wait_s
-    gate = _take(path + ".gate", fcntl.LOCK_EX, deadline)  # the turnstile
-    main = _take(path, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline) if gate is not None else None
-    if gate is not None and not exclusive:
-        os.close(gate)  # a compile passes the turnstile; a timing loop keeps it until it is done
-        gate = None
-    held = Held(time.monotonic() - t0, main is not None)
-    _held[0] += 1
+def _hold(env: str, depth: list[int], exclusive: bool, max_wait_s: float, turnstile: bool = True) -> Iterator[Held]:
+    """The lock file ``env`` names, shared or ``exclusive`` (behind the turnstile where there is one),
+    counted in this process's ``depth``: a nested hold does not wait for its own process."""
+    path = os.environ.get(env, "")
+    fds: tuple[int | None, ...] = ()
+    held = Held()
+    if path and not depth[0]:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        t0 = time.monotonic()
+        deadline = t0 + max_wait_s
+        gate = _take(path + ".gate", fcntl.LOCK_EX, deadline) if turnstile else None
+        main = _take(path, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline) \
+            if gate is not None or not turnstile else None
+        if gate is not None and not exclusive:
+            os.close(gate)  # a compile passes the turnstile; a timing loop keeps it until it is done
+            gate = None
+        fds, held = (main, gate), Held(time.monotonic() - t0, main is not None)
+    depth[0] += 1
     try:
         yield held
     finally:
-        _held[0] -= 1
-        for fd in (main, gate):
+        depth[0] -= 1
+        for fd in fds:
             if fd is not None:
                 os.close(fd)
 
 
 def quiet(max_wait_s: float = MAX_WAIT_S) -> contextlib.AbstractContextManager[Held]:
     """The host alone for a timing loop (see the module docstring)."""
-    return _hold(True, max_wait_s)
+    return _hold(ENV, _held, True, max_wait_s)
 
 
 def busy(max_wait_s: float = MAX_WAIT_S) -> contextlib.AbstractContextManager[Held]:
     """The host shared, for a compile (see the module docstring)."""
-    return _hold(False, max_wait_s)
+    return _hold(ENV, _held, False, max_wait_s)
 
 
-_gpu_held = [0]  # this process's depth: a task check inside the interpreter's model does not wait for itself
-
-
-@contextlib.contextmanager
-def gpu_alone(max_wait_s: float = GPU_MAX_WAIT_S) -> Iterator[Held]:
+def gpu_alone(max_wait_s: float = GPU_MAX_WAIT_S) -> contextlib.AbstractContextManager[Held]:
     """This process alone on its GPU, where ``GPU_ENV`` names the GPU's lock file (see the module
     docstring); free without it. A wait past ``max_wait_s`` goes on unlocked: ``acquired`` False."""
-    path = os.environ.get(GPU_ENV, "")
-    if not path or _gpu_held[0]:
-        _gpu_held[0] += 1
-        try:
-            yield Held()
-        finally:
-            _gpu_held[0] -= 1
-        return
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    t0 = time.monotonic()
-    fd = _take(path, fcntl.LOCK_EX, t0 + max_wait_s)
-    _gpu_held[0] += 1
-    try:
-        yield Held(time.monotonic() - t0, fd is not None)
-    finally:
-        _gpu_held[0] -= 1
-        if fd is not None:
-            os.close(fd)
+    return _hold(GPU_ENV, _gpu_held, True, max_wait_s, turnstile=False)
 
 
 __all__ = ["ENV", "GPU_ENV", "MAX_WAIT_S", "GPU_MAX_WAIT_S", "Held", "quiet", "busy", "gpu_alone"]

@@ -119,21 +119,23 @@ def test_workers_sharing_a_gpu_hold_it_in_turn(tmp_path, monkeypatch):
     holder.wait(10)
 
 
-def test_a_verification_holds_the_gpu_for_its_childs_whole_run(tmp_path, monkeypatch):
-    """The lock is taken before the child starts (its phase clocks do not count the wait) and kept
-    until it ends; the child does not inherit the variable (it would wait for its own parent)."""
-    from stitchcuda.verifier import verification
-    from stitchcuda.verifier.run.child import Limits
+def test_a_verification_child_has_the_gpu_alone_from_its_start_to_its_end(tmp_path, monkeypatch):
+    """The parent takes the lock before the child starts (the child's phase clocks do not count the
+    wait) and keeps it until it ends; the child does not inherit the variable (it would wait for its
+    own parent). The child itself finds the lock taken."""
+    from stitchcuda.verifier.run.child import run_child
 
-    monkeypatch.setenv(hostlock.GPU_ENV, str(tmp_path / "gpu-0.lock"))
-    seen = {}
+    lock = tmp_path / "gpu-0.lock"
+    monkeypatch.setenv(hostlock.GPU_ENV, str(lock))
+    probe = ("import fcntl, os\n"
+             "fd = os.open(os.environ.get('LOCK_FILE'), os.O_RDWR)\n"
+             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+             "except BlockingIOError:\n    print('held by the parent')\n"
+             f"print('variable', os.environ.get('{hostlock.GPU_ENV}'))\n")
+    from stitchcuda.verifier.run.child import clean_env
 
-    def fake_child(argv, *, stdin, limits, env, token, on_phase):
-        seen["held"], seen["env"] = hostlock._gpu_held[0], dict(env)
-        return "outcome"
-
-    monkeypatch.setattr(verification, "run_child", fake_child)
-    job = type("J", (), {"to_json": lambda self: "{}", "token": "t"})()
-    assert verification.run_worker(job, Limits(), argv=lambda: ["x"]) == "outcome"
-    assert seen["held"] == 1 and hostlock.GPU_ENV not in seen["env"]
+    out = run_child([sys.executable, "-c", probe], env=clean_env({"LOCK_FILE": str(lock)}))
+    assert "held by the parent" in out.log_tail and "variable None" in out.log_tail, out.log_tail
     assert hostlock._gpu_held[0] == 0
+    with hostlock.gpu_alone() as h:                                      # released after the child
+        assert h.acquired and h.seconds < 0.5

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -104,10 +105,17 @@ def busy(max_wait_s: float = MAX_WAIT_S) -> contextlib.AbstractContextManager[He
     return _hold(ENV, _held, False, max_wait_s)
 
 
-def gpu_alone(max_wait_s: float = GPU_MAX_WAIT_S) -> contextlib.AbstractContextManager[Held]:
+@contextlib.contextmanager
+def gpu_alone(what: str = "GPU work", max_wait_s: float = GPU_MAX_WAIT_S) -> Iterator[Held]:
     """This process alone on its GPU, where ``GPU_ENV`` names the GPU's lock file (see the module
-    docstring); free without it. A wait past ``max_wait_s`` goes on unlocked: ``acquired`` False."""
-    return _hold(GPU_ENV, _gpu_held, True, max_wait_s, turnstile=False)
+    docstring); free without it. A wait past ``max_wait_s`` goes on unlocked: ``acquired`` False.
+    A wait of a second or more, or giving up, is said on stderr (a suite worker's log), with ``what``."""
+    with _hold(GPU_ENV, _gpu_held, True, max_wait_s, turnstile=False) as held:
+        if held.seconds >= 1.0:
+            print(f"[gpu] {what} waited {held.seconds:.0f} s for the GPU that other workers share"
+                  + ("" if held.acquired else "; gave up waiting: it runs beside them, its times are not alone"),
+                  file=sys.stderr, flush=True)
+        yield held
 
 
 __all__ = ["ENV", "GPU_ENV", "MAX_WAIT_S", "GPU_MAX_WAIT_S", "Held", "quiet", "busy", "gpu_alone"]

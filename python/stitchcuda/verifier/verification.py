@@ -32,7 +32,6 @@ import dataclasses
 import os
 import secrets
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,6 @@ from typing import Any, Callable, Sequence
 from .. import manifest as mf
 from .. import serial as serde
 from ..errors import MachineError
-from ..hostlock import GPU_ENV, gpu_alone
 from ..precision import get as get_policy
 from .measure.timing import LoopSettings
 from .report.document import VerificationReport, VerificationReportFiles, now_utc, write_report
@@ -164,16 +162,8 @@ def _job(prog: mf.ProgramDir, library: Path, spec: ReferenceSpec, o: VerifyOptio
 
 def run_worker(job: WorkerJob, limits: Limits, *, argv: Callable[[], list[str]] = worker_argv,
                on_phase: Callable[[str], None] | None = None) -> ChildOutcome:
-    """Run the worker on ``job`` (sent over its stdin) in an empty folder, under ``limits``; with the
-    GPU alone where workers share it (``hostlock.gpu_alone``: held here, so that the child's phase
-    clocks start once it has the GPU)."""
-    with gpu_alone() as gpu:
-        if gpu.seconds >= 1.0 or (os.environ.get(GPU_ENV) and not gpu.acquired):
-            print(f"[verify] waited {gpu.seconds:.0f} s for the GPU that other workers share"
-                  + ("" if gpu.acquired else "; gave up waiting: runs beside them, its times are not alone"),
-                  file=sys.stderr, flush=True)
-        env = {k: v for k, v in clean_env().items() if k != GPU_ENV}  # the lock is this process's, not the child's
-        return run_child(argv(), stdin=job.to_json(), limits=limits, env=env, token=job.token, on_phase=on_phase)
+    """Run the worker on ``job`` (sent over its stdin) in an empty folder, under ``limits``."""
+    return run_child(argv(), stdin=job.to_json(), limits=limits, env=clean_env(), token=job.token, on_phase=on_phase)
 
 
 def _input_problem(out: ChildOutcome) -> None:

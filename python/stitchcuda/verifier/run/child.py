@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ...hostlock import GPU_ENV, gpu_alone
 from ..report.verdict import Crash, Timeout, classify_crash, trim
 
 #: Variables a child may inherit besides the prefixes below.
@@ -56,7 +57,8 @@ def clean_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | 
     of this stitchcuda package first on PYTHONPATH (so the child imports the same code), unbuffered
     output, and ``extra``."""
     base = os.environ if base is None else base
-    env = {k: v for k, v in base.items() if k in ENV_KEEP or k.startswith(ENV_PREFIXES)}
+    # not the GPU's lock: the parent holds it for the child (run_child), which would wait for it
+    env = {k: v for k, v in base.items() if (k in ENV_KEEP or k.startswith(ENV_PREFIXES)) and k != GPU_ENV}
     pkg_root = str(Path(__file__).resolve().parents[3])
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != pkg_root]
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + paths)
@@ -205,7 +207,15 @@ def run_child(argv: Sequence[str], workdir: str | os.PathLike | None = None, *, 
     """Run ``argv`` (``{channel}`` replaced by the report pipe's descriptor) in an empty working
     directory (``workdir``, created and removed here, or a fresh temporary one), ``stdin`` written
     to it, under ``limits``; never raises for anything the child does. ``on_phase(name)`` is told
-    each phase the child enters (a command's progress display)."""
+    each phase the child enters (a command's progress display). Where workers share the GPU, the
+    child has it alone (``hostlock.gpu_alone``), taken before its clocks start."""
+    with gpu_alone("a verification child"):
+        return _run_child(argv, workdir, stdin, limits, env, token, poll, first_phase, on_phase)
+
+
+def _run_child(argv: Sequence[str], workdir: str | os.PathLike | None, stdin: str, limits: Limits,
+               env: Mapping[str, str] | None, token: str | None, poll: float, first_phase: str,
+               on_phase: Callable[[str], None] | None) -> ChildOutcome:
     wd = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="stitchcuda-child-"))
     wd.mkdir(parents=True, exist_ok=True)
     logdir = Path(tempfile.mkdtemp(prefix="stitchcuda-log-"))

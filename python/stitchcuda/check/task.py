@@ -116,7 +116,7 @@ def check_task(plan: Plan, task: str, source: str | Override | None = None, *, g
                        compile_output=res.compile.output if res.compile else "")
     from ..hostlock import gpu_alone
 
-    with gpu_alone("a task check"):  # not beside another worker's verification on a GPU they share (hostlock.py)
+    with gpu_alone("a task check"):  # workers sharing a GPU take turns on it (hostlock.py)
         return _run(plan, c, graph, weights, res.library, trials, seed, tol, verdict)
 
 

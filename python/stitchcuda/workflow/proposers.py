@@ -153,7 +153,7 @@ class PrecisionRepair:
                                     device=device, observed=ctx.base.judgement.error_ratio, time_limit_s=limit), drawn
 
         try:
-            with gpu_alone("the interpreter's TF32 model"):  # not beside another worker's verification on a GPU they share (hostlock.py)
+            with gpu_alone("the interpreter's TF32 model"):  # workers sharing a GPU take turns (hostlock.py)
                 s, drawn = model()
         except Exception as e:  # noqa: BLE001 - the model is a guide; without it the repair raises every task
             return None, f"the interpreter's TF32 model failed ({type(e).__name__}: {e})"

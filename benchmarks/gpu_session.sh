@@ -322,12 +322,10 @@ if want zoo; then  # the zoo at ZOO_POLICY: build, then --optimize (ZOO_BUDGET s
   log "the zoo at $ZP, build, then --optimize on the failures"
   stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --per-gpu "$ZW" --no-profile --no-sanitizer --trials 3 \
     --out "/tmp/b_zoo_$ZP" > "$OUT/zoo_$ZP.log" 2>&1; echo "zoo build exit $?"
-  failed=$(python3 -c "import json, sys; print(' '.join('--only ' + r['name'] for r in map(json.loads, open(sys.argv[1]))
-                       if r['status'] != 'passed'))" "/tmp/b_zoo_$ZP/results.jsonl")
-  echo "to optimize: ${failed:-none}"
-  # shellcheck disable=SC2086
-  [ -n "$failed" ] && stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --per-gpu "$ZW" --no-profile --no-sanitizer --trials 3 \
-    --optimize --budget "${ZOO_BUDGET:-120}" --out "/tmp/b_zoo_opt_$ZP" $failed > "$OUT/zoo_opt_$ZP.log" 2>&1
+  # what the build left (bench --failed-in; with none it says no problem matches)
+  stitchcuda bench models/zoo --precision "$ZP" --gpus "$ZG" --per-gpu "$ZW" --no-profile --no-sanitizer --trials 3 \
+    --optimize --budget "${ZOO_BUDGET:-120}" --failed-in "/tmp/b_zoo_$ZP" --out "/tmp/b_zoo_opt_$ZP" \
+    > "$OUT/zoo_opt_$ZP.log" 2>&1; echo "zoo optimize exit $?"
   tail -25 "$OUT/zoo_$ZP.log"; tail -25 "$OUT/zoo_opt_$ZP.log" 2>/dev/null
 fi
 if want splittf32; then  # the split-TF32 GEMM: its GPU test, then error and speed beside fp32 and TF32

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -250,6 +251,24 @@ def test_several_workers_take_the_longest_problems_first(tmp_path, monkeypatch):
     assert [p.id for p in workers.schedule(refs, BenchOptions(gpus=2, precision="bf16"), 2)] == ["L1_x", "L3_n", "L2_y"]
     (tmp_path / "cache" / "bench" / "seconds.json").write_text("{not json")
     assert workers.read_history() == {}                                  # a broken history only loses the order
+
+
+def test_failed_in_runs_what_an_earlier_run_did_not_pass(tmp_path, workers_env):
+    """--failed-in DIR: only the problems whose last result in DIR is not a pass (what a build run
+    left for --optimize); one DIR never tried is not taken; a folder without results is refused."""
+    suite = _suite(tmp_path, {"p1": "PROGRAM_MS=1", "p2": "WRONG", "p3": "UNSUPPORTED", "p4": "PROGRAM_MS=2"})
+    first = tmp_path / "first"
+    opts = BenchOptions(gpus=1, solver="tests.test_bench:fake_build_solver", only=("p1", "p2", "p3"))
+    bench.run_suite(suite, first, opts, log=lambda s: None)
+    again = BenchOptions(gpus=1, solver="tests.test_bench:fake_build_solver", failed_in=str(first))
+    s = bench.run_suite(suite, tmp_path / "second", again, log=lambda s: None)
+    assert sorted(r["id"] for r in bench.read_results(tmp_path / "second" / "results.jsonl")) == ["p2", "p3"]
+    assert (s.total, s.ran) == (2, 2)
+    with pytest.raises(SuiteError, match="no results.jsonl there"):
+        bench.run_suite(suite, tmp_path / "third", replace(again, failed_in=str(tmp_path / "nowhere")),
+                        log=lambda s: None)
+    with pytest.raises(SuiteError, match="its results are at fp32, this run is at tf32"):
+        bench.run_suite(suite, tmp_path / "third", replace(again, precision="tf32"), log=lambda s: None)
 
 
 def test_workers_sharing_a_gpu_take_turns_on_it(tmp_path, workers_env, monkeypatch):

@@ -216,6 +216,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sanitizer", action="store_true",
                    help="skip compute-sanitizer (up to three tools of 90 s each per problem); the other checks run")
     p.add_argument("--only", action="append", help="only problems whose id contains this text (repeatable)")
+    p.add_argument("--failed-in", metavar="DIR", default=None,
+                   help="only the problems that did not pass in the results folder DIR (a build run, say: "
+                        "--optimize what it left)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the problems as Ray tasks of one GPU each (pip install ray; "
                                                    "'auto', host:port, or 'local' for a new local instance)")
     p.add_argument("--solver", help=argparse.SUPPRESS)  # module:attribute of another solver (tests)

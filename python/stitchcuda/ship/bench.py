@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..fsutil import atomic_write_text
 from .report import metrics, write_reports
-from .suite import BenchOptions, SuiteError, load_suite, utc_now
+from .suite import BenchOptions, SuiteError, SuiteProblem, load_suite, utc_now
 from ..workflow.state import parse_seconds
 from .workers import remember_seconds, run_local, run_ray, visible_gpus
 
@@ -69,6 +69,20 @@ def read_results(path: Path) -> list[dict]:
     return out
 
 
+def _failed_in(problems: list[SuiteProblem], folder: Path, precision: str) -> list[SuiteProblem]:
+    """Those of ``problems`` whose last result in ``folder`` (an earlier run's results folder, at the
+    same precision) is not a pass; one it has no result for is not taken (it was not tried there)."""
+    results = folder / "results.jsonl"
+    if not results.is_file():
+        raise SuiteError(f"--failed-in {folder}: no results.jsonl there (the folder an earlier bench --out wrote)")
+    meta = folder / "suite.json"
+    before = json.loads(meta.read_text()).get("precision") if meta.is_file() else None
+    if before not in (None, precision):
+        raise SuiteError(f"--failed-in {folder}: its results are at {before}, this run is at {precision}")
+    last = {r.get("id"): r.get("status") for r in read_results(results)}
+    return [p for p in problems if p.id in last and last[p.id] != "passed"]
+
+
 def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: BenchOptions,
               log: Callable[[str], None] = print,
               stage: Callable[[str, str], None] = lambda pid, text: None) -> Summary:
@@ -86,10 +100,12 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
     name, problems = load_suite(suite)
     if opts.only:
         problems = [p for p in problems if any(o in p.id for o in opts.only)]
+    if opts.failed_in is not None:
+        problems = _failed_in(problems, Path(opts.failed_in), opts.precision)
     if opts.limit is not None:
         problems = problems[:opts.limit]
     if not problems:
-        raise SuiteError(f"{suite}: no problem matches --only/--limit")
+        raise SuiteError(f"{suite}: no problem matches --only/--failed-in/--limit")
     folder = Path(out) if out is not None else Path("bench") / f"{name}-{opts.precision}-{opts.mode}"
     try:
         folder.mkdir(parents=True, exist_ok=True)

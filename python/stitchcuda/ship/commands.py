@@ -547,6 +547,7 @@ def bench(args: argparse.Namespace, ui: UI) -> int:
     opts = bench.BenchOptions(precision=args.precision, mode=mode, budget=args.budget, gpus=args.gpus,
                               per_gpu=args.per_gpu,
                               limit=args.limit, ray=args.ray, only=tuple(args.only or ()), solver=args.solver,
+                              failed_in=args.failed_in,
                               trials=args.trials, profile=not args.no_profile, compile=not args.no_compile,
                               autotune="max-autotune" in (args.baselines or ()), sanitizer=not args.no_sanitizer)
     with ui.live() as show:

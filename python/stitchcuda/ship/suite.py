@@ -71,6 +71,7 @@ class BenchOptions:
     limit: int | None = None
     ray: str | None = None
     only: tuple[str, ...] = ()
+    failed_in: str | None = None   # only the problems that did not pass in this results folder
     solver: str | None = None      # module:attribute of a solver (tests); default by mode
     trials: int = 5
     profile: bool = True           # the Verifier's CUPTI profile

@@ -92,6 +92,11 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
     t0 = time.monotonic()
     if opts.gpus is not None and opts.gpus < 1:       # before anything is written
         raise SuiteError("--gpus must be at least 1")
+    if opts.per_gpu < 1:
+        raise SuiteError("--per-gpu must be at least 1")
+    if opts.ray and opts.per_gpu != 1:
+        raise SuiteError("--per-gpu puts several of this host's workers on each GPU; with --ray, Ray places "
+                         "the tasks (one GPU each)")
     seen = visible_gpus()
     if opts.gpus is not None and not opts.ray and seen and opts.gpus > len(seen):
         raise SuiteError(f"--gpus {opts.gpus}: only {len(seen)} GPU(s) visible ({','.join(seen)})")
@@ -144,9 +149,6 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
             f"({rec.get('seconds', 0):.0f} s{', gpu ' + rec['gpu'] if rec.get('gpu') else ''})")
 
     if pending:
-        if opts.ray and opts.per_gpu != 1:
-            raise SuiteError("--per-gpu puts several of this host's workers on each GPU; with --ray, Ray places "
-                             "the tasks (one GPU each)")
         if opts.ray:
             run_ray(pending, opts, folder, record, log)
         else:

@@ -216,8 +216,6 @@ def run_local(pending: list[SuiteProblem], opts: BenchOptions, folder: Path, rec
         raise SuiteError("--gpus must be at least 1")
     if gpus and n > len(gpus):
         raise SuiteError(f"--gpus {n}: only {len(gpus)} GPU(s) visible ({','.join(gpus)})")
-    if opts.per_gpu < 1:
-        raise SuiteError("--per-gpu must be at least 1")
     cards = [gpus[i] if gpus else (str(i) if opts.gpus else None) for i in range(n)]
     slots = [g for g in cards for _ in range(opts.per_gpu)][:len(pending)]
     queue: list[SuiteProblem] = []

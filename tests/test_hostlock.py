@@ -115,7 +115,7 @@ def test_workers_sharing_a_gpu_hold_it_in_turn(tmp_path, monkeypatch):
     holder = _holder("gpu_alone", 2.0, env)
     _wait_held(holder)
     with hostlock.gpu_alone(max_wait_s=0.3) as h:
-        assert not h.acquired and 0.25 <= h.seconds < 1.5                # gave up, and says so
+        assert not h.acquired and 0.25 <= h.seconds < 1.5                # gave up
     holder.wait(10)
 
 
@@ -123,7 +123,7 @@ def test_a_verification_child_has_the_gpu_alone_from_its_start_to_its_end(tmp_pa
     """The parent takes the lock before the child starts (the child's phase clocks do not count the
     wait) and keeps it until it ends; the child does not inherit the variable (it would wait for its
     own parent). The child itself finds the lock taken."""
-    from stitchcuda.verifier.run.child import run_child
+    from stitchcuda.verifier.run.child import clean_env, run_child
 
     lock = tmp_path / "gpu-0.lock"
     monkeypatch.setenv(hostlock.GPU_ENV, str(lock))
@@ -132,8 +132,6 @@ def test_a_verification_child_has_the_gpu_alone_from_its_start_to_its_end(tmp_pa
              "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
              "except BlockingIOError:\n    print('held by the parent')\n"
              f"print('variable', os.environ.get('{hostlock.GPU_ENV}'))\n")
-    from stitchcuda.verifier.run.child import clean_env
-
     out = run_child([sys.executable, "-c", probe], env=clean_env({"LOCK_FILE": str(lock)}))
     assert "held by the parent" in out.log_tail and "variable None" in out.log_tail, out.log_tail
     assert hostlock._gpu_held[0] == 0

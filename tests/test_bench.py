@@ -207,6 +207,18 @@ def fake_optimize(reference, precision, budget, out):
 fake_optimize_solver = OptimizeSolver(optimize=fake_optimize)
 
 
+def fake_optimize_resuming(reference, precision, budget, out, resume=False):
+    """fake_optimize that says, in its run folder, whether it was asked to go on with a run there."""
+    if not resume:
+        return fake_optimize(reference, precision, budget, out)
+    assert (Path(out) / "run.json").is_file()
+    (Path(out) / "resumed").write_text("yes")
+    return SimpleNamespace(best=out, report=_fake_report("opt", precision, True, 0.5))
+
+
+resuming_optimize_solver = OptimizeSolver(optimize=fake_optimize_resuming)
+
+
 def _suite(tmp: Path, bodies: dict[str, str]) -> Path:
     d = tmp / "suite"
     d.mkdir()
@@ -354,6 +366,21 @@ def test_optimize_mode_through_the_cli(tmp_path, workers_env, capfd):
     assert "PyTorch's own tf32 on the same inputs 0.028 (also over the tolerance)" in rep and "**q1**" not in rep
     page = (out / "report.html").read_text()
     assert "<h2>Repaired by the loop</h2>" in page and "<h2>Why problems did not pass</h2>" in page
+
+
+def test_an_interrupted_optimize_problem_goes_on_with_its_run(tmp_path, workers_env):
+    """A suite stopped inside a problem's loop left that problem's run folder and no result line: the
+    rerun goes on with the run (its candidates and spent budget), where it had refused the folder."""
+    suite = _suite(tmp_path, {"q1": "fine", "q2": "fine"})
+    out = tmp_path / "out"
+    left = out / "problems" / "q2" / "run"
+    left.mkdir(parents=True)
+    (left / "run.json").write_text('{"run_id": "q2-fp32-1"}\n')    # what the loop writes first
+    opts = BenchOptions(mode="optimize", budget=30, gpus=1, solver="tests.test_bench:resuming_optimize_solver")
+    summary = bench.run_suite(suite, out, opts, log=lambda s: None)
+    res = {r["id"]: r for r in bench.read_results(out / "results.jsonl")}
+    assert summary.total == 2 and res["q1"]["status"] == res["q2"]["status"] == "passed"
+    assert (left / "resumed").is_file() and not (out / "problems" / "q1" / "run" / "resumed").exists()
 
 
 def test_bad_suites_are_one_line(tmp_path, capfd):

@@ -8,7 +8,8 @@ worker process per GPU, with a report.
   finished problem, appended by the parent alone as each finishes), ``problems/<id>/`` (the
   reference, the program folder and its verification report), ``logs/worker-<i>.log`` and the
   reports. A rerun skips the problems already in ``results.jsonl``: an interrupted suite resumes
-  where it stopped.
+  where it stopped, and under ``--optimize`` a problem it stopped inside goes on with its loop's run
+  (``problems/<id>/run``: the candidates judged and the budget spent are kept).
 """
 
 from __future__ import annotations

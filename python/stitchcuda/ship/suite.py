@@ -215,7 +215,11 @@ class OptimizeSolver:
             from ..workflow import optimize as fn  # the loop: only a suite run with --optimize loads it
         ref = problem.write(folder)
         kw = {"progress": lambda s: report_stage(f"optimize: {s}")} if self.optimize is None else {}
-        res = fn(str(ref), precision=opts.precision, budget=opts.budget, out=str(folder / "run"), **kw)
+        run = folder / "run"
+        if (run / "run.json").is_file():  # a suite stopped inside this problem's loop: the loop goes on from
+            kw["resume"] = True           # its state (candidates judged, budget spent), as `optimize --resume`
+            report_stage("optimize: resuming the run an interrupted suite left")
+        res = fn(str(ref), precision=opts.precision, budget=opts.budget, out=str(run), **kw)
         if res.best is None or res.report is None:
             return {"status": "failed", "summary": _no_candidate(res.state)}
         manifest = mf.Manifest.load(res.best) if Path(res.best, mf.MANIFEST_FILE).is_file() else None

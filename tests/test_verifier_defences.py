@@ -409,6 +409,31 @@ def test_a_program_idle_after_hundreds_of_calls_is_caught(honest_for):
     assert r.last_checked == len(samples) and r.calls == warm + len(samples)  # the phase's last call, always
 
 
+@pytest.mark.parametrize("draws_fault", [True, False])
+def test_a_checked_call_wrong_in_fresh_buffers_too_is_the_draws(draws_fault):
+    """A checked call that is wrong is asked again (same inputs, fresh buffers): where the answer is
+    the same wrong one there, it is counted a wrong answer on the draw and the check passes; where
+    not, the timed calls failed."""
+    x, y = [torch.randn(4, 4)], [torch.empty(4, 4)]
+    asked = []
+
+    def again(call, inputs, outputs):
+        asked.append((call, inputs[0] is x[0], outputs[0] is y[0]))
+        return draws_fault
+
+    tc = TimedCalls(x, y, lambda xs: [xs[0] * 2], lambda o, r: (False, "off"), random.Random(SEED), LoopSettings(),
+                    again=again)
+    clock = _Clock()
+    measure(lambda: None, _Timer(clock, 0.2), lambda: None, LoopSettings(), clock=clock, calls=tc)
+    r = tc.result()
+    assert asked and all(a[1] and a[2] for a in asked) and len(asked) == r.checked
+    if draws_fault:
+        assert r.passed and r.wrong == r.checked and r.failed == 0 and "timed call" in r.wrong_detail
+        assert "a wrong answer on that draw" in r.summary()
+    else:
+        assert not r.passed and r.failed == r.checked and r.wrong == 0 and "wrong (of" in r.summary()
+
+
 def test_the_checked_calls_cover_every_stretch_of_the_phase():
     tc = TimedCalls([torch.zeros(2)], [torch.zeros(2)], lambda xs: xs, lambda o, r: (True, ""),
                     random.Random(1), LoopSettings())

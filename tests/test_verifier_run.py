@@ -1034,6 +1034,36 @@ def test_worker_catches_work_skipped_when_timed(adv_problem, fake_cuda):
     assert "timed call" in det.timed_calls.detail
 
 
+def test_worker_a_timed_call_wrong_in_fresh_buffers_too_is_a_wrong_answer(adv_problem, fake_cuda):
+    """A program whose answer goes wrong after its first 40 calls whatever buffers hold its inputs (the
+    same wrong answer again, every output written: what a program at the tolerance's edge gives on an
+    unlucky draw): the timed call's miss is a wrong answer on that draw, a failed trial, and the timed
+    calls' check names no cheat."""
+    from stitchcuda.verifier import serde
+    from stitchcuda.verifier.report.records import TimingDetails
+    from stitchcuda.verifier.run import worker
+
+    w, b = adv_problem.weights
+    calls = {"n": 0}
+
+    def off_after_40(i, o, r):
+        calls["n"] += 1
+        off = 0.5 if calls["n"] > 40 else 0.0
+        r.enqueue(lambda: o[0].copy_(torch.relu(i[0] @ w.T + b) + off))
+
+    rep = _Rep()
+    job = _job(trials=2, compile=False, reference_profile=False,
+               timing=LoopSettings(min_trials=30, min_seconds=0.0, max_seconds=2.0, warmup_max_calls=3))
+    worker._verify(job, rep, worker._Guarded(FakeRunner(off_after_40)), adv_problem, fake_cuda, 0, lambda: 0, 0)
+    det = serde.from_jsonable(TimingDetails, rep.saved["timing"]["details"])
+    assert det.timed_calls.passed and det.timed_calls.failed == 0 and det.timed_calls.wrong >= 1, det.timed_calls
+    corr = serde.from_jsonable(CorrectnessResult, rep.saved["correctness"])
+    last = corr.trials[-1]
+    assert not corr.passed and not last.passed and last.label.startswith("timed call") and "fresh buffers" in last.label
+    assert last.index == len(corr.trials) - 1 and last.outputs[0].max_abs_err == pytest.approx(0.5, rel=1e-3)
+    assert any("wrong again with the same inputs in fresh buffers" in n for n in rep.saved["correctness_notes"])
+
+
 def test_worker_memory_cap_is_an_oom(adv_problem, fake_cuda):
     from stitchcuda.verifier.run import worker
 

@@ -294,7 +294,9 @@ def _details_section(r: VerificationReport) -> list[str]:
         if t.timed_calls is not None:
             tc = t.timed_calls
             out += [f"Timed calls judged: {tc.checked} of {tc.calls}, spread over the phase, the last ({tc.last_checked}) "
-                    f"included; {tc.failed} wrong.", ""]
+                    f"included; {tc.failed} wrong" + (f"; {tc.wrong} wrong with the same inputs in fresh buffers too "
+                                                       f"(a wrong answer on that draw: {tc.wrong_detail})"
+                                                       if tc.wrong else "") + ".", ""]
         out += [f"- {n}" for n in t.notes] + ([""] if t.notes else [])
     p = d.profile
     if p is not None:

@@ -47,10 +47,20 @@ class TimedCallCheck:
     failed: int
     detail: str = ""
     last_checked: int = 0
+    wrong: int = 0  # checked calls wrong with the same inputs in fresh buffers too: wrong answers (trials), no cheat
+    wrong_detail: str = ""
 
     @property
     def passed(self) -> bool:
         return self.failed == 0 and self.checked > 0
+
+    def summary(self) -> str:
+        if self.failed:
+            return f"{self.failed} of {self.checked} checked timed calls wrong (of {self.calls}): {self.detail}"
+        if self.wrong:
+            return (f"{self.checked} of {self.calls} timed calls checked; {self.wrong} wrong, and wrong again with the "
+                    "same inputs in fresh buffers: a wrong answer on that draw (among the trials), not a cheat")
+        return f"{self.checked} of {self.calls} timed calls checked, all right"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,15 @@ How a checked call is judged (:func:`output_judge`): as the plain trials are (:m
 elementwise at the policy's tolerance against the fp32 reference, then against float64; where the
 fp32 reference itself misses float64 (ill-conditioned beyond fp32), on the norm-relative error,
 within the tolerance (the trials allow up to 4x PyTorch's own at the policy: no such reference here).
+
+A checked call that is wrong is run once more with the same inputs in fresh buffers, outputs
+poisoned (``again``). Where that call writes every output, is wrong too, and gives the timed call's
+answer (within the tolerance), the draw is at fault, whichever buffers hold it — a program whose
+error sits at the tolerance (TF32 through a deep net, or fp32 through fifty layers, beside fp32's
+own) misses on some draws — and it is a wrong answer on that draw, kept as a trial, which the loop's
+precision repair answers, not a cheat (the rule of the repeated calls', :mod:`.dynamic`). Otherwise
+(right there, outputs left unwritten, another answer) the timed call did less than the program does:
+the check fails.
 """
 
 from __future__ import annotations
@@ -62,16 +71,19 @@ class TimedCalls:
 
     def __init__(self, inputs: list[Any], outputs: list[Any], reference: Callable[[list[Any]], list[Any]],
                  judge: Callable[[list[Any], list[Any]], tuple[bool, str]], rng: Any,
-                 settings: LoopSettings = LoopSettings(), max_checks: int = 40):
+                 settings: LoopSettings = LoopSettings(), max_checks: int = 40,
+                 again: Callable[[int, list[Any], list[Any]], bool] | None = None):
         from .session import poison_
 
         self.inputs, self.outputs = list(inputs), outputs
         self.swappable = [t for t in inputs if t.numel() > 1]
         self.reference, self.judge, self.rng = reference, judge, rng
         self.max_checks = max_checks
+        self.again = again  # again(call, inputs, outputs): the draw's fault? (module docstring)
         self.calls = self.checked = 0
         self.last_checked = -1
         self.failures: list[str] = []
+        self.wrong: list[str] = []  # checked calls wrong in fresh buffers too: the draw's (module docstring)
         self._poison = poison_
         self._plan: dict[int, set[int]] = {}
 
@@ -123,12 +135,17 @@ class TimedCalls:
         self.checked += 1
         self.last_checked = k
         ok, detail = self.judge(self.outputs, self.reference(self.inputs))
-        if not ok:
+        if ok:
+            return
+        if self.again is not None and self.again(k + 1, self.inputs, self.outputs):
+            self.wrong.append(f"timed call {k + 1}: {detail}")
+        else:
             self.failures.append(f"timed call {k + 1}: {detail}")
 
     def result(self) -> TimedCallCheck:
         return TimedCallCheck(calls=self.calls, checked=self.checked, failed=len(self.failures),
-                              detail="; ".join(self.failures[:3]), last_checked=self.last_checked + 1)
+                              detail="; ".join(self.failures[:3]), last_checked=self.last_checked + 1,
+                              wrong=len(self.wrong), wrong_detail="; ".join(self.wrong[:3]))
 
 
 __all__ = ["TimedCalls", "output_judge"]

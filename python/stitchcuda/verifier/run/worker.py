@@ -217,7 +217,18 @@ def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, c
     if not job.time:
         return
     rep.phase("timing")
-    extra += _time(job, rep, runner, problem, stream, dev, res.tolerance, inst)
+    checks, wrong = _time(job, rep, runner, problem, stream, dev, res.tolerance, inst)
+    extra += checks
+    if wrong:  # timed calls wrong with their inputs in fresh buffers too: wrong answers on those draws (.timed_calls)
+        import dataclasses
+
+        n = len(res.trials)
+        res = dataclasses.replace(res, trials=res.trials + tuple(dataclasses.replace(t, index=n + i)
+                                                                 for i, t in enumerate(wrong)),
+                                  notes=res.notes + (f"{len(wrong)} checked timed call(s) wrong, and wrong again with "
+                                                     "the same inputs in fresh buffers: a wrong answer on that draw, "
+                                                     "kept among the trials",))
+        rep.save(correctness=res, correctness_notes=list(res.notes) + list(problem.notes))
     rep.save(extra_checks=extra)
     if job.reference_profile:
         rep.phase("reference_profile")
@@ -233,9 +244,10 @@ def _verify(job: WorkerJob, rep, runner, problem, stream, dev, program_memory, c
             rep.save(reference_ops=[], reference_profile_error=f"{type(e).__name__}: {e}")
 
 
-def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -> list:
+def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -> tuple[list, list]:
     """The timing phase: the program where it runs (its calls checked), the baselines here; returns
-    the checks of what the runtime was asked during it (the native runner's log)."""
+    the checks of what the runtime was asked during it (the native runner's log), and a failed trial
+    for each checked call wrong with its inputs in fresh buffers too (:mod:`.timed_calls`)."""
     import torch
 
     from ..measure.timing import time_all
@@ -243,7 +255,8 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
     from .inputs import Secret
     from .instance import RemoteClock
     from .precision_claim import library_evidence
-    from .session import poison_
+    from .compare import errors
+    from .session import any_poison, poison_
     from .stream_checks import runtime_stream
     from .timed_calls import TimedCalls, output_judge
 
@@ -260,18 +273,33 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
     else:
         program = runner.bind(x, y)
 
-    judge = output_judge(problem.output_specs, tol, lambda: problem.forward64(d, x))
-    calls = TimedCalls(x, y, lambda xs: problem.forward(d, xs), judge, secret.rng("timed"), job.timing)
-
-    def outputs_ok() -> bool:
-        fresh = problem.draw(secret.seed_for("recheck"))
-        xs = [buffers.copy(t, k) for k, t in enumerate(fresh.program)] if buffers is not None else fresh.program
+    def in_fresh_buffers(draw, inputs) -> tuple[list, list, list]:  # one call: (inputs, outputs, reference)
+        xs = [buffers.copy(t, k) for k, t in enumerate(inputs)] if buffers is not None else [t.clone() for t in inputs]
         ys = [poison_(buffers.like(t) if buffers is not None else torch.empty_like(t)) for t in y]
         torch.cuda.synchronize(dev)
         runner.run(xs, ys)
         runner.sync()
         torch.cuda.synchronize(dev)
-        ref = problem.forward(fresh, xs)
+        return xs, ys, problem.forward(draw, xs)
+
+    wrong: list = []
+
+    def again(call: int, inputs, outputs) -> bool:  # the draw's fault: the same wrong answer, every output written
+        xs, ys, ref = in_fresh_buffers(d, inputs)
+        right, trial = _judged_trial(problem.output_specs, tol, ys, ref, lambda: problem.forward64(d, xs),
+                                     f"timed call {call}, again in fresh buffers", d.seed)
+        if right or any(bool(any_poison(o).any()) for o in ys) or \
+                not all(errors(a, b, tol).passed for a, b in zip(outputs, ys)):
+            return False
+        wrong.append(trial)
+        return True
+
+    judge = output_judge(problem.output_specs, tol, lambda: problem.forward64(d, x))
+    calls = TimedCalls(x, y, lambda xs: problem.forward(d, xs), judge, secret.rng("timed"), job.timing, again=again)
+
+    def outputs_ok() -> bool:
+        fresh = problem.draw(secret.seed_for("recheck"))
+        xs, ys, ref = in_fresh_buffers(fresh, fresh.program)
         return output_judge(problem.output_specs, tol, lambda: problem.forward64(fresh, xs))(ys, ref)[0]
 
     table, details = time_all(program, problem.model, problem.model_args(d), precision=job.precision,
@@ -297,7 +325,32 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
         foreign = runtime_stream(log, "during the timed calls")
         if foreign is not None:
             checks.append(foreign)
-    return checks
+    return checks, wrong
+
+
+def _judged_trial(specs, tol: float, outputs, ref, truth, label: str, seed) -> tuple[bool, Any]:
+    """``outputs`` against ``ref`` as a checked timed call is judged (:func:`.timed_calls.output_judge`,
+    float64 from ``truth()`` only where needed), output by output: (all right, the TrialResult)."""
+    from ..report.verdict import OutputCheck, TrialResult
+    from .compare import errors
+    from .timed_calls import output_judge
+
+    ref64: dict[str, list] = {}
+
+    def truth_of(i: int) -> list:  # output i's float64 reference; the model run in float64 once at most
+        if "all" not in ref64:
+            ref64["all"] = truth() or []
+        return ref64["all"][i:i + 1]
+
+    checks = []
+    for i, (spec, o, r) in enumerate(zip(specs, outputs, ref)):
+        e = errors(o, r, tol)
+        ok = e.passed or output_judge([spec], tol, lambda: truth_of(i))([o], [r])[0]
+        checks.append(OutputCheck(name=spec.name, max_abs_err=e.max_abs, mean_abs_err=e.mean_abs, tolerance=tol,
+                                  where=e.where, expected=e.expected, got=e.got, nan_count=e.bad_nonfinite,
+                                  passed=ok, atol=e.atol))
+    trial = TrialResult(index=0, outputs=tuple(checks), seed=seed, label=label)
+    return trial.passed, trial
 
 
 def _dtype(name: str):

@@ -440,3 +440,22 @@ def test_the_max_autotune_baseline_shows_only_where_it_was_timed():
     tuned = [{**base, "ms": {**plain[0]["ms"], "compile_autotune": 1.2}}]
     row = {s.key: s for s in metrics(tuned, "tf32").baselines}["compile_autotune"]
     assert row.label == "torch.compile max-autotune at tf32" and abs(row.geomean - 1.2) < 1e-9
+
+
+def test_an_optimize_suite_passes_its_sanitizer_choice_to_the_loop(tmp_path, monkeypatch):
+    """--optimize --no-sanitizer: the loop's Verifier leaves compute-sanitizer out of the final
+    verification too (the search never runs it); without the option, the final runs it."""
+    import stitchcuda.workflow as wf
+
+    seen = {}
+
+    def fake(reference, precision, budget, out, progress, judge):
+        seen[judge.o.sanitizer] = judge.precision
+        return SimpleNamespace(best=None, report=None, state=SimpleNamespace(finished="x", candidates=[]))
+
+    monkeypatch.setattr(wf, "optimize", fake)
+    problem = SuiteProblem("p", "p", "import torch\n", None)
+    for sanitizer in (False, True):
+        OptimizeSolver()(problem, tmp_path / f"p{sanitizer}", BenchOptions(mode="optimize", precision="tf32",
+                                                                           sanitizer=sanitizer))
+    assert seen == {False: "tf32", True: "tf32"}

@@ -637,3 +637,24 @@ def test_a_variant_whose_program_is_one_judged_before_is_not_judged_again(tmp_pa
     loop = Loop.__new__(Loop)
     loop.state, loop.run_dir, loop._sources = r.state, type("R", (), {"root": tmp_path / "run"})(), None
     assert set(loop._programs().values()) == {c.id for c in judged}
+
+
+def test_the_search_verifies_without_the_sanitizer_and_the_final_with_it(monkeypatch, tmp_path):
+    """The loop's Verifier runs compute-sanitizer only in the final verification (the gate a best
+    must pass, with the next one in its place if it fails), and not there either when asked not to
+    (a suite's --no-sanitizer)."""
+    from stitchcuda.verifier import verification
+    from stitchcuda.workflow import CannotJudge, JudgeOptions, VerifierJudge
+
+    asked = []
+
+    def fake_verify(program, reference, opts):
+        asked.append((opts.sanitizer, opts.compile))
+        raise verification.VerifyEnvironmentError("no GPU here")
+
+    monkeypatch.setattr(verification, "verify_program", fake_verify)
+    for judge, final in ((VerifierJudge("tf32"), False), (VerifierJudge("tf32"), True),
+                         (VerifierJudge("tf32", JudgeOptions(sanitizer=False)), True)):
+        with pytest.raises(CannotJudge, match="no GPU here"):
+            judge.verify(None, tmp_path, final=final)
+    assert asked == [(False, False), (True, True), (False, True)]

@@ -214,7 +214,12 @@ class OptimizeSolver:
         if fn is None:
             from ..workflow import optimize as fn  # the loop: only a suite run with --optimize loads it
         ref = problem.write(folder)
-        kw = {"progress": lambda s: report_stage(f"optimize: {s}")} if self.optimize is None else {}
+        kw: dict[str, Any] = {}
+        if self.optimize is None:  # the real loop: its Verifier takes the suite's --no-sanitizer
+            from ..workflow import JudgeOptions, VerifierJudge
+
+            kw = {"progress": lambda s: report_stage(f"optimize: {s}"),
+                  "judge": VerifierJudge(opts.precision, JudgeOptions(sanitizer=opts.sanitizer))}
         run = folder / "run"
         if (run / "run.json").is_file():  # a suite stopped inside this problem's loop: the loop goes on from
             kw["resume"] = True           # its state (candidates judged, budget spent), as `optimize --resume`

@@ -293,10 +293,10 @@ def _details_section(r: VerificationReport) -> list[str]:
                     + (f" ({w.detail})" if w.detail else "") + ".", ""]
         if t.timed_calls is not None:
             tc = t.timed_calls
+            draws = f"; {tc.wrong} wrong with the same inputs in fresh buffers too (a wrong answer on that draw: " \
+                    f"{tc.wrong_detail})" if tc.wrong else ""
             out += [f"Timed calls judged: {tc.checked} of {tc.calls}, spread over the phase, the last ({tc.last_checked}) "
-                    f"included; {tc.failed} wrong" + (f"; {tc.wrong} wrong with the same inputs in fresh buffers too "
-                                                       f"(a wrong answer on that draw: {tc.wrong_detail})"
-                                                       if tc.wrong else "") + ".", ""]
+                    f"included; {tc.failed} wrong{draws}.", ""]
         out += [f"- {n}" for n in t.notes] + ([""] if t.notes else [])
     p = d.profile
     if p is not None:

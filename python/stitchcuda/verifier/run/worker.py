@@ -348,7 +348,7 @@ def _judged_trial(specs, tol: float, outputs, ref, truth, label: str, seed) -> t
         ok = e.passed or output_judge([spec], tol, lambda: truth_of(i))([o], [r])[0]
         checks.append(OutputCheck(name=spec.name, max_abs_err=e.max_abs, mean_abs_err=e.mean_abs, tolerance=tol,
                                   where=e.where, expected=e.expected, got=e.got, nan_count=e.bad_nonfinite,
-                                  passed=ok, atol=e.atol))
+                                  passed=ok, atol=e.atol, judged="elementwise" if e.passed or not ok else "float64"))
     trial = TrialResult(index=0, outputs=tuple(checks), seed=seed, label=label)
     return trial.passed, trial
 

@@ -706,3 +706,11 @@ def test_checked_timed_calls_are_judged_as_the_trials_are():
     assert judge([out], [(ref64 + 0.1).float()])[0]             # the fp32 reference misses at [:4]
     assert not judge([(ref64 * 1.05).float()], [(ref64 + 0.1).float()])[0]   # 5 % off in norm
     assert judge([ref64.float()], [(ref64 * 1.5).float()])[0]   # the float64 one judges where fp32 is off
+    # near the bound at fp32: within twice the fp32 reference's own distance from float64 (compare.within_fp32_own)
+    lim = 1e-2 + 1e-2 * ref64.abs()
+    near32, ours = ref64.clone(), ref64.clone()
+    near32[9] += 0.8 * lim[9]
+    ours[11] += 1.3 * lim[11]
+    assert judge([ours.float()], [near32.float()])[0]
+    ours[11] += 0.5 * lim[11]                                   # 1.8 bounds: over twice fp32's 0.8
+    assert not judge([ours.float()], [near32.float()])[0]

@@ -1196,6 +1196,36 @@ def test_varied_trials_fall_back_to_norm_relative_only_when_ill_conditioned():
     assert not ill.judge("plain", [out.clamp(-4, 4)], d, [], varied=False).trial.passed
 
 
+def test_near_the_bound_at_fp32_a_program_is_held_to_fp32s_own_accuracy():
+    """Where the fp32 reference itself comes near the bound from float64 (a deep net at fp32), an output
+    that crosses the bound passes within twice the reference's own distance, elementwise, and says
+    so; twice that distance fails; and where fp32 is far inside the bound, the bound stands."""
+    from stitchcuda.verifier.report.verdict import build_result
+    from stitchcuda.verifier.run.inputs import Secret
+    from stitchcuda.verifier.run.session import Draw, Session
+
+    g = torch.Generator().manual_seed(SEED)
+    ref64 = torch.randn(4096, generator=g, dtype=torch.float64) * 8     # RMS above 1: atol = tol = 1e-4
+    lim = 1e-4 + 1e-4 * ref64.abs()
+
+    def off(at: int, ratio: float) -> torch.Tensor:                      # one element `ratio` bounds off
+        t = ref64.clone()
+        t[at] += ratio * lim[at]
+        return t.float()
+
+    d, runner = Draw([], [], 0), FakeRunner(lambda i, o, r: None)
+    near = Session(runner, _FixedRef(off(7, 0.8), ref64), "fp32", Secret(SEED))    # fp32 0.8 of the bound off
+    j = near.judge("plain", [off(100, 1.3)], d, [])
+    assert j.trial.passed and j.trial.outputs[0].judged == "fp32-own", j.trial
+    assert any("judged at fp32's own accuracy" in n for n in near.notes)
+    assert not near.judge("plain", [off(100, 1.7)], d, []).trial.passed           # over 2 x 0.8
+    far = Session(runner, _FixedRef(off(7, 0.3), ref64), "fp32", Secret(SEED))      # fp32 well inside
+    assert not far.judge("plain", [off(100, 1.3)], d, []).trial.passed
+    assert not near.judge("plain", [off(100, 1.3).clone().fill_(float("nan"))], d, []).trial.passed
+    text = build_result(trials=[j.trial]).verdict.summary()
+    assert "0 with every element" in text and "1 within 2x the fp32 reference's own distance" in text, text
+
+
 def test_a_pass_says_how_many_trials_were_judged_in_norm():
     """A pass whose trials were judged on the norm-relative error does not claim every element within
     the tolerance: its summary counts those trials."""

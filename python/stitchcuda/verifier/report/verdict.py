@@ -244,7 +244,7 @@ class OutputCheck:
     max_abs_err_f64: float | None = None
     mean_abs_err_f64: float | None = None
     atol: float | None = None  # the absolute tolerance applied: tol, or tol * RMS for an output below 1
-    judged: str = "elementwise"  # elementwise | float64 | norm-relative (ill-conditioned)
+    judged: str = "elementwise"  # elementwise | float64 | fp32-own (near the bound) | norm-relative (ill-conditioned)
 
 
 @dataclass(frozen=True)
@@ -419,15 +419,19 @@ class Passed:
     warnings: tuple[str, ...] = ()
     degenerate: str = ""  # why the pass proves nothing (DEGENERATE and the evidence), "" otherwise
     norm_relative: int = 0  # trials judged on the norm-relative error (ill-conditioned at their inputs)
+    fp32_own: int = 0  # trials judged at fp32's own accuracy (compare.within_fp32_own), not in norm
 
     def summary(self) -> str:
         # The bound is elementwise, |err| <= atol + tol |ref|: a large max |err| on large values passes.
         head = f"passed ({DEGENERATE})" if self.degenerate else "passed"
-        if self.norm_relative:
-            return (f"{head}: {self.trials} trials, {self.trials - self.norm_relative} with every element within "
-                    f"tol {self.tolerance:.0e} of |ref|, {self.norm_relative} ill-conditioned (the reference at fp32 "
-                    f"or at the policy misses float64) judged on the norm-relative error "
-                    f"(max |err| {self.max_abs_err:.3g})")
+        if self.norm_relative or self.fp32_own:
+            plain = self.trials - self.norm_relative - self.fp32_own
+            ill = (f", {self.norm_relative} ill-conditioned (the reference at fp32 or at the policy misses float64) "
+                   "judged on the norm-relative error") if self.norm_relative else ""
+            own = (f", {self.fp32_own} within 2x the fp32 reference's own distance from float64 (fp32 itself near "
+                   "the bound)") if self.fp32_own else ""
+            return (f"{head}: {self.trials} trials, {plain} with every element within tol {self.tolerance:.0e} of "
+                    f"|ref|{ill}{own} (max |err| {self.max_abs_err:.3g})")
         return (f"{head}: {self.trials} trials, every element within tol {self.tolerance:.0e} of |ref| "
                 f"(max |err| {self.max_abs_err:.3g})")
 
@@ -507,8 +511,10 @@ def build_result(*, findings: tuple[Finding, ...] | list[Finding] = (), compile_
     if degenerate:
         warns += (f"{DEGENERATE} ({degenerate}): this pass proves nothing about the program",)
     norm = sum(any(o.judged == "norm-relative" for o in t.outputs) for t in trials)
+    own = sum(any(o.judged == "fp32-own" for o in t.outputs) and all(o.judged != "norm-relative" for o in t.outputs)
+              for t in trials)
     return result(Passed(trials=len(trials), max_abs_err=max_err, tolerance=tol, warnings=warns,
-                         degenerate=degenerate, norm_relative=norm))
+                         degenerate=degenerate, norm_relative=norm, fp32_own=own))
 
 
 def _finite(x: float) -> float:

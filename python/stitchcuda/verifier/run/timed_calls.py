@@ -17,9 +17,11 @@ them too — and the last call of the phase, which no program can tell from the 
 ends on a clock). At most ``max_checks`` calls are judged in all, the last always.
 
 How a checked call is judged (:func:`output_judge`): as the plain trials are (:mod:`.session`),
-elementwise at the policy's tolerance against the fp32 reference, then against float64; where the
-fp32 reference itself misses float64 (ill-conditioned beyond fp32), on the norm-relative error,
-within the tolerance (the trials allow up to 4x PyTorch's own at the policy: no such reference here).
+elementwise at the policy's tolerance against the fp32 reference, then against float64, then within
+twice the fp32 reference's own distance from float64 where that comes near the bound
+(:func:`.compare.within_fp32_own`); where the fp32 reference itself misses float64 (ill-conditioned
+beyond fp32), on the norm-relative error, within the tolerance (the trials allow up to 4x PyTorch's
+own at the policy: no such reference here).
 
 A checked call that is wrong is run once more with the same inputs in fresh buffers, outputs
 poisoned (``again``). Where that call writes every output, is wrong too, and gives the timed call's
@@ -37,7 +39,7 @@ from typing import Any, Callable
 
 from ..measure.timing import LoopSettings
 from ..report.records import TimedCallCheck
-from .compare import beyond_fp32, errors, norm_relative
+from .compare import errors, norm_relative, within_fp32_own
 
 
 def output_judge(specs, tol: float, truth: Callable[[], list[Any] | None]
@@ -54,9 +56,11 @@ def output_judge(specs, tol: float, truth: Callable[[], list[Any] | None]
                 continue
             if o.is_floating_point() and e.bad_nonfinite == 0:
                 ref64 = (truth() or []) if ref64 is None else ref64
-                if i < len(ref64) and (errors(o, ref64[i], tol, e.atol).passed or (
-                        beyond_fp32(r, ref64[i], tol, e.atol) and norm_relative(o, ref64[i]) <= tol)):
-                    continue
+                if i < len(ref64):
+                    e64, own = errors(o, ref64[i], tol, e.atol), errors(r, ref64[i], tol, e.atol)
+                    if e64.passed or within_fp32_own(e64, own) or (not own.passed and  # beyond fp32
+                                                                   norm_relative(o, ref64[i]) <= tol):
+                        continue
             return False, (f"output {spec.name}: {e.n_bad} of {o.numel()} elements wrong (max |err| "
                            f"{e.max_abs:.3g}, expected {e.expected:.6g}, got {e.got:.6g})")
         return True, ""

@@ -68,14 +68,6 @@ def atol_for(tol: float, scale: float) -> float:
     return tol * min(1.0, max(scale, SCALE_FLOOR))
 
 
-def beyond_fp32(ref32: torch.Tensor, ref64: torch.Tensor, tol: float, atol: float) -> bool:
-    """Whether the fp32 reference itself misses the float64 one elementwise: the problem is
-    ill-conditioned beyond the arithmetic the reference uses (sums whose terms cancel to a millionth
-    of their size), so no fp32 program can be held to the elementwise bound there. The Verifier's
-    judges (the trials', the timed calls') then take the norm-relative error."""
-    return not errors(ref32, ref64, tol, atol).passed
-
-
 #: Where fp32 itself comes near the bound, an output is held to fp32's own accuracy: its worst distance
 #: from float64 (in bounds) within this multiple of the fp32 reference's (:func:`within_fp32_own`).
 FP32_OWN_SLACK = 2.0
@@ -85,7 +77,10 @@ def within_fp32_own(out64: "Errors", ref32_64: "Errors") -> bool:
     """Whether an output that misses the bound against float64 (``out64``) is as close to the truth as
     fp32 arithmetic gets there: all finite, and its worst distance within :data:`FP32_OWN_SLACK` x
     the fp32 reference's own (``ref32_64``, the fp32 reference against float64, itself inside the
-    bound; :func:`beyond_fp32` takes over where it is not). A deep net at fp32 whose reference comes
+    bound). Where the fp32 reference itself misses float64 elementwise, the problem is ill-conditioned
+    beyond the arithmetic it uses (sums whose terms cancel to a millionth of their size): no fp32
+    program can be held to the elementwise bound there, and the Verifier's judges (the trials', the
+    timed calls') take the norm-relative error instead. A deep net at fp32 whose reference comes
     to 0.8 of the bound from the truth leaves an equally accurate program a coin's chance of crossing
     it (resnet50 at fp32: the program's mean error against float64 8.72e-4, PyTorch's 8.60e-4, one
     element of 32,768 at 1.3x the bound on one draw). Where fp32 is far inside the bound (every

@@ -137,3 +137,24 @@ def test_a_verification_child_has_the_gpu_alone_from_its_start_to_its_end(tmp_pa
     assert hostlock._gpu_held[0] == 0
     with hostlock.gpu_alone() as h:                                      # released after the child
         assert h.acquired and h.seconds < 0.5
+
+
+def test_the_loops_clock_leaves_out_what_it_waited_for_the_gpu(tmp_path, monkeypatch):
+    """An ``optimize`` budget is of the loop's own work: ``own_clock`` (the loop's clock) stands still
+    while its process waits for a GPU another worker holds, and runs while it holds the GPU itself."""
+    import os
+
+    from stitchcuda.workflow.loop import Loop
+
+    assert Loop.__init__.__kwdefaults__["clock"] is hostlock.own_clock
+    monkeypatch.setenv(hostlock.GPU_ENV, str(tmp_path / "gpu-0.lock"))
+    other = _holder("gpu_alone", 1.0, dict(os.environ))
+    _wait_held(other)
+    waited0, own0, wall0 = hostlock.gpu_waited(), hostlock.own_clock(), time.monotonic()
+    with hostlock.gpu_alone() as h:
+        assert h.acquired and h.seconds >= 0.5
+        time.sleep(0.3)                                                   # its own work on the GPU
+    other.wait(10)
+    wall, own = time.monotonic() - wall0, hostlock.own_clock() - own0
+    assert hostlock.gpu_waited() - waited0 == pytest.approx(h.seconds)
+    assert wall >= 0.8 and 0.25 <= own <= wall - h.seconds + 0.05, (wall, own, h.seconds)

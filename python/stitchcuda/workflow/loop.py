@@ -14,11 +14,11 @@ every candidate, so a killed run resumes losing at most the candidate in flight.
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..code import CodeError, Override, contract
+from ..hostlock import own_clock
 from ..manifest import PROGRAM_SOURCE, hash_source
 from ..pipeline import CapturedProblem
 from ..plan import Constraints
@@ -38,7 +38,7 @@ ROOT = Proposal("template", "the plan and templates as `build` makes them", {}, 
 class Loop:
     def __init__(self, problem: CapturedProblem, judge: CandidateJudge, proposers: Sequence[Any], run: RunDir,
                  state: State, *, progress: Callable[[str], None] | None = None, compile: bool = True,
-                 final_verify: bool = True, clock: Callable[[], float] = time.monotonic):
+                 final_verify: bool = True, clock: Callable[[], float] = own_clock):
         self.problem, self.judge, self.proposers, self.run_dir = problem, judge, list(proposers), run
         self.state = state
         self.say = progress or (lambda text: None)

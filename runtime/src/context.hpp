@@ -156,8 +156,8 @@ class Context {
   uint64_t plan_hits = 0, plan_misses = 0;
   PlanCache<ConvKey, ConvPlan, ConvKeyHash> conv_plans;  // bounded by conv_plan_capacity()
   uint64_t conv_hits = 0, conv_misses = 0;
-  // Per fp32 convolution asked for split TF32: whether the split one was the faster (conv.cpp).
-  std::unordered_map<ConvKey, bool, ConvKeyHash> conv_split;
+  // Per fp32 convolution asked for split TF32: what conv.cpp runs (its SplitChoice: fp32, split, fp32 GEMM).
+  std::unordered_map<ConvKey, int, ConvKeyHash> conv_split;
 
  private:
   int device_;

@@ -930,59 +930,120 @@ void run_split(const st_conv_args& a, cudaStream_t stream) {
   conv(t, stream, /*exact_products=*/true);
 }
 
+// A channels-last 1x1 convolution (stride 1, no padding, one group, not transposed) is a GEMM on
+// the data as it lies: y[P, Cout] = x[P, Cin] . w^T with w [Cout, Cin] and P the batch's pixels, the
+// bias one per column. cuDNN's fp32 engines for channels-last data convert the input channels-first
+// and the result back inside the call: on an H200, mobilenet_v1's raised 32 -> 64 one at 112x112
+// (batch 32) ran those two copies beside the product, about 175 us of its 237 against a floor of
+// 36 us (bytes at the copy bandwidth). cuBLASLt's fp32 GEMM reads x once and writes y once.
+bool pointwise(const st_conv_args& a) {
+  if (!a.channels_last || a.transposed || a.groups != 1) return false;
+  for (int i = 0; i < a.spatial_dims; ++i)
+    if (a.kernel_size[i] != 1 || a.stride[i] != 1 || a.padding[i] != 0 || a.dilation[i] != 1) return false;
+  return a.x_dtype == ST_FLOAT32 && a.w_dtype == ST_FLOAT32 && a.y_dtype == ST_FLOAT32;
+}
+
+// The fp32 GEMM of a pointwise() convolution: ReLU in cuBLASLt's epilogue with the bias, any other
+// activation by the runtime's bias/activation pass after it.
+void run_pointwise_gemm(const st_conv_args& a, cudaStream_t stream) {
+  st_gemm_args g{};
+  g.policy = ST_POLICY_FP32;
+  const bool relu = a.activation == ST_ACT_RELU;
+  g.epilogue = a.bias ? (relu ? ST_EPI_BIAS_RELU : ST_EPI_BIAS) : (relu ? ST_EPI_RELU : ST_EPI_NONE);
+  g.m = a.batch * spatial_numel(a);
+  g.n = a.out_channels;
+  g.k = a.in_channels;
+  g.batch = 1;
+  g.a = a.x; g.lda = a.in_channels; g.a_dtype = ST_FLOAT32;
+  g.b = a.w; g.ldb = a.in_channels; g.trans_b = 1; g.b_dtype = ST_FLOAT32;
+  g.out = a.y; g.ldo = a.out_channels; g.out_dtype = ST_FLOAT32;
+  g.bias = a.bias;
+  g.alpha = 1.f;
+  g.beta = 0.f;
+  gemm(g, stream);
+  if (a.activation != ST_ACT_NONE && !relu)
+    conv_bias_act(ST_FLOAT32, a.y, nullptr, a.batch, a.out_channels, spatial_numel(a), true, a.activation, stream);
+}
+
+// What conv_split_tf32 runs for a shape: the values of its tuning choice (kind 's'; 0 and 1 as
+// files written before the GEMM was a candidate read them).
+enum SplitChoice : int { kFp32Conv = 0, kSplitConv = 1, kFp32Gemm = 2 };
+
+void run_choice(int choice, const st_conv_args& a, cudaStream_t stream) {
+  if (choice == kSplitConv)
+    run_split(a, stream);
+  else if (choice == kFp32Gemm)
+    run_pointwise_gemm(a, stream);
+  else
+    conv(a, stream);
+}
+
 }  // namespace
 
 // Three TF32 products cost three times the TF32 FLOPs and the split operands three times x's
 // bytes twice over: for a convolution whose few FLOPs per input byte made it memory-bound (a 1x1
 // on few channels) that is slower than cuDNN's fp32 engines. So the first call of a shape times
-// both, on the real operands, and keeps the split one only where it is 10 % faster (it is the less
-// accurate of the two; a tuning choice, kind 's', carried across
-// processes like the engines'); under graph capture, where nothing may be timed, it takes the
-// split one without keeping the choice. STITCHCUDA_CONV_SPLIT=always / never takes one without
-// timing (tests of the split path itself; a user who wants the exact fp32 convolution).
+// the fp32 convolution, the split one and, for a channels-last 1x1 convolution, the fp32 GEMM
+// (pointwise() above), on the real operands: the faster fp32 one is kept unless the split one is
+// 10 % faster than it (the split one is the less accurate; a tuning choice, kind 's', carried
+// across processes like the engines'). Under graph capture, where nothing may be timed, it takes the
+// GEMM for a 1x1 convolution and the split one otherwise, without keeping the choice.
+// STITCHCUDA_CONV_SPLIT=always / never / gemm takes one without timing (tests of each path; a user
+// who wants the exact fp32 convolution).
 void conv_split_tf32(const st_conv_args& a, cudaStream_t stream) {
   ST_REQUIRE(a.policy == ST_POLICY_FP32, "conv_split_tf32: the policy must be fp32 (the precision it stands in "
              "for), got ", st_policy_name(a.policy));
   check_conv_args(a);
+  const bool gemm_ok = pointwise(a);
   const char* forced = std::getenv("STITCHCUDA_CONV_SPLIT");
   if (forced && std::strcmp(forced, "always") == 0) return run_split(a, stream);
   if (forced && std::strcmp(forced, "never") == 0) return conv(a, stream);
+  if (forced && std::strcmp(forced, "gemm") == 0 && gemm_ok) return run_pointwise_gemm(a, stream);
   Context& ctx = context_for(stream);
   const ConvKey key = make_key(a, true);
-  int split = -1;
+  int choice = -1;
   {
     std::lock_guard<std::mutex> lock(ctx.mutex());
     auto it = ctx.conv_split.find(key);
-    if (it != ctx.conv_split.end()) split = it->second ? 1 : 0;
+    if (it != ctx.conv_split.end()) choice = it->second;
   }
-  if (split < 0 && !capturing(stream)) {
+  if (choice < 0 && !capturing(stream)) {
     size_t n_words = 0;
     const int64_t* words = key_words(key, &n_words);
     TunedChoice known;
-    if (tuning_lookup('s', words, n_words, &known)) {
-      split = known.index != 0 ? 1 : 0;
+    if (tuning_lookup('s', words, n_words, &known) && known.index >= kFp32Conv && known.index <= kFp32Gemm &&
+        (known.index != kFp32Gemm || gemm_ok)) {
+      choice = static_cast<int>(known.index);
     } else if (env_flag("STITCHCUDA_CONV_AUTOTUNE", true)) {
       Timer timer(ctx, stream);
       timer.warm([&] { run_split(a, stream); });
       const float split_ms = timer.median([&] { run_split(a, stream); });
       timer.warm([&] { conv(a, stream); });
-      const float fp32_ms = timer.median([&] { conv(a, stream); });
+      const float conv_ms = timer.median([&] { conv(a, stream); });
+      float gemm_ms = -1.f;
+      if (gemm_ok) {
+        timer.warm([&] { run_pointwise_gemm(a, stream); });
+        gemm_ms = timer.median([&] { run_pointwise_gemm(a, stream); });
+      }
+      // the faster of the exact fp32 two (a failed timing, < 0, never wins)
+      const bool by_gemm = gemm_ms >= 0.f && (conv_ms < 0.f || gemm_ms < conv_ms);
+      const float fp32_ms = by_gemm ? gemm_ms : conv_ms;
       // The split one is the less accurate (7-13x fp32's error on an H200): it must win by 10 %.
-      split = fp32_ms < 0.f || (split_ms >= 0.f && 1.1f * split_ms <= fp32_ms) ? 1 : 0;
-      tuning_record('s', words, n_words, TunedChoice{split, 0});
+      const bool split = fp32_ms < 0.f || (split_ms >= 0.f && 1.1f * split_ms <= fp32_ms);
+      choice = split ? kSplitConv : by_gemm ? kFp32Gemm : kFp32Conv;
+      tuning_record('s', words, n_words, TunedChoice{choice, 0});
       if (log_enabled())
-        std::fprintf(stderr, "stitchcuda conv split-tf32 %s: split %.4f ms, fp32 %.4f ms: %s\n", describe(a).c_str(),
-                     split_ms, fp32_ms, split ? "split" : "fp32");
+        std::fprintf(stderr, "stitchcuda conv split-tf32 %s: split %.4f ms, fp32 %.4f ms, fp32 GEMM %.4f ms: %s\n",
+                     describe(a).c_str(), split_ms, conv_ms, gemm_ms,
+                     choice == kSplitConv ? "split" : choice == kFp32Gemm ? "fp32 GEMM" : "fp32");
     } else {
-      split = 1;
+      choice = gemm_ok ? kFp32Gemm : kSplitConv;
     }
     std::lock_guard<std::mutex> lock(ctx.mutex());
-    ctx.conv_split[key] = split != 0;
+    ctx.conv_split[key] = choice;
   }
-  if (split == 0)
-    conv(a, stream);
-  else
-    run_split(a, stream);
+  if (choice < 0) choice = gemm_ok ? kFp32Gemm : kSplitConv;  // captured before any choice: untimed
+  run_choice(choice, a, stream);
 }
 
 void conv_plan_cache_clear(cudaStream_t stream) {

@@ -30,6 +30,7 @@ ACTIVATIONS = {
     "silu": F.silu,
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
+    "relu6": lambda y: F.hardtanh(y, 0.0, 6.0),
 }
 
 
@@ -224,6 +225,65 @@ def test_split_tf32_conv_error_is_between_fp32s_and_tf32s(channels_last, split_a
     print(f"channels_last={channels_last}: split {split:.2e}, fp32 {fp32:.2e}, tf32 {tf32:.2e}")
     assert split <= 20 * fp32 + 1e-7, f"split {split:.2e}, fp32 {fp32:.2e}"
     assert split * 8 < tf32, f"split {split:.2e}, tf32 {tf32:.2e}"
+
+
+POINTWISE = [
+    Case("cl_1x1_bias_relu", 2, 32, 64, (14, 15), (1, 1), bias=True, activation="relu", channels_last=True),
+    Case("cl_1x1_bias_relu6", 2, 32, 64, (14, 15), (1, 1), bias=True, activation="relu6", channels_last=True),
+    Case("cl_1x1_no_bias_silu", 2, 48, 16, (9, 11), (1, 1), activation="silu", channels_last=True),
+    Case("cl_1x1_odd_channels", 3, 5, 7, (13, 6), (1, 1), bias=True, channels_last=True),
+    Case("cl_1x1_k1152", 2, 1152, 40, (7, 7), (1, 1), bias=True, channels_last=True),
+    Case("cl_1x1_3d", 1, 8, 12, (5, 6, 7), (1, 1, 1), bias=True, activation="gelu", channels_last=True),
+    Case("cl_1x1_1d", 2, 16, 24, (33,), (1,), activation="tanh", channels_last=True),
+]
+
+
+@pytest.fixture
+def conv_split(monkeypatch):
+    """STITCHCUDA_CONV_SPLIT set to one path for the test (the runtime's choices cleared around it)."""
+    def use(path: str) -> None:
+        monkeypatch.setenv("STITCHCUDA_CONV_SPLIT", path)
+        rt.conv_plan_cache_clear(stream=stream_int())
+    yield use
+    rt.conv_plan_cache_clear(stream=stream_int())
+
+
+@pytest.mark.parametrize("case", POINTWISE, ids=[c.name for c in POINTWISE])
+def test_raised_pointwise_conv_as_an_fp32_gemm(case, conv_split):
+    """A raised channels-last 1x1 convolution through the fp32 GEMM on its layout (the path the
+    runtime's timing may choose for it): within the fp32 tolerance in every rank, with or without
+    bias, each activation (ReLU in cuBLASLt's epilogue, the rest by the bias/activation pass),
+    channels-last out; its error against float64 that of an fp32 product, not a split one's."""
+    x, w, b = make_inputs(case, torch.float32, seed_of(case.name, "gemm"))
+    x0, w0 = x.clone(), w.clone()
+    ref = reference(case, x, w, b)
+    conv_split("gemm")
+    out = torch.from_dlpack(run(case, "fp32", x, w, b, split_tf32=True))
+    torch.cuda.synchronize()
+    assert case.cout == 1 or out.stride(1) == 1, f"{case.name}: channels-last output expected, strides {out.stride()}"
+    check_close(out, ref, POLICIES["fp32"][1], f"{case.name}/fp32 GEMM")
+    assert torch.equal(x, x0) and torch.equal(w, w0), "inputs changed"
+    conv_split("never")
+    fp32 = torch.from_dlpack(run(case, "fp32", x, w, b, split_tf32=True)).double().cpu()
+    scale = ref.abs().max().item()
+    gemm_err = (out.double().cpu() - ref).abs().max().item() / scale
+    conv_err = (fp32 - ref).abs().max().item() / scale
+    print(f"{case.name}: fp32 GEMM {gemm_err:.2e}, fp32 convolution {conv_err:.2e}")
+    assert gemm_err <= 4 * conv_err + 1e-7, f"fp32 GEMM {gemm_err:.2e}, fp32 convolution {conv_err:.2e}"
+
+
+def test_raised_pointwise_conv_timed_choice_is_right():
+    """Without a forced path the runtime times the fp32 convolution, the split one and the fp32 GEMM
+    on a MobileNet-like pointwise shape and keeps one: whichever it keeps, the first call and the
+    calls after it (the kept choice) meet the fp32 tolerance."""
+    case = Case("cl_1x1_mobilenet", 8, 32, 64, (56, 56), (1, 1), bias=True, activation="relu6", channels_last=True)
+    rt.conv_plan_cache_clear(stream=stream_int())
+    x, w, b = make_inputs(case, torch.float32, seed_of(case.name))
+    ref = reference(case, x, w, b)
+    for call in range(2):
+        out = torch.from_dlpack(run(case, "fp32", x, w, b, split_tf32=True))
+        torch.cuda.synchronize()
+        check_close(out, ref, POLICIES["fp32"][1], f"{case.name}, call {call}")
 
 
 def test_plan_cache_hit_gives_identical_output():

@@ -309,8 +309,10 @@ ST_API st_status st_conv(const st_conv_args* args, void* stream);
  * within each group), on engines without FFT / Winograd transforms. args is an fp32 convolution
  * (policy ST_POLICY_FP32, float32 operands); the split operands take 3 x (|x| + |w|) floats of
  * stream-ordered scratch per call. Its error on an H200: 7-13x fp32's, 10-40x below TF32's. The first
- * call of a shape times it against the fp32 convolution and keeps it where it is 10 % faster (STITCHCUDA_CONV_SPLIT=
- * always / never: no timing, that one). */
+ * call of a shape times it against the fp32 convolution and, for a channels-last 1x1 one (stride 1,
+ * no padding, one group), against the fp32 GEMM it is on that layout; it keeps the faster fp32 one
+ * unless the split one is 10 % faster (STITCHCUDA_CONV_SPLIT=always / never / gemm: no timing, that
+ * one). */
 ST_API st_status st_conv_split_tf32(const st_conv_args* args, void* stream);
 
 /* Checks every shape field of args (pointers and dtypes are not read) and writes the spatial

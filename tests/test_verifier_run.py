@@ -401,6 +401,40 @@ def test_a_repeated_call_wrong_in_fresh_buffers_too_is_a_wrong_answer(adv_proble
     assert "repeat_calls" in drift.failures and drift.plain_ok, drift.failures
 
 
+def test_a_repeated_call_that_answers_otherwise_in_fresh_buffers_is_named(adv_problem):
+    """The draw is at fault only where the call again in fresh buffers writes every output and gives
+    the same answer (the timed calls' rule too). Wrong there by another amount, or with an output left
+    as poisoned, the repeated call did something else: repeat_calls names it."""
+    from stitchcuda.verifier.run import dynamic as dyn
+    from stitchcuda.verifier.run.inputs import Secret
+    from stitchcuda.verifier.run.session import Session
+
+    w, b = adv_problem.weights
+
+    def wrong_otherwise(skip_write: bool):
+        seen: list = []
+
+        def program(i, o, r):
+            def go():
+                key = tuple(i[0].reshape(-1)[:8].tolist())
+                seen.append(key)
+                if key == seen[0] and len(seen) > 1 and skip_write:
+                    return  # the call again: outputs left as the caller poisoned them
+                o[0].copy_(torch.relu(i[0] @ w.T + b))
+                if key == seen[0]:
+                    o[0].view(-1)[0] += 0.5 if len(seen) == 1 else -0.5  # the call again: another answer
+            r.enqueue(go)
+        return program, seen
+
+    for skip_write in (False, True):
+        program, seen = wrong_otherwise(skip_write)
+        s = Session(FakeRunner(program), adv_problem, "fp32", Secret(SEED))
+        dyn.repeated_calls(s)
+        assert seen[1] == seen[0], seen[:3]
+        assert "repeat_calls" in s.failures and s.plain_ok, (skip_write, s.failures, s.notes)
+        assert not any("wrong again with the same inputs in fresh buffers" in n for n in s.notes), s.notes
+
+
 def test_a_constant_output_is_a_wrong_answer(adv_problem):
     """Wrong on the plain trials already: a wrong answer, not a named cheat."""
     res = check_correctness(FakeRunner(_programs(adv_problem)["constant"]), adv_problem, seed=SEED)

@@ -35,7 +35,7 @@ from ..report.verdict import DynamicCheck
 from .compare import errors
 from .copies import Stash, count_same, nbytes
 from .inputs import Change, apply_change, choose_change, edge_changes
-from .session import Judged, LastTrial, Session, all_finite, any_poison, count_where, is_float
+from .session import Judged, LastTrial, Session, all_finite, any_poison, count_where, is_float, same_wrong_answer
 
 #: Factors by which a sensitivity change grows when the reference did not move.
 ESCALATION = (1.0, 30.0, 1000.0)
@@ -143,7 +143,7 @@ def repeated_calls(s: Session) -> None:
         if not jd.trial.passed:
             _classify(s, what, jd, y, prev if fill == "keep" else None, stale_check or "repeat_calls",
                       value if fill == "const" else None,
-                      fresh=lambda: _wrong_on_fresh_buffers(s, what, jd, d, xs))
+                      fresh=lambda: _wrong_on_fresh_buffers(s, what, jd, d, xs, y))
         jd = None
     prev.drop()
     if s.plain_ok and not any(c in s.failures for c in ("no_output_reuse", "outputs_follow_inputs", "repeat_calls")):
@@ -152,13 +152,17 @@ def repeated_calls(s: Session) -> None:
         s.passes["repeat_calls"] = "6 calls on the same buffers right (outputs poisoned, kept and caller-filled)"
 
 
-def _wrong_on_fresh_buffers(s: Session, what: str, jd: Judged, d, xs: Sequence[torch.Tensor]) -> bool:
-    """The inputs of a repeated call that came out wrong (not stale), once more in buffers of their
-    own, outputs poisoned: wrong there too, the failure is this draw's, not the same buffers'. A
-    program whose error sits at the tolerance (TF32 through a deep net) misses it on one draw in
-    several, whichever buffers hold it; naming that a cheat (``repeat_calls``) would hide a plain
-    wrong answer, which precision answers. Then no later check names a cheat either (``plain_ok``).
-    Where a third set of buffers has no room on the device, the failure stays ``repeat_calls``."""
+def _wrong_on_fresh_buffers(s: Session, what: str, jd: Judged, d, xs: Sequence[torch.Tensor],
+                            y: Sequence[torch.Tensor]) -> bool:
+    """The inputs of a repeated call that came out wrong (not stale, outputs ``y``), once more in
+    buffers of their own, outputs poisoned: where that call writes every output, is wrong too and gives
+    ``y``'s answer (:func:`.session.same_wrong_answer`, the timed calls' rule), the failure is this
+    draw's, not the same buffers'. A program whose error sits at the tolerance (TF32 through a deep
+    net) misses it on one draw in several, whichever buffers hold it; naming that a cheat
+    (``repeat_calls``) would hide a plain wrong answer, which precision answers. Then no later check
+    names a cheat either (``plain_ok``). Right there, outputs left unwritten or another answer: the
+    repeated call did something else, and the failure stays ``repeat_calls``; so it does where a
+    third set of buffers has no room on the device."""
     if not s.budget.on_device(nbytes(xs) + nbytes(jd.ref)):
         s.note(f"{what}: no room for the same inputs in fresh buffers; the failure is named as a repeated call's")
         return False
@@ -166,7 +170,7 @@ def _wrong_on_fresh_buffers(s: Session, what: str, jd: Judged, d, xs: Sequence[t
     yf = s.new_outputs()
     s.run(xf, yf, fill="poison0", what=f"{what}, again in fresh buffers")
     again = s.judge(f"{what}, again in fresh buffers", yf, d, xf, ref=jd.ref, record=False)
-    if again.trial.passed:
+    if again.trial.passed or not same_wrong_answer(y, yf, s.tol):
         return False
     s.plain_ok = False
     s.note(f"{what}: wrong, and wrong again with the same inputs in fresh buffers: a wrong answer on this "

@@ -134,6 +134,14 @@ def any_poison(t: torch.Tensor) -> torch.Tensor:
     return poisoned(t, 0) | poisoned(t, 1)
 
 
+def same_wrong_answer(first: Sequence[torch.Tensor], again: Sequence[torch.Tensor], tol: float) -> bool:
+    """Whether a call run ``again`` with the same inputs in fresh buffers (outputs poisoned) wrote every
+    output and gave the ``first`` call's answer, within ``tol``: then a wrong answer is the draw's, not
+    the buffers' (the repeated calls' and the timed calls' rule, :mod:`.dynamic`, :mod:`.timed_calls`)."""
+    return not any(bool(any_poison(o).any()) for o in again) and \
+        all(errors(a, b, tol).passed for a, b in zip(first, again))
+
+
 def is_float(t: torch.Tensor) -> bool:
     return t.dtype.is_floating_point
 

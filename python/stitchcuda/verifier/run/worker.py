@@ -255,8 +255,7 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
     from .inputs import Secret
     from .instance import RemoteClock
     from .precision_claim import library_evidence
-    from .compare import errors
-    from .session import any_poison, poison_
+    from .session import poison_, same_wrong_answer
     from .stream_checks import runtime_stream
     from .timed_calls import TimedCalls, output_judge
 
@@ -288,8 +287,7 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
         xs, ys, ref = in_fresh_buffers(d, inputs)
         right, trial = _judged_trial(problem.output_specs, tol, ys, ref, lambda: problem.forward64(d, xs),
                                      f"timed call {call}, again in fresh buffers", d.seed)
-        if right or any(bool(any_poison(o).any()) for o in ys) or \
-                not all(errors(a, b, tol).passed for a, b in zip(outputs, ys)):
+        if right or not same_wrong_answer(outputs, ys, tol):
             return False
         wrong.append(trial)
         return True

@@ -440,3 +440,27 @@ def test_channels_last_batch_statistics_take_sixteen_byte_lanes():
     assert 512 <= splits <= 1024 and per >= 64
     assert [_bn_splits(64 * b, 8, False, 4) for b in (1, 2, 7, 16)] == [1, 2, 7, 16], "linear in a small batch"
     assert _bn_splits(10**9, 4, False, 4) <= 65535
+
+
+def test_a_raised_pointwise_convolution_is_costed_as_the_gemm_it_may_run_as():
+    """A raised channels-last 1x1 convolution may run as the fp32 GEMM (st_conv_split_tf32 times it):
+    its floor counts x and w read once, not the split operands written three times over; a 3x3 one
+    still counts the split's bytes."""
+    from stitchcuda.device import H100
+    from stitchcuda.kinds.conv import ConvSpec, cost, pointwise_gemm
+    from stitchcuda.layout import View
+
+    def spec(k: int) -> ConvSpec:
+        x = View("x", 0, (8, 32, 28, 28), (32 * 28 * 28, 1, 28 * 32, 32), "float32")
+        w = View("w", 0, (64, 32, k, k), (32 * k * k, 1, k * 32, 32), "float32")
+        y = View("y", 0, (8, 64, 28, 28), (64 * 28 * 28, 1, 28 * 64, 64), "float32")
+        return ConvSpec("conv", "fp32", x, w, y, batch=8, in_channels=32, out_channels=64, groups=1, in_size=(28, 28),
+                        kernel=(k, k), stride=(1, 1), padding=((k - 1) // 2,) * 2, dilation=(1, 1),
+                        output_padding=(0, 0), channels_last=True, split_tf32=True)
+
+    ceil = H100
+    one, three = spec(1), spec(3)
+    assert pointwise_gemm(one) and not pointwise_gemm(three)
+    x_b, w1_b, y_b = 8 * 32 * 28 * 28 * 4, 64 * 32 * 4, 8 * 64 * 28 * 28 * 4
+    assert cost(one, ceil)[1] == x_b + w1_b + y_b
+    assert cost(three, ceil)[1] == 7 * (x_b + 9 * w1_b) + y_b

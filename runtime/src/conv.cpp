@@ -989,7 +989,8 @@ void run_choice(int choice, const st_conv_args& a, cudaStream_t stream) {
 // across processes like the engines'). Under graph capture, where nothing may be timed, it takes the
 // GEMM for a 1x1 convolution and the split one otherwise, without keeping the choice.
 // STITCHCUDA_CONV_SPLIT=always / never / gemm takes one without timing (tests of each path; a user
-// who wants the exact fp32 convolution).
+// who wants the exact fp32 convolution): gemm is the fp32 GEMM where pointwise() holds, else the fp32
+// convolution.
 void conv_split_tf32(const st_conv_args& a, cudaStream_t stream) {
   ST_REQUIRE(a.policy == ST_POLICY_FP32, "conv_split_tf32: the policy must be fp32 (the precision it stands in "
              "for), got ", st_policy_name(a.policy));
@@ -998,7 +999,7 @@ void conv_split_tf32(const st_conv_args& a, cudaStream_t stream) {
   const char* forced = std::getenv("STITCHCUDA_CONV_SPLIT");
   if (forced && std::strcmp(forced, "always") == 0) return run_split(a, stream);
   if (forced && std::strcmp(forced, "never") == 0) return conv(a, stream);
-  if (forced && std::strcmp(forced, "gemm") == 0 && gemm_ok) return run_pointwise_gemm(a, stream);
+  if (forced && std::strcmp(forced, "gemm") == 0) return gemm_ok ? run_pointwise_gemm(a, stream) : conv(a, stream);
   Context& ctx = context_for(stream);
   const ConvKey key = make_key(a, true);
   int choice = -1;

@@ -312,7 +312,7 @@ ST_API st_status st_conv(const st_conv_args* args, void* stream);
  * call of a shape times it against the fp32 convolution and, for a channels-last 1x1 one (stride 1,
  * no padding, one group), against the fp32 GEMM it is on that layout; it keeps the faster fp32 one
  * unless the split one is 10 % faster (STITCHCUDA_CONV_SPLIT=always / never / gemm: no timing, that
- * one). */
+ * one; gemm the fp32 convolution where the GEMM does not apply). */
 ST_API st_status st_conv_split_tf32(const st_conv_args* args, void* stream);
 
 /* Checks every shape field of args (pointers and dtypes are not read) and writes the spatial

@@ -158,7 +158,10 @@ def main(argv=None) -> int:
         verifying: set = set()
         queue = list(todo)
         while queue or building or verifying:
-            while queue and len(building) < args.workers and time.monotonic() - t_start < args.budget_s:
+            # builds wait while the Verifier is behind: a backlog of built programs would be verified past
+            # the budget (or lost to the caller's limit)
+            while queue and len(building) < args.workers and len(verifying) < 2 * max(1, args.verifiers) + 2 \
+                    and time.monotonic() - t_start < args.budget_s:
                 building.add(builders.submit(build_one, queue.pop(0), str(args.work or out), args.precision))
             if not building and not verifying:
                 break

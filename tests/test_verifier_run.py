@@ -1260,6 +1260,54 @@ def test_near_the_bound_at_fp32_a_program_is_held_to_fp32s_own_accuracy():
     assert "0 with every element" in text and "1 within 2x the fp32 reference's own distance" in text, text
 
 
+def test_a_checked_timed_call_is_judged_by_the_trials_chain():
+    """The timed calls' judge (timed_calls.judge_outputs) starts from the same chain as the trials'
+    (compare.judge_output): right against float64 though not against fp32 passes as "float64"; near
+    the bound at fp32, within twice fp32's own distance passes as "fp32-own" and past it fails; where
+    the fp32 reference itself misses float64, the norm-relative error within the tolerance passes as
+    "norm-relative"; float64 is computed once for all outputs, and not at all when every output is right."""
+    from stitchcuda.manifest import TensorSpec
+    from stitchcuda.verifier.run.timed_calls import judge_outputs, output_judge
+
+    g = torch.Generator().manual_seed(SEED)
+    ref64 = torch.randn(4096, generator=g, dtype=torch.float64) * 8
+    lim = 1e-4 + 1e-4 * ref64.abs()
+
+    def off(base: torch.Tensor, at: int, ratio: float) -> torch.Tensor:
+        t = base.clone()
+        t[at] += ratio * lim[at]
+        return t
+
+    specs = [TensorSpec("y", (4096,), "float32"), TensorSpec("z", (4096,), "float32")]
+    asked = []
+
+    def truth(*outs):
+        def f():
+            asked.append(1)
+            return list(outs)
+        return f
+
+    ref32 = off(ref64, 7, 0.8).float()                            # the fp32 reference 0.8 of the bound off
+    other_side = off(ref64, 7, -0.8).float()                      # 1.6 bounds from fp32's, 0.8 from the truth
+    js = judge_outputs(specs, 1e-4, [other_side, ref32], [ref32, ref32], truth(ref64, ref64))
+    assert [j.how for j in js] == ["float64", "elementwise"] and all(j.passed for j in js) and len(asked) == 1
+    js = judge_outputs(specs, 1e-4, [off(ref64, 100, 1.3).float(), off(ref64, 100, 1.7).float()], [ref32, ref32],
+                       truth(ref64, ref64))
+    assert [(j.passed, j.how) for j in js] == [(True, "fp32-own"), (False, "elementwise")], js
+    ok, detail = output_judge(specs, 1e-4, truth(ref64, ref64))([ref32, off(ref64, 100, 1.7).float()], [ref32, ref32])
+    assert not ok and detail.startswith("output z: 1 of 4096 elements wrong"), detail
+    asked.clear()
+    assert output_judge(specs, 1e-4, truth(ref64, ref64))([ref32, ref32], [ref32, ref32]) == (True, "")
+    assert not asked                                              # all right against fp32: no float64 run
+    far = (ref64 + 0.01).float()                                  # fp32 itself misses float64 everywhere
+    near_norm = ref64.clone()
+    near_norm[0] += 1e-2                                          # 100 bounds off at one element, 2e-5 in norm
+    near_norm = near_norm.float()
+    js = judge_outputs(specs[:1], 1e-4, [near_norm], [far], truth(ref64))
+    assert js[0].passed and js[0].how == "norm-relative", js
+    assert not judge_outputs(specs[:1], 1e-4, [(ref64 * 1.01).float()], [far], truth(ref64))[0].passed
+
+
 def test_a_pass_says_how_many_trials_were_judged_in_norm():
     """A pass whose trials were judged on the norm-relative error does not claim every element within
     the tolerance: its summary counts those trials."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ...dtypes import torch_dtype  # noqa: F401  (re-exported: the one dtype table)
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -87,6 +87,40 @@ def within_fp32_own(out64: "Errors", ref32_64: "Errors") -> bool:
     well-conditioned problem, and every problem under a 1e-2 policy) twice its distance is still
     inside it: nothing more passes."""
     return out64.bad_nonfinite == 0 and ref32_64.passed and out64.worst_ratio <= FP32_OWN_SLACK * ref32_64.worst_ratio
+
+
+@dataclass(frozen=True)
+class OutputJudgement:
+    """One output as every judge of the Verifier starts judging it (:func:`judge_output`)."""
+
+    passed: bool
+    how: str  # "elementwise", "float64" or "fp32-own" (a judge past this chain names its own: "norm-relative")
+    e: "Errors"  # against the fp32 reference
+    e64: "Errors | None" = None  # against float64, where it was asked for
+    own: "Errors | None" = None  # the fp32 reference against float64, where it was asked for
+    ref64: torch.Tensor | None = None
+
+
+def judge_output(out: torch.Tensor, ref: torch.Tensor, tol: float,
+                 truth: Callable[[], torch.Tensor | None]) -> OutputJudgement:
+    """The chain every judge of an output starts with (the trials' :meth:`.session.Session.judge`, the
+    timed calls' :func:`.timed_calls.judge_outputs`): elementwise at ``tol`` against the fp32 reference;
+    a finite floating output that misses it, against float64 (``truth()``, asked for only then; None
+    where none fits); one that misses that too, within fp32's own accuracy (:func:`within_fp32_own`).
+    Where the fp32 reference itself misses float64 (``own`` not passed), each judge decides on the
+    norm-relative error by its own rule."""
+    e = errors(out, ref, tol)
+    if e.passed or not out.dtype.is_floating_point or e.bad_nonfinite:
+        return OutputJudgement(e.passed, "elementwise", e)
+    ref64 = truth()
+    if ref64 is None:
+        return OutputJudgement(False, "elementwise", e)
+    e64 = errors(out, ref64, tol, e.atol)
+    if e64.passed:
+        return OutputJudgement(True, "float64", e, e64, None, ref64)
+    own = errors(ref, ref64, tol, e.atol)  # the fp32 reference's own distance from the truth: only now
+    ok = within_fp32_own(e64, own)
+    return OutputJudgement(ok, "fp32-own" if ok else "elementwise", e, e64, own, ref64)
 
 
 def bound(ref_abs, tol: float, atol: float):
@@ -269,4 +303,5 @@ def fingerprint(t: torch.Tensor, key: int) -> int:
 
 
 __all__ = ["CHUNK", "SCALE_FLOOR", "torch_dtype", "bits", "output_scale", "atol_for", "Errors", "errors", "close_mask",
-           "norm_relative", "mean_abs", "mean_abs_error", "max_finite_abs", "same_bits", "fingerprint"]
+           "OutputJudgement", "judge_output", "within_fp32_own", "norm_relative", "mean_abs", "mean_abs_error",
+           "max_finite_abs", "same_bits", "fingerprint"]

@@ -28,7 +28,7 @@ import torch
 from ...manifest import TensorSpec
 from ...precision import get as get_policy
 from ..report.verdict import DynamicCheck, OutputCheck, TrialResult
-from .compare import bits, errors, norm_relative, output_scale, torch_dtype, within_fp32_own
+from .compare import bits, errors, judge_output, norm_relative, output_scale, torch_dtype
 from .copies import CopyBudget, Stash, nbytes
 from .guards import GuardedBuffers
 from .inputs import Secret
@@ -414,33 +414,27 @@ class Session:
                     extra[what] = self.ref.forward_at(self.policy, draw, list(inputs))
             return extra[what] or []
 
+        def nth(what: str, i: int) -> torch.Tensor | None:
+            got = lazy(what)
+            return got[i] if i < len(got) else None
+
         checks, bad = [], []
         for i, (spec, o, r) in enumerate(zip(self.out_specs, outputs, ref)):
-            e = errors(o, r, self.tol)
-            e64, how, passed, own = None, "elementwise", e.passed, None
+            j = judge_output(o, r, self.tol, lambda i=i: nth("f64", i))
+            e, e64, own, passed, how = j.e, j.e64, j.own, j.passed, j.how
+            if how == "fp32-own":
+                self.note(f"{label or 'a trial'}: output {spec.name} {e64.worst_ratio:.2g}x the bound from float64, "
+                          f"the fp32 reference {own.worst_ratio:.2g}x: judged at fp32's own accuracy")
             if not passed and is_float(o) and e.bad_nonfinite == 0:
-                ref64 = lazy("f64")
-                if i < len(ref64):
-                    e64 = errors(o, ref64[i], self.tol, e.atol)
-                    passed = e64.passed
-                    how = "float64" if passed else how
-                    if not passed:  # the fp32 reference's own distance from the truth
-                        own = errors(r, ref64[i], self.tol, e.atol)
-                        if within_fp32_own(e64, own):
-                            passed, how = True, "fp32-own"
-                            self.note(f"{label or 'a trial'}: output {spec.name} {e64.worst_ratio:.2g}x the bound "
-                                      f"from float64, the fp32 reference {own.worst_ratio:.2g}x: judged at fp32's own "
-                                      "accuracy")
                 # a plain trial in norm only where fp32 itself misses the truth (ill-conditioned beyond fp32); one
                 # that fp32 meets and the policy does not (a deep net at TF32) stays elementwise: precision answers it
-                if not passed and (varied or (own is not None and not own.passed)):
-                    at = lazy("at") if self.policy != "fp32" else []
-                    emu = lazy("emulated") if self.policy != "fp32" else []
-                    passed, how = self._ill_conditioned(label, spec.name, o, r, ref64[i] if i < len(ref64) else None,
-                                                        at[i] if i < len(at) else None, e.atol,
-                                                        emu[i] if i < len(emu) else None)
+                if varied or (own is not None and not own.passed):
+                    reduced = self.policy != "fp32"
+                    passed, how = self._ill_conditioned(label, spec.name, o, r, j.ref64,
+                                                        nth("at", i) if reduced else None, e.atol,
+                                                        nth("emulated", i) if reduced else None)
                 if not passed and distribution:
-                    passed, how = self._varied_slack(label, spec.name, o, ref64[i] if i < len(ref64) else r, how)
+                    passed, how = self._varied_slack(label, spec.name, o, r if j.ref64 is None else j.ref64, how)
             if not passed and is_float(o) and self.policy != "fp32" and spec.name not in self._policy_compared:
                 self._compare_policy(label, spec.name, e, lazy, i, r)
             if passed and how == "float64":

@@ -16,7 +16,7 @@ doubles: three random calls among the first eight, then two random calls in each
 them too — and the last call of the phase, which no program can tell from the others (the phase
 ends on a clock). At most ``max_checks`` calls are judged in all, the last always.
 
-How a checked call is judged (:func:`output_judge`): as the plain trials are (:mod:`.session`),
+How a checked call is judged (:func:`judge_outputs`): as the plain trials are (:mod:`.session`),
 elementwise at the policy's tolerance against the fp32 reference, then against float64, then within
 twice the fp32 reference's own distance from float64 where that comes near the bound
 (:func:`.compare.within_fp32_own`); where the fp32 reference itself misses float64 (ill-conditioned
@@ -35,36 +35,47 @@ the check fails.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from ..measure.timing import LoopSettings
 from ..report.records import TimedCallCheck
-from .compare import errors, norm_relative, within_fp32_own
+from .compare import OutputJudgement, judge_output, norm_relative
+
+
+def judge_outputs(specs, tol: float, outputs: list[Any], ref: list[Any],
+                  truth: Callable[[], list[Any] | None]) -> list[OutputJudgement]:
+    """Each output of a checked call judged (module docstring): :func:`.compare.judge_output`, then,
+    where the fp32 reference itself misses float64, the norm-relative error within ``tol``.
+    ``truth()`` gives the float64 reference for the inputs as they are (None where none fits), asked
+    for once at most, and only when an output fails against the fp32 one."""
+    got: dict[str, list[Any]] = {}
+
+    def nth(i: int) -> Any:
+        if "all" not in got:
+            got["all"] = truth() or []
+        return got["all"][i] if i < len(got["all"]) else None
+
+    out = []
+    for i, (o, r) in enumerate(zip(outputs, ref)):
+        j = judge_output(o, r, tol, lambda i=i: nth(i))
+        if not j.passed and j.own is not None and not j.own.passed and norm_relative(o, j.ref64) <= tol:
+            j = replace(j, passed=True, how="norm-relative")  # ill-conditioned beyond fp32: judged in norm
+        out.append(j)
+    return out
 
 
 def output_judge(specs, tol: float, truth: Callable[[], list[Any] | None]
                  ) -> Callable[[list[Any], list[Any]], tuple[bool, str]]:
-    """The checked calls' judge, ``judge(outputs, ref) -> (passed, detail)`` (module docstring):
-    ``truth()`` gives the float64 reference for the inputs as they are (None where none fits),
-    asked for only when an output fails against the fp32 one."""
+    """The checked calls' judge, ``judge(outputs, ref) -> (passed, detail)``: :func:`judge_outputs`,
+    the first output it fails named."""
 
     def judge(outputs, ref) -> tuple[bool, str]:
-        ref64: list[Any] | None = None
-        for i, (spec, o, r) in enumerate(zip(specs, outputs, ref)):
-            e = errors(o, r, tol)
-            if e.passed:
-                continue
-            if o.is_floating_point() and e.bad_nonfinite == 0:
-                ref64 = (truth() or []) if ref64 is None else ref64
-                if i < len(ref64):
-                    e64 = errors(o, ref64[i], tol, e.atol)
-                    if e64.passed:
-                        continue
-                    own = errors(r, ref64[i], tol, e.atol)  # the fp32 reference's own distance: only now
-                    if within_fp32_own(e64, own) or (not own.passed and norm_relative(o, ref64[i]) <= tol):
-                        continue  # (the second: beyond fp32, judged in norm)
-            return False, (f"output {spec.name}: {e.n_bad} of {o.numel()} elements wrong (max |err| "
-                           f"{e.max_abs:.3g}, expected {e.expected:.6g}, got {e.got:.6g})")
+        for spec, o, j in zip(specs, outputs, judge_outputs(specs, tol, outputs, ref, truth)):
+            if not j.passed:
+                e = j.e
+                return False, (f"output {spec.name}: {e.n_bad} of {o.numel()} elements wrong (max |err| "
+                               f"{e.max_abs:.3g}, expected {e.expected:.6g}, got {e.got:.6g})")
         return True, ""
 
     return judge

@@ -327,26 +327,18 @@ def _time(job: WorkerJob, rep, runner, problem, stream, dev, tol: float, inst) -
 
 
 def _judged_trial(specs, tol: float, outputs, ref, truth, label: str, seed) -> tuple[bool, Any]:
-    """``outputs`` against ``ref`` as a checked timed call is judged (:func:`.timed_calls.output_judge`,
+    """``outputs`` against ``ref`` as a checked timed call is judged (:func:`.timed_calls.judge_outputs`,
     float64 from ``truth()`` only where needed), output by output: (all right, the TrialResult)."""
     from ..report.verdict import OutputCheck, TrialResult
-    from .compare import errors
-    from .timed_calls import output_judge
-
-    ref64: dict[str, list] = {}
-
-    def truth_of(i: int) -> list:  # output i's float64 reference; the model run in float64 once at most
-        if "all" not in ref64:
-            ref64["all"] = truth() or []
-        return ref64["all"][i:i + 1]
+    from .timed_calls import judge_outputs
 
     checks = []
-    for i, (spec, o, r) in enumerate(zip(specs, outputs, ref)):
-        e = errors(o, r, tol)
-        ok = e.passed or output_judge([spec], tol, lambda: truth_of(i))([o], [r])[0]
+    for spec, j in zip(specs, judge_outputs(specs, tol, outputs, ref, truth)):
+        e, e64 = j.e, j.e64
         checks.append(OutputCheck(name=spec.name, max_abs_err=e.max_abs, mean_abs_err=e.mean_abs, tolerance=tol,
                                   where=e.where, expected=e.expected, got=e.got, nan_count=e.bad_nonfinite,
-                                  passed=ok, atol=e.atol, judged="elementwise" if e.passed or not ok else "float64"))
+                                  passed=j.passed, max_abs_err_f64=e64.max_abs if e64 else None,
+                                  mean_abs_err_f64=e64.mean_abs if e64 else None, atol=e.atol, judged=j.how))
     trial = TrialResult(index=0, outputs=tuple(checks), seed=seed, label=label)
     return trial.passed, trial
 

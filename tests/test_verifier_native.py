@@ -201,7 +201,9 @@ def test_the_sanitizers_reports_become_one_check(built, tmp_path):
     assert not reports[2].finished and "did not finish" in reports[2].note
     check = sanitizer_check(reports)
     assert check.status == "fail" and "racecheck" in check.detail and "program.cu:31" in check.detail
-    assert sanitizer_check([reports[0], reports[2]]).status == "pass"
+    passed = sanitizer_check([reports[0], reports[2]])
+    assert passed.status == "pass" and "took memcheck" in passed.detail and "synccheck 5 s" in passed.detail, passed
+    assert 4.5 <= reports[2].seconds < 30 and reports[0].seconds < reports[2].seconds   # where the time went
     # a run that ended early under a tool: the failure carries the runner's word with the tool's
     died = ToolReport("racecheck", 1, ("Error: process didn't terminate successfully",), True,
                       "racecheck: the run ended early (run: task conv_3: out of memory)")

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -64,6 +65,7 @@ class ToolReport:
     lines: tuple[str, ...]  # the first error's lines, trimmed
     finished: bool = True
     note: str = ""
+    seconds: float = 0.0  # the tool's run, start to end (where the Verifier's time went)
 
 
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.I)
@@ -135,6 +137,7 @@ def run_tool(sanitizer: str, tool: str, runner_exe: str, library: str, device: i
             data = t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
             os.pwrite(fd, data, off)
         prefix = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
+        t0 = time.monotonic()
         native = NativeRunner(runner_exe, library, device=device, host_fd=fd, prefix=prefix, timeout=seconds,
                               env=TOOL_ENV)
         finished, note = True, ""
@@ -164,9 +167,10 @@ def run_tool(sanitizer: str, tool: str, runner_exe: str, library: str, device: i
     finally:
         os.close(fd)
     rep = parse_report(tool, text)
+    took = round(time.monotonic() - t0, 1)
     if not finished:
-        return ToolReport(tool, 0, (), False, note)
-    return ToolReport(tool, rep.errors, rep.lines, True, note)
+        return ToolReport(tool, 0, (), False, note, took)
+    return ToolReport(tool, rep.errors, rep.lines, True, note, took)
 
 
 def sanitizer_check(reports: Sequence[ToolReport]) -> DynamicCheck:
@@ -179,8 +183,9 @@ def sanitizer_check(reports: Sequence[ToolReport]) -> DynamicCheck:
             return DynamicCheck("sanitizer", "fail", f"compute-sanitizer {r.tool}: {r.errors} error(s): {first}{why}")
     ran = [r.tool for r in reports if r.finished and not r.note]
     notes = [r.note for r in reports if r.note]
+    took = ", ".join(f"{r.tool} {r.seconds:.0f} s" for r in reports if r.seconds)
     text = (f"no error from {', '.join(ran)} on one small trial" if ran else "not judged") + \
-        (f" ({'; '.join(notes)})" if notes else "")
+        (f" ({'; '.join(notes)})" if notes else "") + (f"; took {took}" if took else "")
     return DynamicCheck("sanitizer", "pass", text)
 
 

@@ -90,6 +90,20 @@ def verify_one(rec: dict, trials: int, sanitizer: bool = True) -> dict:
     return rec
 
 
+def own_memory_readable() -> bool:
+    """Whether the Verifier's memory checks read the runner process's own device memory here
+    (stitchcuda.verifier.measure.gpu_processes): then Verifiers may share the GPU; else each would
+    read the others' trials (three side by side failed 11 of 55 correct programs as leaking)."""
+    import torch
+
+    from stitchcuda.verifier.measure import gpu_processes
+
+    if not torch.cuda.is_available():
+        return False
+    torch.ones(1, device="cuda")  # a context of this process's own, for NVML to list
+    return gpu_processes.visible(gpu_processes.device_uuid(torch.cuda.current_device()))
+
+
 def summary(rows: list[dict], done: dict[str, dict]) -> str:
     lines = []
     by_level: dict[int, list[dict]] = defaultdict(list)
@@ -125,9 +139,10 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no problem after this many seconds")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="build processes")
     ap.add_argument("--verifiers", type=int, default=1,
-                    help="programs in the Verifier at once (each in its own process); their Verifier children "
-                         "take the GPU in turns (hostlock.gpu_alone), since the memory checks read the whole "
-                         "device: 3 verifiers sharing an H200 failed 11 of 55 correct programs as leaking")
+                    help="programs in the Verifier at once (each in its own process); where NVML does not name "
+                         "this machine's processes, the memory checks read the whole device and the Verifier "
+                         "children take the GPU in turns (hostlock.gpu_alone): 3 verifiers sharing an H200 "
+                         "unlocked failed 11 of 55 correct programs as leaking")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--no-sanitizer", action="store_true",
                     help="skip compute-sanitizer, as `stitchcuda bench --no-sanitizer` does: on an H200 it took "
@@ -162,12 +177,14 @@ def main(argv=None) -> int:
         print(f"{rec['problem']:7s} {rec.get('verdict') or rec['stage']:10s} {rec.get('cause', '')[:110]} "
               f"(build {rec.get('build_s')} s, verify {rec.get('verify_s', '-')} s)", flush=True)
 
-    if args.verifiers > 1:
+    if args.verifiers > 1 and not own_memory_readable():
         import tempfile
 
         from stitchcuda import hostlock
 
         os.environ.setdefault(hostlock.GPU_ENV, str(Path(tempfile.gettempdir()) / "stitchcuda-verify-all-gpu.lock"))
+        print(f"{args.verifiers} verifiers take the GPU in turns: NVML does not name this machine's processes, so "
+              "the memory checks read the whole device", flush=True)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     # spawn: the builders and verifiers must not inherit this process's state (CUDA, threads)

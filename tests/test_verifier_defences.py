@@ -473,6 +473,43 @@ def test_a_one_time_allocation_is_not_a_leak():
     assert c.status == "pass", c
 
 
+def test_the_leak_check_names_the_scope_of_its_device_reading():
+    """A leak read over the whole device says that another process moves that figure too; one read as
+    the runner process's own (NVML) does not; a pass names the scope; and two readings of different
+    scopes (NVML answering on one and not the next) are not subtracted: no device verdict from them."""
+    held = {"b": 0}
+
+    def calls(k):
+        held["b"] += k << 16  # 64 KiB a call
+
+    whole = leak_check(calls, lambda: MemoryReading(device=held["b"]), n=100, warmup=20)
+    assert whole.status == "fail" and "the whole device" in whole.detail, whole
+    own = leak_check(calls, lambda: MemoryReading(device=held["b"], device_scope="process"), n=100, warmup=20)
+    assert own.status == "fail" and "whole device" not in own.detail, own
+    flat = leak_check(lambda k: None, lambda: MemoryReading(device=5, device_scope="process"), n=100, warmup=20)
+    assert flat.status == "pass" and "the runner process's own" in flat.detail, flat
+    scopes = iter(["process", "device"] * 4)
+    mixed = leak_check(calls, lambda: MemoryReading(device=held["b"], device_scope=next(scopes)), n=100, warmup=20)
+    assert mixed.status == "pass" and "device" not in mixed.detail.split(":")[-1], mixed
+
+
+def test_a_process_device_memory_is_read_only_where_nvml_names_it():
+    """gpu_processes: the runner's own bytes where NVML lists its PID; None where NVML is silent, lists
+    nothing, or lists other PIDs only (a container whose processes NVML names by the host's PIDs);
+    visible() looks for the calling process itself."""
+    import os
+
+    from stitchcuda.verifier.measure import gpu_processes as gp
+
+    listed = {"GPU-a": [(11, 3 << 30), (os.getpid(), 1 << 29)], "GPU-b": [(99, 1 << 30)]}
+    q = listed.get
+    assert gp.process_bytes(11, "GPU-a", q) == 3 << 30
+    assert gp.process_bytes(12, "GPU-a", q) is None and gp.process_bytes(11, "GPU-c", q) is None
+    assert gp.process_bytes(11, "GPU-a", lambda u: None) is None
+    assert gp.visible("GPU-a", q) and not gp.visible("GPU-b", q)
+    assert gp.nvml_processes("GPU-none") is None or gp.nvml_processes("GPU-none") == []   # no such device
+
+
 # ------------------------------------------------------------------ 9: ties
 
 

@@ -383,3 +383,24 @@ def test_tf32_emulated_on_the_device_is_tf32_whichever_engine_runs():
     torch.testing.assert_close(conv, want_conv, rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(mm, want_mm, rtol=1e-6, atol=1e-5)
     assert (mm - fp32_mm).abs().max().item() > 1e-3  # TF32's rounding, a thousand times that
+
+
+def test_nvml_reads_one_process_device_memory_or_says_it_cannot():
+    """Where NVML names this machine's processes by their own PIDs, the memory checks read the runner
+    process's own device memory (verifier.measure.gpu_processes): a GiB this process allocates shows in
+    its own figure. Where it does not (a container named by the host's PIDs), the test says what NVML
+    listed and skips: the checks read the whole device there, as their reports say."""
+    import os
+
+    from stitchcuda.verifier.measure import gpu_processes as gp
+
+    torch.ones(1, device="cuda")
+    uuid = gp.device_uuid(torch.cuda.current_device())
+    if not gp.visible(uuid):
+        pytest.skip(f"NVML does not name this process (pid {os.getpid()}); it lists {gp.nvml_processes(uuid)}")
+    before = gp.process_bytes(os.getpid(), uuid)
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    after = gp.process_bytes(os.getpid(), uuid)
+    assert after - before >= (1 << 30) - (64 << 20), (before, after)
+    del x

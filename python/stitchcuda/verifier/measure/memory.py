@@ -9,9 +9,12 @@ pinned, the runtime's pool) over the second, grows with the number of calls. ``n
 as fit in the time budget at the warm-up calls' pace (10 to 2000), so a leak of a few KiB per call
 shows on a fast program and one of 100 KiB on a slow one.
 
-The readings are the runner's (:meth:`..run.native.RemoteRunner.memory`: the device's free memory,
+The readings are the runner's (:meth:`..run.native.RemoteRunner.memory`: the runner process's own
+device memory where NVML names that process (:mod:`.gpu_processes`), else the device's free memory;
 the runner process's resident and pinned bytes, the runtime's pool; nothing else runs in that
 process while it calls) or, in the Verifier's own process, the device memory PyTorch does not hold.
+A reading of the whole device moves with every other process on it: a leak failed there names the
+scope, so that a shared GPU is suspected first.
 """
 
 from __future__ import annotations
@@ -33,15 +36,18 @@ MiB = float(1 << 20)
 class MemoryReading:
     """Bytes in use now; None where this runner cannot say."""
 
-    device: int | None = None  # device memory in use (total - free, or beyond PyTorch's)
+    device: int | None = None  # device memory in use (the runner's own, or total - free, or beyond PyTorch's)
     host: int | None = None  # resident host memory of the process running the program
     pinned: int | None = None  # page-locked host memory of that process, and the runtime's host pool
+    device_scope: str = "device"  # "process": the runner's own, from NVML (.gpu_processes); "device": everyone's
 
     def minus(self, other: "MemoryReading") -> "MemoryReading":
         def d(a: int | None, b: int | None) -> int | None:
             return None if a is None or b is None else a - b
 
-        return MemoryReading(d(self.device, other.device), d(self.host, other.host), d(self.pinned, other.pinned))
+        # two readings of different scopes do not subtract: no device figure for that stretch
+        device = d(self.device, other.device) if self.device_scope == other.device_scope else None
+        return MemoryReading(device, d(self.host, other.host), d(self.pinned, other.pinned), self.device_scope)
 
 
 def calls_for(per_call_s: float, budget_s: float = 2.0, lo: int = 10, hi: int = 2000) -> int:
@@ -77,10 +83,14 @@ def leak_check(calls: Callable[[int], None], read: Callable[[], MemoryReading], 
             leaks.append(f"{what} memory grew by {a / MiB:.1f} MiB over {n} calls, then by {b / MiB:.1f} MiB over "
                          f"{n} more ({b / n / 1024:.1f} KiB per call)")
     if leaks:
-        return DynamicCheck("memory_leak", "fail", "; ".join(leaks) + ": it grows with the number of calls")
+        shared = " (read over the whole device: another process on it moves this figure too)" \
+            if r2.device_scope == "device" and any(x.startswith("device") for x in leaks) else ""
+        return DynamicCheck("memory_leak", "fail", "; ".join(leaks) + ": it grows with the number of calls" + shared)
     seen = [w for w in ("device", "host", "pinned") if getattr(second, w) is not None]
+    scope = {"process": " (device: the runner process's own)", "device": " (device: the whole device's)"}
     return DynamicCheck("memory_leak", "pass", f"{2 * n} calls after {warmup} warm-up calls ({seconds:.1f} s): "
-                                               f"{', '.join(seen) or 'no'} memory flat")
+                                               f"{', '.join(seen) or 'no'} memory flat"
+                                               + (scope.get(r2.device_scope, "") if second.device is not None else ""))
 
 
 __all__ = ["MemoryReading", "leak_check", "calls_for", "DEVICE_BYTES", "HOST_BYTES"]

@@ -152,8 +152,11 @@ def _native(job: Any, problem: Any, dev: int, seed: int, free0: int, reserved0: 
         native.close()
         raise _Unavailable(f"CUDA IPC is not usable here ({e})") from None
 
-    def memory() -> int:
+    def memory() -> int:  # the runner process's own where NVML names it; else the device's, less the Verifier's
         torch.cuda.synchronize(dev)
+        own = remote.own_device_bytes()
+        if own is not None:
+            return own
         free, _ = torch.cuda.mem_get_info(dev)
         ours = (torch.cuda.memory_reserved(dev) - reserved0) + sum(
             b.base.numel() for b in buffers._blocks.values())

@@ -136,6 +136,7 @@ class NativeRunner:
                  host_fd: int | None = None, prefix: Sequence[str] = (), token: str = "", cwd: str | None = None,
                  timeout: float | None = None, env: dict[str, str] | None = None):
         self.token = token or hashlib.sha256(os.urandom(16)).hexdigest()[:24]
+        self.prefix = tuple(prefix)
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         self._logdir = tempfile.mkdtemp(prefix="stitchcuda-runner-")
@@ -500,7 +501,22 @@ class RemoteRunner:
 
         r = self.native.call("memory")
         device = int(r["device_total"]) - int(r["device_free"]) if int(r.get("device_total", 0)) else None
-        return MemoryReading(device=device, host=int(r["rss"]), pinned=int(r["pinned"]) + int(r["pool_live"]))
+        own = self.own_device_bytes()
+        return MemoryReading(device=device if own is None else own, host=int(r["rss"]),
+                             pinned=int(r["pinned"]) + int(r["pool_live"]),
+                             device_scope="device" if own is None else "process")
+
+    def own_device_bytes(self) -> int | None:
+        """The runner process's own device memory, where NVML names it (:mod:`..measure.gpu_processes`)."""
+        from ..measure import gpu_processes
+
+        if self.device.type != "cuda" or self.native.prefix:  # under a tool the process is the tool's
+            return None
+        try:
+            uuid = gpu_processes.device_uuid(self.device.index if self.device.index is not None else 0)
+        except Exception:  # noqa: BLE001 - no properties, no per-process figure
+            return None
+        return gpu_processes.process_bytes(self.native.proc.pid, uuid)
 
     def library_calls(self) -> dict[str, Any]:
         return self.native.call("calls")

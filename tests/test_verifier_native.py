@@ -223,6 +223,55 @@ def test_the_sanitizers_reports_become_one_check(built, tmp_path):
     assert own.errors == 1 and "stitch_task_3" in own.lines[0]
 
 
+FILTERING_SANITIZER = """#!/bin/sh
+# a stand-in for a compute-sanitizer that takes --kernel-name-exclude: each run's options on one line
+echo "$@" >> "$(dirname "$0")/calls.txt"
+while [ "${1#--}" != "$1" ]; do shift 2; done
+echo "========= ERROR SUMMARY: 0 errors"
+exec "$@"
+"""
+
+
+def test_racecheck_and_synccheck_leave_the_libraries_kernels_out_where_the_tool_can(built, tmp_path):
+    """racecheck and synccheck skip NVIDIA's library kernels (whose reports they drop anyway) where the
+    tool takes --kernel-name-exclude, asked once by running it over `true`; memcheck checks every
+    kernel; a tool that refuses the option (the stand-in of the test above) runs every tool as before.
+    The pattern leaves the program's own kernels checked: not one template kernel's name matches it."""
+    import re
+
+    from stitchcuda.verifier.run import sanitizer as sz
+
+    exe, lib = built
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text(FILTERING_SANITIZER)
+    tool.chmod(0o755)
+    tensors = [("weight", torch.ones(16)), ("input", torch.full((16,), 3.0)), ("output", torch.zeros(16))]
+    reports = [sz.run_tool(str(tool), name, str(exe), str(lib), 0, tensors, 1, 1, seconds=5, where="host")
+               for name in sz.TOOLS]
+    assert [r.errors for r in reports] == [0, 0, 0] and all(r.finished for r in reports), reports
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    probes = [c for c in calls if c.endswith("true")]
+    assert len(probes) == 1 and "--kernel-name-exclude" in probes[0], calls   # asked once
+    runs = {c.split()[1]: c for c in calls if c not in probes}
+    assert "--kernel-name-exclude" not in runs["memcheck"]
+    assert all(sz.LIBRARY_EXCLUDE in runs[t] for t in ("racecheck", "synccheck")), runs
+    assert "racecheck and synccheck left NVIDIA's library kernels out" in sz.sanitizer_check(reports).detail
+    refusing = tmp_path / "old" / "compute-sanitizer"
+    refusing.parent.mkdir()
+    refusing.write_text(FAKE_SANITIZER)
+    refusing.chmod(0o755)
+    assert not sz.excludes_libraries(str(refusing))
+    pattern = re.compile(sz.LIBRARY_EXCLUDE.split("=", 1)[1])
+    for name in ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "nvjet_tst_128x64_64x8_1x2_h_bz_TNT",
+                 "_ZN7cutlass6KernelINS_4gemm6kernel", "cudnn::cnn::conv2d_grouped_direct_kernel",
+                 "ampere_sgemm_128x64_nn"):
+        assert pattern.fullmatch(name), name
+    templates = Path(__file__).resolve().parents[1] / "templates" / "stitch"
+    own = set(re.findall(r"\b(\w+_kernel\w*|group_stats\w*|bias_act\w*)\s*\(",
+                         "".join(f.read_text() for f in templates.glob("*.cuh"))))
+    assert own and not [k for k in own if pattern.fullmatch(k)], own
+
+
 def test_the_tuning_command_answers_with_a_value_and_the_runner_goes_on(built):
     """``tuning`` (the runtime's choices by timing, for the folder's tuning file): without a device there is
     no identity to give, and the reply says so as a value; the runner goes on serving."""

@@ -1289,9 +1289,9 @@ def test_a_checked_timed_call_is_judged_by_the_trials_chain():
 
     ref32 = off(ref64, 7, 0.8).float()                            # the fp32 reference 0.8 of the bound off
     other_side = off(ref64, 7, -0.8).float()                      # 1.6 bounds from fp32's, 0.8 from the truth
-    js = judge_outputs(specs, 1e-4, [other_side, ref32], [ref32, ref32], truth(ref64, ref64))
+    js = judge_outputs(1e-4, [other_side, ref32], [ref32, ref32], truth(ref64, ref64))
     assert [j.how for j in js] == ["float64", "elementwise"] and all(j.passed for j in js) and len(asked) == 1
-    js = judge_outputs(specs, 1e-4, [off(ref64, 100, 1.3).float(), off(ref64, 100, 1.7).float()], [ref32, ref32],
+    js = judge_outputs(1e-4, [off(ref64, 100, 1.3).float(), off(ref64, 100, 1.7).float()], [ref32, ref32],
                        truth(ref64, ref64))
     assert [(j.passed, j.how) for j in js] == [(True, "fp32-own"), (False, "elementwise")], js
     ok, detail = output_judge(specs, 1e-4, truth(ref64, ref64))([ref32, off(ref64, 100, 1.7).float()], [ref32, ref32])
@@ -1303,9 +1303,9 @@ def test_a_checked_timed_call_is_judged_by_the_trials_chain():
     near_norm = ref64.clone()
     near_norm[0] += 1e-2                                          # 100 bounds off at one element, 2e-5 in norm
     near_norm = near_norm.float()
-    js = judge_outputs(specs[:1], 1e-4, [near_norm], [far], truth(ref64))
+    js = judge_outputs(1e-4, [near_norm], [far], truth(ref64))
     assert js[0].passed and js[0].how == "norm-relative", js
-    assert not judge_outputs(specs[:1], 1e-4, [(ref64 * 1.01).float()], [far], truth(ref64))[0].passed
+    assert not judge_outputs(1e-4, [(ref64 * 1.01).float()], [far], truth(ref64))[0].passed
 
 
 def test_a_pass_says_how_many_trials_were_judged_in_norm():

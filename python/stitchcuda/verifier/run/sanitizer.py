@@ -164,11 +164,11 @@ def run_tool(sanitizer: str, tool: str, runner_exe: str, library: str, device: i
         for (_, t), off in zip(tensors, offsets):
             data = t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
             os.pwrite(fd, data, off)
-        t0 = time.monotonic()
         prefix = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
         left_out = tool in EXCLUDING_TOOLS and excludes_libraries(sanitizer)
         if left_out:
             prefix += ["--kernel-name-exclude", LIBRARY_EXCLUDE]
+        t0 = time.monotonic()
         native = NativeRunner(runner_exe, library, device=device, host_fd=fd, prefix=prefix, timeout=seconds,
                               env=TOOL_ENV)
         finished, note = True, ""

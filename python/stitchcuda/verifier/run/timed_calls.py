@@ -43,7 +43,7 @@ from ..report.records import TimedCallCheck
 from .compare import OutputJudgement, judge_output, norm_relative
 
 
-def judge_outputs(specs, tol: float, outputs: list[Any], ref: list[Any],
+def judge_outputs(tol: float, outputs: list[Any], ref: list[Any],
                   truth: Callable[[], list[Any] | None]) -> list[OutputJudgement]:
     """Each output of a checked call judged (module docstring): :func:`.compare.judge_output`, then,
     where the fp32 reference itself misses float64, the norm-relative error within ``tol``.
@@ -71,7 +71,7 @@ def output_judge(specs, tol: float, truth: Callable[[], list[Any] | None]
     the first output it fails named."""
 
     def judge(outputs, ref) -> tuple[bool, str]:
-        for spec, o, j in zip(specs, outputs, judge_outputs(specs, tol, outputs, ref, truth)):
+        for spec, o, j in zip(specs, outputs, judge_outputs(tol, outputs, ref, truth)):
             if not j.passed:
                 e = j.e
                 return False, (f"output {spec.name}: {e.n_bad} of {o.numel()} elements wrong (max |err| "

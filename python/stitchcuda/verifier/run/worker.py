@@ -333,7 +333,7 @@ def _judged_trial(specs, tol: float, outputs, ref, truth, label: str, seed) -> t
     from .timed_calls import judge_outputs
 
     checks = []
-    for spec, j in zip(specs, judge_outputs(specs, tol, outputs, ref, truth)):
+    for spec, j in zip(specs, judge_outputs(tol, outputs, ref, truth)):
         e, e64 = j.e, j.e64
         checks.append(OutputCheck(name=spec.name, max_abs_err=e.max_abs, mean_abs_err=e.mean_abs, tolerance=tol,
                                   where=e.where, expected=e.expected, got=e.got, nan_count=e.bad_nonfinite,

@@ -7,7 +7,8 @@ as over its cap, each reading the others' trials (BENCHMARKS.md, "all.jsonl at t
 the driver's management library (``libnvidia-ml.so.1``, installed with the driver), lists the
 processes computing on a device with the device memory each holds; where it lists the runner's
 process under the PID this machine gives it, that figure is the program's alone, whatever else
-runs on the device.
+runs on the device (the leak check reads it; the cap takes the lower of it and the device's figure,
+since the runner's may also count the Verifier's buffers it maps).
 
 Where it does not — no NVML, a device NVML does not match, or a container whose processes NVML
 names by the host's PIDs — :func:`process_bytes` returns None and the checks read the whole device,

@@ -152,15 +152,18 @@ def _native(job: Any, problem: Any, dev: int, seed: int, free0: int, reserved0: 
         native.close()
         raise _Unavailable(f"CUDA IPC is not usable here ({e})") from None
 
-    def memory() -> int:  # the runner process's own where NVML names it; else the device's, less the Verifier's
+    def memory() -> int:
+        """The program's device memory: what the device lost since the runner started, less the Verifier's
+        own (another process on the device counts too), and, where NVML names the runner, no more than
+        that process's own figure (which may count the Verifier's buffers it maps: both read high, each
+        for its own reason, so the lower is kept)."""
         torch.cuda.synchronize(dev)
-        own = remote.own_device_bytes()
-        if own is not None:
-            return own
         free, _ = torch.cuda.mem_get_info(dev)
         ours = (torch.cuda.memory_reserved(dev) - reserved0) + sum(
             b.base.numel() for b in buffers._blocks.values())
-        return max(0, (free0 - free) - ours)
+        device = max(0, (free0 - free) - ours)
+        own = remote.own_device_bytes()
+        return device if own is None else min(device, own)
 
     return Instance(Guarded(remote), buffers, weights, "in the native runner: a process of its own with no Python "
                                                        "interpreter and no PyTorch (CUDA IPC buffers)",

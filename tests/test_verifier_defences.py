@@ -508,6 +508,11 @@ def test_a_process_device_memory_is_read_only_where_nvml_names_it():
     assert gp.process_bytes(11, "GPU-a", lambda u: None) is None
     assert gp.visible("GPU-a", q) and not gp.visible("GPU-b", q)
     assert gp.nvml_processes("GPU-none") is None or gp.nvml_processes("GPU-none") == []   # no such device
+    # the struct NVML's ..._v3 fills, by the driver's entry points (24 bytes; 32 on the few in between)
+    old, between = type("L", (), {}), type("L", (), {"nvmlDeviceGetConfComputeMemSizeInfo": 1})
+    new = type("L", (), {"nvmlDeviceGetConfComputeMemSizeInfo": 1, "nvmlDeviceGetRunningProcessDetailList": 1})
+    import ctypes
+    assert [ctypes.sizeof(gp._info_type(x)) for x in (old, between, new)] == [24, 32, 24]
 
 
 # ------------------------------------------------------------------ 9: ties

@@ -30,9 +30,22 @@ _NOT_AVAILABLE = (1 << 64) - 1
 _INSUFFICIENT_SIZE = 7
 
 
-class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2), what ..._v3 fills
+class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_v2_t: what ..._v3 fills, but on a few drivers
     _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
                 ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+class _ProcessInfoCc(ctypes.Structure):  # the v3 struct those few fill (confidential-computing memory added)
+    _fields_ = _ProcessInfo._fields_ + [("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+
+
+def _info_type(lib) -> type:
+    """The struct ``nvmlDeviceGetComputeRunningProcesses_v3`` fills: the v3 one only on drivers that have
+    the confidential-computing memory query and not yet the process-detail list (as nvidia-ml-py's
+    users tell them apart); the v2 one on every other."""
+    has = (lambda name: hasattr(lib, name))
+    cc = has("nvmlDeviceGetConfComputeMemSizeInfo") and not has("nvmlDeviceGetRunningProcessDetailList")
+    return _ProcessInfoCc if cc else _ProcessInfo
 
 
 _lib: list = []  # [the loaded library] once initialised, [None] when NVML is not usable here
@@ -54,20 +67,23 @@ def nvml_processes(uuid: str) -> list[tuple[int, int]] | None:
     lib = _nvml()
     if lib is None:
         return None
-    handle = ctypes.c_void_p()
-    if lib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) != 0:
-        return None
-    n = 64
-    for _ in range(4):  # the list may grow between the two calls
-        infos = (_ProcessInfo * n)()
-        count = ctypes.c_uint(n)
-        rc = lib.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(count), infos)
-        if rc == 0:
-            return [(int(p.pid), int(p.usedGpuMemory)) for p in infos[:count.value]
-                    if p.usedGpuMemory != _NOT_AVAILABLE]
-        if rc != _INSUFFICIENT_SIZE:
+    try:
+        handle = ctypes.c_void_p()
+        if lib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) != 0:
             return None
-        n = max(2 * n, count.value + 8)
+        info, n = _info_type(lib), 64
+        for _ in range(4):  # the list may grow between the two calls
+            infos = (info * (2 * n))()  # room for twice the entries asked for: a wider struct cannot overrun
+            count = ctypes.c_uint(n)
+            rc = lib.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(count), infos)
+            if rc == 0:
+                return [(int(p.pid), int(p.usedGpuMemory)) for p in infos[:min(count.value, n)]
+                        if p.usedGpuMemory != _NOT_AVAILABLE]
+            if rc != _INSUFFICIENT_SIZE:
+                return None
+            n = max(2 * n, count.value + 8)
+    except (AttributeError, OSError, ValueError):  # a driver without these entry points
+        return None
     return None
 
 

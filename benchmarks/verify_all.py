@@ -80,6 +80,9 @@ def verify_one(rec: dict, trials: int, sanitizer: bool = True) -> dict:
         v = verify_program(Path(rec["directory"]), rec["reference"], opts)
         rec["verdict"] = v.result.kind
         rec["phases"] = {p.name.split(" (")[0]: round(p.seconds, 1) for p in v.phases}
+        san = next((c.detail for c in v.result.checks if c.name == "sanitizer"), "")
+        if san:
+            rec["sanitizer_detail"] = san[:300]  # which tools ran, how long each took
         rec["stage"] = "verified"
         if v.result.kind != "passed":
             rec["cause"] = f"{v.result.kind}: {_first(v.result.verdict.summary())}"
@@ -125,6 +128,12 @@ def summary(rows: list[dict], done: dict[str, dict]) -> str:
     for k, d in done.items():
         if d.get("verdict") != "passed":
             groups[d.get("cause", d.get("stage", "?"))].append(k)
+    failed = sorted((k for k, d in done.items() if d.get("verdict") != "passed"),
+                    key=lambda s: tuple(map(int, s.split(":"))))
+    if failed:  # bench's problem ids for all.jsonl rows are L<level>_<problem_id>_<name>
+        flags = " ".join(f"--only L{k.split(':')[0]}_{k.split(':')[1]}_" for k in failed)
+        lines.append(f"not passed ({len(failed)}): {','.join(failed)}; the loop on them: stitchcuda bench SET "
+                     f"--precision P --optimize {flags}")
     if groups:
         lines.append("failures by cause:")
         for cause, ks in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):

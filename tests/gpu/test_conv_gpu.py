@@ -419,7 +419,8 @@ def test_a_non_deterministic_engine_only_where_it_is_much_faster():
     print(det_line, line, sep="\n")
     assert det_err <= 0 and err <= 0, (det_err, err)
     assert "(nd)" not in det_line.split("; left out")[0], det_line
-    times = {m.group(1): (float(m.group(3)), bool(m.group(2))) for m in re.finditer(r" [FP](\d+)(\(nd\))?=([-\d.e]+)", line)}
+    times = {m.group(1): (float(m.group(3)), bool(m.group(2)))
+             for m in re.finditer(r" [FP](\d+)(\(nd\))?=([-+\d.e]+)", line)}
     chosen = re.search(r"engine (\d+) \(", line).group(1)
     det_best = min((ms for ms, nd in times.values() if not nd and ms >= 0), default=None)
     if times[chosen][1]:  # a non-deterministic one kept: by the margin

@@ -900,20 +900,17 @@ std::unique_ptr<ConvPlan> make_plan(Context& ctx, const st_conv_args& a, const C
     timer.warm([&] { run_plan(ctx, *cands[0], a, stream, scratch.p); });
     for (size_t i = 0; i < cands.size(); ++i)
       cands[i]->ms = timer.median([&] { run_plan(ctx, *cands[i], a, stream, scratch.p); });
-    // The fastest preferred plan, unless a non-deterministic one is kNondetMargin times faster (or no
-    // preferred one ran).
-    float best_ms = -1.f;
+    // The fastest preferred plan, unless the fastest non-deterministic one is kNondetMargin times
+    // faster (or no preferred one ran); every timed run failed: the first, and the real call below
+    // reports why.
+    int det = -1, nondet = -1;  // the fastest of each that ran
     for (size_t i = 0; i < cands.size(); ++i) {
-      const float ms = cands[i]->ms;
-      if (ms < 0.f) continue;
-      const bool det = cands[i]->rank == best_rank;
-      const bool det_best = best_ms >= 0.f && cands[best]->rank == best_rank;
-      if (best_ms < 0.f || (det ? ms < best_ms : (det_best ? kNondetMargin * ms <= best_ms : ms < best_ms))) {
-        best = i;
-        best_ms = ms;
-      }
+      if (cands[i]->ms < 0.f) continue;
+      int& fastest = cands[i]->rank == best_rank ? det : nondet;
+      if (fastest < 0 || cands[i]->ms < cands[fastest]->ms) fastest = static_cast<int>(i);
     }
-    if (best_ms < 0.f) best = 0;  // every timed run failed: the real call below reports why
+    const bool take_nondet = nondet >= 0 && (det < 0 || kNondetMargin * cands[nondet]->ms <= cands[det]->ms);
+    best = static_cast<size_t>(take_nondet ? nondet : std::max(det, 0));
     if (all) tuning_record('c', words, n_words, TunedChoice{static_cast<int64_t>(best), 0});
   }
   if (log_enabled()) {

@@ -87,7 +87,8 @@ def verify_one(rec: dict, trials: int, sanitizer: bool = True) -> dict:
         if v.result.kind != "passed":
             rec["cause"] = f"{v.result.kind}: {_first(v.result.verdict.summary())}"
         # the device full of the other Verifiers' work (several at once): the machine's turn, not the problem's
-        rec["environment"] = v.result.kind == "inconclusive" and "ran out of device memory" in rec["cause"]
+        if v.result.kind == "inconclusive" and "ran out of device memory" in rec["cause"]:
+            rec["environment"] = True
     except Exception as e:  # noqa: BLE001
         rec.update(stage="verify", cause=f"{type(e).__name__}: {_first(str(e))}",
                    trace=traceback.format_exc()[-1500:], environment="Environment" in type(e).__name__)

@@ -70,7 +70,11 @@ def build_one(row: dict, out: str, precision: str) -> dict:
     return rec
 
 
-def verify_one(rec: dict, trials: int, sanitizer: bool = True) -> dict:
+def verify_one(rec: dict, trials: int, sanitizer: bool = True, reports: str = "") -> dict:
+    """Verify a built program; a failure's report.md and report.json are copied under ``reports``
+    (so that they come back with results.jsonl from a machine whose work folder does not)."""
+    import shutil
+
     from stitchcuda.verifier.verification import VerifyOptions, verify_program
 
     t0 = time.monotonic()
@@ -86,6 +90,12 @@ def verify_one(rec: dict, trials: int, sanitizer: bool = True) -> dict:
         rec["stage"] = "verified"
         if v.result.kind != "passed":
             rec["cause"] = f"{v.result.kind}: {_first(v.result.verdict.summary())}"
+            if reports and v.files:
+                keep = Path(reports) / Path(rec["directory"]).name
+                keep.mkdir(parents=True, exist_ok=True)
+                for f in (v.files.json, v.files.markdown):
+                    shutil.copy2(f, keep / Path(f).name)
+                rec["report"] = str(keep / "report.md")
         # the device full of the other Verifiers' work (several at once): the machine's turn, not the problem's
         if v.result.kind == "inconclusive" and "ran out of device memory" in rec["cause"]:
             rec["environment"] = True
@@ -94,6 +104,60 @@ def verify_one(rec: dict, trials: int, sanitizer: bool = True) -> dict:
                    trace=traceback.format_exc()[-1500:], environment="Environment" in type(e).__name__)
     rec["verify_s"] = round(time.monotonic() - t0, 1)
     return rec
+
+
+def out_of_memory(rec: dict) -> bool:
+    """Whether a verification ended for want of device memory (the program's allocation, the
+    Verifier's, or its verdict of inconclusive): beside other Verifiers, the GPU's turn, not the
+    problem's."""
+    cause = rec.get("cause", "")
+    return "out of memory" in cause or "(oom)" in cause or "cudaErrorMemoryAllocation" in cause \
+        or "ran out of device memory" in cause
+
+
+def schedule(todo: list[dict], build, verify, record, *, workers: int, verifiers: int, in_budget) -> None:
+    """Build ``todo`` (``build(row)``: a future of the build's record) and verify what builds
+    (``verify(rec)``: a future of the verification's record), ``record`` each outcome. Builds wait
+    while the Verifier is behind: a backlog of built programs would be verified past the budget (or
+    lost to the caller's limit); nothing is started once ``in_budget()`` is false. With several
+    Verifiers side by side, a program that ran out of device memory is verified again at the end,
+    one at a time with the GPU to itself (six problems of 2 GiB per input do not fit at once); one
+    whose turn the budget does not reach is not recorded (a rerun tries it)."""
+    building: set = set()
+    verifying: dict = {}  # future -> (the built program's record, verified alone)
+    queue = list(todo)
+    alone: list[dict] = []
+    sharing = verifiers > 1
+    while queue or building or verifying or alone:
+        while queue and len(building) < workers and len(verifying) < 2 * max(1, verifiers) + 2 and in_budget():
+            building.add(build(queue.pop(0)))
+        if alone and not queue and not building and not verifying and in_budget():
+            print(f"{alone[0]['problem']:7s} verified again, alone on the GPU", flush=True)
+            rec = alone.pop(0)
+            verifying[verify(rec)] = (rec, True)
+        if not building and not verifying:
+            if alone:
+                print("not recorded, out of budget before their turn alone: "
+                      + " ".join(r["problem"] for r in alone), flush=True)
+            break
+        finished, _ = wait(building | set(verifying), return_when=FIRST_COMPLETED)
+        for fut in finished:
+            stage = "build" if fut in building else "verify"
+            built, by_itself = verifying.pop(fut) if stage == "verify" else (None, False)
+            building.discard(fut)
+            try:
+                rec = fut.result()
+            except Exception as e:  # noqa: BLE001 - a crashed worker: the problem is not recorded
+                print(f"{stage} worker failed: {type(e).__name__}: {e}", flush=True)
+                continue
+            if stage == "build" and rec["stage"] == "built":
+                verifying[verify(rec)] = (rec, not sharing)
+            elif stage == "verify" and not by_itself and out_of_memory(rec):
+                print(f"{rec['problem']:7s} out of device memory beside other Verifiers: again alone at the end "
+                      f"({rec.get('cause', '')[:90]})", flush=True)
+                alone.append(built)
+            else:
+                record(rec)
 
 
 def own_memory_readable() -> bool:
@@ -203,30 +267,11 @@ def main(argv=None) -> int:
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(args.workers, mp_context=spawn) as builders, \
             ProcessPoolExecutor(max(1, args.verifiers), mp_context=spawn) as verifiers:
-        building: set = set()
-        verifying: set = set()
-        queue = list(todo)
-        while queue or building or verifying:
-            # builds wait while the Verifier is behind: a backlog of built programs would be verified past
-            # the budget (or lost to the caller's limit)
-            while queue and len(building) < args.workers and len(verifying) < 2 * max(1, args.verifiers) + 2 \
-                    and time.monotonic() - t_start < args.budget_s:
-                building.add(builders.submit(build_one, queue.pop(0), str(args.work or out), args.precision))
-            if not building and not verifying:
-                break
-            finished, _ = wait(building | verifying, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                stage = "build" if fut in building else "verify"
-                (building if stage == "build" else verifying).discard(fut)
-                try:
-                    rec = fut.result()
-                except Exception as e:  # noqa: BLE001 - a crashed worker: the problem is not recorded
-                    print(f"{stage} worker failed: {type(e).__name__}: {e}", flush=True)
-                    continue
-                if stage == "build" and rec["stage"] == "built":
-                    verifying.add(verifiers.submit(verify_one, rec, args.trials, not args.no_sanitizer))
-                else:
-                    record(rec)
+        schedule(todo, lambda row: builders.submit(build_one, row, str(args.work or out), args.precision),
+                 lambda rec: verifiers.submit(verify_one, rec, args.trials, not args.no_sanitizer,
+                                              str(out / "reports")),
+                 record, workers=args.workers, verifiers=args.verifiers,
+                 in_budget=lambda: time.monotonic() - t_start < args.budget_s)
     text = summary(rows, done)
     (out / "summary.md").write_text(f"# {args.set.name} under {args.precision} (benchmarks/verify_all.py)\n\n"
                                     f"```\n{text}\n```\n")

@@ -533,9 +533,16 @@ EngineNotes engine_notes(cudnnBackendDescriptor_t config) {
 // 9.1-11.8 ms against 14.9 for the best implicit GEMM (H100). `exact_products` forbids them: the
 // split-TF32 convolution's operands are exact in TF32 only as given; a transform of them is rounded
 // to TF32 again.
+// Engines that down-convert their inputs are forbidden under tf32 too (PyTorch drops them under
+// every setting): they convert fp32 operands to a 16-bit type, whose range is not fp32's (values
+// below 6e-8 flush to zero in fp16, above 65504 overflow) and, in bf16, whose mantissa is not
+// TF32's. The tf32 policy promises fp32 storage and range with TF32 products; such an engine
+// computes below that claim, which the Verifier's precision check reads as bf16-grade error.
 int policy_rank(const EngineNotes& e, st_policy policy, bool exact_products) {
   if (!e.ok || e.reduced_reduction) return -1;  // accumulation stays fp32 under every policy
-  if (policy == ST_POLICY_FP32 && (e.tensor_core || e.down_convert)) return -1;  // no TF32, no fp16
+  const bool fp32_operands = policy == ST_POLICY_FP32 || policy == ST_POLICY_TF32;
+  if (fp32_operands && e.down_convert) return -1;  // fp32 range and at least TF32's mantissa
+  if (policy == ST_POLICY_FP32 && e.tensor_core) return -1;  // no TF32
   if (exact_products && (e.fft || e.winograd)) return -1;
   return e.nondeterministic ? 2 : 0;
 }
@@ -559,7 +566,8 @@ std::string left_out_why(const EngineNotes& e, int rank) {
   if (rank >= 0) return "non-deterministic";
   if (!e.ok) return "notes unreadable";
   if (e.reduced_reduction) return "reduced-precision sums";
-  if (e.tensor_core || e.down_convert) return "tensor cores under fp32";
+  if (e.down_convert) return "down-converts fp32 inputs";
+  if (e.tensor_core) return "tensor cores under fp32";
   return "a transform of split operands";
 }
 

@@ -427,3 +427,51 @@ def test_a_non_deterministic_engine_only_where_it_is_much_faster():
         assert det_best is None or 1.5 * times[chosen][0] <= det_best * 1.001, line
     elif det_best is not None:
         assert times[chosen][0] == det_best, line
+
+
+RANGE_CASES = [Case("range_conv2d", 2, 16, 32, (17, 19), (3, 3), padding=1),
+               Case("range_cl_conv2d", 2, 16, 32, (17, 19), (3, 3), padding=1, channels_last=True),
+               Case("range_cl_conv3d_3in", 2, 3, 24, (10, 12, 12), (3, 3, 3), channels_last=True),
+               Case("range_cl_convT2d", 2, 8, 12, (9, 10), (3, 3), stride=2, padding=1, transposed=True,
+                    output_padding=1, channels_last=True)]
+
+
+@pytest.mark.parametrize("scale", [1e-20, 1e20])
+@pytest.mark.parametrize("case", RANGE_CASES, ids=[c.name for c in RANGE_CASES])
+def test_tf32_keeps_fp32s_range(case, scale):
+    """Under tf32 a convolution stores, and takes its operands, in fp32's range: no engine that
+    down-converts its inputs to 16 bits (fp16 flushes 1e-20 to zero and overflows at 1e20). The
+    result is judged relative to its own scale, at tf32's tolerance."""
+    seed = seed_of(case.name, scale)
+    x, w, b = make_inputs(case, torch.float32, seed)
+    x = x * scale
+    out = torch.from_dlpack(run(case, "tf32", x, w, b))
+    torch.cuda.synchronize()
+    ref = reference(case, x, w, b)
+    out64 = out.double().cpu()
+    assert torch.isfinite(out64).all(), f"{case.name} x{scale:g}: non-finite outputs (fp16's range?)"
+    rel = ((out64 - ref).norm() / ref.norm()).item()
+    assert rel <= 1e-2, f"{case.name} x{scale:g} (seed {seed}): norm-relative error {rel:.3g}"
+    assert (out64 != 0).float().mean().item() > 0.99, f"{case.name} x{scale:g}: outputs flushed to zero"
+
+
+def test_tf32_convolutions_still_run_on_tensor_cores():
+    """The tf32 policy leaves out down-converting engines, not TF32 ones: a compute-bound
+    convolution (118 GFLOP) runs well faster under tf32 than under fp32 (exact fp32 math)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(32, 256, 56, 56, generator=g).cuda()
+    w = (torch.randn(256, 256, 3, 3, generator=g) / 48.0).cuda()
+    times = {}
+    for policy in ("fp32", "tf32"):
+        call = lambda: rt.conv(x, w, None, padding=(1, 1), policy=policy, stream=stream_int())  # noqa: E731
+        call()  # the plan, timed once
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        times[policy] = start.elapsed_time(end) / 10
+    print(times)
+    assert times["tf32"] * 1.5 <= times["fp32"], times

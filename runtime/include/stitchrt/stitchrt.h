@@ -271,7 +271,8 @@ typedef enum st_activation {
  *  K [kD] kH kW C/g); cuDNN's engines serve one layout per call, so convert before the call.
  *  bias (NULL for none) has out_channels elements. Dtypes by policy as for GEMM: fp32 / tf32 ->
  *  float32, bf16 -> bfloat16, fp16 -> float16 for x, w, bias and y; accumulation is fp32, and
- *  the fp32 policy uses no TF32 (no tensor-core engine, no down-converting engine). y must not
+ *  the fp32 policy uses no TF32 (no tensor-core engine); no fp32 or tf32 call runs an engine
+ *  that down-converts its inputs to 16 bits (fp32's range would be lost). y must not
  *  overlap x or w.
  *  Plans: the first call of a key (every field but the pointers, plus the pointers' alignment)
  *  builds cuDNN operation graphs (the convolution with bias and activation fused where an

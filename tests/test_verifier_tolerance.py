@@ -257,3 +257,24 @@ def test_tf32_emulated_rounds_every_products_operands_and_nothing_else():
     with torch.no_grad(), get("fp32").emulated():
         fp32_mm, fp32_lin = x @ w.T, F.linear(x, w, b)
     assert torch.equal(fp32_mm, x @ w.T) and torch.equal(fp32_lin, F.linear(x, w, b))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_tf32_emulated_rounds_an_attentions_query_key_and_value(masked):
+    """PyTorch's fused attention (scaled_dot_product_attention, whichever backend it picks) under
+    Policy.emulated() at tf32: its query, key and value rounded to TF32 — the operands of its two
+    products — and a mask left as it is; at fp32 nothing rounded. Before, the emulation of an attention
+    was exact fp32, and a TF32 attention had no yardstick on inputs where TF32 itself misses."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 4, 16, 32, generator=g) * 6 for _ in range(3))  # logits of order 1e3
+    mask = torch.randn(16, 16, generator=g) if masked else None
+    with torch.no_grad(), get("tf32").emulated():
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    want = F.scaled_dot_product_attention(*(round_tf32(t) for t in (q, k, v)), attn_mask=mask)
+    exact = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.equal(got, want)
+    assert (got - exact).abs().max().item() > 1e-3  # the rounding is there to see
+    with torch.no_grad(), get("fp32").emulated():
+        assert torch.equal(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), exact)

@@ -146,10 +146,21 @@ def fp32_exact() -> contextlib.AbstractContextManager[None]:
 
 #: The ATen ops whose float32 operands a TF32 tensor core rounds (their positions in the call); what
 #: they compute from the rounded operands is fp32. Composite ops (linear, matmul, conv2d, einsum)
-#: reach these. Not rounded: matrix-vector products (no tensor cores) and PyTorch's fused attention
-#: kernels (their arithmetic is their own).
+#: reach these. Not rounded: matrix-vector products (no tensor cores). PyTorch's fused attention
+#: (whichever backend scaled_dot_product_attention picks) has its query, key and value rounded: the
+#: operands of its two products under TF32 (the probabilities, P in P·V, stay fp32 — a TF32
+#: attention rounds them too, an error of the same size as V's). Without them the emulation of an
+#: attention was exact fp32 (PyTorch's fp32 attention kernels keep fp32 products), and a TF32
+#: attention on inputs where TF32 itself cannot do better (logits of order 1e4: 1:97's inputs
+#: scaled x89) had no yardstick to be judged against.
+_ATTENTION_QKV = (0, 1, 2)
 _TF32_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "addbmm": (1, 2),
-                  "convolution": (0, 1), "_convolution": (0, 1)}
+                  "convolution": (0, 1), "_convolution": (0, 1),
+                  **{op: _ATTENTION_QKV for op in (
+                      "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                      "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                      "_scaled_dot_product_attention_math", "_scaled_dot_product_fused_attention_overrideable",
+                      "_efficient_attention_forward", "_flash_attention_forward")}}
 
 
 def round_tf32(t):

@@ -9,24 +9,16 @@ text fails here, not silently in a later run), and the mutants marked ``fast`` a
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench_script import load
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_stitchcuda_bench_{name}", REPO / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-mutate = _load("mutate")
+mutate = load("mutate")
 MUTANTS = mutate.MUTANTS
 
 

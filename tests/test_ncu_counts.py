@@ -3,29 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 
 from stitchcuda import frontend, ops
 from stitchcuda import plan as P
+from tests.bench_script import load
 from tests.test_coverage_cases import Fn
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("_stitchcuda_bench_ncu_counts", REPO / "benchmarks" / "ncu_counts.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ncu = _load()
+ncu = load("ncu_counts")
 
 CSV = '''==PROF== Connected to process 1234
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes_read.sum","dram__bytes_write.sum","sm__sass_thread_inst_executed_op_fadd_pred_on.sum","sm__sass_thread_inst_executed_op_ffma_pred_on.sum","sm__sass_thread_inst_executed_op_fmul_pred_on.sum"

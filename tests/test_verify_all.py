@@ -4,24 +4,12 @@ Verifiers verified again alone, not recorded as the problem's failure."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.bench_script import load
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("_stitchcuda_bench_verify_all", REPO / "benchmarks" / "verify_all.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-va = _load()
+va = load("verify_all")
 OOM = "crash: crash (oom): RunnerError: create: out of memory: cudaErrorMemoryAllocation"
 
 

@@ -84,7 +84,8 @@ def cost(folder: str, reference: str | None, trials: int, compile_: bool, profil
         wall = time.monotonic() - t0
         groups: dict[str, float] = {}
         for p in v.phases:
-            groups[group_of(p.name)] = groups.get(group_of(p.name), 0.0) + p.seconds
+            if not p.part_of:  # (a phase's parts are in it already)
+                groups[group_of(p.name)] = groups.get(group_of(p.name), 0.0) + p.seconds
         runs.append({"repeat": i, "wall_s": wall, "groups": groups,
                      "phases": [[p.name, p.seconds] for p in v.phases], "verdict": v.result.verdict.summary(),
                      "device": v.report.device, "commit": v.report.commit})

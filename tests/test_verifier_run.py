@@ -316,6 +316,18 @@ def _programs(P):
     return locals()
 
 
+def test_the_correctness_phase_says_where_its_time_went(adv_problem):
+    """check_correctness's costs: the program's calls, the reference computations by kind, drawing
+    inputs, and the rest (the checks themselves), adding up to the phase's seconds."""
+    from stitchcuda.verifier.run import cost
+
+    res = check_correctness(FakeRunner(_programs(adv_problem)["honest"]), adv_problem, precision="fp32", seed=SEED)
+    parts = dict(res.costs)
+    assert {cost.PROGRAM, cost.INPUTS, "reference (fp32)", cost.REST} <= set(parts), parts
+    assert all(t >= 0 for t in parts.values()) and parts[cost.PROGRAM] > 0 and parts["reference (fp32)"] > 0
+    assert abs(sum(parts.values()) - res.seconds) <= 0.05 * res.seconds + 0.01, (parts, res.seconds)
+
+
 @pytest.mark.parametrize("name, failed_check, wrong", [
     ("honest", None, False),
     ("pointer_cache", "no_output_reuse", None),
@@ -666,7 +678,8 @@ def _corr_json(ok: bool = True):
     checks = tuple(DynamicCheck(n, "pass") for n in ("outputs_written", "inputs_unchanged", "outputs_follow_inputs",
                                                      "no_output_reuse", "deterministic", "stream_ordered"))
     return serde.to_jsonable(CorrectnessResult(tuple(TrialResult(i, (o,), 1000 + i) for i in range(5)), checks, 1e-4,
-                                               warnings=("not bit-identical (within rounding)",)))
+                                               warnings=("not bit-identical (within rounding)",),
+                                               costs=(("program calls", 0.5), ("reference (fp32)", 0.2))))
 
 
 def test_verify_assembles_a_report_with_phase_timings(prog_dir, monkeypatch, fake_build):
@@ -704,6 +717,10 @@ def test_verify_assembles_a_report_with_phase_timings(prog_dir, monkeypatch, fak
     assert rep.phases == v.report.phases and rep.details.device == "Fake GPU"
     md = (prog_dir / "report.md").read_text()
     assert "## Verification cost" in md and "| correctness | 0.80 |" in md
+    # the correctness phase's parts, by kind of work, listed under it and not summed again
+    assert "| · correctness: program calls | 0.50 |" in md and "| · correctness: reference (fp32) | 0.20 |" in md
+    whole = sum(p.seconds for p in v.phases if not p.part_of)
+    assert f"| total | {whole:.2f} |" in md and any(p.part_of == "correctness" for p in v.phases)
     assert "aten::addmm" in md and (prog_dir / "timeline.png").is_file()
 
 

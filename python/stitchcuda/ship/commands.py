@@ -412,7 +412,8 @@ def verify(args: argparse.Namespace, ui: UI) -> int:
     if r.shapes:
         ui.line(f"judged at {'; '.join(r.shapes)} (the report's trials and timing are the last one's)")
     if r.phases:
-        ui.table(None, ["phase", "seconds"], [[p.name, f"{p.seconds:.1f}"] for p in r.phases], justify=["left", "right"])
+        ui.table(None, ["phase", "seconds"], [[f"· {p.name}" if p.part_of else p.name, f"{p.seconds:.1f}"]
+                                              for p in r.phases], justify=["left", "right"])
     rows, speedups = [], {}
     if r.timings is not None:
         t = r.timings

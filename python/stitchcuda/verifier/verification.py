@@ -497,6 +497,8 @@ def _child_phases(phases: list[PhaseTiming], out: ChildOutcome, rename: dict[str
     if reported:
         for name, secs in reported.items():
             phases.append(PhaseTiming(rename.get(name, name), float(secs)))
+            parts = ((out.result or {}).get(name) or {}).get("costs") or [] if name == "correctness" else []
+            phases += [PhaseTiming(f"{name}: {what}", float(t), part_of=name) for what, t in parts]
         # what the child did not report: start-up before its first phase, the last phase of a killed child
         rest = out.seconds - sum(float(s) for s in reported.values())
         if out.status != "ok":

@@ -173,10 +173,10 @@ def render_markdown(report: VerificationReport, *, timeline: str | None = None, 
     if r.feedback:
         lines += ["## Feedback to the Coder", "", "```", r.feedback, "```", ""]
     if r.phases:
-        total = sum(p.seconds for p in r.phases)
+        total = sum(p.seconds for p in r.phases if not p.part_of)
         lines += ["## Verification cost", "",
-                  _table(["phase", "seconds"], [[p.name, f"{p.seconds:.2f}"] for p in r.phases]
-                         + [["total", f"{total:.2f}"]]), ""]
+                  _table(["phase", "seconds"], [[f"· {p.name}" if p.part_of else p.name, f"{p.seconds:.2f}"]
+                                                for p in r.phases] + [["total", f"{total:.2f}"]]), ""]
     if r.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in r.notes] + [""]
     return "\n".join(lines)

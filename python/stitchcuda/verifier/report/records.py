@@ -17,6 +17,7 @@ class PhaseTiming:
 
     name: str
     seconds: float
+    part_of: str = ""  # a part of another phase (the correctness phase's by kind of work): not summed again
 
 
 @dataclass(frozen=True)

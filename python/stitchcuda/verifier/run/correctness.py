@@ -42,6 +42,7 @@ from ..measure.memory import MemoryReading, leak_check
 from ..report.verdict import DynamicCheck, TrialResult
 from .compare import errors, torch_dtype
 from .copies import CopyBudget
+from .cost import Clock, TimedReference, TimedRunner
 from .guards import GuardedBuffers
 from .inputs import Secret, choose_variations, vary
 from .parameters import independent_of_inputs
@@ -66,6 +67,7 @@ class CorrectnessResult:
     inconclusive: str = ""  # set when a check could not be judged for a reason not the candidate's
     degenerate: str = ""  # why the reference's outputs prove nothing (they do not depend on its inputs)
     library: str = ""  # the library's arithmetic as the runner logged it ("st_gemm: tf32 x12")
+    costs: tuple[tuple[str, float], ...] = ()  # seconds by kind of work (:mod:`.cost`), largest first
 
     @property
     def passed(self) -> bool:
@@ -94,6 +96,8 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
     if trials < 1:
         raise ValueError("check_correctness: trials must be >= 1")
     t0 = time.monotonic()
+    clock = Clock(torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None))
+    runner, reference = TimedRunner(runner, clock), TimedReference(reference, clock)
     secret = Secret(seed)
     s = Session(runner, reference, precision, secret, budget, buffers, weights)
     extra: list[DynamicCheck] = []
@@ -153,7 +157,7 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
         s.note(f"degenerate reference: {s.degenerate}")
     checks = _collect(s, extra, dynamic)
     return CorrectnessResult(tuple(s.trials), tuple(checks), s.tol, tuple(s.notes), tuple(s.warnings),
-                             time.monotonic() - t0, s.calls, s.inconclusive, s.degenerate, library)
+                             time.monotonic() - t0, s.calls, s.inconclusive, s.degenerate, library, clock.parts())
 
 
 def _leak(s: Session) -> DynamicCheck | None:

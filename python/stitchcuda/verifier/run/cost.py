@@ -1,0 +1,77 @@
+"""Where the correctness phase's time goes: the program's calls, each kind of reference computation
+(fp32, float64, at the policy, the policy emulated), drawing inputs; the rest is the checks
+themselves (hashes, comparisons, copies, guards).
+
+The correctness phase is most of a verification (an H200 sweep of all.jsonl: 2,744 of 3,577 s) and
+most of an optimisation run's time is verification; what to make faster is read from these figures.
+:class:`Clock` wraps the runner and the reference the procedure is given (every other attribute
+passes through), and waits for the device at each boundary so that work is counted where it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+PROGRAM = "program calls"
+INPUTS = "drawing inputs"
+REST = "checks, copies and comparisons"
+
+
+class Clock:
+    def __init__(self, sync: Callable[[], None] = lambda: None):
+        self.sync = sync
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.t0 = time.monotonic()
+
+    def timed(self, part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.sync()
+        t = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.sync()
+            self.seconds[part] += time.monotonic() - t
+
+    def parts(self) -> tuple[tuple[str, float], ...]:
+        """Each part's seconds, largest first, and the rest of the time since the clock started."""
+        rest = time.monotonic() - self.t0 - sum(self.seconds.values())
+        out = sorted(((k, round(v, 3)) for k, v in self.seconds.items()), key=lambda kv: -kv[1])
+        return tuple(out) + ((REST, round(max(rest, 0.0), 3)),)
+
+
+class TimedRunner:
+    """The runner, its calls and waits counted as the program's time."""
+
+    def __init__(self, runner: Any, clock: Clock):
+        self._runner, self._clock = runner, clock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._runner, name)
+        if name in ("run", "repeat", "sync"):
+            return lambda *a, **k: self._clock.timed(PROGRAM, attr, *a, **k)
+        return attr
+
+
+class TimedReference:
+    """The reference, each computation counted by kind."""
+
+    def __init__(self, ref: Any, clock: Clock):
+        self._ref, self._clock = ref, clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ref, name)
+
+    def draw(self, seed: int):
+        return self._clock.timed(INPUTS, self._ref.draw, seed)
+
+    def forward(self, draw, inputs=None):
+        return self._clock.timed("reference (fp32)", self._ref.forward, draw, inputs)
+
+    def forward64(self, draw, inputs=None):
+        return self._clock.timed("reference in float64", self._ref.forward64, draw, inputs)
+
+    def forward_at(self, policy: str, draw, inputs=None, *, emulated: bool = False):
+        part = f"reference, {policy} emulated" if emulated else f"reference at {policy} (PyTorch's own)"
+        return self._clock.timed(part, self._ref.forward_at, policy, draw, inputs, emulated=emulated)

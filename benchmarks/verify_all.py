@@ -199,6 +199,14 @@ def summary(rows: list[dict], done: dict[str, dict]) -> str:
         flags = " ".join(f"--only L{k.split(':')[0]}_{k.split(':')[1]}_" for k in failed)
         lines.append(f"not passed ({len(failed)}): {','.join(failed)}; the loop on them: stitchcuda bench SET "
                      f"--precision P --optimize {flags}")
+    parts: dict[str, float] = defaultdict(float)  # the correctness phase by kind of work, where recorded
+    for d in done.values():
+        for name, secs in (d.get("phases") or {}).items():
+            if name.startswith("correctness: "):
+                parts[name.split(": ", 1)[1]] += secs
+    if parts:
+        lines.append("the correctness phases' time: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                                 sorted(parts.items(), key=lambda kv: -kv[1])))
     if groups:
         lines.append("failures by cause:")
         for cause, ks in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):

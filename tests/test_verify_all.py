@@ -93,3 +93,14 @@ def test_out_of_memory_causes():
     assert va.out_of_memory({"cause": "inconclusive: the Verifier ran out of device memory"})
     assert not va.out_of_memory({"cause": "wrong_answer: output 0 beyond tolerance"})
     assert not va.out_of_memory({})
+
+
+def test_the_summary_adds_up_the_correctness_phases_parts():
+    rows = _rows(["a", "b"])
+    done = {"1:1": {"level": 1, "verdict": "passed", "phases": {"correctness": 9.0, "correctness: program calls": 2.0,
+                                                              "correctness: reference in float64": 5.0}},
+            "1:2": {"level": 1, "verdict": "passed", "phases": {"correctness": 4.0,
+                                                              "correctness: reference in float64": 3.0}}}
+    text = va.summary(rows, done)
+    assert "level 1: 2/2 correct" in text
+    assert "the correctness phases' time: reference in float64 8 s, program calls 2 s" in text, text

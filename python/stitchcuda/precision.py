@@ -150,7 +150,8 @@ def fp32_exact() -> contextlib.AbstractContextManager[None]:
 #: (whichever backend scaled_dot_product_attention picks) has its query, key and value rounded: the
 #: operands of its two products under TF32 (the probabilities, P in P·V, stay fp32 — a TF32
 #: attention rounds them too, an error of the same size as V's). Without them the emulation of an
-#: attention was exact fp32 (PyTorch's fp32 attention kernels keep fp32 products), and a TF32
+#: attention was fp32-grade (PyTorch's memory-efficient attention splits each fp32 operand into two
+#: TF32 parts on sm_80 and later, CUTLASS's OpMultiplyAddFastF32; its math path is fp32), and a TF32
 #: attention on inputs where TF32 itself cannot do better (logits of order 1e4: 1:97's inputs
 #: scaled x89) had no yardstick to be judged against.
 _ATTENTION_QKV = (0, 1, 2)

@@ -11,7 +11,9 @@ code, nvcc for this GPU) in ``--workers`` processes while the ones built are ver
 at a time, by the Verifier in its child process: fresh-seed trials (``--trials``), outputs poisoned,
 inputs checked unchanged, the dynamic checks; no timing, no profile, no torch.compile baseline.
 Prints (and writes to ``<out>/summary.md``) the correct rate per level over the whole set (a
-problem not run yet counts as not correct, and is said) and the failures grouped by cause.
+problem not run yet counts as not correct, and is said), the failures grouped by cause (each
+failure's report.md / report.json under ``<out>/reports``) and where the correctness phases' time
+went.
 """
 
 from __future__ import annotations
@@ -226,7 +228,8 @@ def main(argv=None) -> int:
                     help="programs in the Verifier at once (each in its own process); where NVML does not name "
                          "this machine's processes, the memory checks read the whole device and the Verifier "
                          "children take the GPU in turns (hostlock.gpu_alone): 3 verifiers sharing an H200 "
-                         "unlocked failed 11 of 55 correct programs as leaking")
+                         "unlocked failed 11 of 55 correct programs as leaking. A program that runs out of device "
+                         "memory beside the others is verified again at the end, alone")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--no-sanitizer", action="store_true",
                     help="skip compute-sanitizer, as `stitchcuda bench --no-sanitizer` does: on an H200 it took "

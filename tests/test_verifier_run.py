@@ -1217,6 +1217,52 @@ class _FixedRef:
         return None if got is None else [got]
 
 
+class _ClaimRef(_FixedRef):
+    """A reference whose error statistics are given: PyTorch at tf32 (``at``), at bf16 (``low``), the
+    reference with TF32-truncated product operands (``trunc``)."""
+
+    def __init__(self, ref64, at, low, trunc):
+        super().__init__(ref64.float(), ref64)
+        self.at_, self.low, self.trunc = at, low, trunc
+
+    def forward_at(self, policy, draw, inputs=None, emulated=False):
+        if emulated:
+            return [self.trunc] if emulated == "truncate" else None
+        return [self.at_ if policy == "tf32" else self.low]
+
+
+def _claim(ref, program) -> "DynamicCheck":
+    from stitchcuda.verifier.run.inputs import Secret
+    from stitchcuda.verifier.run.precision_claim import PrecisionEvidence
+    from stitchcuda.verifier.run.session import Draw, Session
+
+    s = Session(FakeRunner(lambda i, o, r: None), ref, "tf32", Secret(SEED))
+    evidence = PrecisionEvidence(s)
+    for _ in range(3):
+        evidence.add(Draw([], [], 0), [], [program], [ref.ref32], True)
+    return evidence.result()
+
+
+def test_the_precision_claim_allows_tf32_truncation_and_still_tells_bf16():
+    """An output whose TF32 error is a bias that survives averaging (2:23: a group norm's mean):
+    PyTorch's "tf32" engine used no TF32 (1.5e-8), bf16 misses by 1e-5, an honest engine that
+    truncates its TF32 operands by 9e-6 — passed now, rejected as bf16 before. On a GEMM-like output,
+    where truncated TF32 is a quarter of bf16's error, a bf16 program is still rejected."""
+    g = torch.Generator().manual_seed(SEED)
+    ref64 = torch.randn(4096, generator=g, dtype=torch.float64)
+
+    def off(bias: float, noise: float = 0.0) -> torch.Tensor:
+        return (ref64 + bias + noise * torch.randn(4096, generator=g, dtype=torch.float64)).float()
+
+    mean_like = _ClaimRef(ref64, at=off(1.5e-8), low=off(0.0, 1.25e-5), trunc=off(9e-6))
+    c = _claim(mean_like, off(9.5e-6))
+    assert c.status == "pass" and "with truncated operands 9" in c.detail, c
+    gemm_like = _ClaimRef(ref64, at=off(0.0, 1e-6), low=off(0.0, 1.25e-5), trunc=off(0.0, 2.5e-6))
+    c = _claim(gemm_like, off(0.0, 1.25e-5))
+    assert c.status == "fail" and "matches bf16 arithmetic" in c.detail, c
+    assert _claim(gemm_like, off(0.0, 2.5e-6)).status == "pass"
+
+
 def test_varied_trials_fall_back_to_norm_relative_only_when_ill_conditioned():
     """A varied trial is judged on ||out - ref|| / ||ref|| only where the fp32 reference itself misses
     the float64 one at those inputs (ill-conditioned there); elsewhere elementwise, like any trial."""

@@ -259,6 +259,20 @@ def test_tf32_emulated_rounds_every_products_operands_and_nothing_else():
     assert torch.equal(fp32_mm, x @ w.T) and torch.equal(fp32_lin, F.linear(x, w, b))
 
 
+def test_tf32_emulated_truncation_drops_the_low_bits():
+    """round_tf32(truncate=True) keeps the 10 mantissa bits and drops the rest (toward zero, never up),
+    and Policy.emulated(truncate=True) gives a product of truncated operands: the precision claim's
+    yardstick for engines that hand the tensor cores fp32 values unconverted."""
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(16, 64, generator=g), torch.randn(32, 64, generator=g)
+    tx = round_tf32(x, truncate=True)
+    assert torch.equal(tx.view(torch.int32) & 0x1FFF, torch.zeros_like(tx, dtype=torch.int32))
+    assert (tx.abs() <= x.abs()).all() and not torch.equal(tx, round_tf32(x))
+    with torch.no_grad(), get("tf32").emulated(truncate=True):
+        got = x @ w.T
+    assert torch.equal(got, tx @ round_tf32(w, truncate=True).T)
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_tf32_emulated_rounds_an_attentions_query_key_and_value(masked):
     """PyTorch's fused attention (scaled_dot_product_attention, whichever backend it picks) under

@@ -86,19 +86,22 @@ class Policy:
             torch.set_float32_matmul_precision(old[2])
 
     @contextlib.contextmanager
-    def emulated(self) -> Iterator[None]:
+    def emulated(self, truncate: bool = False) -> Iterator[None]:
         """PyTorch computing as this policy's arithmetic does on whichever engine runs it. Under tf32
         the float32 operands of every matrix product and convolution are rounded to TF32 (10 mantissa
         bits, to nearest) and the products taken in fp32: what a TF32 tensor core multiplies, with no
         engine choice in it. baseline() cannot promise that: cuDNN may run a TF32-allowed convolution
         without TF32 (bit-identical to fp32 on 2:73's shape), and then PyTorch "at tf32" shows none of
-        TF32's error. Other policies: as baseline() (autocast already rounds the operands itself).
-        Runs on any device. Needs PyTorch."""
+        TF32's error. ``truncate``: the operands truncated instead, as an engine that hands the tensor
+        cores fp32 values unconverted has them (an error that is a bias, not noise: where outputs
+        average many products it survives, 100x the rounded operands' on a group norm's mean).
+        Other policies: as baseline() (autocast already rounds the operands itself). Runs on any
+        device. Needs PyTorch."""
         if not self.tf32:
             with self.baseline():
                 yield
             return
-        with get("fp32").baseline(), _tf32_products():
+        with get("fp32").baseline(), _tf32_products(truncate):
             yield
 
 
@@ -164,19 +167,22 @@ _TF32_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2
                       "_efficient_attention_forward", "_flash_attention_forward")}}
 
 
-def round_tf32(t):
+def round_tf32(t, truncate: bool = False):
     """``t`` (float32) rounded to TF32's 10 mantissa bits, to nearest, ties away from zero (as
-    ``cvt.rna.tf32.f32``); non-finite values unchanged. A new tensor. (The plan interpreter keeps its
-    own, ties to even on float64 values: ``check.interp.round_tf32``.)"""
+    ``cvt.rna.tf32.f32``), or with ``truncate`` toward zero (the low 13 bits dropped: what a tensor
+    core makes of fp32 registers given to it unconverted); non-finite values unchanged. A new
+    tensor. (The plan interpreter keeps its own, ties to even on float64 values:
+    ``check.interp.round_tf32``.)"""
     import torch
 
     bits = t.contiguous().view(torch.int32)
-    r = ((bits + 0x1000) & ~0x1FFF).view(torch.float32).view(t.shape)
+    r = ((bits if truncate else bits + 0x1000) & ~0x1FFF).view(torch.float32).view(t.shape)
     return torch.where(torch.isfinite(t), r, t)
 
 
-def _tf32_products():
-    """A dispatch mode rounding the operands of the products in ``_TF32_OPERANDS`` (Policy.emulated)."""
+def _tf32_products(truncate: bool = False):
+    """A dispatch mode rounding the operands of the products in ``_TF32_OPERANDS`` (Policy.emulated),
+    to nearest or (``truncate``) toward zero."""
     from torch.utils._python_dispatch import TorchDispatchMode
     import torch
 
@@ -188,7 +194,7 @@ def _tf32_products():
                 for k in where:
                     a = args[k] if k < len(args) else None
                     if isinstance(a, torch.Tensor) and a.dtype == torch.float32:
-                        args[k] = round_tf32(a)
+                        args[k] = round_tf32(a, truncate)
             return func(*args, **(kwargs or {}))
 
     return TF32Products()

@@ -497,8 +497,9 @@ def _child_phases(phases: list[PhaseTiming], out: ChildOutcome, rename: dict[str
     if reported:
         for name, secs in reported.items():
             phases.append(PhaseTiming(rename.get(name, name), float(secs)))
-            parts = ((out.result or {}).get(name) or {}).get("costs") or [] if name == "correctness" else []
-            phases += [PhaseTiming(f"{name}: {what}", float(t), part_of=name) for what, t in parts]
+            if name == "correctness":  # its parts by kind of work (run/cost.py), listed under it
+                costs = ((out.result or {}).get(name) or {}).get("costs") or []
+                phases += [PhaseTiming(f"{name}: {what}", float(t), part_of=name) for what, t in costs]
         # what the child did not report: start-up before its first phase, the last phase of a killed child
         rest = out.seconds - sum(float(s) for s in reported.values())
         if out.status != "ok":

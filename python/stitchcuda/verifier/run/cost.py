@@ -20,6 +20,8 @@ REST = "checks, copies and comparisons"
 
 
 class Clock:
+    """Seconds by part; ``timed`` runs one call as a part, the device awaited before and after."""
+
     def __init__(self, sync: Callable[[], None] = lambda: None):
         self.sync = sync
         self.seconds: dict[str, float] = defaultdict(float)

@@ -75,6 +75,10 @@ class TimedReference:
         return self._clock.timed("reference in float64", self._ref.forward64, draw, inputs)
 
     def forward_at(self, policy: str, draw, inputs=None, *, emulated: bool | str = False):
-        part = (f"reference, {policy} truncated" if emulated == "truncate" else f"reference, {policy} emulated"
-                if emulated else f"reference at {policy} (PyTorch's own)")
+        if emulated == "truncate":
+            part = f"reference, {policy} truncated"
+        elif emulated:
+            part = f"reference, {policy} emulated"
+        else:
+            part = f"reference at {policy} (PyTorch's own)"
         return self._clock.timed(part, self._ref.forward_at, policy, draw, inputs, emulated=emulated)

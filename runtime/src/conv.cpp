@@ -527,8 +527,9 @@ EngineNotes engine_notes(cudnnBackendDescriptor_t config) {
 // (results that change between identical runs, in the last bits: sums in atomics' order) rank 2,
 // and when timing they compete with the preferred ones but are kept only kNondetMargin times faster
 // (make_plan); without timing, only when nothing else works. FFT and Winograd engines compete under
-// fp32 as PyTorch lets them (its engine filter forbids only TF32, down-converted inputs and
-// reduced-precision reductions there): their transforms round in fp32, far inside the policy's
+// fp32 as PyTorch lets them (its engine filter drops down-converted inputs always and tensor-core
+// engines when TF32 is off, nothing else; ours drops reduced-precision sums too): their
+// transforms round in fp32, far inside the policy's
 // tolerance, and on 1:65 (a 3x7 transposed convolution) cuDNN's FFT engine is what PyTorch runs,
 // 9.1-11.8 ms against 14.9 for the best implicit GEMM (H100). `exact_products` forbids them: the
 // split-TF32 convolution's operands are exact in TF32 only as given; a transform of them is rounded

@@ -57,9 +57,9 @@ small_files() {  # (in /tmp) every job's log and the small files of every b_* re
     2>/dev/null
 }
 run_records() {  # (in /tmp) an optimize run's own record, which results.jsonl only summarises:
-  # b_*/problems/<name>/run/ report.md, state.json, events.jsonl, each candidate's candidate.json and
-  # the Verifier's report.json
-  find b_* -mindepth 4 -maxdepth 8 -type f -size -1024k \( -name report.md -o -name state.json \
+  # b_*/problems/<name>/run/ run.json (without it a later machine cannot resume the run), report.md,
+  # state.json, events.jsonl, each candidate's candidate.json and the Verifier's report.json
+  find b_* -mindepth 4 -maxdepth 8 -type f -size -1024k \( -name run.json -o -name report.md -o -name state.json \
     -o -name events.jsonl -o -name candidate.json -o -name report.json \) 2>/dev/null
 }
 pack() {  # both into $OUT/res.tgz; a file comes back only under 16 MiB, so past 15 MiB the small files alone

@@ -383,6 +383,23 @@ def test_an_interrupted_optimize_problem_goes_on_with_its_run(tmp_path, workers_
     assert (left / "resumed").is_file() and not (out / "problems" / "q1" / "run" / "resumed").exists()
 
 
+def test_a_run_folder_without_its_record_is_set_aside_not_refused(tmp_path, workers_env):
+    """A problem's run folder with the loop's state but no run.json (copied back in part from another
+    machine) cannot be resumed: the problem starts again, the old folder kept beside it, where the
+    loop had refused the folder and the problem ended as an error."""
+    suite = _suite(tmp_path, {"q1": "fine"})
+    out = tmp_path / "out"
+    left = out / "problems" / "q1" / "run"
+    left.mkdir(parents=True)
+    (left / "state.json").write_text("{}\n")
+    opts = BenchOptions(mode="optimize", budget=30, gpus=1, solver="tests.test_bench:resuming_optimize_solver")
+    bench.run_suite(suite, out, opts, log=lambda s: None)
+    res = {r["id"]: r for r in bench.read_results(out / "results.jsonl")}
+    aside = out / "problems" / "q1" / "run.incomplete-1"
+    assert res["q1"]["status"] == "passed" and not (left / "resumed").exists()
+    assert (aside / "state.json").read_text() == "{}\n"
+
+
 def test_bad_suites_are_one_line(tmp_path, capfd):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"level": 1}\n')

@@ -224,6 +224,9 @@ class OptimizeSolver:
         if (run / "run.json").is_file():  # a suite stopped inside this problem's loop: the loop goes on from
             kw["resume"] = True           # its state (candidates judged, budget spent), as `optimize --resume`
             report_stage("optimize: resuming the run an interrupted suite left")
+        elif run.exists():  # a run folder without the record of what was asked (copied back in part):
+            aside = _set_aside(run)  # nothing to resume from, nothing deleted either
+            report_stage(f"optimize: {run} held a run without its run.json; moved to {aside.name}, starting again")
         res = fn(str(ref), precision=opts.precision, budget=opts.budget, out=str(run), **kw)
         if res.best is None or res.report is None:
             return {"status": "failed", "summary": _no_candidate(res.state)}
@@ -233,6 +236,15 @@ class OptimizeSolver:
         if repaired:
             rec["repaired"] = repaired
         return rec
+
+
+def _set_aside(run: Path) -> Path:
+    """Rename ``run`` to the first free ``run.incomplete-N`` beside it."""
+    n = 1
+    while (aside := run.with_name(f"{run.name}.incomplete-{n}")).exists():
+        n += 1
+    run.rename(aside)
+    return aside
 
 
 def _repaired(state: Any) -> dict | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import math
 import statistics
 import sys
@@ -67,10 +68,13 @@ def bench_attention(lib, reps, quick):
         for (B, H, L, D) in cfgs:
             if dtype == torch.float32 and L > 2048:
                 continue
-            for causal in (False, True):
+            # fp32 storage: the exact SIMT kernel, split TF32 (fp32-grade, as PyTorch's own fp32
+            # attention computes) and TF32 (attention_harness.cu's modes 0, 3, 2)
+            modes = [(0, ""), (3, " split-tf32"), (2, " tf32")] if dtype == torch.float32 else [(0, "")]
+            for causal, (mode, label) in itertools.product((False, True), modes):
                 q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=dtype) for _ in range(3))
                 o = torch.empty_like(q)
-                args = (DT[dtype], D, 0, q.data_ptr(), i64(q.stride()), k.data_ptr(),
+                args = (DT[dtype], D, mode, q.data_ptr(), i64(q.stride()), k.data_ptr(),
                         i64(k.stride()), v.data_ptr(), i64(v.stride()), o.data_ptr(),
                         i64(o.stride()), B, H, L, L, 1, 1.0 / math.sqrt(D), int(causal), 0, 0,
                         None, i64((0, 0, 0, 0)))
@@ -80,7 +84,7 @@ def bench_attention(lib, reps, quick):
                 ours = timeit(lambda: lib.attention(*args, stream()), reps)
                 theirs = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), reps)
                 flops = 4 * B * H * L * L * D * (0.5 if causal else 1.0)
-                row(f"attention {NAMES[dtype]}{' causal' if causal else ''} (max err {err:.1e})",
+                row(f"attention {NAMES[dtype]}{label}{' causal' if causal else ''} (max err {err:.1e})",
                     f"B{B} H{H} L{L} D{D}", ours, theirs, flops / ours[0] / 1e9,
                     flops / theirs[0] / 1e9, "TFLOP/s")
 

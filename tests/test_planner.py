@@ -604,6 +604,47 @@ def test_fp32_attention_follows_the_cost_model(d):
     assert _kinds(P.plan(causal, "fp32")) == ["attention_template"]
 
 
+def test_split_tf32_attention_is_an_fp32_strategy(tmp_path):
+    """The strategy split_tf32 fuses an fp32 attention onto the split-TF32 kernel, also where the
+    cost model would plan it unfused (d = 128 at L = 2048), and its source calls that launcher;
+    under tf32 the TF32 kernel stays (split would only slow it). The Variants proposer offers it
+    for an exact fp32 attention only, and the plan interpreter computes it exactly."""
+    from types import SimpleNamespace
+
+    from stitchcuda.pipeline import build_program
+    from stitchcuda.workflow import Variants
+    from stitchcuda.workflow.state import Route
+
+    x = [torch.empty(8, 16, 2048, 128, device="meta") for _ in range(3)]
+    graph = frontend.capture(_Sdpa(), x, "sdpa128", supported_ops=ops.supported()).graph
+    node = next(n.name for n in graph.nodes if n.op == ops.SDPA)
+    split = P.Constraints.of(strategy={node: "split_tf32"})
+    assert _kinds(P.plan(graph, "fp32")) != ["attention_template"]  # unfused by the cost model
+    plan = P.plan(graph, "fp32", constraints=split)
+    (a,) = _attention_tasks(plan)
+    assert a.split_tf32 and not a.tf32 and not a.exact_fp32
+    (t,) = _attention_tasks(P.plan(graph, "tf32", constraints=split))
+    assert t.tf32 and not t.split_tf32
+
+    def offered(p: P.Plan) -> list[str]:
+        task = next(t for t in p.tasks if isinstance(t.params, P.AttentionSpec))
+        ctx = SimpleNamespace(plan=p, base=SimpleNamespace(constraints={}, overrides={}),
+                              problem=SimpleNamespace(choices=lambda: P.choices(graph)))
+        return [pr.description for pr in Variants().propose(ctx, Route("optimize", task.name))]
+
+    fused = P.Constraints.of(strategy={node: "fused"})
+    assert f"{node}: strategy split_tf32" in offered(P.plan(graph, "fp32", constraints=fused))
+    assert not any("split_tf32" in d for d in offered(P.plan(graph, "tf32")))
+    small = [torch.randn(1, 2, 40, 32) for _ in range(3)]
+    sim = _simulate(_Sdpa(), small, "fp32", 1e-5, "sdpa_split",
+                    constraints=P.Constraints.of(strategy={node: "split_tf32"}))
+    assert _attention_tasks(sim)[0].split_tf32
+    o = build_program(_Sdpa(), example_inputs=small, out=tmp_path / "p", precision="fp32", weights=False,
+                      compile=False, quiet=True, constraints=P.Constraints.of(strategy={node: "split_tf32"}))
+    src = "".join(f.read_text() for f in (tmp_path / "p").rglob("*.cu"))
+    assert "stitch::launch_attention_split_tf32<32>(a, stream)" in src and "allow_tf32" not in src
+
+
 class _MinGPTAttention(nn.Module):
     """3/43's attention at a small size: a registered tril buffer as the causal mask."""
 

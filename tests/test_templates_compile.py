@@ -126,13 +126,15 @@ ATTENTION_TU = r"""
 #include "stitch/attention.cuh"
 using namespace stitch;
 
-// Every kernel at every head dim: the type's default, TF32 (float; the default otherwise), SIMT.
+// Every kernel at every head dim: the type's default, TF32 (float; the default otherwise), SIMT,
+// split TF32 (float).
 template <class T, int D>
 void one_head_dim(const AttnParams<T>& p, cudaStream_t s) {
   static_assert(AttnHeadDim<D>::ok, "a supported head dim");
   launch_attention<T, D>(p, s);
   launch_attention<T, D>(p, s, /*allow_tf32=*/true);
   launch_attention_simt<T, D>(p, s);
+  if constexpr (std::is_same_v<T, float>) launch_attention_split_tf32<D>(p, s);
 }
 
 template <class T>

@@ -9,7 +9,8 @@
 //   accumulation; about 1e-3 from float64 on unit-scale inputs). __half / __nv_bfloat16 run the
 //   tensor-core kernel (mma.sync m16n8k16, fp32 accumulators, P rounded to T before P V as in
 //   FlashAttention-2). launch_attention_simt<T, D> runs the SIMT kernel for any T,
-//   launch_attention_tf32<D> the TF32 kernel, launch_attention_mma<T, D> the 16-bit one.
+//   launch_attention_tf32<D> the TF32 kernel, launch_attention_split_tf32<D> its split-TF32 form
+//   (three TF32 products each, about fp32's accuracy), launch_attention_mma<T, D> the 16-bit one.
 // launch_attention_mask_blocks<T>(AttnParams<T>, blocks, stream)
 //   Summarises p.mask in cells of kAttnMaskBlockQ query rows x kAttnMaskBlockK keys, one byte per
 //   cell at blocks[b * s0 + h * s1 + qc * s2 + kc * s3] (s = p.mask_blocks_stride, in bytes; b / h
@@ -59,6 +60,9 @@
 //   n-tile j, so that a thread's B-fragments for 4 n-tiles are one 16-byte shared load and its
 //   O values 8 consecutive columns. Tiles are rounded to TF32 in shared memory, each thread
 //   rounding what its own cp.async brought in.
+//   Split TF32: as TF32 but tiles left unrounded in shared memory and every fragment split as it is
+//   read; key tiles of 32, and one m-tile per warp (64 query rows a block) past D = 96, so that no
+//   instantiation spills on sm_90.
 //   Masks are staged per step into shared memory (bool as bytes, additive as fp32, taken into the
 //   log2 domain where they are added), only for tiles that need them; an aligned bool or 4-byte
 //   additive mask by 16-byte loads (cp.async for the additive one, in flight with the tile).
@@ -870,11 +874,13 @@ __global__ void __launch_bounds__(128, 2) attn_mma_kernel(AttnParams<T> p, bool 
 
 // ---- tensor-core kernel, TF32 (fp32 storage) ---------------------------------------------------
 
-template <int D>
+template <int D, bool SPLIT = false>
 struct Tf32AttnCfg {
-  static constexpr int MT = 2, WARPS = 4, THREADS = 128;
-  static constexpr int BQ = 16 * MT * WARPS;   // 128 query rows per block
-  static constexpr int BK = D <= 64 ? 64 : 32;  // two blocks per SM on sm_90 (with a bool mask too)
+  // Split TF32 holds each fragment's two parts: one m-tile per warp past D = 96 and key tiles of 32
+  // keep its instantiations within 255 registers without spills (tests/test_templates_compile.py).
+  static constexpr int MT = SPLIT && D > 96 ? 1 : 2, WARPS = 4, THREADS = 128;
+  static constexpr int BQ = 16 * MT * WARPS;   // 128 query rows per block (64 for split TF32 past D = 96)
+  static constexpr int BK = D <= 64 && !SPLIT ? 64 : 32;  // two blocks per SM on sm_90 (with a bool mask too)
   static constexpr int LDS = D + 4;            // floats: rows an odd number of 16 B apart (ldmatrix), and
                                                // 2 LDS = 8 mod 32 words (P V's 16-byte loads): conflict-free
   static constexpr int G4 = D / 32, G2 = (D % 32) / 16;  // P V column groups of 32 and of 16
@@ -883,9 +889,12 @@ struct Tf32AttnCfg {
   }
 };
 
-template <int D>
+// SPLIT: fp32-grade products (split TF32: each operand as a TF32 big part and a TF32 small part,
+// three mma per product, big x big + big x small + small x big); tiles stay fp32 in shared memory
+// and every fragment is split as it is read.
+template <int D, bool SPLIT = false>
 __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, bool vec, bool mvec) {
-  using C = Tf32AttnCfg<D>;
+  using C = Tf32AttnCfg<D, SPLIT>;
   constexpr int MT = C::MT, BQ = C::BQ, BK = C::BK, LDS = C::LDS, NT = BK / 8, DT = D / 8;
   constexpr int G4 = C::G4, G2 = C::G2;
   static_assert(BQ % kAttnMaskBlockQ == 0 && BK % kAttnMaskBlockK == 0, "tiles are whole summary cells");
@@ -922,7 +931,7 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
   }
   cp_async_commit();
   cp_async_wait<0>();
-  tf32_round_tile<D, LDS, 128>(Qs, BQ);  // K / V of the first tile: rounded in the loop
+  if constexpr (!SPLIT) tf32_round_tile<D, LDS, 128>(Qs, BQ);  // K / V of the first tile: rounded in the loop
 
   float o[MT][DT][4];
   float m[MT][2], l[MT][2];
@@ -950,8 +959,10 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
     }
     cp_async_commit();
     cp_async_wait<1>();  // this thread's part of tile t is in place: round it, then publish it
-    tf32_round_tile<D, LDS, 128>(Ks + st * BK * LDS, BK);
-    tf32_round_tile<D, LDS, 128>(Vs + st * BK * LDS, BK);
+    if constexpr (!SPLIT) {
+      tf32_round_tile<D, LDS, 128>(Ks + st * BK * LDS, BK);
+      tf32_round_tile<D, LDS, 128>(Vs + st * BK * LDS, BK);
+    }
     __syncthreads();
     const uint32_t kt_addr = k_addr + st * KVB;
     const float* vt = Vs + st * BK * LDS + v_lane;
@@ -963,17 +974,30 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
       for (int n = 0; n < NT; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 8; ++kk) {
-      uint32_t a[MT][4];
+      uint32_t a[MT][4], as[MT][4];  // as: the small parts (SPLIT)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a[mt], q_addr + mt * 16 * ROWB + kk * 32);
+      for (int mt = 0; mt < MT; ++mt) {
+        ldmatrix_x4(a[mt], q_addr + mt * 16 * ROWB + kk * 32);
+        if constexpr (SPLIT)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) tf32_split(a[mt][e], a[mt][e], as[mt][e]);
+      }
 #pragma unroll
       for (int nn = 0; nn < BK / 16; ++nn) {
-        uint32_t b[4];
+        uint32_t b[4], bs[4];
         ldmatrix_x4(b, kt_addr + nn * 16 * ROWB + kk * 32);
+        if constexpr (SPLIT)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) tf32_split(b[e], b[e], bs[e]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_1688_tf32(s[mt][2 * nn], a[mt], b[0], b[1]);
-          mma_1688_tf32(s[mt][2 * nn + 1], a[mt], b[2], b[3]);
+          if constexpr (SPLIT) {
+            mma_1688_tf32x3(s[mt][2 * nn], a[mt], as[mt], b[0], b[1], bs[0], bs[1]);
+            mma_1688_tf32x3(s[mt][2 * nn + 1], a[mt], as[mt], b[2], b[3], bs[2], bs[3]);
+          } else {
+            mma_1688_tf32(s[mt][2 * nn], a[mt], b[0], b[1]);
+            mma_1688_tf32(s[mt][2 * nn + 1], a[mt], b[2], b[3]);
+          }
         }
       }
     }
@@ -985,13 +1009,15 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
     // 2 tig + 1 -> s[1], (g + 8, tig + 4) -> s[3]; B rows k = tig / tig + 4 are V rows 2 tig / 2 tig + 1.
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-      uint32_t pa[MT][4];
+      uint32_t pa[MT][4], ps[MT][4];  // ps: the small parts (SPLIT)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        pa[mt][0] = tf32_bits(s[mt][n][0]);
-        pa[mt][1] = tf32_bits(s[mt][n][2]);
-        pa[mt][2] = tf32_bits(s[mt][n][1]);
-        pa[mt][3] = tf32_bits(s[mt][n][3]);
+        const float pv[4] = {s[mt][n][0], s[mt][n][2], s[mt][n][1], s[mt][n][3]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (SPLIT) tf32_split(__float_as_uint(pv[e]), pa[mt][e], ps[mt][e]);
+          else pa[mt][e] = tf32_bits(pv[e]);
+        }
       }
       const float* v0 = vt + 8 * n * LDS;  // V row 8 n + 2 tig; v0 + LDS: row 8 n + 2 tig + 1
 #pragma unroll
@@ -1001,17 +1027,36 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
         const uint32_t b0[4] = {__float_as_uint(x0.x), __float_as_uint(x0.y), __float_as_uint(x0.z), __float_as_uint(x0.w)};
         const uint32_t b1[4] = {__float_as_uint(x1.x), __float_as_uint(x1.y), __float_as_uint(x1.z), __float_as_uint(x1.w)};
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int j = 0; j < 4; ++j) {
+          if constexpr (SPLIT) {
+            uint32_t b0b, b0s, b1b, b1s;
+            tf32_split(b0[j], b0b, b0s);
+            tf32_split(b1[j], b1b, b1s);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) mma_1688_tf32(o[mt][4 * q + j], pa[mt], b0[j], b1[j]);
+            for (int mt = 0; mt < MT; ++mt) mma_1688_tf32x3(o[mt][4 * q + j], pa[mt], ps[mt], b0b, b1b, b0s, b1s);
+          } else {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_1688_tf32(o[mt][4 * q + j], pa[mt], b0[j], b1[j]);
+          }
+        }
       }
       if constexpr (G2 > 0) {
         const float2 x0 = *reinterpret_cast<const float2*>(v0 + 32 * G4 + 2 * g);
         const float2 x1 = *reinterpret_cast<const float2*>(v0 + LDS + 32 * G4 + 2 * g);
+        const uint32_t c0[2] = {__float_as_uint(x0.x), __float_as_uint(x0.y)};
+        const uint32_t c1[2] = {__float_as_uint(x1.x), __float_as_uint(x1.y)};
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma_1688_tf32(o[mt][4 * G4], pa[mt], __float_as_uint(x0.x), __float_as_uint(x1.x));
-          mma_1688_tf32(o[mt][4 * G4 + 1], pa[mt], __float_as_uint(x0.y), __float_as_uint(x1.y));
+        for (int j = 0; j < 2; ++j) {
+          if constexpr (SPLIT) {
+            uint32_t b0b, b0s, b1b, b1s;
+            tf32_split(c0[j], b0b, b0s);
+            tf32_split(c1[j], b1b, b1s);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_1688_tf32x3(o[mt][4 * G4 + j], pa[mt], ps[mt], b0b, b1b, b0s, b1s);
+          } else {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_1688_tf32(o[mt][4 * G4 + j], pa[mt], c0[j], c1[j]);
+          }
         }
       }
     }
@@ -1127,25 +1172,35 @@ cudaError_t launch_attention_mma(const AttnParams<T>& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// TF32 tensor-core flash attention (mma.sync m16n8k8, sm_80+) over fp32 storage.
-template <int D>
+// TF32 tensor-core flash attention (mma.sync m16n8k8, sm_80+) over fp32 storage; with SPLIT its
+// products in split TF32 (three mma each, about fp32's accuracy).
+template <int D, bool SPLIT = false>
 cudaError_t launch_attention_tf32(const AttnParams<float>& p, cudaStream_t stream) {
   static_assert(AttnHeadDim<D>::ok, "head dim a multiple of 16 in [16, 128]");
-  using C = detail::Tf32AttnCfg<D>;
+  using C = detail::Tf32AttnCfg<D, SPLIT>;
   int64_t blocks;
   bool vec, mvec;
   const cudaError_t err = detail::attn_check(p, blocks, C::BQ, vec, mvec);
   if (err != cudaSuccess || blocks == 0) return err;
   const size_t smem = C::smem_bytes(p.mask_kind);
-  auto kernel = detail::attn_tf32_kernel<D>;
+  auto kernel = detail::attn_tf32_kernel<D, SPLIT>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   kernel<<<unsigned(blocks), C::THREADS, smem, stream>>>(p, vec, mvec);
   return cudaGetLastError();
 }
 
-// O = softmax(Q K^T * scale + mask) V: tensor cores for half / bf16; for float the exact SIMT
-// kernel, or the TF32 tensor-core kernel when allow_tf32.
+// The split-TF32 kernel: fp32 storage, fp32-grade products on TF32 tensor cores — each operand of
+// both products (q, k; P, v) as a TF32 big part and a TF32 small part, three mma per product
+// (small x big, big x small, big x big): the arithmetic of PyTorch's fp32 memory-efficient
+// attention (CUTLASS's OpMultiplyAddFastF32).
+template <int D>
+cudaError_t launch_attention_split_tf32(const AttnParams<float>& p, cudaStream_t stream) {
+  return launch_attention_tf32<D, true>(p, stream);
+}
+
+// Scaled dot-product attention, O = softmax(Q K^T * scale + mask) V: tensor cores for half / bf16;
+// for float the exact SIMT kernel, or the TF32 tensor-core kernel when allow_tf32.
 template <class T, int D>
 cudaError_t launch_attention(const AttnParams<T>& p, cudaStream_t stream, bool allow_tf32 = false) {
   if constexpr (std::is_same_v<T, float>) {

@@ -12,6 +12,8 @@
 //   zero), as bits / as a float. x - tf32_round(x) is exact in fp32 and rounds to TF32 again with a
 //   relative error of about 2^-22: the "big" and "small" parts of a split-TF32 product (three mma
 //   per product, big x big + big x small + small x big, about fp32's accuracy).
+// tf32_split(x, big, small): those two parts of x's bits; mma_1688_tf32x3(d, a_big, a_small, b0_big,
+//   b1_big, b0_small, b1_small): d += a * b from them, the three mma.
 // cp_async16 / cp_async4(smem, gmem, valid): copy 16 / 4 bytes global -> shared without a register
 //   (cp.async; 16-byte copies bypass L1), zeros where !valid (nothing read); cp_async_commit() closes
 //   a group of them, cp_async_wait<N>() waits until at most N groups are in flight.
@@ -34,6 +36,20 @@ __device__ __forceinline__ uint32_t tf32_bits(float x) {
 }
 
 __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(tf32_bits(x)); }
+
+// x (fp32 bits) as its split-TF32 parts: big = x rounded to TF32, small = the rest rounded to TF32.
+__device__ __forceinline__ void tf32_split(uint32_t x, uint32_t& big, uint32_t& small) {
+  big = tf32_bits(__uint_as_float(x));
+  small = tf32_bits(__uint_as_float(x) - __uint_as_float(big));
+}
+
+// d += a * b in split TF32 from the operands' parts: the two small products first, then big x big.
+__device__ __forceinline__ void mma_1688_tf32x3(float (&d)[4], const uint32_t (&a_big)[4], const uint32_t (&a_small)[4],
+                                                uint32_t b0_big, uint32_t b1_big, uint32_t b0_small, uint32_t b1_small) {
+  mma_1688_tf32(d, a_small, b0_big, b1_big);
+  mma_1688_tf32(d, a_big, b0_small, b1_small);
+  mma_1688_tf32(d, a_big, b0_big, b1_big);
+}
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

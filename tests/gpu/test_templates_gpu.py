@@ -542,8 +542,9 @@ def test_strided_copy_channel_slice(ew_lib, dtype):
 # ---- attention --------------------------------------------------------------------------------
 
 MASK_CODE = {"none": 0, "add": 1, "add_f32": 2, "bool": 3}
-#: attention_harness.cu's modes: the type's default kernel, the SIMT kernel, TF32 (float).
-MODE = {"default": 0, "simt": 1, "tf32": 2}
+#: attention_harness.cu's modes: the type's default kernel, the SIMT kernel, TF32 (float), split
+#: TF32 (float: three TF32 products each, held to fp32's tolerance).
+MODE = {"default": 0, "simt": 1, "tf32": 2, "split": 3}
 ATTN_HEAD_DIMS = [16, 32, 48, 64, 80, 96, 112, 128]
 CELL_Q, CELL_K = 64, 32  # kAttnMaskBlockQ, kAttnMaskBlockK
 
@@ -764,6 +765,41 @@ def _attention_variant(lib, dtype, variant, mode):
     elif variant == "d112":
         kw.update(D=112, mask_kind="bool", layout="blhd")
     _attn_case(lib, **kw)
+
+
+@pytest.mark.parametrize("Lq,Lk", [(128, 128), (77, 200), (1, 33)], ids=lambda v: str(v))
+@pytest.mark.parametrize("mask", ["none", "add_f32", "bool"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", [32, 64, 96, 112, 128])
+def test_attention_split_tf32(attn_lib, D, causal, mask, Lq, Lk):
+    """fp32 storage, split-TF32 products on tensor cores: fp32's tolerance against float64 (D 112
+    and 128 run one m-tile per warp, the others two)."""
+    _attn_case(attn_lib, torch.float32, D, causal, mask, Lq, Lk, mode="split")
+
+
+@pytest.mark.parametrize("variant", ["blhd_view", "gqa", "misaligned", "bottom_right", "mask_f32_dense", "long",
+                                     "one_head_many_rows", "d80_long", "d16"])
+def test_attention_split_tf32_variants(attn_lib, variant):
+    _attention_variant(attn_lib, torch.float32, variant, "split")
+
+
+def test_attention_split_tf32_is_fp32_grade(attn_lib):
+    """Split TF32's error against float64 is of the exact SIMT kernel's order, and far below
+    TF32's: the three products are there, and the small parts are not lost."""
+    B, H, L, D = 2, 4, 512, 64
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda") for _ in range(3))
+    ref = _attn_ref(q, k, v, 1 / math.sqrt(D), False, 0, "none", None, 1)
+    ex, _ = _attn_fns(attn_lib)
+    err = {}
+    for mode in ("simt", "tf32", "split"):
+        o = torch.full_like(q, NAN)
+        _run(ex, 0, D, MODE[mode], q.data_ptr(), _i64(q.stride()), k.data_ptr(), _i64(k.stride()), v.data_ptr(),
+             _i64(v.stride()), o.data_ptr(), _i64(o.stride()), B, H, L, L, 1, 1 / math.sqrt(D), 0, 0, 0, None,
+             _i64((0, 0, 0, 0)), None, None, _stream())
+        torch.cuda.synchronize()
+        err[mode] = (o.double() - ref).abs().mean().item()
+    assert err["split"] < 4 * err["simt"] and err["split"] * 50 < err["tf32"], err
 
 
 def test_attention_tf32_is_tf32(attn_lib):

@@ -4,7 +4,10 @@ Claim (*match*): the written-out pattern (``Q·Kᵀ``, a positive scale, a mask 
 softmax, ``·V``) and ``scaled_dot_product_attention`` become one task when the head dim is one the
 template is instantiated for (:data:`ATTENTION_HEAD_DIMS`): TF32 tensor cores under tf32,
 mma.sync under bf16 / fp16, and under fp32 the exact SIMT kernel unless the cost model finds cuBLAS
-SGEMM + softmax cheaper (or a ``strategy`` constraint says which). Otherwise the generic kinds plan
+SGEMM + softmax cheaper (or a ``strategy`` constraint says which: ``split_tf32`` runs an fp32
+attention's products in split TF32, three TF32 products each on tensor cores, about fp32's
+accuracy — the arithmetic of PyTorch's own fp32 attention, its memory-efficient kernel; a variant
+the loop measures). Otherwise the generic kinds plan
 it: GEMM (the scale as ``alpha``) + the mask as an elementwise pass + softmax + GEMM. A mask that
 comes from weights is prepared once, at create, and summarised per 64 x 32 cell so that the
 kernel skips the key tiles it hides.
@@ -41,7 +44,8 @@ ATTENTION_MASK_CELL = (64, 32)
 #: Throughput of the fused attention kernels as a fraction of the policy's dense peak, on H100
 #: (benchmarks/templates.md): exact fp32 SIMT 26-31 of 67 TFLOP/s; mma.sync bf16 / fp16 170-225
 #: of 790. TF32 (mma.sync m16n8k8, same structure and bytes per mma as the 16-bit kernel) is
-#: not measured yet and taken at the 16-bit kernel's fraction.
+#: not measured yet and taken at the 16-bit kernel's fraction. Split TF32 (three TF32 mma per product)
+#: is costed at a third of the TF32 peak at TF32's fraction (not measured yet either).
 ATTENTION_EFFICIENCY = {"fp32": 0.42, "tf32": 0.25, "bf16": 0.25, "fp16": 0.25}
 #: cuBLAS GEMM as a fraction of the dense peak (SGEMM on H100: about 50 of 67 TFLOP/s): what the
 #: unfused attention's two matrix products run at, in :func:`attention_time`.
@@ -53,7 +57,9 @@ class AttentionSpec:
     """attention.cuh: o = softmax(q kᵀ * scale + mask) v over [B, H, L, D] views (last
     stride 1). ``mask_kind``: none, bool (nonzero = attend), add_same, add_f32; the mask view
     is broadcast to [B, H, Lq, Lk] (zero strides). ``tf32``: fp32 storage on TF32 tensor cores
-    (launch_attention's allow_tf32). ``mask_blocks``: the mask's summary (an
+    (launch_attention's allow_tf32); ``split_tf32``: fp32 storage, products in split TF32
+    (launch_attention_split_tf32: three TF32 mma each, about fp32's accuracy). ``mask_blocks``:
+    the mask's summary (an
     :class:`AttentionMaskBlocksSpec` task's output, uint8 [B, H, ⌈Lq/64⌉, ⌈Lk/32⌉] with zero
     strides where the mask broadcasts)."""
 
@@ -77,6 +83,12 @@ class AttentionSpec:
     mask: View | None = None
     tf32: bool = False
     mask_blocks: View | None = None
+    split_tf32: bool = False
+
+    @property
+    def exact_fp32(self) -> bool:
+        """fp32 storage on the exact SIMT kernel: the attention ``split_tf32`` is a variant of."""
+        return self.q.dtype == "float32" and not self.tf32 and not self.split_tf32
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,7 @@ class AttnProto(Proto):
     mask: str | None = None
     mask_kind: str = "none"
     policy: str = ""
+    split_tf32: bool = False  # the strategy asked for it: split-TF32 products where the policy is fp32
 
 
 # ---------------------------------------------------------------------- claim
@@ -222,7 +235,7 @@ def _pattern(cx, sm: Node) -> None:
     choice = cx.constraints.option(sm.name, "auto")
     fits = d == dv and d in ATTENTION_HEAD_DIMS
     if fits and choice != "unfused" and not cx.absorbs_unfused(covered, anchor=mm1.name) and (
-            choice == "fused" or not _unfused_attention_cheaper(cx, 
+            choice in ("fused", "split_tf32") or not _unfused_attention_cheaper(cx, 
                 mm1.name, math.prod(qs[:-2]), qs[-2], kts[-1], d, causal=False, masked=mask is not None,
                 policy=cx.policy_of(covered))):
         ins = [q, kt, v]
@@ -232,7 +245,7 @@ def _pattern(cx, sm: Node) -> None:
             ins.append(mk)
         cx.claim(AttnProto(f"attention_{mm1.name}", tuple(covered), (mm2.outputs[0].name,), tuple(ins), q=q, k=kt,
                            v=v, k_transposed=True, scale=scale, out=mm2.outputs[0].name, mask=mk, mask_kind=kind,
-                           policy=cx.policy_of(covered)))
+                           policy=cx.policy_of(covered), split_tf32=choice == "split_tf32"))
         return
     # No fused template for this head dim (or the unfused plan is cheaper, or asked for): the
     # generic passes plan it as a GEMM (the scale folded into alpha), the mask as an
@@ -322,7 +335,8 @@ def _sdpa(cx, n: Node) -> None:
                 raise cx.fail(n, f"attention mask of dtype {md}")
             ins.append(mask)
         cx.claim(AttnProto(f"attention_{n.name}", (n.name,), (out,), tuple(ins), q=q, k=k, v=v, scale=scale,
-                           out=out, causal=causal, heads_per_kv=hq // hk, mask=mask, mask_kind=kind, policy=policy))
+                           out=out, causal=causal, heads_per_kv=hq // hk, mask=mask, mask_kind=kind, policy=policy,
+                           split_tf32=choice == "split_tf32"))
         return
     if not decomposable:
         why = f"head dim {d} has no fused attention template" if d not in ATTENTION_HEAD_DIMS else \
@@ -408,9 +422,10 @@ def lower(lw, pr: AttnProto, pre: list) -> None:
     if mask_v is not None and lw.buffers[mask_v.buffer].kind in ("weight", "const"):
         blocks_v = _mask_blocks(lw, pr, mask_v, mask_kind, B, H, lq, lk, pre)
     tf32 = get_policy(pr.policy or lw.f.policy).tf32 and st == "float32"
+    split = pr.split_tf32 and not tf32 and st == "float32"  # under TF32 the TF32 kernel is both faster and asked for
     spec = AttentionSpec("attention", q4, k4, v4, o4, B, H, lq, lk, d, int(pr.heads_per_kv),
                          float(pr.scale), bool(pr.causal), 0, mask_kind, mask_v,
-                         tf32, blocks_v)
+                         tf32, blocks_v, split)
     lw.add(pr, pr.name, spec, [q4, k4, v4, mask_v, blocks_v], [o4],
               touched=list(pr.ins) + [out_t] + list(names))
 
@@ -478,8 +493,8 @@ def cost(spec: AttentionSpec, ceil) -> tuple[float, float, float]:
     flops = 4.0 * spec.batch * spec.heads * spec.lq * spec.lk * spec.head_dim
     if spec.causal:
         flops *= causal_fraction(spec.lq, spec.lk, spec.causal_offset)
-    kernel = attention_kernel_policy(spec.q.dtype, spec.tf32)
-    peak = ceil.gemm_peak(kernel) * ATTENTION_EFFICIENCY[kernel]
+    kernel = attention_kernel_policy(spec.q.dtype, spec.tf32 or spec.split_tf32)
+    peak = ceil.gemm_peak(kernel) * ATTENTION_EFFICIENCY[kernel] / (3 if spec.split_tf32 else 1)
     nbytes = sum(view_bytes(v) for v in (spec.q, spec.k, spec.v, spec.o, spec.mask, spec.mask_blocks))
     return flops, nbytes, peak
 
@@ -532,7 +547,7 @@ def interpret(mem, a: AttentionSpec) -> None:
     if a.heads_per_kv > 1:
         k = k.repeat_interleave(a.heads_per_kv, 1)
         v = v.repeat_interleave(a.heads_per_kv, 1)
-    s = q @ k.transpose(-1, -2) * a.scale  # float64: TF32 (a.tf32) rounding is the kernel's business
+    s = q @ k.transpose(-1, -2) * a.scale  # float64: TF32 (a.tf32, a.split_tf32) rounding is the kernel's business
     if a.causal:
         i = torch.arange(a.lq, device=s.device)[:, None]
         j = torch.arange(a.lk, device=s.device)[None, :]
@@ -586,8 +601,11 @@ def render(t, a: AttentionSpec, n, fn: str) -> tuple[list[str], list[str]]:
     if a.mask_blocks is not None:
         lines.append(f"  a.mask_blocks = {n('mask_blocks')};  // skip the key tiles the mask hides")
         lines.append("  " + " ".join(f"a.mask_blocks_stride[{i}] = {s};" for i, s in enumerate(a.mask_blocks.strides)))
-    tf32 = ", /*allow_tf32=*/true" if a.tf32 else ""
-    lines += [f"  return cuda_check(stitch::launch_attention<{ct}, {a.head_dim}>(a, stream{tf32}), \"{t.name}\");"]
+    if a.split_tf32:
+        call = f"stitch::launch_attention_split_tf32<{a.head_dim}>(a, stream)"
+    else:
+        call = f"stitch::launch_attention<{ct}, {a.head_dim}>(a, stream{', /*allow_tf32=*/true' if a.tf32 else ''})"
+    lines += [f"  return cuda_check({call}, \"{t.name}\");"]
     return [], lines
 
 

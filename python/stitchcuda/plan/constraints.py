@@ -79,7 +79,8 @@ class Constraints:
 
 #: Strategy options per kind of node the planner decides something about, default first.
 STRATEGIES: dict[str, tuple[str, ...]] = {
-    "attention": ("auto", "fused", "unfused"),
+    # split_tf32: an fp32 attention's products as three TF32 products each (fused; measured by the loop)
+    "attention": ("auto", "fused", "unfused", "split_tf32"),
     "row": ("auto", "single", "split"),
     "conv": ("auto", "channels_first", "channels_last"),
     # a convolution kinds/narrow_conv.py can take: cuDNN's options, or that kernel (measured by the loop)

@@ -309,6 +309,8 @@ class Variants:
                 for o in opts.get(n, ()):
                     if o == "auto" or c.option(n, "auto") == o:
                         continue
+                    if o == "split_tf32" and not getattr(task.params, "exact_fp32", False):
+                        continue  # a variant of an exact fp32 attention: elsewhere it changes nothing or slows
                     new = Constraints.of(dict(c.precision), c.unfuse, {**dict(c.strategy), n: o}, c.rewrites)
                     out.append(Proposal(self.name, f"{n}: strategy {o}", new.to_dict(), dict(ctx.base.overrides),
                                         {"strategy": [n, o]}))

@@ -3,7 +3,8 @@
 // Strides are arrays of 4 int64 ([B, H, L, D] for q / k / v / o, [B, H, Lq, Lk] for the mask,
 // [B, H, query cell, key cell] in bytes for the mask summary). mode: 0 launch_attention (the
 // default kernel of the type), 1 launch_attention_simt, 2 launch_attention with allow_tf32 (the
-// TF32 kernel for float; the default kernel otherwise).
+// TF32 kernel for float; the default kernel otherwise), 3 launch_attention_split_tf32 (float; the
+// default kernel otherwise).
 // attention: the launcher of tests/gpu/nvcc_util.py's SIGNATURES; attention_ex adds the mask
 // summary (blocks, bs); attention_mask_blocks computes one (their argtypes: the test module).
 #include "stitch/attention.cuh"
@@ -15,6 +16,8 @@ namespace {
 template <class T, int D>
 int run(int mode, const AttnParams<T>& p, cudaStream_t s) {
   if (mode == 1) return launch_attention_simt<T, D>(p, s);
+  if constexpr (std::is_same_v<T, float>)
+    if (mode == 3) return launch_attention_split_tf32<D>(p, s);
   return launch_attention<T, D>(p, s, /*allow_tf32=*/mode == 2);
 }
 

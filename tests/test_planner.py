@@ -626,15 +626,17 @@ def test_split_tf32_attention_is_an_fp32_strategy(tmp_path):
     (t,) = _attention_tasks(P.plan(graph, "tf32", constraints=split))
     assert t.tf32 and not t.split_tf32
 
-    def offered(p: P.Plan) -> list[str]:
-        task = next(t for t in p.tasks if isinstance(t.params, P.AttentionSpec))
+    def offered(p: P.Plan) -> list[str]:  # for the task that covers the attention node
+        task = next(t for t in p.tasks if node in t.covers)
         ctx = SimpleNamespace(plan=p, base=SimpleNamespace(constraints={}, overrides={}),
                               problem=SimpleNamespace(choices=lambda: P.choices(graph)))
         return [pr.description for pr in Variants().propose(ctx, Route("optimize", task.name))]
 
     fused = P.Constraints.of(strategy={node: "fused"})
     assert f"{node}: strategy split_tf32" in offered(P.plan(graph, "fp32", constraints=fused))
+    assert f"{node}: strategy split_tf32" in offered(P.plan(graph, "fp32"))  # the unfused plan's softmax
     assert not any("split_tf32" in d for d in offered(P.plan(graph, "tf32")))
+    assert not any("split_tf32" in d for d in offered(P.plan(graph, "fp32", constraints=split)))
     small = [torch.randn(1, 2, 40, 32) for _ in range(3)]
     sim = _simulate(_Sdpa(), small, "fp32", 1e-5, "sdpa_split",
                     constraints=P.Constraints.of(strategy={node: "split_tf32"}))

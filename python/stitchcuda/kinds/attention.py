@@ -255,6 +255,15 @@ def _pattern(cx, sm: Node) -> None:
                         f"({', '.join(map(str, ATTENTION_HEAD_DIMS))}); planned as GEMM + mask + softmax + GEMM")
 
 
+def split_tf32_changes(params, policy: str) -> bool:
+    """Whether the strategy ``split_tf32`` changes the plan of an attention node whose task has
+    ``params`` (planned at ``policy``): an exact fp32 attention, or one planned unfused (which only
+    fp32 does by cost) — never a TF32 or 16-bit one, already on tensor cores."""
+    if isinstance(params, AttentionSpec):
+        return params.exact_fp32
+    return (getattr(params, "policy", None) or policy) == "fp32"
+
+
 def _unfused_attention_cheaper(cx, where: str, bh: int, lq: int, lk: int, d: int, *, causal: bool,
                                masked: bool, policy: str) -> bool:
     """Under fp32 only (tf32 and 16-bit policies always fuse: tensor-core kernels): whether

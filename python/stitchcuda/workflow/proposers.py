@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from ..kinds.attention import split_tf32_changes
 from ..plan import STRATEGIES, Constraints
 from ..precision import POLICIES
 from ..precision import get as get_policy
@@ -309,8 +310,8 @@ class Variants:
                 for o in opts.get(n, ()):
                     if o == "auto" or c.option(n, "auto") == o:
                         continue
-                    if o == "split_tf32" and not getattr(task.params, "exact_fp32", False):
-                        continue  # a variant of an exact fp32 attention: elsewhere it changes nothing or slows
+                    if o == "split_tf32" and not split_tf32_changes(task.params, ctx.plan.policy):
+                        continue
                     new = Constraints.of(dict(c.precision), c.unfuse, {**dict(c.strategy), n: o}, c.rewrites)
                     out.append(Proposal(self.name, f"{n}: strategy {o}", new.to_dict(), dict(ctx.base.overrides),
                                         {"strategy": [n, o]}))

@@ -889,6 +889,23 @@ struct Tf32AttnCfg {
   }
 };
 
+// o[mt][n] += P x V for every m-tile of the warp: P's A-fragments pa (and with SPLIT their small
+// parts ps), one B-fragment (b0, b1) of V, split here with SPLIT.
+template <bool SPLIT, int MT, int DT>
+__device__ __forceinline__ void tf32_pv_mma(float (&o)[MT][DT][4], int n, const uint32_t (&pa)[MT][4],
+                                            const uint32_t (&ps)[MT][4], uint32_t b0, uint32_t b1) {
+  if constexpr (SPLIT) {
+    uint32_t b0b, b0s, b1b, b1s;
+    tf32_split(b0, b0b, b0s);
+    tf32_split(b1, b1b, b1s);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) mma_1688_tf32x3(o[mt][n], pa[mt], ps[mt], b0b, b1b, b0s, b1s);
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) mma_1688_tf32(o[mt][n], pa[mt], b0, b1);
+  }
+}
+
 // SPLIT: fp32-grade products (split TF32: each operand as a TF32 big part and a TF32 small part,
 // three mma per product, big x big + big x small + small x big); tiles stay fp32 in shared memory
 // and every fragment is split as it is read.
@@ -1027,18 +1044,7 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
         const uint32_t b0[4] = {__float_as_uint(x0.x), __float_as_uint(x0.y), __float_as_uint(x0.z), __float_as_uint(x0.w)};
         const uint32_t b1[4] = {__float_as_uint(x1.x), __float_as_uint(x1.y), __float_as_uint(x1.z), __float_as_uint(x1.w)};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if constexpr (SPLIT) {
-            uint32_t b0b, b0s, b1b, b1s;
-            tf32_split(b0[j], b0b, b0s);
-            tf32_split(b1[j], b1b, b1s);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_1688_tf32x3(o[mt][4 * q + j], pa[mt], ps[mt], b0b, b1b, b0s, b1s);
-          } else {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_1688_tf32(o[mt][4 * q + j], pa[mt], b0[j], b1[j]);
-          }
-        }
+        for (int j = 0; j < 4; ++j) tf32_pv_mma<SPLIT>(o, 4 * q + j, pa, ps, b0[j], b1[j]);
       }
       if constexpr (G2 > 0) {
         const float2 x0 = *reinterpret_cast<const float2*>(v0 + 32 * G4 + 2 * g);
@@ -1046,18 +1052,7 @@ __global__ void __launch_bounds__(128, 2) attn_tf32_kernel(AttnParams<float> p, 
         const uint32_t c0[2] = {__float_as_uint(x0.x), __float_as_uint(x0.y)};
         const uint32_t c1[2] = {__float_as_uint(x1.x), __float_as_uint(x1.y)};
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          if constexpr (SPLIT) {
-            uint32_t b0b, b0s, b1b, b1s;
-            tf32_split(c0[j], b0b, b0s);
-            tf32_split(c1[j], b1b, b1s);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_1688_tf32x3(o[mt][4 * G4 + j], pa[mt], ps[mt], b0b, b1b, b0s, b1s);
-          } else {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_1688_tf32(o[mt][4 * G4 + j], pa[mt], c0[j], c1[j]);
-          }
-        }
+        for (int j = 0; j < 2; ++j) tf32_pv_mma<SPLIT>(o, 4 * G4 + j, pa, ps, c0[j], c1[j]);
       }
     }
     __syncthreads();  // the next step's prefetch and mask overwrite this step's buffers

@@ -111,7 +111,7 @@ _MATRIX = ("cublaslt_gemm", "attention_template", "cudnn_conv", "conv_template",
 _STORED = _MATRIX + ("reduction_template", "custom_kernel", "elementwise_kernel")
 
 FP32 = Policy("fp32", "float32", tf32=False, tensor_cores=False, tolerance=1e-4, c_enum="ST_POLICY_FP32", c_value=0,
-              text="fp32 (exact fp32 math, no TF32)", rank=0, lower="tf32")
+              text="fp32 (fp32 math, no TF32 rounding)", rank=0, lower="tf32")
 TF32 = Policy("tf32", "float32", tf32=True, tensor_cores=True, tolerance=1e-2, c_enum="ST_POLICY_TF32", c_value=1,
               text="tf32 (fp32 storage, TF32 tensor-core GEMMs)", rank=1, lower="bf16", rounds=_MATRIX)
 BF16 = Policy("bf16", "bfloat16", tf32=False, tensor_cores=True, tolerance=1e-2, c_enum="ST_POLICY_BF16", c_value=2,

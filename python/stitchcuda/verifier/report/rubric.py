@@ -181,7 +181,7 @@ def score_cuda_engineering(source: str, manifest: mf.Manifest | None = None,
         elif t.detected:
             reasons.append(f"{t.name}: used (not required here)")
     if precision == "fp32" and has_gemm:
-        reasons.append("tensor cores do not apply: policy fp32 is exact fp32 math")
+        reasons.append("tensor cores are not required: policy fp32 is fp32 math")
     if not app:
         return CudaEngineering(1.0, tuple(reasons) + ("no listed technique applies to this program",), techniques,
                                tuple(kernel_evidence))

@@ -324,8 +324,21 @@ def test_the_correctness_phase_says_where_its_time_went(adv_problem):
     res = check_correctness(FakeRunner(_programs(adv_problem)["honest"]), adv_problem, precision="fp32", seed=SEED)
     parts = dict(res.costs)
     assert {cost.PROGRAM, cost.INPUTS, "reference (fp32)", cost.REST} <= set(parts), parts
+    assert {cost.JUDGING, cost.CLAIM, cost.WEIGHTS, cost.VARIED, cost.DYNAMIC} <= set(parts), parts
     assert all(t >= 0 for t in parts.values()) and parts[cost.PROGRAM] > 0 and parts["reference (fp32)"] > 0
     assert abs(sum(parts.values()) - res.seconds) <= 0.05 * res.seconds + 0.01, (parts, res.seconds)
+
+
+def test_a_part_timed_inside_another_is_its_own():
+    """A stage's part keeps only its own time: the program calls and references it makes are theirs."""
+    import time as _time
+
+    from stitchcuda.verifier.run.cost import Clock
+
+    clock = Clock()
+    clock.timed("stage", lambda: (_time.sleep(0.05), clock.timed("program calls", _time.sleep, 0.1)))
+    got = dict(clock.seconds)
+    assert 0.04 <= got["stage"] < 0.09 and 0.09 <= got["program calls"] < 0.15, got
 
 
 @pytest.mark.parametrize("name, failed_check, wrong", [

@@ -42,6 +42,7 @@ from ..measure.memory import MemoryReading, leak_check
 from ..report.verdict import DynamicCheck, TrialResult
 from .compare import errors, torch_dtype
 from .copies import CopyBudget
+from . import cost
 from .cost import Clock, TimedReference, TimedRunner
 from .guards import GuardedBuffers
 from .inputs import Secret, choose_variations, vary
@@ -117,14 +118,15 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
             if dynamic and k < twice_in:
                 y2 = s.new_outputs()
                 s.run(x, y2, fill="poison1", what=f"trial {k}, again under launch pressure", pressure=True)
-                twice.append(s.determinism(y, y2, f"trial {k}, the second under launch pressure"))
+                twice.append(clock.timed(cost.DETERMINISM, s.determinism, y, y2,
+                                         f"trial {k}, the second under launch pressure"))
                 del y2
-            j = s.judge("", y, d, x)
+            j = clock.timed(cost.JUDGING, s.judge, "", y, d, x)
             s.plain_nonfinite |= any(is_float(r) and not all_finite(r) for r in j.ref)
             if k < 2 and s.budget.on_device(sum(r.numel() * r.element_size() for r in j.ref)):
                 refs.append([r.clone() for r in j.ref])
             if dynamic and k in measured and evidence.wanted():
-                evidence.add(d, x, y, j.ref, j.trial.passed)
+                clock.timed(cost.CLAIM, evidence.add, d, x, y, j.ref, j.trial.passed)
             if dynamic and k == trials - 1:
                 last = LastTrial(d, s.stash("sensitivity's starting outputs", y))
         d = x = y = j = None  # noqa: F841 - nothing of the plain trials stays on the device
@@ -139,17 +141,18 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
             extra.append(one_determinism(s, twice))
         if dynamic:
             extra.append(evidence.result())
-        s.check_weights("after the plain trials")
+        clock.timed(cost.WEIGHTS, s.check_weights, "after the plain trials")
         s.plain_ok = all(t.passed for t in s.trials) and not s.failures
         if varied > 0:
-            _varied_trials(s, varied, s.plain_ok)
+            clock.timed(cost.VARIED, _varied_trials, s, varied, s.plain_ok)
         s.first_refs = None
         if dynamic and last is not None:
-            extra += dyn.dynamic_checks(s, last)
-            extra += [c for c in (ties(s), stream_capture(s)) if c is not None]
+            extra += clock.timed(cost.DYNAMIC, dyn.dynamic_checks, s, last)
+            extra += [c for c in (clock.timed(cost.DYNAMIC, ties, s), clock.timed(cost.DYNAMIC, stream_capture, s))
+                      if c is not None]
             if leak:
                 extra += [c for c in (_leak(s),) if c is not None]
-        s.check_weights("after the dynamic checks")
+        clock.timed(cost.WEIGHTS, s.check_weights, "after the dynamic checks")
     library = _library_checks(s, extra)
     for line in s.budget.notes:
         s.note(line)

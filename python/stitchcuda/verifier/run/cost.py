@@ -1,6 +1,8 @@
 """Where the correctness phase's time goes: the program's calls, each kind of reference computation
-(fp32, float64, at the policy, the policy emulated), drawing inputs; the rest is the checks
-themselves (hashes, comparisons, copies, guards).
+(fp32, float64, at the policy, the policy emulated), drawing inputs, and the procedure's own stages
+(:data:`STAGES`: judging outputs, the precision claim's statistics, the weights' checks, the varied
+trials, the dynamic checks), each without the calls and references timed inside it; the rest is
+what no part names (poisoning and copying buffers between them).
 
 The correctness phase is most of a verification (an H200 sweep of all.jsonl: 2,744 of 3,577 s) and
 most of an optimisation run's time is verification; what to make faster is read from these figures.
@@ -17,24 +19,36 @@ from typing import Any, Callable
 PROGRAM = "program calls"
 INPUTS = "drawing inputs"
 REST = "checks, copies and comparisons"
+#: The correctness procedure's stages, each timed as its own part (correctness.py).
+JUDGING, DETERMINISM, CLAIM, WEIGHTS, VARIED, DYNAMIC = (
+    "judging outputs", "determinism comparisons", "precision claim statistics", "weights unchanged checks",
+    "varied trials' checks", "dynamic checks' own work")
+STAGES = (JUDGING, DETERMINISM, CLAIM, WEIGHTS, VARIED, DYNAMIC)
 
 
 class Clock:
-    """Seconds by part; ``timed`` runs one call as a part, the device awaited before and after."""
+    """Seconds by part; ``timed`` runs one call as a part, the device awaited before and after. A
+    part timed inside another is its own: the outer part keeps only the time outside it (a check's
+    own comparisons, without the program calls and references it makes)."""
 
     def __init__(self, sync: Callable[[], None] = lambda: None):
         self.sync = sync
         self.seconds: dict[str, float] = defaultdict(float)
         self.t0 = time.monotonic()
+        self._inner: list[float] = []  # per open part, the seconds of the parts timed inside it
 
     def timed(self, part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.sync()
         t = time.monotonic()
+        self._inner.append(0.0)
         try:
             return fn(*args, **kwargs)
         finally:
             self.sync()
-            self.seconds[part] += time.monotonic() - t
+            dt = time.monotonic() - t
+            self.seconds[part] += dt - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += dt
 
     def parts(self) -> tuple[tuple[str, float], ...]:
         """Each part's seconds, largest first, and the rest of the time since the clock started."""

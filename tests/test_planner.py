@@ -645,6 +645,11 @@ def test_split_tf32_attention_is_an_fp32_strategy(tmp_path):
                       compile=False, quiet=True, constraints=P.Constraints.of(strategy={node: "split_tf32"}))
     src = "".join(f.read_text() for f in (tmp_path / "p").rglob("*.cu"))
     assert "stitch::launch_attention_split_tf32<32>(a, stream)" in src and "allow_tf32" not in src
+    # benchmarks/attention_split.py asks for it on the nodes that take an attention strategy
+    from stitchcuda.pipeline import capture_problem
+    from tests.bench_script import load
+
+    assert load("attention_split").attention_nodes(capture_problem(_Sdpa(), example_inputs=small)) == [node]
 
 
 class _MinGPTAttention(nn.Module):

@@ -6,8 +6,8 @@ template is instantiated for (:data:`ATTENTION_HEAD_DIMS`): TF32 tensor cores un
 mma.sync under bf16 / fp16, and under fp32 the exact SIMT kernel unless the cost model finds cuBLAS
 SGEMM + softmax cheaper (or a ``strategy`` constraint says which: ``split_tf32`` runs an fp32
 attention's products in split TF32, three TF32 products each on tensor cores, about fp32's
-accuracy — the arithmetic of PyTorch's own fp32 attention, its memory-efficient kernel; a variant
-the loop measures). Otherwise the generic kinds plan it: GEMM (the scale as ``alpha``) + the mask
+accuracy — the arithmetic of PyTorch's memory-efficient fp32 attention; a variant the loop
+measures). Otherwise the generic kinds plan it: GEMM (the scale as ``alpha``) + the mask
 as an elementwise pass + softmax + GEMM. A mask that
 comes from weights is prepared once, at create, and summarised per 64 x 32 cell so that the
 kernel skips the key tiles it hides.

@@ -90,10 +90,6 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
     program's create() got) checked unchanged. Raises only on a broken reference
     (ReferenceMismatch: outputs that do not match the manifest); exceptions from the program
     propagate."""
-    from . import dynamic as dyn
-    from .stream_checks import stream_capture
-    from .ties import ties
-
     if trials < 1:
         raise ValueError("check_correctness: trials must be >= 1")
     t0 = time.monotonic()
@@ -147,9 +143,7 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
             clock.timed(cost.VARIED, _varied_trials, s, varied, s.plain_ok)
         s.first_refs = None
         if dynamic and last is not None:
-            extra += clock.timed(cost.DYNAMIC, dyn.dynamic_checks, s, last)
-            extra += [c for c in (clock.timed(cost.DYNAMIC, ties, s), clock.timed(cost.DYNAMIC, stream_capture, s))
-                      if c is not None]
+            extra += clock.timed(cost.DYNAMIC, _dynamic_checks, s, last)
             if leak:
                 extra += [c for c in (_leak(s),) if c is not None]
         clock.timed(cost.WEIGHTS, s.check_weights, "after the dynamic checks")
@@ -161,6 +155,15 @@ def check_correctness(runner: Runner, reference: ReferenceLike, *, precision: st
     checks = _collect(s, extra, dynamic)
     return CorrectnessResult(tuple(s.trials), tuple(checks), s.tol, tuple(s.notes), tuple(s.warnings),
                              time.monotonic() - t0, s.calls, s.inconclusive, s.degenerate, library, clock.parts())
+
+
+def _dynamic_checks(s: Session, last: LastTrial) -> list[DynamicCheck]:
+    """The dynamic checks on the last plain trial, then ties and stream capture where they apply."""
+    from . import dynamic as dyn
+    from .stream_checks import stream_capture
+    from .ties import ties
+
+    return dyn.dynamic_checks(s, last) + [c for c in (ties(s), stream_capture(s)) if c is not None]
 
 
 def _leak(s: Session) -> DynamicCheck | None:

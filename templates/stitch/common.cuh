@@ -194,20 +194,16 @@ __device__ __forceinline__ V cluster_allreduce(V v, Op op, V identity, V* smem) 
 // Bytes [0, n) of global `src` into this block's shared `dst` by the copy engine (sm_90+:
 // cp.async.bulk, issued by thread 0 in 16 KiB pieces), every thread of the block returning once
 // they have landed: the whole slice in flight at once, no register round trip. `bar` is a shared
-// 8-byte word of the caller's used as an mbarrier, `use` the number of earlier calls on it (the
-// first initialises it; each waits on its own phase). n a multiple of 16 below 2^20, both
-// addresses 16-byte aligned; a call after the first only once every thread is done with what `dst`
-// held (a __syncthreads between). Every thread of the block must call it; false (nothing done) on
+// 8-byte word of the caller's, used once as an mbarrier (phase 0). n a multiple of 16 below 2^20,
+// both addresses 16-byte aligned. Every thread of the block must call it; false (nothing done) on
 // an arch without the copy engine.
-__device__ __forceinline__ bool bulk_load_shared(void* dst, const void* src, uint32_t n, unsigned long long* bar,
-                                                 uint32_t use = 0) {
+__device__ __forceinline__ bool bulk_load_shared(void* dst, const void* src, uint32_t n, unsigned long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   if (threadIdx.x == 0) {
-    if (use == 0) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-    // the barrier, and the block's earlier reads of dst, ordered before the copy engine's writes
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the barrier seen by the copy engine
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(n) : "memory");
     constexpr uint32_t kPiece = 1u << 14;
     for (uint32_t off = 0; off < n; off += kPiece)
@@ -218,13 +214,13 @@ __device__ __forceinline__ bool bulk_load_shared(void* dst, const void* src, uin
   __syncthreads();  // the barrier initialised before any thread waits on it
   uint32_t done = 0;
   while (!done)
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}"
                  : "=r"(done)
-                 : "r"(b), "r"(use & 1u)
+                 : "r"(b)
                  : "memory");
   return true;
 #else
-  (void)dst, (void)src, (void)n, (void)bar, (void)use;
+  (void)dst, (void)src, (void)n, (void)bar;
   return false;
 #endif
 }

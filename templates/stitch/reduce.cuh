@@ -29,10 +29,9 @@
 //   chunks <= 256        a warp per row, up to 8 chunks per lane cached in registers;
 //   chunks <= 4096       a block per row (64..512 threads), 8 chunks per thread in registers;
 //   larger, a row-writing op whose row fits the shared memory of a thread-block cluster (sm_90+
-//                        binaries: 2 .. 16 blocks of 512 threads, up to 112 KB each): a row per
-//                        cluster at a time, each block's slice read once into shared memory, the
-//                        statistics merged across the cluster through distributed shared memory;
-//                        as many clusters as the device co-schedules, each walking its rows;
+//                        binaries: 2 .. 16 blocks of 512 threads, up to 112 KB each): one row per
+//                        cluster, each block's slice read once into shared memory, the statistics
+//                        merged across the cluster through distributed shared memory;
 //   larger               a block of 1024 per row, looping over global memory (two reads of the
 //                        row for the ops that write a row; the second read hits L2 only while
 //                        the rows in flight fit it).
@@ -142,16 +141,14 @@ template <class T> struct NoDeduce { using type = T; };
 // One row per `group` lanes (group <= 32, several rows per block) or per block (group ==
 // blockDim.x > 32). CACHE > 0: chunk k of a thread is lane + k * group, held in registers and
 // cols <= group * CACHE * VEC; CACHE == 0: the row is streamed from global memory per pass;
-// CACHE == kRowCluster: a row per thread-block cluster at a time (sm_90+), block k of the cluster holding
+// CACHE == kRowCluster: one row per thread-block cluster (sm_90+), block k of the cluster holding
 // chunks [k * per, (k + 1) * per) of it in dynamic shared memory (per = ceil(chunks / cluster
 // size)), the statistics merged across the cluster through distributed shared memory.
 constexpr int kRowCluster = -1;
 
-// One row (or rows_per_block rows) of the kernel below; cluster_row: the row of this block's cluster.
-// bulk_uses counts the slice loads the copy engine has done for this block (its mbarrier's phase).
 template <RowOp OP, class Tin, class Tout, class TW, class Pro, class Epi, int VEC, int CACHE>
-__device__ __forceinline__ void row_reduce_row(const RowParams<Tin, Tout, TW>& p, int group, const Pro& pro,
-                                               const Epi& epi, int64_t cluster_row, uint32_t& bulk_uses) {
+__global__ void __launch_bounds__(CACHE == 0 ? 1024 : 512)
+row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
   __shared__ float4 red_smem[33];  // block-reduction scratch, 16 bytes per slot
   constexpr bool kCluster = CACHE == kRowCluster;
   constexpr bool kOnChip = CACHE != 0;  // the row (or this block's slice of it) is held on chip
@@ -159,7 +156,7 @@ __device__ __forceinline__ void row_reduce_row(const RowParams<Tin, Tout, TW>& p
   const int lane = block_group ? int(threadIdx.x) : int(threadIdx.x & (group - 1));
   const int rows_per_block = block_group ? 1 : int(blockDim.x) / group;
   const uint2 place = kCluster ? cluster_place() : uint2{0u, 1u};
-  const int64_t row = kCluster ? cluster_row
+  const int64_t row = kCluster ? int64_t(blockIdx.x / place.y)
                                : int64_t(blockIdx.x) * rows_per_block + (block_group ? 0 : int(threadIdx.x) / group);
   const bool valid = row < p.rows;
   // Lanes of a row past the end still run every shuffle / barrier, with nothing to read.
@@ -188,7 +185,7 @@ __device__ __forceinline__ void row_reduce_row(const RowParams<Tin, Tout, TW>& p
     const int64_t bytes = (c1 > c0 ? c1 - c0 : 0) * int64_t(sizeof(Pack<Tin, VEC>));
     if (!(STITCH_ROW_BULK && sizeof(Pack<Tin, VEC>) == 16 &&
           reinterpret_cast<uintptr_t>(x + c0 * VEC) % 16 == 0 &&
-          bulk_load_shared(slice, x + c0 * VEC, uint32_t(bytes), &bar, bulk_uses++))) {
+          bulk_load_shared(slice, x + c0 * VEC, uint32_t(bytes), &bar))) {
 #pragma unroll 4
       for (int64_t c = c0 + lane; c < c1; c += group) slice[c - c0] = load_pack<Tin, VEC>(x + c * VEC);
       __syncthreads();
@@ -365,31 +362,6 @@ __device__ __forceinline__ void row_reduce_row(const RowParams<Tin, Tout, TW>& p
   }
 }
 
-// STITCH_ROW_PERSIST 0 (defined before this header) launches one cluster per row, as many
-// clusters as rows, instead of persistent clusters: the form before, for measuring the two.
-#ifndef STITCH_ROW_PERSIST
-#define STITCH_ROW_PERSIST 1
-#endif
-
-// CACHE == kRowCluster: persistent clusters (the grid holds as many as the device co-schedules),
-// cluster k walking rows k, k + clusters, ...: no cluster waits to be scheduled onto a GPC's free
-// SMs between rows, and a block's next slice load follows its last store directly.
-template <RowOp OP, class Tin, class Tout, class TW, class Pro, class Epi, int VEC, int CACHE>
-__global__ void __launch_bounds__(CACHE == 0 ? 1024 : 512)
-row_reduce_kernel(RowParams<Tin, Tout, TW> p, int group, Pro pro, Epi epi) {
-  uint32_t bulk_uses = 0;
-  if constexpr (CACHE == kRowCluster) {
-    const uint2 place = cluster_place();
-    const int64_t clusters = int64_t(gridDim.x / place.y);
-    for (int64_t row = blockIdx.x / place.y; row < p.rows; row += clusters) {
-      if (row >= clusters) __syncthreads();  // every thread done with the last row's slice before it is overwritten
-      row_reduce_row<OP, Tin, Tout, TW, Pro, Epi, VEC, CACHE>(p, group, pro, epi, row, bulk_uses);
-    }
-  } else {
-    row_reduce_row<OP, Tin, Tout, TW, Pro, Epi, VEC, CACHE>(p, group, pro, epi, 0, bulk_uses);
-  }
-}
-
 // ---- split rows: a layer / rms norm over few, long rows ---------------------------------------
 // One block per row leaves most SMs idle when rows < SMs (a 16 x 4M layer norm runs on 16 of 132
 // SMs). Pass 1: block (s, r) reduces columns [s * chunk, (s + 1) * chunk) of row r to Welford
@@ -537,7 +509,6 @@ bool launch_row_cluster(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream, 
         cudaGetLastError();
         return false;
       }
-      if (STITCH_ROW_PERSIST && int64_t(fits) < p.rows) cfg.gridDim = dim3(unsigned(fits * cl));
       *status = cudaLaunchKernelEx(&cfg, kernel, p, kRowClusterThreads, pro, epi);
       return true;
     }

@@ -90,9 +90,8 @@ EPS = 1e-5
 # registers, a block looping over global memory; and grids of more than 65535 rows.
 ROW_SHAPES = [(3, 1), (5, 7), (64, 32), (33, 33), (16, 100), (8, 256), (7, 1000), (4, 1024),
               (3, 2048), (5, 4097), (2, 20000), (1, 1 << 20), (70000, 7), (65537, 64),
-              # rows held in a thread-block cluster's shared memory (sm_90+): odd lengths, many clusters,
-              # and more rows than clusters fit on the device (each persistent cluster walks several)
-              (2, 100003), (130, 65536), (3, 393216), (600, 65536), (300, 100003)]
+              # rows held in a thread-block cluster's shared memory (sm_90+): odd lengths, many clusters
+              (2, 100003), (130, 65536), (3, 393216)]
 
 
 def _row_ref(op, x, w=None, b=None, unbiased=True):

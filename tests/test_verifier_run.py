@@ -1225,7 +1225,7 @@ class _FixedRef:
     def forward64(self, draw, inputs=None):
         return [self.ref64]
 
-    def forward_at(self, policy, draw, inputs=None, emulated=False):
+    def forward_at(self, policy, draw, inputs=None, emulated=""):
         got = self.emulated if emulated else self.at
         return None if got is None else [got]
 
@@ -1238,7 +1238,7 @@ class _ClaimRef(_FixedRef):
         super().__init__(ref64.float(), ref64)
         self.at_, self.low, self.trunc = at, low, trunc
 
-    def forward_at(self, policy, draw, inputs=None, emulated=False):
+    def forward_at(self, policy, draw, inputs=None, emulated=""):
         if emulated:
             return [self.trunc] if emulated == "truncate" else None
         return [self.at_ if policy == "tf32" else self.low]

@@ -181,7 +181,7 @@ class EmulatedGemm(harness.ReferenceHarness):
     """references/gemm.py with the GPU's policies emulated: TF32 rounds the GEMM's inputs to TF32;
     bf16 (autocast) rounds inputs and output to bfloat16."""
 
-    def forward_at(self, policy, draw, inputs=None, emulated=False):
+    def forward_at(self, policy, draw, inputs=None, emulated=""):
         if emulated:  # (forward_at at tf32 is the emulation here already)
             return None
         (x,) = draw.program if inputs is None else inputs
@@ -261,16 +261,24 @@ def test_tf32_emulated_rounds_every_products_operands_and_nothing_else():
 
 def test_tf32_emulated_truncation_drops_the_low_bits():
     """round_tf32(truncate=True) keeps the 10 mantissa bits and drops the rest (toward zero, never up),
-    and Policy.emulated(truncate=True) gives a product of truncated operands: the precision claim's
+    and Policy.emulated("truncate") gives a product of truncated operands: the precision claim's
     yardstick for engines that hand the tensor cores fp32 values unconverted."""
     g = torch.Generator().manual_seed(5)
     x, w = torch.randn(16, 64, generator=g), torch.randn(32, 64, generator=g)
     tx = round_tf32(x, truncate=True)
     assert torch.equal(tx.view(torch.int32) & 0x1FFF, torch.zeros_like(tx, dtype=torch.int32))
     assert (tx.abs() <= x.abs()).all() and not torch.equal(tx, round_tf32(x))
-    with torch.no_grad(), get("tf32").emulated(truncate=True):
+    with torch.no_grad(), get("tf32").emulated("truncate"):
         got = x @ w.T
     assert torch.equal(got, tx @ round_tf32(w, truncate=True).T)
+
+
+@pytest.mark.parametrize("policy", ["tf32", "fp32"])
+def test_emulated_refuses_a_mode_it_does_not_know(policy):
+    """Policy.emulated's modes are precision.EMULATIONS, under every policy: another name is an error
+    that lists them, never PyTorch's own arithmetic passed off as an emulation."""
+    with pytest.raises(ValueError, match="round, truncate"), get(policy).emulated("nearest"):
+        pass
 
 
 @pytest.mark.parametrize("masked", [False, True])

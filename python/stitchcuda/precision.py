@@ -86,24 +86,32 @@ class Policy:
             torch.set_float32_matmul_precision(old[2])
 
     @contextlib.contextmanager
-    def emulated(self, truncate: bool = False) -> Iterator[None]:
+    def emulated(self, how: str = "round") -> Iterator[None]:
         """PyTorch computing as this policy's arithmetic does on whichever engine runs it. Under tf32
         the float32 operands of every matrix product and convolution are rounded to TF32 (10 mantissa
         bits, to nearest) and the products taken in fp32: what a TF32 tensor core multiplies, with no
         engine choice in it. baseline() cannot promise that: cuDNN may run a TF32-allowed convolution
         without TF32 (bit-identical to fp32 on 2:73's shape), and then PyTorch "at tf32" shows none of
-        TF32's error. ``truncate``: the operands truncated instead, as an engine that hands the tensor
-        cores fp32 values unconverted has them (an error that is a bias, not noise: where outputs
+        TF32's error. ``how`` (one of ``EMULATIONS``): ``"round"`` as above; ``"truncate"``: the
+        operands truncated instead, as an engine that hands the tensor cores fp32 values unconverted has them (an error that is a bias, not noise: where outputs
         average many products it survives, 100x the rounded operands' on a group norm's mean).
         Other policies: as baseline() (autocast already rounds the operands itself). Runs on any
         device. Needs PyTorch."""
+        if how not in EMULATIONS:
+            raise ValueError(f"emulated(how={how!r}): one of {', '.join(EMULATIONS)}")
         if not self.tf32:
             with self.baseline():
                 yield
             return
-        with get("fp32").baseline(), _tf32_products(truncate):
+        with get("fp32").baseline(), _tf32_products(truncate=how == "truncate"):
             yield
 
+
+#: How Policy.emulated() hands a product its operands: rounded to the policy's format (to nearest,
+#: as cuBLAS and cuDNN convert them) or truncated (an engine giving the tensor cores fp32 bits as they
+#: are). The one spelling of that choice, down to the Verifier's reference protocol
+#: (``forward_at(emulated=...)``, where "" is PyTorch's own arithmetic at the policy).
+EMULATIONS = ("round", "truncate")
 
 #: strategies whose products run on tensor cores when the policy allows them (cuBLASLt, cuDNN, the
 #: attention, convolution and recurrent templates): what tf32 rounds, and what precision repair may raise
@@ -200,5 +208,5 @@ def _tf32_products(truncate: bool = False):
     return TF32Products()
 
 
-__all__ = ["Policy", "POLICIES", "NAMES", "FP32", "TF32", "BF16", "FP16", "get", "stricter", "fp32_exact",
-           "round_tf32"]
+__all__ = ["Policy", "POLICIES", "NAMES", "FP32", "TF32", "BF16", "FP16", "EMULATIONS", "get", "stricter",
+           "fp32_exact", "round_tf32"]

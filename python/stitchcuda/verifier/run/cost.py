@@ -88,7 +88,7 @@ class TimedReference:
     def forward64(self, draw, inputs=None):
         return self._clock.timed("reference in float64", self._ref.forward64, draw, inputs)
 
-    def forward_at(self, policy: str, draw, inputs=None, *, emulated: bool | str = False):
+    def forward_at(self, policy: str, draw, inputs=None, *, emulated: str = ""):
         if emulated == "truncate":
             part = f"reference, {policy} truncated"
         elif emulated:

@@ -59,7 +59,7 @@ class ReferenceHarness:
     ``forward`` the reference's outputs in
     fp32 eager with TF32 off, ``forward64`` in float64 (None when the model cannot be cast or the
     device has no room), ``forward_at(policy)`` with PyTorch allowed that policy's precision (or
-    computing with its arithmetic, ``emulated=True``). Implements ``correctness.ReferenceLike``.
+    computing with its arithmetic, ``emulated="round"``). Implements ``correctness.ReferenceLike``.
     """
 
     def __init__(self, spec: ReferenceSpec, manifest: mf.Manifest, device: Any, *, weights_seed: int = 0,
@@ -325,12 +325,13 @@ class ReferenceHarness:
             out = self._run_model(self.model, draw, inputs)
         return [t.detach() for t in flatten_outputs(out)]
 
-    def forward_at(self, policy: str, draw, inputs=None, *, emulated: bool | str = False) -> list[Any] | None:
+    def forward_at(self, policy: str, draw, inputs=None, *, emulated: str = "") -> list[Any] | None:
         """The reference's outputs with PyTorch allowed ``policy``'s precision (TF32 flags, autocast),
         as a program honestly computing at that policy would get them; None where that means nothing
-        here (a CPU device, where neither TF32 nor CUDA autocast applies). ``emulated``: the policy's
-        arithmetic whichever engine runs it (``Policy.emulated``: TF32-rounded operands; ``"truncate"``:
-        truncated ones), on any device; None for a policy it adds nothing to (fp32, 16-bit storage)."""
+        here (a CPU device, where neither TF32 nor CUDA autocast applies). ``emulated`` (one of
+        ``precision.EMULATIONS``): the policy's arithmetic whichever engine runs it (``Policy.emulated``:
+        ``"round"``, TF32-rounded operands; ``"truncate"``, truncated ones), on any device; None for a
+        policy it adds nothing to (fp32, 16-bit storage)."""
         import torch
 
         from ...precision import get
@@ -339,7 +340,7 @@ class ReferenceHarness:
         if (not emulated and self.device.type != "cuda") or (emulated and not pol.tf32):
             return None
         try:
-            with torch.no_grad(), (pol.emulated(truncate=emulated == "truncate") if emulated else pol.baseline()):
+            with torch.no_grad(), (pol.emulated(emulated) if emulated else pol.baseline()):
                 if self._graph is not None:
                     return [t.float() for t in self._graph_forward(draw, inputs, self._graph_weights, torch.float32)]
                 out = self._run_model(self.model, draw, inputs)

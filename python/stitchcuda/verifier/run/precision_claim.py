@@ -11,7 +11,7 @@ Two kinds of evidence, either of which fails the ``precision_claim`` check:
    the claimed one's. (Rounding a GEMM's inputs to bf16 gives about 8x the error of rounding them
    to TF32, 4x that of truncating them; PyTorch's bf16 reference also rounds its outputs, about 1.2x
    more.) Under tf32 it also never fails below 2.5x the error of the reference with its product
-   operands *truncated* to TF32 (``Policy.emulated(truncate=True)``), the least accurate arithmetic
+   operands *truncated* to TF32 (``Policy.emulated("truncate")``), the least accurate arithmetic
    an honest TF32 engine has (tensor cores given fp32 registers unconverted drop the low bits):
    truncation is a bias, not noise, and where an output averages many products it survives — on
    2:23 (a 3-d convolution, a group norm, the mean of everything) truncated operands give about

@@ -108,7 +108,7 @@ class ReferenceLike(Protocol):
     def forward(self, draw: Draw, inputs: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]: ...
     def forward64(self, draw: Draw, inputs: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor] | None: ...
     def forward_at(self, policy: str, draw: Draw, inputs: Sequence[torch.Tensor] | None = None,
-                   *, emulated: bool | str = False) -> list[torch.Tensor] | None: ...
+                   *, emulated: str = "") -> list[torch.Tensor] | None: ...
 
 
 
@@ -409,7 +409,7 @@ class Session:
                 if what == "f64":
                     extra[what] = self.ref.forward64(draw, list(inputs))
                 elif what == "emulated":
-                    extra[what] = self.ref.forward_at(self.policy, draw, list(inputs), emulated=True)
+                    extra[what] = self.ref.forward_at(self.policy, draw, list(inputs), emulated="round")
                 else:
                     extra[what] = self.ref.forward_at(self.policy, draw, list(inputs))
             return extra[what] or []

@@ -218,6 +218,22 @@ def test_cuda_engineering_applicability():
     assert ce3.score == 1.0 and any("cupti" in e for e in ce3.kernel_evidence)
 
 
+@pytest.mark.parametrize("call", ["launch_attention_split_tf32<64>(p, stream)", "st_gemm_split_tf32(&g, stream)",
+                                  "st_conv_split_tf32(&c, stream)", "st_gemm_split_bf16(&g, stream)"])
+def test_split_products_under_fp32_are_tensor_cores_used(call):
+    """An fp32 program whose products run split on tensor cores (three TF32 or bf16 products each) is
+    credited with them, and not told in the same breath that its policy is plain fp32 math."""
+    m = mf.Manifest.load(ADVERSARIAL / "correct")
+    src = (ADVERSARIAL / "correct" / "program.cu").read_text() + f"\nvoid split() {{ {call}; }}\n"
+    ce = score_cuda_engineering(src, m)
+    by = {t.id: t for t in ce.techniques}
+    assert by["tensor_cores"].detected and not by["tensor_cores"].applicable
+    assert any(r.startswith("tensor cores: used (not required under fp32") for r in ce.reasons), ce.reasons
+    assert not any("fp32 is fp32 math" in r for r in ce.reasons)
+    plain = score_cuda_engineering((ADVERSARIAL / "correct" / "program.cu").read_text(), m)
+    assert any("fp32 is fp32 math" in r for r in plain.reasons)
+
+
 def test_operator_coverage_from_manifest():
     full = score_operator_coverage(mf.Manifest.load(ADVERSARIAL / "correct"))
     assert full.score == 1.0 and full.uncovered == ()

@@ -113,6 +113,8 @@ _TECH_PATTERNS = {
     "shared_memory_tiling": re.compile(r"__shared__|\bcp\.async\b|\bmemcpy_async\b|\bcp_async\w*|\bcuTensorMap\w*"),
     "tensor_cores": re.compile(r"\bmma\.sync\b|\bwgmma\b|\bwmma\s*::|\bnvcuda\s*::\s*wmma\b|__hmma\w*|\bmma_sync\b|"
                                r"\btcgen05\b|\bpolicy\s*=\s*ST_POLICY_(?:TF32|BF16|FP16)\b|"
+                               # fp32-grade products on tensor cores (three TF32 or bf16 products each)
+                               r"\bst_(?:gemm|conv)_split_(?:tf32|bf16)\s*\(|\blaunch_attention_split_tf32\b|"
                                r"\bCUBLAS_COMPUTE_32F_FAST_\w+|\bCUBLAS_COMPUTE_16F\b"),
     "vectorised_access": re.compile(r"\b(?:float4|float2|int4|uint4|uint2|int2|double2|__half2|half2|"
                                     r"__nv_bfloat162)\b|\bVec\s*<|\bld\.global\.v[24]|\bst\.global\.v[24]"),
@@ -178,9 +180,11 @@ def score_cuda_engineering(source: str, manifest: mf.Manifest | None = None,
     for t in techniques:
         if t.applicable:
             reasons.append(f"{t.name}: {'used' if t.detected else 'applies but not used'}")
+        elif t.detected and t.id == "tensor_cores" and precision == "fp32":
+            reasons.append("tensor cores: used (not required under fp32: split products, about fp32's accuracy)")
         elif t.detected:
             reasons.append(f"{t.name}: used (not required here)")
-    if precision == "fp32" and has_gemm:
+    if precision == "fp32" and has_gemm and "tensor_cores" not in found:
         reasons.append("tensor cores are not required: policy fp32 is fp32 math")
     if not app:
         return CudaEngineering(1.0, tuple(reasons) + ("no listed technique applies to this program",), techniques,

@@ -756,3 +756,13 @@ def test_checked_timed_calls_are_judged_as_the_trials_are():
     assert judge([ours.float()], [near32.float()])[0]
     ours[11] += 0.5 * lim[11]                                   # 1.8 bounds: over twice fp32's 0.8
     assert not judge([ours.float()], [near32.float()])[0]
+
+
+@pytest.mark.parametrize("policy", ["fp32", "tf32"])
+def test_forward_at_refuses_an_emulation_it_does_not_know(policy):
+    """The reference protocol's emulation modes are precision.EMULATIONS under every policy (at fp32,
+    where no emulation runs, too): a misspelt mode is an error, not a quiet None or PyTorch's own."""
+    P = linear()
+    with pytest.raises(ValueError, match="round, truncate"):
+        P.forward_at(policy, P.draw(SEED), emulated="nearest")
+    assert P.forward_at("fp32", P.draw(SEED), emulated="round") is None  # (nothing to emulate at fp32)

@@ -93,8 +93,9 @@ class Policy:
         engine choice in it. baseline() cannot promise that: cuDNN may run a TF32-allowed convolution
         without TF32 (bit-identical to fp32 on 2:73's shape), and then PyTorch "at tf32" shows none of
         TF32's error. ``how`` (one of ``EMULATIONS``): ``"round"`` as above; ``"truncate"``: the
-        operands truncated instead, as an engine that hands the tensor cores fp32 values unconverted has them (an error that is a bias, not noise: where outputs
-        average many products it survives, 100x the rounded operands' on a group norm's mean).
+        operands truncated instead, as an engine that hands the tensor cores fp32 values unconverted
+        has them (an error that is a bias, not noise: where outputs average many products it
+        survives, 100x the rounded operands' on a group norm's mean).
         Other policies: as baseline() (autocast already rounds the operands itself). Runs on any
         device. Needs PyTorch."""
         if how not in EMULATIONS:

@@ -334,9 +334,11 @@ class ReferenceHarness:
         policy it adds nothing to (fp32, 16-bit storage)."""
         import torch
 
-        from ...precision import get
+        from ...precision import EMULATIONS, get
 
         pol = get(policy)
+        if emulated and emulated not in EMULATIONS:  # under every policy, not only where it would run
+            raise ValueError(f"forward_at(emulated={emulated!r}): one of {', '.join(EMULATIONS)}, or '' for none")
         if (not emulated and self.device.type != "cuda") or (emulated and not pol.tf32):
             return None
         try:

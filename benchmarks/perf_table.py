@@ -1,9 +1,10 @@
 """The performance set's results beside each problem's roofline floor, as a Markdown table.
 
-Reads a ``stitchcuda bench`` results folder (``results.jsonl``) and, for each problem, its floor:
-the larger of (reference FLOPs / dense FLOP/s at the policy) and (fewest bytes / bandwidth), the
-fewest bytes being every input and weight read once and every output written once (the problem
-captured again here, on the CPU, nothing drawn). Prints one row per problem of the suite, in the
+Reads a ``stitchcuda bench`` results folder (``results.jsonl``) and, for each problem, its floor
+(``stitchcuda.ship.report.floor_ms``): the larger of (reference FLOPs / dense FLOP/s at the policy)
+and (fewest bytes / bandwidth), the fewest bytes being every input and weight read once and every
+output written once (the result's ``io_bytes``; for results from before the suite recorded it, the
+problem captured again here, on the CPU, nothing drawn). Prints one row per problem of the suite, in the
 suite's order, those without a result included, then the geometric means over the timed ones.
 
     python benchmarks/perf_table.py RESULTS_DIR --suite shared/kernelbench/perf.txt \
@@ -106,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         bandwidth = a.bandwidth or ceil.get("bandwidth") or 2.85e12
         peak = a.peak or ceil.get("peak") or 394e12
         try:
-            nbytes = fewest_bytes(p["source"], p["name"], r.get("precision", "tf32"))
-            floor_s = max((r.get("flops") or 0) / peak, nbytes / bandwidth)
+            from stitchcuda.ship.report import floor_ms  # (the suite report's floor: one definition)
+
+            if not r.get("io_bytes"):  # a result from before the suite recorded it
+                r = {**r, "io_bytes": fewest_bytes(p["source"], p["name"], r.get("precision", "tf32"))}
+            floor_s = floor_ms(r, bandwidth, peak) / 1e3
         except Exception as e:  # noqa: BLE001 - a floor that cannot be counted is left blank, said why
             print(f"{label}: no floor ({type(e).__name__}: {e})", file=sys.stderr)
         cells = [label, r["status"], f"{prog:.3f}" if prog else "", f"{floor_s * 1e3:.3f}" if floor_s else "",

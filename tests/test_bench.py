@@ -129,6 +129,34 @@ def test_a_result_says_where_its_time_went_and_the_report_sums_it(tmp_path):
     assert part.index("build: compile") < part.index("verify: timing")
 
 
+def test_each_problem_stands_beside_its_roofline_floor(tmp_path):
+    """A result records the fewest bytes its program moves (inputs and weights read once, outputs
+    written once, from the manifest); the report puts each problem's floor beside its time (FLOPs at
+    the policy's rate or those bytes at the copy bandwidth, the larger), the time over it, and their
+    geometric mean in the summary. A result without ceilings or bytes gets no floor, not a guess."""
+    from stitchcuda.ir import TensorSpec
+    from stitchcuda.ship.suite import record_from_report
+
+    m = mf.Manifest("p", "fp32", "sm_90", "0" * 64, mf.ReferenceSource(path="reference.py"),
+                    (TensorSpec("x", (1024, 1024), "float32"),), (TensorSpec("y", (1024, 512), "float32"),),
+                    weights=(TensorSpec("w", (512, 1024), "float32"),),
+                    reference_ops=(mf.ReferenceOp("mm", "aten.mm.default", 10**7, 10**8),))
+    assert m.io_bytes() == 4 * (1024 * 1024 + 512 * 1024 + 1024 * 512)
+    rec = dict(record_from_report(SimpleNamespace(id="p"), _fake_report("p", "fp32", True, 0.004), m), id="p")
+    assert rec["io_bytes"] == m.io_bytes() and rec["bytes"] == 10**8  # (the cost model's, kept apart)
+    floor = report.floor_ms(rec)  # 8 MiB at 4.3 TB/s take longer than 10 MFLOP at 67 TFLOP/s
+    assert floor == pytest.approx(m.io_bytes() / 4.3e12 * 1e3)
+    assert report.floor_ms(dict(rec, flops=10**9)) == pytest.approx(1e9 / 67e12 * 1e3)  # (compute-bound)
+    assert report.over_floor(rec) == pytest.approx(0.004 / floor)
+    bare = _r("q", eager_fp32=2.0)  # no ceilings, no bytes
+    assert report.floor_ms(bare) is None and report.over_floor(bare) is None
+    md = report.write_reports([rec, bare], tmp_path, {"suite": "s"}, "fp32").markdown.read_text()
+    assert "| problem | status | program ms | floor ms | x floor |" in md
+    assert f"| p | passed | 0.004 | {floor:.4g} | {0.004 / floor:.2f} |" in md
+    assert "| q | passed | 1 |  |  |" in md
+    assert f"| time over the roofline floor (geomean) | {0.004 / floor:.2f}x (1) |" in md
+
+
 def test_roofline_and_no_matplotlib(tmp_path, monkeypatch):
     rows = [dict(_r("g", eager_fp32=2.0), flops=2e9, bytes=1e7,
                  ceilings={"name": "H200", "bandwidth": 4.3e12, "peak": 67e12})]

@@ -309,6 +309,11 @@ class Manifest:
         return dataclasses.replace(self, inputs=tuple(dataclasses.replace(t, shape=shapes[t.name]) for t in self.inputs),
                                    outputs=outputs, lifted_random=lifted)
 
+    def io_bytes(self) -> int:
+        """The fewest bytes a run moves: every input and weight read once, every output written once
+        (the memory side of the problem's roofline floor)."""
+        return sum(t.nbytes for t in self.inputs + self.weights + self.outputs)
+
     # -------------------------------------------------------------- provenance
 
     def covered_nodes(self) -> frozenset[str]:

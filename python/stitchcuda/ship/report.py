@@ -13,8 +13,12 @@ problems from their results' ``stages``, the longest first.
 
 Plots (matplotlib, the ``bench`` extra; without it the tables are written and a note says so):
 the speedup distribution per baseline, the fast_p curve over thresholds, and each program on
-the roofline of the device it ran on (arithmetic intensity = reference FLOPs / bytes of the
-cost model; achieved = FLOPs / measured time).
+the roofline of the device it ran on (arithmetic intensity = reference FLOPs / the fewest bytes a
+run moves; achieved = FLOPs / measured time).
+
+Each problem's roofline floor (``floor_ms``) stands beside its time in the problems table, with the
+time over it, and their geometric mean in the summary: how far from the hardware, not only from
+the baselines.
 """
 
 from __future__ import annotations
@@ -44,6 +48,23 @@ def speedup(r: dict, baseline: str) -> float | None:
     if not prog or not base or prog <= 0:
         return None
     return base / prog
+
+
+def floor_ms(r: dict, bandwidth: float | None = None, peak: float | None = None) -> float | None:
+    """A result's roofline floor in ms: the larger of its reference FLOPs at the policy's dense rate
+    and its fewest bytes (``io_bytes``: inputs and weights read once, outputs written once) at the
+    copy bandwidth, both from the ceilings it was timed under unless given; None without them."""
+    c = r.get("ceilings") or {}
+    bandwidth, peak = bandwidth or c.get("bandwidth"), peak or c.get("peak")
+    if not r.get("io_bytes") or not bandwidth or not peak:
+        return None
+    return max((r.get("flops") or 0) / peak, r["io_bytes"] / bandwidth) * 1e3
+
+
+def over_floor(r: dict) -> float | None:
+    """A correct result's time over its floor (1.0: at the hardware's limit); None without either."""
+    prog, floor = (r.get("ms") or {}).get("program"), floor_ms(r)
+    return prog / floor if correct(r) and prog and floor else None
 
 
 def correct(r: dict) -> bool:
@@ -160,8 +181,10 @@ def draw_plots(results: Sequence[dict], m: SuiteMetrics, folder: Path, title: st
     fig.tight_layout()
     out.append(_save(fig, folder / PLOTS[1], plt))
 
-    points = [(r, r["flops"] / r["bytes"], r["flops"] / (r["ms"]["program"] / 1e3))
-              for r in results if correct(r) and r.get("flops") and r.get("bytes") and (r.get("ms") or {}).get("program")]
+    # (results written before io_bytes was recorded: the cost model's bytes)
+    points = [(r, r["flops"] / (r.get("io_bytes") or r["bytes"]), r["flops"] / (r["ms"]["program"] / 1e3))
+              for r in results if correct(r) and r.get("flops") and (r.get("io_bytes") or r.get("bytes"))
+              and (r.get("ms") or {}).get("program")]
     ceil = next((r["ceilings"] for r in results if r.get("ceilings")), None)
     if points:
         fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -209,13 +232,16 @@ def _tables(results: Sequence[dict], m: SuiteMetrics) -> tuple[list, list, list,
     summary += [[f"status {k}", str(v)] for k, v in sorted(m.by_status.items())]
     degenerate = sum(1 for r in results if r.get("degenerate"))
     summary += [["degenerate: outputs independent of inputs", str(degenerate)]] if degenerate else []
+    gaps = [g for g in map(over_floor, results) if g]
+    summary += [["time over the roofline floor (geomean)", f"{geomean(gaps):.2f}x ({len(gaps)})"]] if gaps else []
     bh = ["baseline", "geomean speedup", "timed"] + [f"fast_{p:g}" for p in THRESHOLDS]
     brows = [[b.label, _fmt(b.geomean), str(b.timed)] + [f"{b.fast[p]:.0%}" for p in THRESHOLDS] for b in m.baselines]
-    ph = ["problem", "status", "program ms"] + [b.label for b in m.baselines] + ["seconds", "detail"]
+    ph = ["problem", "status", "program ms", "floor ms", "x floor"] + [b.label for b in m.baselines] + ["seconds", "detail"]
     prows = []
     for r in sorted(results, key=lambda r: r.get("id", "")):
-        ms = (r.get("ms") or {}).get("program")
-        prows.append([r.get("id", "?"), r.get("status", "?"), f"{ms:.4g}" if ms else ""]
+        ms, floor = (r.get("ms") or {}).get("program"), floor_ms(r)
+        prows.append([r.get("id", "?"), r.get("status", "?"), f"{ms:.4g}" if ms else "",
+                      f"{floor:.4g}" if floor else "", _fmt(over_floor(r), "")]
                      + [_fmt(speedup(r, b.key)) for b in m.baselines]
                      + [f"{r.get('seconds', 0):.0f}", (r.get("summary") or "")[:120]])
     return summary, [bh, brows], [ph, prows], []

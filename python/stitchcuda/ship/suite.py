@@ -137,6 +137,7 @@ def record_from_report(problem: SuiteProblem, report: Any, manifest: Any = None,
         ops = manifest.reference_ops or manifest.tasks
         rec["flops"] = int(sum(o.flops for o in ops))
         rec["bytes"] = int(sum(o.bytes for o in ops))
+        rec["io_bytes"] = manifest.io_bytes()  # the floor's bytes (report.floor_ms)
     c = report.ceilings or (_this_machine() if t is not None else None)
     if c is not None:
         rec["ceilings"] = {"name": c.name, "bandwidth": c.bandwidth, "peak": c.peak(report.precision)}

@@ -196,7 +196,10 @@ def fake_build(ref, precision, out, quiet):
         from stitchcuda.frontend import UnsupportedOpError
 
         raise UnsupportedOpError("x", [])
-    m = mf.Manifest(Path(out).name, precision, "sm_90", "0" * 64, mf.ReferenceSource(path="reference.py"), (), (),
+    from stitchcuda.ir import TensorSpec
+
+    m = mf.Manifest(Path(out).name, precision, "sm_90", "0" * 64, mf.ReferenceSource(path="reference.py"),
+                    (TensorSpec("x", (1024, 1024), "float32"),), (TensorSpec("y", (1024, 1024), "float32"),),
                     reference_ops=(mf.ReferenceOp("mm", "aten.mm.default", 10**9, 10**7),))
     Path(out).mkdir(parents=True, exist_ok=True)
     return SimpleNamespace(ok=True, directory=Path(out), manifest=m, build=None)
@@ -355,6 +358,10 @@ def test_runner_two_workers_resume_and_a_dead_worker(tmp_path, workers_env):
     assert {r["gpu"] for r in res.values() if r["id"] != "p5"} <= {"0", "1"}
     assert len({r["gpu"] for r in res.values()}) == 2, "both workers took problems"
     assert s.correct == 3 and s.geomeans["eager fp32"] == pytest.approx((4.0 * 0.5 * 2.0) ** (1 / 3))
+    # each pass beside its floor (1 GFLOP at the H200's fp32 rate: longer than its 8 MiB at 4.3 TB/s)
+    assert res["p1"]["io_bytes"] == 8 << 20 and report.floor_ms(res["p1"]) == pytest.approx(1e9 / 67e12 * 1e3)
+    assert s.over_floor == pytest.approx((0.5 * 4.0 * 1.0) ** (1 / 3) / (1e9 / 67e12 * 1e3))
+    assert ["time over the roofline floor (geomean)", f"{s.over_floor:.2f}x"] in s.rows()
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     why = (out / "report.md").read_text().split("## Why problems did not pass")[1]
     assert "- **p3** (wrong_answer): wrong answer" in why and "  - trial 0: output out at tf32" in why

@@ -44,6 +44,7 @@ class Summary:
     geomeans: dict[str, float | None] = field(default_factory=dict)
     fast_1: dict[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    over_floor: float | None = None  # geometric mean of the correct programs' time over their roofline floor
 
     def rows(self) -> list[list[str]]:
         rows = [["problems (run now / already done)", f"{self.total} ({self.ran} / {self.skipped})"],
@@ -51,6 +52,8 @@ class Summary:
         for k, g in self.geomeans.items():
             rows.append([f"geomean vs {k}", f"{g:.2f}x" if g else "-"])
             rows.append([f"fast_1 vs {k}", f"{self.fast_1.get(k, 0):.0%}"])
+        if self.over_floor:
+            rows.append(["time over the roofline floor (geomean)", f"{self.over_floor:.2f}x"])
         rows.append(["wall time", f"{self.seconds:.0f} s"])
         return rows
 
@@ -165,7 +168,7 @@ def run_suite(suite: str | os.PathLike, out: str | os.PathLike | None, opts: Ben
     return Summary(name, opts.precision, len(problems), len(pending), len(problems) - len(pending), m.correct,
                    files.markdown, files.html, results_file, time.monotonic() - t0,
                    {b.label: b.geomean for b in m.baselines}, {b.label: b.fast[1.0] for b in m.baselines},
-                   files.notes)
+                   files.notes, m.over_floor)
 
 
 __all__ = ["BenchOptions", "run_suite", "read_results", "Summary"]

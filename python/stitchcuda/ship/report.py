@@ -98,6 +98,8 @@ class SuiteMetrics:
     by_status: dict[str, int]
     baselines: tuple[BaselineStats, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    over_floor: float | None = None  # geometric mean of the correct programs' time over their floor
+    floored: int = 0                 # the correct programs with a time and a floor
 
     @property
     def correctness(self) -> float:
@@ -116,7 +118,9 @@ def metrics(results: Sequence[dict], precision: str = "") -> SuiteMetrics:
             continue
         stats.append(BaselineStats(key, label.replace("at policy", f"at {precision}") if precision else label,
                                    len(sp), geomean(sp), {p: fast_p(results, key, p) for p in THRESHOLDS}))
-    return SuiteMetrics(len(results), sum(1 for r in results if correct(r)), by_status, tuple(stats))
+    gaps = [g for g in map(over_floor, results) if g]
+    return SuiteMetrics(len(results), sum(1 for r in results if correct(r)), by_status, tuple(stats),
+                        over_floor=geomean(gaps), floored=len(gaps))
 
 
 # ---------------------------------------------------------------------- plots
@@ -232,8 +236,7 @@ def _tables(results: Sequence[dict], m: SuiteMetrics) -> tuple[list, list, list,
     summary += [[f"status {k}", str(v)] for k, v in sorted(m.by_status.items())]
     degenerate = sum(1 for r in results if r.get("degenerate"))
     summary += [["degenerate: outputs independent of inputs", str(degenerate)]] if degenerate else []
-    gaps = [g for g in map(over_floor, results) if g]
-    summary += [["time over the roofline floor (geomean)", f"{geomean(gaps):.2f}x ({len(gaps)})"]] if gaps else []
+    summary += [["time over the roofline floor (geomean)", f"{m.over_floor:.2f}x ({m.floored})"]] if m.floored else []
     bh = ["baseline", "geomean speedup", "timed"] + [f"fast_{p:g}" for p in THRESHOLDS]
     brows = [[b.label, _fmt(b.geomean), str(b.timed)] + [f"{b.fast[p]:.0%}" for p in THRESHOLDS] for b in m.baselines]
     ph = ["problem", "status", "program ms", "floor ms", "x floor"] + [b.label for b in m.baselines] + ["seconds", "detail"]

@@ -43,9 +43,10 @@ ATTENTION_HEAD_DIMS = (16, 32, 48, 64, 80, 96, 112, 128)
 ATTENTION_MASK_CELL = (64, 32)
 #: Throughput of the fused attention kernels as a fraction of the policy's dense peak, on H100
 #: (benchmarks/templates.md): exact fp32 SIMT 26-31 of 67 TFLOP/s; mma.sync bf16 / fp16 170-225
-#: of 790. TF32 (mma.sync m16n8k8, same structure and bytes per mma as the 16-bit kernel) is
-#: not measured yet and taken at the 16-bit kernel's fraction. Split TF32 (three TF32 mma per product)
-#: is costed at a third of the TF32 peak at TF32's fraction (not measured yet either).
+#: of 790. TF32 (mma.sync m16n8k8) is taken at the 16-bit kernel's fraction, and split TF32 (three
+#: TF32 mma per product) at a third of that. Measured since on an H200 (B4 H16 L2048, BENCHMARKS.md):
+#: TF32 44-63 TFLOP/s of 495 (0.09-0.13), split TF32 29-40 (about two thirds of TF32's speed, not a
+#: third). The table is unchanged until plans made with measured fractions are verified and timed.
 ATTENTION_EFFICIENCY = {"fp32": 0.42, "tf32": 0.25, "bf16": 0.25, "fp16": 0.25}
 #: cuBLAS GEMM as a fraction of the dense peak (SGEMM on H100: about 50 of 67 TFLOP/s): what the
 #: unfused attention's two matrix products run at, in :func:`attention_time`.

@@ -64,7 +64,8 @@ def main(argv=None) -> int:
                 continue
             ok, summary, ms, base = judge(out, ns.trials)
             speed = f"{base / ms:.2f}x" if ms and base else ""
-            print(f"| {problem.name} | {label} ({len(nodes)} nodes) | {ms or 0:.3f} | {base or 0:.3f} | {speed} | "
+            cell = lambda v: f"{v:.3f}" if v else ""  # noqa: E731 - (not timed: a failed program)
+            print(f"| {problem.name} | {label} ({len(nodes)} nodes) | {cell(ms)} | {cell(base)} | {speed} | "
                   f"{'passed' if ok else 'FAILED'}: {summary[:120]} |", flush=True)
     return 0
 

@@ -102,21 +102,17 @@ __device__ __forceinline__ T load_nc(const T* p) {
   return x;
 }
 
-// Attribute A of the current device, asked of the driver once per device.
-template <cudaDeviceAttr A>
-inline cudaError_t device_attribute(int& n) {
-  static int seen[64] = {};
+// The current device's SM count, asked of the driver once per device.
+inline cudaError_t sm_count(int& n) {
+  static int sms[64] = {};
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  int& c = seen[dev & 63];
-  if (c == 0 && (e = cudaDeviceGetAttribute(&c, A, dev)) != cudaSuccess) return e;
+  int& c = sms[dev & 63];
+  if (c == 0 && (e = cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
   n = c;
   return cudaSuccess;
 }
-
-// The current device's SM count.
-inline cudaError_t sm_count(int& n) { return device_attribute<cudaDevAttrMultiProcessorCount>(n); }
 
 __host__ __device__ inline bool aligned_to(const void* p, int bytes) {
   return (reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes)) == 0;

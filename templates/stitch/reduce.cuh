@@ -37,8 +37,7 @@
 //                        the rows in flight fit it).
 //   One block per row for long rows: a single very long row (rows = 1, cols = 1M) runs on one SM,
 //   except a layer / rms norm given a workspace (launch_*_norm_ws): when rows < SMs and cols >=
-//   kRowSplitMinCols its rows are split over up to kRowMaxSplits blocks each (two passes, run
-//   in waves of as many rows as a third of L2 holds, so that the second pass reads from L2).
+//   kRowSplitMinCols its rows are split over up to kRowMaxSplits blocks each (two passes).
 //
 // Middle axis: launch_reduce_axis<OP, Tin, Tout, Pro, Epi>(AxisParams, stream, pro, epi)
 //   OP    AxisOp::{Sum, Mean, Max, Min}
@@ -453,43 +452,16 @@ inline int row_split_count(int64_t rows, int64_t cols, int vec) {
   return int(s < kRowMaxSplits ? (s < 1 ? 1 : s) : kRowMaxSplits);
 }
 
-// STITCH_ROW_SPLIT_WAVES 0 (defined before this header) runs both passes over every row at once:
-// the form before, for measuring the two in one process.
-#ifndef STITCH_ROW_SPLIT_WAVES
-#define STITCH_ROW_SPLIT_WAVES 1
-#endif
-
-// Rows of a split norm a wave: as many as a third of the device's L2 holds, at least one. Both
-// passes run wave by wave, so the apply pass re-reads rows the partial pass has just left in L2;
-// over every row at once (16 rows of 16 MB: 1:40), its second read came from memory.
-template <class Tin>
-inline int64_t row_split_wave(int64_t rows, int64_t cols) {
-  int l2 = 0;
-  if (!STITCH_ROW_SPLIT_WAVES || device_attribute<cudaDevAttrL2CacheSize>(l2) != cudaSuccess || l2 <= 0) return rows;
-  const int64_t fit = int64_t(l2) / 3 / (cols * int64_t(sizeof(Tin)));
-  return fit < 1 ? 1 : fit < rows ? fit : rows;
-}
-
-// Both passes, a wave of rows at a time, each wave split over row_split_count(its rows) blocks a
-// row; the waves reuse the workspace's first rows (stream order keeps them apart).
 template <RowOp OP, int VEC, class Tin, class Tout, class TW, class Pro, class Epi>
-cudaError_t launch_row_split(const RowParams<Tin, Tout, TW>& p, cudaStream_t stream, const Pro& pro,
-                             const Epi& epi) {
-  const int64_t wave = row_split_wave<Tin>(p.rows, p.cols);
-  for (int64_t r0 = 0; r0 < p.rows; r0 += wave) {
-    RowParams<Tin, Tout, TW> q = p;
-    q.in = p.in + r0 * p.ldi;
-    q.out = p.out + r0 * p.ldo;
-    q.rows = wave < p.rows - r0 ? wave : p.rows - r0;
-    if (q.rows > 65535) return cudaErrorInvalidConfiguration;  // grid.y
-    const int splits = row_split_count(q.rows, q.cols, VEC);
-    const int64_t chunk = ceil_div<int64_t>(ceil_div<int64_t>(q.cols, splits), VEC) * VEC;
-    const dim3 grid{unsigned(ceil_div<int64_t>(q.cols, chunk)), unsigned(q.rows)};
-    row_split_partial_kernel<OP, Tin, Tout, TW, Pro, VEC><<<grid, 512, 0, stream>>>(q, chunk, pro);
-    row_split_apply_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC><<<grid, 512, 0, stream>>>(q, chunk, pro, epi);
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+cudaError_t launch_row_split(const RowParams<Tin, Tout, TW>& p, int splits, cudaStream_t stream,
+                             const Pro& pro, const Epi& epi) {
+  const int64_t chunk = ceil_div<int64_t>(ceil_div<int64_t>(p.cols, splits), VEC) * VEC;
+  splits = int(ceil_div<int64_t>(p.cols, chunk));
+  if (p.rows > 65535) return cudaErrorInvalidConfiguration;  // grid.y
+  const dim3 grid{unsigned(splits), unsigned(p.rows)};
+  row_split_partial_kernel<OP, Tin, Tout, TW, Pro, VEC><<<grid, 512, 0, stream>>>(p, chunk, pro);
+  row_split_apply_kernel<OP, Tin, Tout, TW, Pro, Epi, VEC><<<grid, 512, 0, stream>>>(p, chunk, pro, epi);
+  return cudaGetLastError();
 }
 
 // A row too long for one block's registers, held in the shared memory of a thread-block cluster
@@ -593,8 +565,8 @@ cudaError_t launch_row_reduce(const RowParams<Tin, Tout, TW>& p, cudaStream_t st
     if (p.workspace && p.workspace_floats >= row_reduce_workspace_floats(p.rows, p.cols)) {
       const int splits = detail::row_split_count(p.rows, p.cols, vec ? N : 1);
       if (splits > 1)
-        return vec ? detail::launch_row_split<OP, N>(p, stream, pro, epi)
-                   : detail::launch_row_split<OP, 1>(p, stream, pro, epi);
+        return vec ? detail::launch_row_split<OP, N>(p, splits, stream, pro, epi)
+                   : detail::launch_row_split<OP, 1>(p, splits, stream, pro, epi);
     }
   }
   return vec ? detail::launch_row_reduce_vec<OP, N>(p, stream, pro, epi)

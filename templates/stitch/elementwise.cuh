@@ -49,7 +49,6 @@
 #include <utility>
 
 #include "stitch/common.cuh"
-#include "stitch/mma.cuh"
 
 namespace stitch {
 
@@ -330,12 +329,6 @@ struct EwTileParams {
 constexpr int kEwPack = 4;
 constexpr unsigned char kEwBcastA = 0, kEwPackA = 1, kEwEachA = 2;
 
-// STITCH_EW_TILE_PIPE 0 (defined before this header) keeps a block to one tile, its staged inputs
-// read through registers: the form before the pipelined kernel below, for measuring the two.
-#ifndef STITCH_EW_TILE_PIPE
-#define STITCH_EW_TILE_PIPE 1
-#endif
-
 // A read through the read-only (non-coherent) path: the tiled path's inputs are never its output
 // (a layout change cannot run in place), so these loads may be scheduled past the tile's stores.
 template <class T>
@@ -411,11 +404,17 @@ __device__ __forceinline__ void ew_tile_gather4(float (&v)[kEwPack][NIN], bool s
 // input, added, not multiplied out per element. kFull (the tile inside the extents, all but the
 // edge tiles): no bounds tests, so the compiler may overlap the elements' loads; every load is on
 // the read-only path, which no store of the tile can alias.
-// The offsets of batch index bi: out's and each input's.
-template <int NIN>
-__device__ __forceinline__ void ew_tile_offsets(const EwTileParams<NIN>& p, int64_t bi, int64_t& out_off,
-                                                int64_t (&off)[NIN]) {
-  out_off = 0;
+template <bool kFull, class F, class TOut, class... TIn, size_t... K>
+__device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(TIn)>& ptr,
+                                             const EwTileParams<sizeof...(TIn)>& p, float* tile,
+                                             int64_t ta, int64_t tb, int64_t bi,
+                                             std::index_sequence<K...>*) {
+  constexpr int NIN = sizeof...(TIn);
+  constexpr int kPer = kEwTile / kEwTileThreads;
+  const int tid = threadIdx.x;
+  const int mta = (1 << p.lta) - 1, mtb = (1 << p.ltb) - 1;
+  int64_t out_off = 0;
+  int64_t off[NIN];
 #pragma unroll
   for (int k = 0; k < NIN; ++k) off[k] = 0;
   uint32_t rest = uint32_t(bi);
@@ -427,24 +426,8 @@ __device__ __forceinline__ void ew_tile_offsets(const EwTileParams<NIN>& p, int6
 #pragma unroll
     for (int k = 0; k < NIN; ++k) off[k] += int64_t(c) * p.bin[k][d];
   }
-}
-
-// kStage false: the staged inputs are in `tile` already (the pipelined kernel's prefetch), and
-// the caller owns the barriers around the write phase.
-template <bool kFull, bool kStage, class F, class TOut, class... TIn, size_t... K>
-__device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(TIn)>& ptr,
-                                             const EwTileParams<sizeof...(TIn)>& p, float* tile,
-                                             int64_t ta, int64_t tb, int64_t bi,
-                                             std::index_sequence<K...>*) {
-  constexpr int NIN = sizeof...(TIn);
-  constexpr int kPer = kEwTile / kEwTileThreads;
-  const int tid = threadIdx.x;
-  const int mta = (1 << p.lta) - 1, mtb = (1 << p.ltb) - 1;
-  int64_t out_off;
-  int64_t off[NIN];
-  ew_tile_offsets<NIN>(p, bi, out_off, off);
   const int64_t a0 = ta << p.lta, b0 = tb << p.ltb;
-  if (kStage && p.staged) {
+  if (p.staged) {
     // read phase: lane order along b; this thread's b fixed, a stepping by block / tb
     const int lb = tid & mtb, la0 = tid >> p.ltb, sa = kEwTileThreads >> p.ltb;
     const bool b_in = b0 + lb < p.nb;
@@ -495,7 +478,7 @@ __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(
         }
       }
     }
-    if (kStage && p.staged) __syncthreads();
+    if (p.staged) __syncthreads();
     return;
   }
   // write phase: lane order along a; this thread's a fixed, b stepping by block / ta
@@ -520,7 +503,7 @@ __device__ __forceinline__ void ew_tile_body(const F& f, const EwPtrs<sizeof...(
       }
     }
   }
-  if (kStage && p.staged) __syncthreads();
+  if (p.staged) __syncthreads();
 }
 
 template <class F, class TOut, class... TIn>
@@ -532,139 +515,16 @@ ew_tile_kernel(F f, EwPtrs<sizeof...(TIn)> ptr, EwTileParams<sizeof...(TIn)> p) 
     for (int64_t tb = blockIdx.y; tb < p.tiles_b; tb += gridDim.y)
       for (int64_t ta = blockIdx.x; ta < p.tiles_a; ta += gridDim.x) {
         if (((ta + 1) << p.lta) <= p.na && ((tb + 1) << p.ltb) <= p.nb)
-          ew_tile_body<true, true, F, TOut, TIn...>(f, ptr, p, tile, ta, tb, bi, static_cast<Seq*>(nullptr));
+          ew_tile_body<true, F, TOut, TIn...>(f, ptr, p, tile, ta, tb, bi, static_cast<Seq*>(nullptr));
         else
-          ew_tile_body<false, true, F, TOut, TIn...>(f, ptr, p, tile, ta, tb, bi, static_cast<Seq*>(nullptr));
+          ew_tile_body<false, F, TOut, TIn...>(f, ptr, p, tile, ta, tb, bi, static_cast<Seq*>(nullptr));
       }
-}
-
-// ---- the pipelined tiled kernel (every input float32) ----
-// A block walks tiles t = blockIdx.x, + gridDim.x, ... (ta fastest, then tb, then the batch), the
-// grid as many blocks as fit the device at once. Tile t + gridDim.x's staged inputs are copied
-// into the other of two shared buffers (cp.async, four bytes an element, no register held) while
-// tile t is computed and written: a block's reads of the next tile overlap its writes of this one.
-// With staging through registers a block read, then wrote, and at 4 blocks an SM (60 registers a
-// thread on 2:17's epilogue) the SM's reads in flight were one tile's each (DRAM 46 % busy).
-
-// Where tile t lies: (ta, tb, bi), and whether it is inside the extents.
-template <int NIN>
-__device__ __forceinline__ bool ew_tile_at(const EwTileParams<NIN>& p, int64_t t, int64_t& ta, int64_t& tb,
-                                           int64_t& bi) {
-  const int64_t r = t / p.tiles_a;
-  ta = t - r * p.tiles_a;
-  bi = r / p.tiles_b;
-  tb = r - bi * p.tiles_b;
-  return ((ta + 1) << p.lta) <= p.na && ((tb + 1) << p.ltb) <= p.nb;
-}
-
-__device__ __forceinline__ void ew_copy4_async(float* smem, const float* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  cp_async4(smem, gmem, true);
-#else
-  *smem = __ldg(gmem);  // (no cp.async before sm_80: a plain copy, seen after the same barrier)
-#endif
-}
-__device__ __forceinline__ void ew_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  cp_async_commit();
-#endif
-}
-template <int N>
-__device__ __forceinline__ void ew_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  cp_async_wait<N>();
-#endif
-}
-
-// Tile t's staged inputs into `tile` (lane order along b, as ew_tile_body's read phase), issued
-// and not waited for.
-template <int NIN>
-__device__ __forceinline__ void ew_tile_prefetch(const EwPtrs<NIN>& ptr, const EwTileParams<NIN>& p, float* tile,
-                                                 int64_t t) {
-  constexpr int kPer = kEwTile / kEwTileThreads;
-  int64_t ta, tb, bi;
-  const bool full = ew_tile_at<NIN>(p, t, ta, tb, bi);
-  int64_t out_off;
-  int64_t off[NIN];
-  ew_tile_offsets<NIN>(p, bi, out_off, off);
-  const int tid = threadIdx.x;
-  const int lb = tid & ((1 << p.ltb) - 1), la0 = tid >> p.ltb, sa = kEwTileThreads >> p.ltb;
-  const int64_t a0 = ta << p.lta, b0 = tb << p.ltb;
-  const bool b_in = b0 + lb < p.nb;
-  const int64_t a_left = p.na - a0 - la0;
-#pragma unroll
-  for (int k = 0; k < NIN; ++k) {
-    if (!((p.staged >> k) & 1u)) continue;
-    float* slot = tile + k * kEwTileSmem + la0 * p.row + lb;
-    const float* src = static_cast<const float*>(ptr.in[k]) + off[k] + (a0 + la0) * p.in_sa[k] + b0 + lb;
-    const int64_t step = int64_t(sa) * p.in_sa[k];
-    if (full) {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) ew_copy4_async(slot + i * sa * p.row, src + i * step);
-    } else if (b_in) {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i)
-        if (i * sa < a_left) ew_copy4_async(slot + i * sa * p.row, src + i * step);
-    }
-  }
-}
-
-template <class F, class TOut, class... TIn>
-__global__ void __launch_bounds__(kEwTileThreads)
-ew_tile_pipe_kernel(F f, EwPtrs<sizeof...(TIn)> ptr, EwTileParams<sizeof...(TIn)> p, int buffer_floats) {
-  constexpr int NIN = sizeof...(TIn);
-  using Seq = std::make_index_sequence<NIN>;
-  extern __shared__ float tile[];
-  const int64_t total = p.tiles_a * p.tiles_b * p.batch;
-  int64_t t = blockIdx.x;
-  if (t < total) ew_tile_prefetch<NIN>(ptr, p, tile, t);
-  ew_async_commit();
-  for (int k = 0; t < total; t += gridDim.x, k ^= 1) {
-    // the other buffer was last read by the write phase before the barrier closing the last tile
-    if (t + gridDim.x < total) ew_tile_prefetch<NIN>(ptr, p, tile + (k ^ 1) * buffer_floats, t + gridDim.x);
-    ew_async_commit();
-    ew_async_wait<1>();  // every copy but the prefetch just issued: this thread's part of tile t
-    __syncthreads();     // everyone's part
-    int64_t ta, tb, bi;
-    float* cur = tile + k * buffer_floats;
-    if (ew_tile_at<NIN>(p, t, ta, tb, bi))
-      ew_tile_body<true, false, F, TOut, TIn...>(f, ptr, p, cur, ta, tb, bi, static_cast<Seq*>(nullptr));
-    else
-      ew_tile_body<false, false, F, TOut, TIn...>(f, ptr, p, cur, ta, tb, bi, static_cast<Seq*>(nullptr));
-    __syncthreads();  // this buffer read by all before the next iteration's prefetch refills it
-  }
 }
 
 inline int ew_log2_ceil(int64_t n) {
   int l = 0;
   while ((int64_t(1) << l) < n) ++l;
   return l;
-}
-
-// The pipelined kernel over p's tiles: as many blocks as the device holds at once (at most one a
-// tile), each with two buffers of nstaged staged inputs.
-template <class F, class TOut, class... TIn>
-bool ew_launch_tile_pipe(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, const EwTileParams<sizeof...(TIn)>& p,
-                         int nstaged, cudaStream_t stream) {
-  auto kernel = ew_tile_pipe_kernel<F, TOut, TIn...>;
-  const int buffer_floats = nstaged * kEwTileSmem;
-  const size_t smem = 2 * size_t(buffer_floats) * sizeof(float);
-  if (smem > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return false;
-  // blocks an SM, asked once per device and staged count
-  static int per_sm_of[64][kEwMaxInputs + 1] = {};
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || sm_count(sms) != cudaSuccess) return false;
-  int& per_sm = per_sm_of[dev & 63][nstaged];
-  if (per_sm == 0 &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kEwTileThreads, smem) != cudaSuccess)
-    per_sm = 0;
-  if (per_sm < 1) return false;
-  const int64_t total = p.tiles_a * p.tiles_b * p.batch;
-  const int64_t resident = int64_t(sms) * per_sm;
-  kernel<<<unsigned(total < resident ? total : resident), kEwTileThreads, smem, stream>>>(f, ptr, p, buffer_floats);
-  return true;
 }
 
 // The tiled launch when out is contiguous along one dim and some input along another (both
@@ -751,19 +611,14 @@ bool ew_launch_tiled(const F& f, const EwPtrs<sizeof...(TIn)>& ptr, int m, const
                        : kEwEachA;
   int nstaged = 0;
   for (int k = 0; k < NIN; ++k) nstaged = (p.staged >> k) & 1u ? k + 1 : nstaged;
-  if constexpr (STITCH_EW_TILE_PIPE && (std::is_same<TIn, float>::value && ...)) {
-    (void)grid;
-    return ew_launch_tile_pipe<F, TOut, TIn...>(f, ptr, p, nstaged, stream);
-  } else {
-    const size_t smem = size_t(nstaged) * kEwTileSmem * sizeof(float);
-    if (smem > 48 * 1024) {
-      if (cudaFuncSetAttribute(ew_tile_kernel<F, TOut, TIn...>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(smem)) != cudaSuccess)
-        return false;
-    }
-    ew_tile_kernel<F, TOut, TIn...><<<grid, kEwTileThreads, smem, stream>>>(f, ptr, p);
-    return true;
+  const size_t smem = size_t(nstaged) * kEwTileSmem * sizeof(float);
+  if (smem > 48 * 1024) {
+    if (cudaFuncSetAttribute(ew_tile_kernel<F, TOut, TIn...>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(smem)) != cudaSuccess)
+      return false;
   }
+  ew_tile_kernel<F, TOut, TIn...><<<grid, kEwTileThreads, smem, stream>>>(f, ptr, p);
+  return true;
 }
 
 }  // namespace detail

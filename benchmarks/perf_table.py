@@ -5,7 +5,8 @@ Reads a ``stitchcuda bench`` results folder (``results.jsonl``) and, for each pr
 and (fewest bytes / bandwidth), the fewest bytes being every input and weight read once and every
 output written once (the result's ``io_bytes``; for results from before the suite recorded it, the
 problem captured again here, on the CPU, nothing drawn). Prints one row per problem of the suite, in the
-suite's order, those without a result included, then the geometric means over the timed ones.
+suite's order, those without a result included, then the geometric means over the verified ones (a
+program that did not verify is given no time: its speed is no figure).
 
     python benchmarks/perf_table.py RESULTS_DIR --suite shared/kernelbench/perf.txt \
         [--bandwidth 2.85e12] [--peak 394e12]
@@ -100,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         if r is None:
             print(f"| {label} | not run | | | |" + " |" * len(BASELINES))
             continue
-        ms = (r.get("ms") or {})
-        prog = ms.get("program")
+        from stitchcuda.ship.report import correct, speedup  # (the suite report's: one definition)
+
+        # a program that did not verify has no speed: its times are left out of the row and the means
+        prog = (r.get("ms") or {}).get("program") if correct(r) else None
         floor_s = None
         ceil = r.get("ceilings") or {}
         bandwidth = a.bandwidth or ceil.get("bandwidth") or 2.85e12
@@ -119,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         if prog and floor_s:
             gaps.append(prog / (floor_s * 1e3))
         for k, _ in BASELINES:
-            base = ms.get(k)
-            s = base / prog if base and prog else None
+            s = speedup(r, k) if prog else None
             if s is not None:
                 ratios[k].append(s)
                 by_level.setdefault(p["level"], {b: [] for b, _ in BASELINES})[k].append(s)

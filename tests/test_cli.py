@@ -384,3 +384,15 @@ def test_verify_says_when_the_policy_itself_misses_the_tolerance():
     assert hint is not None and hint.startswith(over) and "stitchcuda optimize" in hint and "--precision fp32" in hint
     assert precision_hint(report(wrong, (within,))) is None
     assert precision_hint(report(VerificationResult(Passed(5, 1e-6, 1e-2)), (over,))) is None
+
+
+def test_what_the_planner_cannot_map_is_named_with_its_line(env, capfd):
+    """The planner's refusal names the operator, the reference's line and the reason under its header
+    (only the header, ending in ':', reached the user before)."""
+    ref = reference(env, "wide", forward="return self.fc(x).double() * 2")
+    rc, _, err = run_cli(capfd, "build", ref, "--out", env / "prog", "-q", "--no-compile")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == errors.BAD_INPUT and "Traceback" not in err, err
+    assert lines[0].startswith("stitchcuda: error: ") and lines[0].endswith(":"), err
+    assert any("wide.py line" in ln and "float64" in ln for ln in lines[1:]), err
+    assert not (env / "prog").exists()

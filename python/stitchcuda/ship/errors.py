@@ -53,7 +53,9 @@ def explain(e: BaseException) -> Failure:
         return Failure(ENVIRONMENT, text if "memory" in text else f"out of host memory: {text}")
     from ..errors import ArgumentError, MachineError, NoDeviceError, OutOfMemoryError
 
-    if _named(e, "UnsupportedOpError"):  # several lines by design: one per unsupported operator
+    # several lines by design, one per unsupported operator (capture's and the planner's): the first
+    # line alone is a header ending in ':' that names nothing
+    if _named(e, "UnsupportedOpError", "PlanError"):
         return Failure(BAD_INPUT, str(e).strip())
     if isinstance(e, ArgumentError) or _named(e, "ProgramError", "ModelNotFound", "ExportError", "ConstraintError"):
         return Failure(BAD_INPUT, _first_line(e))

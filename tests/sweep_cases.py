@@ -864,15 +864,7 @@ def gemm(draw, op: str | None = None):
         return y
 
     return Case(op, params, fn, inputs, mods, policy, kinds=("Gemm", "Ew", "Row", "Axis"),
-                tol=3e-2 * max(1.0, math.sqrt(k / 16)) if policy == "bf16" else 0.0, data_seed=draw(seeds()),
-                refusal="beta != 1" if params.get("beta", 1.0) != 1.0 else
-                "not a per-column bias" if name == "addmm" and not _per_column(params["c"], n) else None)
-
-
-def _per_column(c: tuple[int, ...], n: int) -> bool:
-    """Whether addmm's added matrix of shape ``c`` is a bias per output column (the GEMM's epilogue
-    takes that; a full or per-row matrix is refused by name)."""
-    return len(c) in (1, 2) and c[-1] == n and math.prod(c) == n
+                tol=3e-2 * max(1.0, math.sqrt(k / 16)) if policy == "bf16" else 0.0, data_seed=draw(seeds()))
 
 
 # ---------------------------------------------------------------------- attention

@@ -12,7 +12,8 @@ no one stride spans (a state-space model's einsum: batch (b, c, h) of its input 
 b·c and h), where the copy would cost more than the calls, is read as it lies by one strided-batched
 call per item of an outer batch dim (at most :data:`MAX_OUTER` calls; a plain product, no epilogue).
 The epilogue: a leading scale folds into ``alpha``, a per-column add into the bias, a same-shape add
-into ``beta·C`` (else a residual op), a leading ReLU (or tanh GELU off fp32) into cuBLASLt's
+into ``beta·C`` (else a residual op; ``addmm``'s added matrix is that ``beta·C`` too, broadcast to the
+output, unless it is a per-column bias at beta 1, or beta is 0 and PyTorch ignores it), a leading ReLU (or tanh GELU off fp32) into cuBLASLt's
 epilogue, the rest into the runtime's chain in reference order.
 
 Precision where it costs nothing (as the convolutions' short sums, kinds/conv.py): under a policy
@@ -146,37 +147,42 @@ def claim(cx) -> None:
             _gemm(cx, n)
 
 
-def _operands(cx, n: Node) -> tuple[Operand, Operand, str | None, float]:
+def _operands(cx, n: Node) -> tuple[Operand, Operand, str | None, float, tuple[ChainStep, ...]]:
+    """A, B, a per-column bias, alpha, and the steps that come first in the epilogue (addmm's added
+    matrix when it is no plain bias: ``beta * M``, any shape that broadcasts to the output)."""
     ix = cx.ix
     if n.op == A + "linear.default":
         a = ix.args(n, ops.args(n.op))
         bias = a["bias"][1] if a["bias"] and a["bias"][0] == "t" else None
-        return Operand(a["input"][1]), Operand(a["weight"][1], True), bias, 1.0
+        return Operand(a["input"][1]), Operand(a["weight"][1], True), bias, 1.0, ()
     if n.op == A + "addmm.default":
         a = ix.args(n, ops.args(n.op))
-        if float(n.attr("beta", 1)) != 1.0:
-            raise cx.fail(n, "addmm with beta != 1")
-        bias = a["self"][1]
-        if len(ix.shape(bias)) not in (1, 2) or ix.shape(bias)[-1] != ix.shape(n.outputs[0].name)[-1] or \
-                math.prod(ix.shape(bias)) != ix.shape(bias)[-1]:
-            raise cx.fail(n, "addmm whose added matrix is not a per-column bias")
-        return Operand(a["mat1"][1]), Operand(a["mat2"][1]), bias, float(n.attr("alpha", 1))
-    return Operand(n.inputs[0]), Operand(n.inputs[1]), None, 1.0
+        beta, alpha = float(n.attr("beta", 1)), float(n.attr("alpha", 1))
+        mat1, mat2, m = Operand(a["mat1"][1]), Operand(a["mat2"][1]), a["self"][1]
+        if beta == 0.0:  # PyTorch ignores the added matrix then: its NaN and inf do not propagate
+            return mat1, mat2, None, alpha, ()
+        ms, ncols = ix.shape(m), ix.shape(n.outputs[0].name)[-1]
+        if beta == 1.0 and len(ms) in (1, 2) and ms[-1] == ncols and math.prod(ms) == ncols:
+            return mat1, mat2, m, alpha, ()
+        if ix.spec(m).dtype != "float32":
+            raise cx.fail(n, f"addmm whose added matrix is {ix.spec(m).dtype}")
+        return mat1, mat2, None, alpha, (ChainStep("residual", beta, tensor=m),)  # GEMM's beta * C
+    return Operand(n.inputs[0]), Operand(n.inputs[1]), None, 1.0, ()
 
 
 def _gemm(cx, n: Node) -> None:
     ix = cx.ix
-    a, b, bias, alpha = _operands(cx, n)
+    a, b, bias, alpha, lead = _operands(cx, n)
     out = n.outputs[0].name
     if ix.spec(out).dtype != "float32":
         raise cx.fail(n, f"GEMM on {ix.spec(out).dtype} tensors (policies store float32 as fp32/tf32/bf16/fp16)")
     os_ = ix.shape(out)
     ncols = os_[-1] if os_ else 1
     nodes = [n.name]
-    steps: list[ChainStep] = []
+    steps: list[ChainStep] = list(lead)
     has_bias = bias is not None
-    residual = False
-    n_chain = 0
+    residual = bool(lead)
+    n_chain = len(lead)
     t = out
     while True:
         u = ix.only_user(t)

@@ -396,3 +396,14 @@ def test_what_the_planner_cannot_map_is_named_with_its_line(env, capfd):
     assert lines[0].startswith("stitchcuda: error: ") and lines[0].endswith(":"), err
     assert any("wide.py line" in ln and "float64" in ln for ln in lines[1:]), err
     assert not (env / "prog").exists()
+
+
+def test_our_warning_is_one_line_without_our_source(env, capfd):
+    """A reference whose forward makes a tensor on the CPU cannot be captured on the meta device; the
+    build says so in one warning line, not as Python prints a warning (our file, line, source text)."""
+    ref = reference(env, "ramp", forward="return self.fc(x) + torch.arange(8)")
+    rc, _, err = run_cli(capfd, "build", ref, "--out", env / "prog", "-q", "--no-compile")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == errors.OK, err
+    assert len(lines) == 1 and lines[0].startswith("stitchcuda: warning: ramp: capture on the meta device failed"), err
+    assert "captured on the CPU" in lines[0] and "UserWarning" not in err and ".py:" not in err

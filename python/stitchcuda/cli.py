@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
+from pathlib import Path
 
 from .paths import version
 from .ship import checks, commands, errors
@@ -238,6 +240,19 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _our_warnings_as_lines(ui: UI, show):
+    """A warning stitchcuda raises reaches the user as one ``stitchcuda: warning:`` line, not as Python
+    prints it (our file, line and source text); other packages' warnings are shown as before."""
+    package = str(Path(__file__).resolve().parent)
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if str(Path(filename).resolve()).startswith(package):
+            ui.warn(" ".join(str(message).split()))
+        else:
+            show(message, category, filename, lineno, file, line)
+    return showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, check the input (:func:`_Parser` types, then the command's ``check``), then run."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -254,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "validate", None) is not None:
             args.validate(args)
-        return args.func(args, ui)
+        with warnings.catch_warnings():
+            warnings.showwarning = _our_warnings_as_lines(ui, warnings.showwarning)
+            return args.func(args, ui)
     except BaseException as e:  # noqa: BLE001 - every failure ends in one line and an exit code
         if isinstance(e, SystemExit):
             raise

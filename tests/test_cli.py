@@ -407,3 +407,14 @@ def test_our_warning_is_one_line_without_our_source(env, capfd):
     assert rc == errors.OK, err
     assert len(lines) == 1 and lines[0].startswith("stitchcuda: warning: ramp: capture on the meta device failed"), err
     assert "captured on the CPU" in lines[0] and "UserWarning" not in err and ".py:" not in err
+
+
+def test_a_result_sized_by_the_data_is_refused_by_line(env, capfd):
+    """x[x > 0] (its size the data's) is refused at its line, once: not with the symbolic sizes
+    export checks after it, nor as a shape error naming no line."""
+    ref = reference(env, "masked", forward="h = self.fc(x)\n        return h[h > 0].sum().reshape(1)")
+    rc, _, err = run_cli(capfd, "build", ref, "--out", env / "prog", "-q", "--no-compile")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == errors.BAD_INPUT and "Traceback" not in err, err
+    assert len(lines) == 2 and "does not support yet" in lines[0], err
+    assert "aten.index.Tensor" in lines[1] and "masked.py line" in lines[1] and "depends on the data" in lines[1], err

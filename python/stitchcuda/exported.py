@@ -226,7 +226,7 @@ class _Converter:
             outputs.append(self.env[arg_name])
 
         if self.unsupported:
-            raise UnsupportedOpError(self.name, self.unsupported)
+            raise UnsupportedOpError(self.name, _without_size_checks(self.unsupported))
 
         nodes = self._live_nodes(outputs)
         read = {i for n in nodes for i in n.inputs} | set(outputs)
@@ -322,6 +322,13 @@ class _Converter:
                     attrs.append((arg.name, tuple(v.name if isinstance(v, _Ref) else None for v in value)))
             else:
                 attrs.append((arg.name, _plain(value, where)))
+        vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        if any(isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape) for v in vals):
+            # x[x > 0], nonzero, unique: a result whose size the data decides, refused by name and line
+            self.unsupported.append(UnsupportedOp(str(op), name, source, _DATA_SIZED +
+                                                  " (a boolean mask's selection, nonzero, unique); a program's shapes "
+                                                  "are fixed before it runs"))
+            return [f"{name}.{i}" for i in range(len(vals))] if isinstance(val, (list, tuple)) else name
         if isinstance(val, (list, tuple)):
             outputs = tuple(self._spec(f"{name}.{i}", v) for i, v in enumerate(val))
             result: str | list[str] = [o.name for o in outputs]
@@ -420,6 +427,18 @@ class _Converter:
                 kept.append(node)
                 live.update(node.inputs)
         return kept[::-1]
+
+
+_DATA_SIZED = "its result's size depends on the data"
+
+
+def _without_size_checks(found: list[UnsupportedOp]) -> list[UnsupportedOp]:
+    """The refusals without the symbolic-size arithmetic export adds after a result whose size the
+    data decides (``sym_size``, comparisons of it): that result's own line says it all."""
+    if not any(u.reason.startswith(_DATA_SIZED) for u in found):
+        return found
+    return [u for u in found if not (u.op.startswith("_operator.") or u.op.startswith("aten.sym_")
+                                     or u.op.startswith("aten._assert"))]
 
 
 def _restrides_contiguous(fx: torch.fx.Node) -> bool:

@@ -12,9 +12,10 @@ no one stride spans (a state-space model's einsum: batch (b, c, h) of its input 
 b·c and h), where the copy would cost more than the calls, is read as it lies by one strided-batched
 call per item of an outer batch dim (at most :data:`MAX_OUTER` calls; a plain product, no epilogue).
 The epilogue: a leading scale folds into ``alpha``, a per-column add into the bias, a same-shape add
-into ``beta·C`` (else a residual op; ``addmm``'s added matrix is that ``beta·C`` too, broadcast to the
-output, unless it is a per-column bias at beta 1, or beta is 0 and PyTorch ignores it), a leading ReLU (or tanh GELU off fp32) into cuBLASLt's
-epilogue, the rest into the runtime's chain in reference order.
+into ``beta·C`` (else a residual op), a leading ReLU (or tanh GELU off fp32) into cuBLASLt's
+epilogue, the rest into the runtime's chain in reference order. ``addmm``'s added matrix is that
+``beta·C`` too, broadcast to the output, unless it is a per-column bias at beta 1 (the bias), or beta
+is 0 (left out: PyTorch ignores it).
 
 Precision where it costs nothing (as the convolutions' short sums, kinds/conv.py): under a policy
 that rounds to TF32, a GEMM whose sums are shorter than :data:`SHORT_K` computes at fp32. Such a

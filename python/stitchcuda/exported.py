@@ -69,9 +69,15 @@ def _draws(op: torch._ops.OpOverload, fx: torch.fx.Node) -> bool:
     return True
 
 
+#: Unsigned integers wider than a byte, which the IR lacks, held as int64 (exact for every value):
+#: decompositions make them (torch.eye's index ramps are uint16 from 256 rows), user code rarely.
+WIDENED = {"uint16": "int64", "uint32": "int64"}
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``"float32"``; raises CaptureError for dtypes the IR lacks."""
     name = str(dtype).removeprefix("torch.")
+    name = WIDENED.get(name, name)
     if name not in DTYPE_SIZES:
         raise CaptureError(f"dtype {dtype} is not supported by the IR")
     return name

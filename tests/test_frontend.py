@@ -513,3 +513,38 @@ def test_a_uniform_constant_the_forward_creates_is_a_full_node_not_a_weight():
     assert len(fulls) == 1 and fulls[0].attr("fill_value") == 0.5 and fulls[0].outputs[0].shape == ()
     others = [w.name for w in cap.graph.weights if w.name != "w"]
     assert len(others) == 1 and cap.weights[others[0]].tolist() == [1.0, 2.0, 3.0], cap.graph.weights
+
+
+class _BufferAccumulates(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("acc", torch.zeros(4))
+
+    def forward(self, x):
+        self.acc.add_(x.mean(0))
+        return x - self.acc
+
+
+def test_state_in_a_registered_buffer_is_refused_by_line():
+    """A registered buffer that forward changes is state kept between calls; capture dropped the change,
+    so a program answered every call as the first. It is refused by name and line; a norm's running
+    statistics (training mode), which the call never reads back, are still left out."""
+    line = _line_of(inspect.getsource(_BufferAccumulates), "self.acc.add_(", inspect.getsourcelines(_BufferAccumulates)[1])
+    with pytest.raises(UnsupportedOpError) as info:
+        capture(_BufferAccumulates(), [torch.randn(3, 4)], "buffered")
+    assert "buffer state" in str(info.value) and "'acc'" in str(info.value)
+    assert f"test_frontend.py line {line}" in str(info.value)
+    bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    assert capture(bn, [torch.randn(2, 3, 8, 8)], "bn").graph.outputs
+
+
+def test_an_input_changed_in_place_is_said():
+    """forward's in-place change of its own input is no result of a program (programs leave their inputs
+    as they were): capture says so in a warning naming the input and the line."""
+    class M(nn.Module):
+        def forward(self, x):
+            x.relu_()
+            return x * 2
+
+    with pytest.warns(UserWarning, match=r"changes its input 'x' in place \(.*test_frontend\.py line \d+: x\.relu_\(\)"):
+        capture(M(), [torch.randn(3, 4)], "inplace")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -224,8 +225,23 @@ class _Converter:
 
         outputs = []
         for spec in sig.output_specs:
+            changed = getattr(spec.arg, "name", None)
+            where = node_source(fx_nodes[changed].meta) if changed in fx_nodes else ""
+            if spec.kind == OutputKind.BUFFER_MUTATION and spec.target.rsplit(".", 1)[-1] not in RUNNING_STATISTICS:
+                # a buffer that forward changes is state kept between calls: a program would keep
+                # its first value and answer the second call as the first, so it is refused by name
+                self.unsupported.append(UnsupportedOp(
+                    "buffer state", spec.target, where,
+                    f"forward changes the registered buffer {spec.target!r}, state kept between calls, which is "
+                    "not supported yet (a plain tensor attribute, self.x = torch.zeros(...), is: carried between "
+                    "calls as an input and an output)"))
+                continue
+            if spec.kind == OutputKind.USER_INPUT_MUTATION:
+                warnings.warn(f"{self.name}: forward changes its input {spec.target!r} in place ({where}); a program "
+                              "leaves its inputs as they were and returns forward's results only", stacklevel=2)
+                continue
             if spec.kind != OutputKind.USER_OUTPUT:
-                continue  # buffer/input mutations (BatchNorm running stats): not program results
+                continue  # a norm's running statistics (training mode): not program results
             arg_name = getattr(spec.arg, "name", None)
             if arg_name not in self.env or not isinstance(self.env[arg_name], str):
                 raise CaptureError(f"{self.name}: output {spec.arg} is not a tensor; only tensor outputs are supported")
@@ -434,6 +450,10 @@ class _Converter:
                 live.update(node.inputs)
         return kept[::-1]
 
+
+#: The buffers a norm in training mode updates (BatchNorm, InstanceNorm with running stats): not
+#: results, and never read by the call that updates them; a program leaves them out.
+RUNNING_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
 
 _DATA_SIZED = "its result's size depends on the data"
 

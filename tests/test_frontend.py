@@ -548,3 +548,19 @@ def test_an_input_changed_in_place_is_said():
 
     with pytest.warns(UserWarning, match=r"changes its input 'x' in place \(.*test_frontend\.py line \d+: x\.relu_\(\)"):
         capture(M(), [torch.randn(3, 4)], "inplace")
+
+
+def test_two_lines_alike_are_two_lines_of_the_refusal():
+    """Refusals are grouped by source line whatever module reaches it; the module part was cut at the
+    last '), ' of the location, which may lie in the code, so two lines ending alike became one."""
+    class M(nn.Module):
+        def forward(self, x, y):
+            a = torch.topk(x.view(8, 4), k=3).values
+            b = torch.topk(y.view(8, 4), k=3).values
+            return a + b
+
+    with pytest.raises(UnsupportedOpError) as info:
+        capture(M(), [torch.randn(32), torch.randn(32)], "alike")
+    lines = str(info.value).splitlines()[1:]
+    assert len(lines) == 2 and "a = torch.topk(x" in lines[0] and "b = torch.topk(y" in lines[1], lines
+    assert "more place" not in str(info.value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -159,6 +160,10 @@ class UnsupportedOp:
         return f"{text} ({self.reason})" if self.reason else text
 
 
+#: The module part of a location (``model.layers.0.attn (Attention), ``), before its file and line.
+_MODULE = re.compile(r"^[\w.]+ \([\w.]+\), ")
+
+
 class UnsupportedOpError(CaptureError):
     """The reference uses operators (or constructs) stitchcuda does not support.
 
@@ -176,7 +181,7 @@ class UnsupportedOpError(CaptureError):
         first: dict[tuple[str, str, str], int] = {}
         more: dict[int, int] = {}
         for u in self.ops:
-            key = (u.op, u.reason, u.where.rsplit("), ", 1)[-1])
+            key = (u.op, u.reason, _MODULE.sub("", u.where, count=1))
             if key not in first:
                 first[key] = len(lines)
                 lines.append("  " + u.describe())

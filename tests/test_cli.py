@@ -418,3 +418,14 @@ def test_a_result_sized_by_the_data_is_refused_by_line(env, capfd):
     assert rc == errors.BAD_INPUT and "Traceback" not in err, err
     assert len(lines) == 2 and "does not support yet" in lines[0], err
     assert "aten.index.Tensor" in lines[1] and "masked.py line" in lines[1] and "depends on the data" in lines[1], err
+
+
+def test_random_draws_the_caller_supplies_are_said(env, capfd):
+    """A live dropout's draws are an input of the program (a program draws no numbers); the build says
+    which input, from what law, and where in the reference, as it says so of state between calls."""
+    ref = reference(env, "drop", forward="return torch.nn.functional.dropout(self.fc(x), p=0.25, training=True)")
+    rc, out, err = run_cli(capfd, "build", ref, "--out", env / "prog", "--no-compile")
+    line = next((ln for ln in out.splitlines() if ln.startswith("random draws")), "")
+    assert rc == errors.OK, err
+    assert "(bernoulli: p=0.75) are the input" in line and "drawn by the caller for each call" in line, out
+    assert "drop.py line" in line, out

@@ -191,6 +191,10 @@ def build(args: argparse.Namespace, ui: UI) -> int:
     for st in m.state:
         ui.line(f"state kept in {st.attribute} between calls: input {st.input} before the call, output {st.output} "
                 "after it (the caller carries it from call to call)")
+    for r in m.lifted_random:  # a program draws no numbers: its caller does, as the reference did
+        law = ", ".join(f"{k}={v}" for k, v in r.params)
+        ui.line(f"random draws ({r.distribution or r.op}{': ' + law if law else ''}) are the input {r.input}, "
+                f"drawn by the caller for each call{' (' + r.source + ')' if r.source else ''}")
     if b is not None:
         ui.line(f"next: stitchcuda verify {o.directory}")
     ui.result({**data, "ok": True, "directory": str(o.directory),

@@ -164,3 +164,15 @@ def test_eye_of_any_size(n):
     supported by the IR' (found by a new reference program). uint16 and uint32 are held as int64."""
     f = lambda s, a: a + torch.eye(n)  # noqa: E731
     assert check(_case("aten.arange.start_step", f, T((n, n)))) == "planned"
+
+
+@pytest.mark.parametrize("cshape,beta,alpha", [((5, 6), 0.5, 2.0), ((5, 1), 1.0, 1.0), ((), -2.0, 0.5),
+                                               ((6,), 0.5, 1.0), ((5, 6), 0.0, 1.0)])
+def test_addmm_with_any_added_matrix(cshape, beta, alpha):
+    """addmm(c, a, b, beta, alpha) is the GEMM's alpha * a @ b + beta * c for any c that broadcasts (a
+    full matrix, a per-row column, a scalar, a per-column row at beta != 1), and at beta 0 leaves c out
+    (PyTorch ignores it, NaN and inf too: c holds them here). The planner refused all but a per-column
+    bias at beta 1 (found by building new reference programs)."""
+    f = lambda s, c, a, b: torch.addmm(c, a, b, beta=beta, alpha=alpha)  # noqa: E731
+    c = T(cshape, edges=beta == 0.0)
+    assert check(_case("aten.addmm.default", f, c, T((5, 4)), T((4, 6)))) == "planned"

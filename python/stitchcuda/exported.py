@@ -225,8 +225,8 @@ class _Converter:
 
         outputs = []
         for spec in sig.output_specs:
-            changed = getattr(spec.arg, "name", None)
-            where = node_source(fx_nodes[changed].meta) if changed in fx_nodes else ""
+            arg_name = getattr(spec.arg, "name", None)  # (for a mutation: the node of the new value)
+            where = node_source(fx_nodes[arg_name].meta) if arg_name in fx_nodes else ""
             if spec.kind == OutputKind.BUFFER_MUTATION and spec.target.rsplit(".", 1)[-1] not in RUNNING_STATISTICS:
                 # a buffer that forward changes is state kept between calls: a program would keep
                 # its first value and answer the second call as the first, so it is refused by name
@@ -242,7 +242,6 @@ class _Converter:
                 continue
             if spec.kind != OutputKind.USER_OUTPUT:
                 continue  # a norm's running statistics (training mode): not program results
-            arg_name = getattr(spec.arg, "name", None)
             if arg_name not in self.env or not isinstance(self.env[arg_name], str):
                 raise CaptureError(f"{self.name}: output {spec.arg} is not a tensor; only tensor outputs are supported")
             outputs.append(self.env[arg_name])

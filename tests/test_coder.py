@@ -69,7 +69,7 @@ def _check_program(src: C.ProgramSource, plan: P.Plan) -> None:
             desc = re.escape(f"{what} {i} '{s.name}' ({s.dtype}[{', '.join(map(str, s.shape))}])")
             assert re.search(rf'^  ST_TRY\(st_check_tensor\(&\w+\[{i}\], "{desc}", ', text, re.M), (what, i, s.name)
     kinds = {type(t.params).__name__ for t in plan.tasks}
-    assert ('"stitch/reduce.cuh"' in text) == bool(kinds & {"RowSpec", "AxisSpec"})
+    assert ('"stitch/reduce.cuh"' in text) == bool(kinds & {"RowSpec", "AxisSpec", "AxisRowSpec"})
     assert ('"stitch/attention.cuh"' in text) == ("AttentionSpec" in kinds)
     assert ("st_graph_run(" in text) == plan.cuda_graph and "cudaStreamBeginCapture" not in text
     if plan.policy == "fp32":

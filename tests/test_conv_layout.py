@@ -326,6 +326,52 @@ def test_ops_over_one_axis_keep_the_channels_last_layout(what):
     assert _simulated_error(model, x, plan, cap) < 1e-2
 
 
+class _SoftmaxOverChannels(nn.Module):
+    """A convolution, a softmax (or log-softmax, scaled first) over the channels, then a pool."""
+
+    def __init__(self, op: str, spatial: int):
+        super().__init__()
+        self.c = (nn.Conv2d if spatial == 2 else nn.Conv3d)(3, 6, 3, padding=1)
+        self.op, self.spatial = op, spatial
+
+    def forward(self, x):
+        y = self.c(x)
+        y = torch.softmax(y, dim=1) if self.op == "softmax" else torch.log_softmax(y * 0.5, dim=1) * 2.0
+        return (F.max_pool2d if self.spatial == 2 else F.max_pool3d)(y, 2)
+
+
+@pytest.mark.parametrize("spatial", [2, 3])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_over_channels_first_channels_is_read_in_place(op, spatial):
+    """fp32 keeps a convolution channels-first; the softmax over its channels then reads and
+    writes [N, C, spatial] where it lies (the axis softmax), with no copy each way; the scale
+    after it is its hook (the one before goes to the convolution's epilogue)."""
+    torch.manual_seed(5)
+    model = _SoftmaxOverChannels(op, spatial)
+    x = torch.randn(2, 3, *([8] * spatial))
+    plan, cap = _plan(model, x, "fp32")
+    (conv,) = _convs(plan)
+    assert not conv.params.channels_last
+    (sm,) = [t.params for t in plan.run_tasks if isinstance(t.params, P.AxisRowSpec)]
+    assert (sm.op, sm.outer, sm.red, sm.inner) == (op, 2, 6, 8 ** spatial)
+    assert (sm.in_so, sm.in_sr, sm.in_si) == (6 * 8 ** spatial, 8 ** spatial, 1)
+    if op == "log_softmax":
+        assert sm.epilogue, "the scale after it is its hook"
+    copies = [t.name for t in plan.run_tasks if isinstance(t.params, P.CopySpec)]
+    assert not copies, f"copies around the softmax: {copies}"
+    assert _simulated_error(model, x, plan, cap) < 1e-5
+
+
+def test_softmax_over_few_inner_elements_goes_through_rows():
+    """Fewer inner elements than a warp (a [2, 6, 4] softmax over dim 1): rows after a copy."""
+    model = _SoftmaxOverChannels("softmax", 2)
+    x = torch.randn(2, 3, 2, 2)
+    plan, cap = _plan(model, x, "fp32")
+    assert not [t for t in plan.run_tasks if isinstance(t.params, P.AxisRowSpec)]
+    assert [t for t in plan.run_tasks if isinstance(t.params, P.RowSpec)]
+    assert _simulated_error(model, x, plan, cap) < 1e-5
+
+
 class _StemAndSqueeze(nn.Module):
     """A stem over RGB (sums of 27), a 1x1 convolution of 16 channels over the whole map (sums of 16,
     a large output), a 3x3 one of 8 channels (sums of 72), and a squeeze-excitation pair on the

@@ -52,6 +52,9 @@ void every_row_op(const T* x, Tout* y, const T* w, cudaStream_t s) {
     launch_reduce_axis<AxisOp::Max>(p, s);
     launch_reduce_axis<AxisOp::Min>(p, s, Identity{}, EpHook<Relu>{});
   }
+  const AxisRowParams<T, Tout> q{x, 2, 3, 8, 24, 8, 1, y, 24, 8, 1};
+  launch_softmax_axis<RowOp::Softmax>(q, s);
+  launch_softmax_axis<RowOp::LogSoftmax>(q, s, EpHook<Scale>{{0.5f}}, EpHook<Relu>{});
 }
 
 #define STORAGE_INSTANCES(T) \
@@ -74,6 +77,8 @@ void hooks_and_mixed(const __half* xh, const __nv_bfloat16* xb, float* yf, __hal
   launch_row_mean(xb, 64, yf, 1, 8, 64, s, EpHook<Square>{});
   AxisParams<__nv_bfloat16, float> p{xb, 2, 3, 4, 12, 4, 1, yf, 4, 1};
   launch_reduce_axis<AxisOp::Mean>(p, s, EpHook<Square>{});
+  const AxisRowParams<__half, float> q{xh, 2, 20, 8, 160, 8, 1, yf, 160, 8, 1};
+  launch_softmax_axis<RowOp::Softmax>(q, s);
 }
 """
 

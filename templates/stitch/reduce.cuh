@@ -50,6 +50,15 @@
 //   of reduce_axis_workspace_floats(p) floats, red is also split across blocks: pass 1 writes fp32
 //   partials, pass 2 reduces them (deterministic, no atomics). Without it, such shapes run on
 //   few blocks (slow, still correct).
+//
+// Softmax over a middle axis: launch_softmax_axis<OP, Tin, Tout, Pro, Epi>(AxisRowParams, ...)
+//   OP    RowOp::{Softmax, LogSoftmax}; in and out both viewed as [outer, red, inner] with their
+//   own element strides (a softmax over the channels of channels-first data: no transposing
+//   copies). A thread owns V consecutive inner elements of one outer index (16-byte loads and
+//   stores when both sides allow them) and walks red: held in registers when red <=
+//   kAxisRowCache, else an online max-and-sum pass and a second read (from L2: the thread
+//   rereads what it has just read). Math as the row softmax's. out may be in itself only with
+//   the same strides (each element is read before it is written, by the same thread).
 #pragma once
 
 #include <climits>
@@ -828,6 +837,141 @@ cudaError_t launch_reduce_axis(const AxisParams<Tin, Tout>& p, cudaStream_t stre
   const detail::AxisPlan plan2 = detail::axis_plan(q, false);
   return plan2.vec == 4 ? detail::launch_axis_pass<ACC, 4>(q, plan2, mean_scale, Identity{}, epi, stream)
                         : detail::launch_axis_pass<ACC, 1>(q, plan2, mean_scale, Identity{}, epi, stream);
+}
+
+// ---- softmax over a middle axis ----------------------------------------------------------------
+
+template <class Tin, class Tout = Tin>
+struct AxisRowParams {
+  const Tin* in;
+  int64_t outer, red, inner;        // in viewed as [outer, red, inner]
+  int64_t in_so, in_sr, in_si;      // its element strides
+  Tout* out;                        // [outer, red, inner] too
+  int64_t out_so, out_sr, out_si;
+};
+
+// The longest reduced axis held in registers (V floats per element).
+constexpr int kAxisRowCache = 16;
+
+namespace detail {
+
+constexpr int kAxisRowThreads = 256;
+
+template <RowOp OP, int V, int CACHE, class Tin, class Tout, class Pro, class Epi>
+__global__ void __launch_bounds__(kAxisRowThreads)
+softmax_axis_kernel(AxisRowParams<Tin, Tout> p, Pro pro, Epi epi) {
+  static_assert(OP == RowOp::Softmax || OP == RowOp::LogSoftmax, "softmax_axis_kernel: softmax ops only");
+  const int64_t ivec = p.inner / V;  // (V divides inner when V > 1)
+  const int64_t columns = p.outer * ivec;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < columns;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = c / ivec, i0 = (c - o * ivec) * V;
+    const Tin* x = p.in + o * p.in_so + i0 * p.in_si;
+    Tout* y = p.out + o * p.out_so + i0 * p.out_si;
+    auto load = [&](int64_t r, float* v) {
+      if constexpr (V > 1) {
+        const Pack<Tin, V> pk = load_pack<Tin, V>(x + r * p.in_sr);
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[e] = pro(to_float(pk.v[e]));
+      } else {
+        v[0] = pro(to_float(x[r * p.in_sr]));
+      }
+    };
+    auto store = [&](int64_t r, const float* v) {
+      if constexpr (V > 1) {
+        Pack<Tout, V> pk;
+#pragma unroll
+        for (int e = 0; e < V; ++e) pk.v[e] = from_float<Tout>(epi(v[e]));
+        store_pack<Tout, V>(y + r * p.out_sr, pk);
+      } else {
+        y[r * p.out_sr] = from_float<Tout>(epi(v[0]));
+      }
+    };
+    float m[V], s[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) m[e] = -CUDART_INF_F, s[e] = 0.f;
+    auto finish = [&](float* v) {  // v: one element's values in place of their result
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if constexpr (OP == RowOp::Softmax) v[e] = fast_exp2((v[e] - m[e]) * kLog2e) * (1.f / s[e]);
+        else v[e] = (v[e] - m[e]) - logf(s[e]);
+      }
+    };
+    if constexpr (CACHE > 0) {  // red <= CACHE: every value in registers, one read
+      float v[CACHE][V];
+#pragma unroll
+      for (int r = 0; r < CACHE; ++r)
+        if (r < p.red) load(r, v[r]);
+#pragma unroll
+      for (int r = 0; r < CACHE; ++r)
+        if (r < p.red)
+#pragma unroll
+          for (int e = 0; e < V; ++e) m[e] = fmaxf(m[e], v[r][e]);
+#pragma unroll
+      for (int r = 0; r < CACHE; ++r)
+        if (r < p.red)
+#pragma unroll
+          for (int e = 0; e < V; ++e)
+            if (m[e] != -CUDART_INF_F) s[e] += fast_exp2((v[r][e] - m[e]) * kLog2e);
+#pragma unroll
+      for (int r = 0; r < CACHE; ++r)
+        if (r < p.red) {
+          finish(v[r]);
+          store(r, v[r]);
+        }
+    } else {  // online max and sum, then a second read
+      for (int64_t r = 0; r < p.red; ++r) {
+        float v[V];
+        load(r, v);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          if (v[e] > m[e]) {
+            s[e] = s[e] * fast_exp2((m[e] - v[e]) * kLog2e) + 1.f;
+            m[e] = v[e];
+          } else if (v[e] != -CUDART_INF_F) {
+            s[e] += fast_exp2((v[e] - m[e]) * kLog2e);
+          }
+        }
+      }
+      for (int64_t r = 0; r < p.red; ++r) {
+        float v[V];
+        load(r, v);
+        finish(v);
+        store(r, v);
+      }
+    }
+  }
+}
+
+template <RowOp OP, int V, class Tin, class Tout, class Pro, class Epi>
+cudaError_t launch_softmax_axis_v(const AxisRowParams<Tin, Tout>& p, const Pro& pro, const Epi& epi,
+                                  cudaStream_t stream) {
+  const int64_t threads = p.outer * (p.inner / V);
+  const int64_t want = ceil_div<int64_t>(threads, kAxisRowThreads);
+  const unsigned blocks = unsigned(want < (int64_t(1) << 20) ? want : (int64_t(1) << 20));
+  if (p.red <= kAxisRowCache)
+    softmax_axis_kernel<OP, V, kAxisRowCache, Tin, Tout, Pro, Epi>
+        <<<blocks, kAxisRowThreads, 0, stream>>>(p, pro, epi);
+  else
+    softmax_axis_kernel<OP, V, 0, Tin, Tout, Pro, Epi><<<blocks, kAxisRowThreads, 0, stream>>>(p, pro, epi);
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+
+// out[o, :, i] = softmax (or log-softmax) over r of pro(in[o, r, i]), each value through epi, on
+// `stream`; returns the launch status.
+template <RowOp OP, class Tin, class Tout = Tin, class Pro = Identity, class Epi = Identity>
+cudaError_t launch_softmax_axis(const AxisRowParams<Tin, Tout>& p, cudaStream_t stream,
+                                const Pro& pro = Pro{}, const Epi& epi = Epi{}) {
+  if (p.outer <= 0 || p.inner <= 0) return cudaSuccess;
+  if (p.red < 1 || !p.in || !p.out) return cudaErrorInvalidValue;
+  constexpr int N = VecWidth<Tin>::value == VecWidth<Tout>::value ? VecWidth<Tin>::value : 1;
+  const bool vec = N > 1 && p.in_si == 1 && p.out_si == 1 && p.inner % N == 0 && p.in_so % N == 0 &&
+                   p.in_sr % N == 0 && p.out_so % N == 0 && p.out_sr % N == 0 && aligned_to(p.in, 16) &&
+                   aligned_to(p.out, 16);
+  return vec ? detail::launch_softmax_axis_v<OP, N>(p, pro, epi, stream)
+             : detail::launch_softmax_axis_v<OP, 1>(p, pro, epi, stream);
 }
 
 }  // namespace stitch

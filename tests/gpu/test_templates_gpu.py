@@ -301,6 +301,52 @@ def test_reduce_axis(reduce_lib, op, dtype, shape, transposed, workspace):
     _close(out, ref, _tol(dtype), f"{op} {shape} seed={seed}")
 
 
+# ---- softmax over a middle axis ---------------------------------------------------------------
+
+#: (outer, red, inner): red within the register cache (16) and past it; inner in 16-byte packs
+#: and not (33: scalar loads); one outer, one reduced element.
+AXIS_ROW_SHAPES = [(2, 3, 40), (8, 16, 1000), (3, 17, 64), (2, 100, 33), (1, 5, 4096), (5, 1, 64),
+                   (4, 16, 12600)]
+
+
+@pytest.mark.parametrize("layout", ["contig", "out_transposed", "inplace"])
+@pytest.mark.parametrize("shape", AXIS_ROW_SHAPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("op", ["softmax", "softmax_hooks", "log_softmax"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS.get)
+def test_softmax_axis(reduce_lib, op, dtype, shape, layout):
+    """out_transposed: the result's inner dim outermost in memory (scalar stores); inplace: out is x."""
+    seed = _seed()
+    outer, red, inner = shape
+    x = _randn(outer, red, inner, dtype=dtype, scale=3.0)
+    x[0, :, 1] = -math.inf  # a column of -inf: NaN, as PyTorch's
+    if red > 1:
+        x[-1, 0, -1] = -math.inf  # one -inf among finite values: exactly zero
+    x_before = x.clone()
+    if layout == "inplace":
+        out = x
+    elif layout == "out_transposed":
+        out = torch.full((inner, outer, red), NAN, device="cuda", dtype=dtype).permute(1, 2, 0)
+    else:
+        out = torch.full((outer, red, inner), NAN, device="cuda", dtype=dtype)
+    _run(reduce_lib.softmax_axis, 1 if op == "log_softmax" else 0, DT_CODE[dtype], x_before.data_ptr()
+         if layout != "inplace" else x.data_ptr(), outer, red, inner, *x.stride(), out.data_ptr(),
+         *out.stride(), int(op == "softmax_hooks"), _stream())
+    if layout != "inplace":
+        assert torch.equal(x, x_before)
+    xd = x_before.double()
+    if op == "softmax_hooks":
+        ref = F.gelu(torch.softmax(xd * 0.5, 1))
+    elif op == "softmax":
+        ref = torch.softmax(xd, 1)
+    else:
+        ref = torch.log_softmax(xd, 1)
+    nan = torch.isnan(ref)
+    assert torch.isnan(out.double()[nan]).all(), f"a column of -inf must give NaN seed={seed}"
+    if red > 1 and op != "log_softmax":
+        assert out[-1, 0, -1].item() == (F.gelu(torch.zeros(())).item() if op == "softmax_hooks" else 0.0)
+    _close(out.double().masked_fill(nan, 0.0), ref.masked_fill(nan, 0.0), _tol(dtype), f"{op} {shape} {layout} seed={seed}")
+
+
 # ---- elementwise ------------------------------------------------------------------------------
 
 def _bcast_strides(t: torch.Tensor, shape) -> list[int]:

@@ -13,7 +13,7 @@ Kinds, in registration order (the order of the program's standard includes):
 :mod:`.elementwise`   fused pointwise expressions (and the tanh-GELU pattern)
 :mod:`.copy`          ``cat``, slice assignments, layout copies
 :mod:`.row`           row reductions: softmax, norms, sum / mean / max / min / var, logsumexp
-:mod:`.axis`          reductions over a middle run of dims
+:mod:`.axis`          reductions over a middle run of dims, and softmax over one
 :mod:`.attention`     fused attention (and its constant mask's summary)
 :mod:`.gemm`          cuBLASLt GEMMs with their epilogue chains
 :mod:`.conv`          cuDNN convolutions with a fused activation, channels-last under tensor cores
@@ -39,7 +39,7 @@ from . import (arg, attention, axis, conv, copy, depthwise, elementwise, gather,
 from .base import ClaimRule, Proto, TaskKind
 
 KINDS: tuple[TaskKind, ...] = (
-    elementwise.KIND, copy.KIND, row.ROW, axis.AXIS, attention.ATTENTION, attention.MASK_BLOCKS, gemm.KIND,
+    elementwise.KIND, copy.KIND, row.ROW, axis.AXIS, axis.AXIS_ROW, attention.ATTENTION, attention.MASK_BLOCKS, gemm.KIND,
     conv.KIND, depthwise.KIND, narrow_conv.KIND, norm.BN_STATS, norm.GROUP_STATS,
     norm_stream.KIND, pool.KIND, scan.KIND, arg.KIND, gather.KIND,
     iota.KIND, recurrent.KIND,

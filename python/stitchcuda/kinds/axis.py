@@ -1,5 +1,8 @@
 """Reductions over a middle run of dims through reduce.cuh's axis kernel: x as [outer, red, inner],
-out as [outer, inner] (``sum``, ``mean``, ``max``, ``min``).
+out as [outer, inner] (``sum``, ``mean``, ``max``, ``min``); and softmax / log-softmax over such a
+run, x and out both as [outer, red, inner] (:class:`AxisRowSpec`, lowered by :mod:`.row` where the
+reduced dims are not innermost in memory: a softmax over the channels of channels-first data, read
+and written in place of a transposing copy before it and another after).
 
 Claimed by :mod:`.row`'s rule (a reduction over a contiguous run of non-trailing dims, or a whole
 large tensor to one value). Lowering: the three groups of dims must each collapse to one stride,
@@ -58,6 +61,37 @@ class AxisProto(Proto):
     epi: tuple[str, ...] = ()
     op_pro: tuple[EwInstr, ...] = ()
     op_epi: tuple[EwInstr, ...] = ()
+
+
+@dataclass(frozen=True)
+class AxisRowSpec:
+    """reduce.cuh's softmax over a middle axis: x and out both as [outer, red, inner], each with its
+    own element strides; ``op`` ``softmax`` or ``log_softmax``."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "axis_row")
+
+    kind: str
+    op: str
+    x: View
+    outer: int
+    red: int
+    inner: int
+    in_so: int
+    in_sr: int
+    in_si: int
+    out: View
+    out_so: int
+    out_sr: int
+    out_si: int
+    prologue: tuple[EwInstr, ...] = ()
+    epilogue: tuple[EwInstr, ...] = ()
+
+
+#: The ops :class:`AxisRowSpec` computes, and the shortest inner extent it is chosen for (fewer
+#: threads along inner than a warp would leave most lanes of each load idle: rows after a copy
+#: then serve better).
+AXIS_ROW_OPS = ("softmax", "log_softmax")
+AXIS_ROW_MIN_INNER = 32
 
 
 # ---------------------------------------------------------------------- lower
@@ -261,4 +295,78 @@ def render_axis(t, a: AxisSpec, n, fn: str) -> tuple[list[str], list[str]]:
 AXIS = TaskKind("axis", AxisSpec, "reduction_template", cost_axis, interpret_axis, render_axis,
                 lowers=((AxisProto, lower_axis),), headers=("stitch/reduce.cuh",))
 
-__all__ = ["AxisSpec", "AxisProto", "AXIS"]
+
+# ---------------------------------------------------------------------- softmax over a middle axis
+
+
+def emit_axis_row(lw, pr, vx: View, d0: int, d1: int, pro, epi) -> bool:
+    """The softmax task of row proto ``pr`` over x's dims ``d0:d1`` read and written in place
+    (:class:`AxisRowSpec`), when x's three groups of dims collapse, the inner extent is at least
+    :data:`AXIS_ROW_MIN_INNER` and the result can be written so; False (nothing emitted) otherwise."""
+    if pr.op not in AXIS_ROW_OPS or vx.dtype not in FLOAT_DTYPES:
+        return False
+
+    def groups(v: View):
+        return (L.collapse(v.shape[:d0], v.strides[:d0]), L.collapse(v.shape[d0:d1], v.strides[d0:d1]),
+                L.collapse(v.shape[d1:], v.strides[d1:]))
+
+    gs = groups(vx)
+    if any(g is None for g in gs) or gs[2][0] < AXIS_ROW_MIN_INNER:
+        return False
+    (outer, so), (red, sr), (inner, si) = gs
+    out_t = pr.out
+    vo = lw.out_view(pr, out_t, lambda tv: tv.dtype in FLOAT_DTYPES and all(g is not None for g in groups(tv)))
+    post = None
+    if vo.dtype not in FLOAT_DTYPES or any(g is None for g in groups(vo)):
+        tmp = lw.alloc.add_tensor(f"{out_t}_rows", vo.shape, "float32")
+        post = (lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase), vo)
+        lw.views[tmp] = post[0]
+        vo = post[0]
+    (_, oso), (_, osr), (_, osi) = groups(vo)
+    if outer <= 1:
+        so, oso = 0, 0
+    spec = AxisRowSpec("axis_row", pr.op, vx, outer, red, inner, so, sr, si, vo, oso, osr, osi, pro, epi)
+    lw.add(pr, pr.name, spec, [vx], [vo], touched=list(pr.ins) + [out_t, pr.x] + list(pr.pro + pr.epi) +
+           [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
+    if post is not None:
+        lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
+                               note="writes the float32 result in the reference's dtype and layout"))
+    return True
+
+
+def cost_axis_row(spec: AxisRowSpec, ceil) -> tuple[float, float, float]:
+    n = spec.outer * spec.red * spec.inner
+    return float(n * (5 + len(spec.prologue) + len(spec.epilogue))), view_bytes(spec.x) + view_bytes(spec.out), ceil.fp32
+
+
+def interpret_axis_row(mem, s: AxisRowSpec) -> None:
+    import torch
+
+    assert s.outer * s.inner <= 0 or s.red >= 1, "reduce.cuh: launch_softmax_axis refuses red < 1"
+    if s.outer * s.inner == 0:
+        return
+    x = mem.hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
+    y = torch.softmax(x, 1) if s.op == "softmax" else torch.log_softmax(x, 1)
+    mem.write(s.out, mem.hook(s.epilogue, y), (s.outer, s.red, s.inner), (s.out_so, s.out_sr, s.out_si))
+
+
+_AXIS_ROW_OP = {"softmax": "Softmax", "log_softmax": "LogSoftmax"}
+
+
+def render_axis_row(t, a: AxisRowSpec, n, fn: str) -> tuple[list[str], list[str]]:
+    pre: list[str] = []
+    hk = ""
+    if a.prologue or a.epilogue:
+        pre, hk = cxx.hooks(fn, a.prologue, a.epilogue)
+    tin, tout = ctype(a.x.dtype), ctype(a.out.dtype)
+    body = [f"  const stitch::AxisRowParams<{tin}, {tout}> ap{{{n('x')}, {a.outer}, {a.red}, {a.inner}, "
+            f"{a.in_so}, {a.in_sr}, {a.in_si},",
+            f"                                         {n('out')}, {a.out_so}, {a.out_sr}, {a.out_si}}};"]
+    body += cxx.call(t.name, f"stitch::launch_softmax_axis<stitch::RowOp::{_AXIS_ROW_OP[a.op]}>(ap, stream{hk})")
+    return pre, body
+
+
+AXIS_ROW = TaskKind("axis_row", AxisRowSpec, "reduction_template", cost_axis_row, interpret_axis_row,
+                    render_axis_row, headers=("stitch/reduce.cuh",), scratch=frozenset())
+
+__all__ = ["AxisSpec", "AxisProto", "AxisRowSpec", "AXIS", "AXIS_ROW", "emit_axis_row"]

@@ -7,7 +7,8 @@ and logsumexp written out (``m + log(sum(exp(x - m)))``) become one row reductio
 (*fuse*): every other reduction takes the unary elementwise ops before it as a prologue hook and
 after it as an epilogue hook; a reduction over trailing dims is a row reduction, over a contiguous
 run of middle dims (or a whole large tensor to one value) an axis reduction, and otherwise rows
-after a permuting copy (moved back for ops that write a row).
+after a permuting copy (moved back for ops that write a row; a softmax over a middle run of dims
+that lie where the axis softmax can read them is lowered to :class:`~.axis.AxisRowSpec` instead).
 
 Lowering: inputs whose rows are not unit-stride are copied first; a reduction whose output layout
 the kernel cannot write writes rows into a fresh buffer and a copy puts them back; few, long rows of
@@ -27,7 +28,7 @@ from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
 from . import cxx
-from .axis import AxisProto, emit_in_memory_order, kept_in_memory_order
+from .axis import AxisProto, emit_axis_row, emit_in_memory_order, kept_in_memory_order
 from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, reduction_hooks, view_bytes
 
 A = ops.A
@@ -336,6 +337,12 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
     # channels-last data): the result is written in that layout too, rows and all, instead of
     # through rows and a copy back to the reference's layout.
     keep = perm if perm is not None and L.is_dense_in(vx, perm) else None
+    if perm is not None and keep is None and writes_row:
+        # A softmax over a middle run of dims (the channels of channels-first data): read and
+        # written where they lie, when the layout allows, in place of a copy each way.
+        dims = perm[len(perm) - k:]
+        if list(dims) == list(range(dims[0], dims[0] + k)) and emit_axis_row(lw, pr, vx, dims[0], dims[0] + k, pro, epi):
+            return
     if perm is not None:
         vx = L.permute(vx, perm)
     if k == 0:

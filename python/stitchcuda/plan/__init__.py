@@ -35,7 +35,7 @@ from ..kinds import TaskSpec
 from ..kinds.arg import ArgSpec
 from ..kinds.attention import (ATTENTION_EFFICIENCY, ATTENTION_HEAD_DIMS, ATTENTION_MASK_CELL, GEMM_EFFICIENCY,
                                AttentionMaskBlocksSpec, AttentionSpec, attention_time)
-from ..kinds.axis import AxisSpec
+from ..kinds.axis import AxisRowSpec, AxisSpec
 from ..kinds.conv import ConvSpec
 from ..kinds.copy import CopyItem, CopySpec
 from ..kinds.elementwise import EwSpec
@@ -197,7 +197,8 @@ def choices(graph: Graph) -> Choices:
 __all__ = [
     "SCHEMA", "GENERATOR", "POLICIES", "ARENA_ALIGN", "ATTENTION_HEAD_DIMS", "ATTENTION_MASK_CELL",
     "ATTENTION_EFFICIENCY", "GEMM_EFFICIENCY", "MAX_CHAIN", "GRAPH_MIN_TASKS", "Ceilings", "DeviceCeilings", "H100",
-    "H200", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec", "AttentionSpec", "AttentionMaskBlocksSpec",
+    "H200", "EwInstr", "EpOp", "GemmSpec", "EwSpec", "RowSpec", "AxisSpec", "AxisRowSpec", "AttentionSpec",
+    "AttentionMaskBlocksSpec",
     "attention_time", "CopyItem", "CopySpec", "BnStatsSpec", "GroupStatsSpec", "PoolSpec", "ScanSpec", "ArgSpec",
     "GatherSpec", "IotaSpec", "ConvSpec", "RecurrentSpec", "TaskSpec", "Buffer", "Task", "NodeCost", "IOSpec", "Plan",
     "PlanError", "Constraints", "ConstraintError", "Choices", "plan", "choices",

@@ -86,6 +86,21 @@ int64_t axis_ws(const void* in, int64_t outer, int64_t red, int64_t inner, int64
   return reduce_axis_workspace_floats(p);
 }
 
+template <class T>
+int axis_row_dispatch(int op, const void* in, int64_t outer, int64_t red, int64_t inner, int64_t so,
+                      int64_t sr, int64_t si, void* out, int64_t oso, int64_t osr, int64_t osi,
+                      int hooks, cudaStream_t s) {
+  AxisRowParams<T, T> p{static_cast<const T*>(in), outer, red, inner, so, sr, si,
+                        static_cast<T*>(out), oso, osr, osi};
+  switch (op) {
+    case 0:
+      return hooks ? launch_softmax_axis<RowOp::Softmax>(p, s, ProHook{{0.5f}}, EpiHook{})
+                   : launch_softmax_axis<RowOp::Softmax>(p, s);
+    case 1: return launch_softmax_axis<RowOp::LogSoftmax>(p, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -151,6 +166,20 @@ int64_t reduce_axis_ws_floats(int dtype, const void* in, int64_t outer, int64_t 
     case 1: return axis_ws<__half>(in, outer, red, inner, so, sr, si);
     case 2: return axis_ws<__nv_bfloat16>(in, outer, red, inner, so, sr, si);
     default: return -1;
+  }
+}
+
+// Softmax (op 0, with hooks when `hooks`) / log-softmax (op 1) over the middle axis of in and out,
+// both [outer, red, inner] with their own strides.
+int softmax_axis(int op, int dtype, const void* in, int64_t outer, int64_t red, int64_t inner,
+                 int64_t so, int64_t sr, int64_t si, void* out, int64_t oso, int64_t osr, int64_t osi,
+                 int hooks, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case 0: return axis_row_dispatch<float>(op, in, outer, red, inner, so, sr, si, out, oso, osr, osi, hooks, s);
+    case 1: return axis_row_dispatch<__half>(op, in, outer, red, inner, so, sr, si, out, oso, osr, osi, hooks, s);
+    case 2: return axis_row_dispatch<__nv_bfloat16>(op, in, outer, red, inner, so, sr, si, out, oso, osr, osi, hooks, s);
+    default: return cudaErrorInvalidValue;
   }
 }
 

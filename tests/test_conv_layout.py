@@ -372,6 +372,34 @@ def test_softmax_over_few_inner_elements_goes_through_rows():
     assert _simulated_error(model, x, plan, cap) < 1e-5
 
 
+class _Inception(nn.Module):
+    """Three convolutions and a max pool over one channels-first input, joined along channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(8, 4, 1)
+        self.b = nn.Sequential(nn.Conv2d(8, 3, 1), nn.Conv2d(3, 5, 3, padding=1))
+        self.pool = nn.Sequential(nn.MaxPool2d(3, stride=1, padding=1), nn.Conv2d(8, 2, 1))
+
+    def forward(self, x):
+        return torch.cat([self.a(x), self.b(x), self.pool(x)], 1)
+
+
+def test_one_input_converted_once_for_every_reader():
+    """The input is laid out channels-last once for the convolutions that read it, and the pool
+    beside them pools that copy (writing channels-last for the convolution after it): one copy in,
+    the join out."""
+    torch.manual_seed(6)
+    model = _Inception()
+    x = torch.randn(2, 8, 6, 6)
+    plan, cap = _plan(model, x, "tf32")
+    copies = [t for t in plan.run_tasks if isinstance(t.params, P.CopySpec)]
+    assert [t.name for t in copies] == ["copy_x", "cat"], [t.name for t in plan.run_tasks]
+    (pool,) = [t.params for t in plan.run_tasks if isinstance(t.params, P.PoolSpec)]
+    assert pool.channels_last
+    assert _simulated_error(model, x, plan, cap) < 1e-2
+
+
 class _StemAndSqueeze(nn.Module):
     """A stem over RGB (sums of 27), a 1x1 convolution of 16 channels over the whole map (sums of 16,
     a large output), a 3x3 one of 8 channels (sums of 72), and a squeeze-excitation pair on the

@@ -82,6 +82,7 @@ SIGNATURES = {
         "reduce_axis": [I32, I32, PTR, I64, I64, I64, I64, I64, I64, PTR, I64, I64, PTR, I64,
                         PTR],
         "reduce_axis_ws_floats": [I32, PTR, I64, I64, I64, I64, I64, I64],
+        "softmax_axis": [I32, I32, PTR, I64, I64, I64, I64, I64, I64, PTR, I64, I64, I64, I32, PTR],
     },
     "elementwise_harness": {
         "ew_add": [I32, PTR, PTR, PTR, I32, PTR, PTR, PTR, PTR, PTR],

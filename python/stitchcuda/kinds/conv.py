@@ -300,7 +300,7 @@ def lower(lw, pr: ConvProto, pre: list) -> None:
             return v
         # A weight (or what is made of weights at create) is laid out once, when the program is created.
         phase = "create" if lw.buffers[v.buffer].kind in ("weight", "const") else pr.phase
-        return lw.views[lw.copy_contiguous(t, v, pre, phase, why=why, dtype=st, order=order)]
+        return lw.views[lw.copy_contiguous(t, v, pre, phase, why=why, dtype=st, order=order, shared=True)]
 
     layout = "channels-last" if order else "channels-first"
     vx = operand(pr.x, f"cuDNN reads the convolution's input dense, {layout}")

@@ -67,6 +67,8 @@ class Lowerer:
         self.views: dict[str, View] = {}
         self.tasks: list[Task] = []
         self.copies: dict[str, str] = {}  # view-failed tensor -> its contiguous copy
+        # (tensor, view, dtype, order, phase) -> a copy read-only readers share (copy_contiguous's shared)
+        self.shared_copies: dict[tuple, str] = {}
         self.touched: list[set[str]] = []  # per task of self.tasks, the tensors it touches
         self.cats_in_place: list[tuple[str, list[str]]] = []  # (cat node, parts) written in their slots
         self.joined: dict[str, list[View]] = {}  # tensor -> the join slots an earlier cat copied it into
@@ -204,17 +206,31 @@ class Lowerer:
 
     def copy_contiguous(self, x: str, vx: View, pre: list[Task], phase: str, *, why: str,
                         dtype: str | None = None, shape_view: View | None = None,
-                        order: Sequence[int] | None = None) -> str:
+                        order: Sequence[int] | None = None, shared: bool = False) -> str:
         """Append a copy of ``vx`` (or ``shape_view``, a view to materialise as is) into a
-        fresh dense buffer (contiguous, or laid out in ``order``); return the new tensor's name."""
+        fresh dense buffer (contiguous, or laid out in ``order``); return the new tensor's name.
+        ``shared``: the caller only reads the copy, and so may a later reader asking for the same
+        one (the same view of ``x`` in the same dtype, order and phase): it gets this copy, made
+        once (three convolutions of one channels-first input converted it three times)."""
         src = shape_view or vx
         dtype = dtype or src.dtype
+        key = (x, src, dtype, None if order is None else tuple(order), phase)
+        if shared and key in self.shared_copies:
+            return self.shared_copies[key]
         name = self.alloc.add_tensor(f"{x}_c", src.shape, dtype)
         dst = self.alloc.fresh(name, dtype, src.shape, phase, order)
         self.views[name] = dst
         verb = "cast" if dtype != src.dtype else "copy"
         pre.append(self.copy_task(f"{verb}_{ident(x)}", [], src, dst, phase, note=why))
+        if shared:
+            self.shared_copies[key] = name
         return name
+
+    def shared_copy(self, x: str, vx: View, dtype: str, order: Sequence[int] | None, phase: str) -> View | None:
+        """The view of a shared copy of ``vx`` (of ``x``) already made in ``dtype`` and ``order``
+        (:meth:`copy_contiguous`), or None: a reader that works in either layout reads that one."""
+        name = self.shared_copies.get((x, vx, dtype, None if order is None else tuple(order), phase))
+        return None if name is None else self.views[name]
 
     def task(self, name: str, covers: Sequence[str], inputs: Sequence[str], outputs: Sequence[str], spec: Any, *,
              phase: str = "run", note: str = "") -> Task:

@@ -304,6 +304,13 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, list]]]] = {
                          s.dw2(F.pad(x, (2, 1, 1, 2)))),
            pw=nn.Conv2d(4, 8, 1), dw=nn.Conv2d(8, 8, 3, stride=2, groups=8),
            dw2=nn.Conv2d(4, 4, 3, padding=1, groups=4)), [_x(2, 4, 12, 10)]))),
+    # the channels-last kernel (after a 1x1 convolution, channels-last under tf32) with a sliding
+    # window of stride 2 (5x5 and 3x3), and stride 2 with dilation (any stride); odd widths leave a
+    # partial group of four output columns
+    "depthwise_nhwc_stride2": ("conv", _seeded(lambda: (
+        Fn(lambda s, x: (lambda y: (F.relu6(s.dw5(y)), s.dw3(y), s.dwd(y)))(s.pw(x)), pw=nn.Conv2d(4, 8, 1),
+           dw5=nn.Conv2d(8, 8, 5, stride=2, padding=2, groups=8), dw3=nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8),
+           dwd=nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=8)), [_x(2, 4, 13, 19)]))),
     "depthwise_wide": ("conv", _seeded(lambda: (
         Fn(lambda s, x: s.c(x), c=nn.Conv2d(4, 4, (2, 9), padding=(1, 4), groups=4, bias=False)), [_x(2, 4, 7, 30)]))),
     "conv1d_tanh_gelu_tanh": ("conv", _seeded(lambda: (

@@ -107,16 +107,22 @@ __global__ void __launch_bounds__(256) depthwise_kernel(DepthwiseParams<Tin, Tou
 // Channels-last with a square K x K filter (3, 5, 7), channels and every x / out stride a multiple of 4,
 // both 4-element aligned: each thread computes one vector of 4 consecutive channels for
 // kDwNhwcCols consecutive output columns of one row, the filter in registers (see below). With
-// stride 1 and no dilation the outputs slide along the row: each input column a tap row reads is
-// loaded once for all of them ((kDwNhwcCols + K - 1) vectors, not kDwNhwcCols * K). Every load and
+// stride S of 1 or 2 and no dilation the outputs slide along the row: each input column a tap row
+// reads is loaded once for all of them ((kDwNhwcCols - 1) * S + K vectors, not kDwNhwcCols * K: a
+// 5x5 filter of stride 2 loads 11, not 20; S = 0 takes any stride and dilation). Every load and
 // store is a vector, coalesced across a warp (consecutive threads on consecutive channel groups).
 // The taps are summed in the order of depthwise_kernel (bias, then row by row), so the two agree
 // bit for bit. (The one-element-a-thread kernel ran SegFormer's 3x3 convolutions at 7 % of the
 // bandwidth.)
 constexpr int kDwNhwcCols = 4;
-template <int K, bool UNIT, class Tin, class Tout, class Act>
+// STITCH_DW_SLIDE2 0 (defined before this header) takes stride 2 on the any-stride form (S = 0):
+// the form before the sliding window of stride 2, for measuring the two in one process.
+#ifndef STITCH_DW_SLIDE2
+#define STITCH_DW_SLIDE2 1
+#endif
+template <int K, int S, class Tin, class Tout, class Act>
 __global__ void __launch_bounds__(256) depthwise_nhwc_kernel(DepthwiseParams<Tin, Tout> p, int64_t total, Act act) {
-  constexpr int V = 4, JT = kDwNhwcCols, NC = UNIT ? JT + K - 1 : JT * K;
+  constexpr int V = 4, JT = kDwNhwcCols, NC = S > 0 ? (JT - 1) * S + K : JT * K;
   const int64_t cg_n = p.channels / V, jt_n = ceil_div<int64_t>(p.ow, JT);
   const int64_t grid = int64_t(gridDim.x) * blockDim.x;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += grid) {
@@ -165,8 +171,8 @@ __global__ void __launch_bounds__(256) depthwise_nhwc_kernel(DepthwiseParams<Tin
       float xin[NC][V];
 #pragma unroll
       for (int q = 0; q < NC; ++q) {
-        // UNIT: column col0 + q; otherwise output jj = q / K, tap b = q % K
-        const int64_t col = UNIT ? col0 + q : col0 + int64_t(q / K) * p.stride_w + int64_t(q % K) * p.dil_w;
+        // S > 0: column col0 + q; otherwise output jj = q / K, tap b = q % K
+        const int64_t col = S > 0 ? col0 + q : col0 + int64_t(q / K) * p.stride_w + int64_t(q % K) * p.dil_w;
         if (col >= 0 && col < p.w_in) {
           const Pack<Tin, V> xv = load_pack<Tin, V>(row + col * p.x_stride[3]);
 #pragma unroll
@@ -182,7 +188,7 @@ __global__ void __launch_bounds__(256) depthwise_nhwc_kernel(DepthwiseParams<Tin
         for (int jj = 0; jj < JT; ++jj)
 #pragma unroll
           for (int v = 0; v < V; ++v) {
-            const int q = UNIT ? jj + b : jj * K + b;
+            const int q = S > 0 ? jj * S + b : jj * K + b;
             acc[jj][v] = fmaf(xin[q][v], wv[ALL ? a * K + b : b][v], acc[jj][v]);
           }
     }
@@ -396,26 +402,30 @@ cudaError_t launch_depthwise(const DepthwiseParams<Tin, Tout>& p, cudaStream_t s
   if (fast_channels) {
     if constexpr (FAST != 0 && SQ != 0) {
       if (p.kh == p.kw && (p.kh == 3 || p.kh == 5 || p.kh == 7) && detail::depthwise_nhwc_ok(p)) {
-        const bool unit = p.stride_w == 1 && p.dil_w == 1;
+        // the sliding window's stride as a constant (1 or 2, no dilation), else 0: any
+        const int slide = p.dil_w == 1 && (p.stride_w == 1 || (STITCH_DW_SLIDE2 && p.stride_w == 2)) ? p.stride_w : 0;
         const int64_t work = p.batch * p.oh * ceil_div<int64_t>(p.ow, detail::kDwNhwcCols) * (p.channels / 4);
         const int64_t w3 = ceil_div<int64_t>(work, 256);
         const unsigned b3 = unsigned(w3 < (int64_t(1) << 20) ? w3 : (int64_t(1) << 20));
         if constexpr (SQ == 3 || SQ < 0)
           if (p.kh == 3) {
-            if (unit) detail::depthwise_nhwc_kernel<3, true><<<b3, 256, 0, stream>>>(p, work, act);
-            else detail::depthwise_nhwc_kernel<3, false><<<b3, 256, 0, stream>>>(p, work, act);
+            if (slide == 1) detail::depthwise_nhwc_kernel<3, 1><<<b3, 256, 0, stream>>>(p, work, act);
+            else if (slide == 2) detail::depthwise_nhwc_kernel<3, 2><<<b3, 256, 0, stream>>>(p, work, act);
+            else detail::depthwise_nhwc_kernel<3, 0><<<b3, 256, 0, stream>>>(p, work, act);
             return cudaGetLastError();
           }
         if constexpr (SQ == 5 || SQ < 0)
           if (p.kh == 5) {
-            if (unit) detail::depthwise_nhwc_kernel<5, true><<<b3, 256, 0, stream>>>(p, work, act);
-            else detail::depthwise_nhwc_kernel<5, false><<<b3, 256, 0, stream>>>(p, work, act);
+            if (slide == 1) detail::depthwise_nhwc_kernel<5, 1><<<b3, 256, 0, stream>>>(p, work, act);
+            else if (slide == 2) detail::depthwise_nhwc_kernel<5, 2><<<b3, 256, 0, stream>>>(p, work, act);
+            else detail::depthwise_nhwc_kernel<5, 0><<<b3, 256, 0, stream>>>(p, work, act);
             return cudaGetLastError();
           }
         if constexpr (SQ == 7 || SQ < 0)
           if (p.kh == 7) {
-            if (unit) detail::depthwise_nhwc_kernel<7, true><<<b3, 256, 0, stream>>>(p, work, act);
-            else detail::depthwise_nhwc_kernel<7, false><<<b3, 256, 0, stream>>>(p, work, act);
+            if (slide == 1) detail::depthwise_nhwc_kernel<7, 1><<<b3, 256, 0, stream>>>(p, work, act);
+            else if (slide == 2) detail::depthwise_nhwc_kernel<7, 2><<<b3, 256, 0, stream>>>(p, work, act);
+            else detail::depthwise_nhwc_kernel<7, 0><<<b3, 256, 0, stream>>>(p, work, act);
             return cudaGetLastError();
           }
       }

@@ -910,6 +910,36 @@ def test_template_kernels_are_placed_by_program_order():
     assert [r.task for r in recs] == ["gelu", ""] and unclaimed == ["mystery"]
 
 
+def test_unnamed_kernels_that_do_not_divide_go_to_tasks_of_their_family():
+    """A squeeze-expand block launches no kernel named after a task: a layout copy, three
+    convolutions (two GEMMs, then cuDNN's conversion, implicit GEMM, conversion) and a join of two
+    copies, eight kernels for five tasks. Library kernels go to the convolutions, the template
+    copies to the copy tasks, in order, every task with one at least (one each to the first five
+    gave the join a convolution's kernel and left its copies to nobody)."""
+    tasks = (Task("copy_x", "copy", ("x",)), Task("conv_a", "cudnn_conv", ("c1",)),
+             Task("conv_b", "cudnn_conv", ("c2",)), Task("conv_c", "cudnn_conv", ("c3",)),
+             Task("cat", "copy", ("cat",), bytes=800))
+    K = cp.RawActivity
+    names = ["stitch::detail::ew_strided_kernel<stitch::detail::Copy1, unsigned int, float, float>",
+             "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x32x8", "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8",
+             "cudnn::engines_precompiled::convertTensor_kernel<float, float, float>",
+             "sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_tf32f32_tf32f32_f32_nhwc",
+             "cudnn::engines_precompiled::convertTensor_kernel<float, float, float>",
+             "stitch::detail::ew_tile_kernel<stitch::detail::Copy1, float, float>",
+             "stitch::detail::ew_tile_kernel<stitch::detail::Copy1, float, float>"]
+    run = [K("kernel", n, 10 * i, 10 * i + 5) for i, n in enumerate(names)]
+    recs, unclaimed = cp.attribute([run], tasks)
+    owners = [r.task for r in recs]
+    assert owners[0] == "copy_x" and owners[6:] == ["cat", "cat"], owners
+    # the five library kernels to the three convolutions, in order, each one at least (which
+    # convolution a conversion kernel between two of them belongs to, nothing in a run tells)
+    assert owners[1:6] == sorted(owners[1:6]) and set(owners[1:6]) == {"conv_a", "conv_b", "conv_c"}, owners
+    assert unclaimed == [] and recs[6].bytes + recs[7].bytes == 800
+    # an even split that matches the families is kept (two kernels a task: split rows, split K)
+    at, score = cp.align_kernels([True, True, False, False], tasks[2:5:2])
+    assert at == [0, 0, 1, 1] and score == 4
+
+
 def test_kernels_of_a_shared_functor_go_to_each_task_of_its_group_in_program_order():
     """Tasks with the same elementwise function launch the first one's kernels (kernels_of): each
     kernel named after it goes to the member whose turn it is, whether each launches one kernel or

@@ -161,7 +161,7 @@ def attribute(runs: Sequence[Sequence[RawActivity]], tasks: Sequence[Task], name
         kernels = [r for r in run if r.kind == "kernel"]
         owner = [(t.name if (t := match_task(short_name(names.get(r.name, r.name)), tasks)) else "") for r in kernels]
         share_group_kernels(owner, tasks)
-        place_unnamed(owner, tasks)
+        place_unnamed(owner, tasks, [short_name(names.get(r.name, r.name)) for r in kernels])
         # a task's bytes and FLOPs (per run) are split between its kernels in this run by duration
         per_task: dict[str, int] = {}
         for r, o in zip(kernels, owner):
@@ -216,8 +216,57 @@ def share_group_kernels(owner: list[str], tasks: Sequence[Task]) -> None:
                 last = index.get(owner[i], last)
 
 
-def place_unnamed(owner: list[str], tasks: Sequence[Task]) -> None:
-    """Fill ``owner`` (one task name per kernel in time order, "" when unnamed) by program order."""
+def is_library_kernel(name: str) -> bool:
+    """Whether a kernel is a library's (cuBLASLt, cuDNN): not one of the program's own templates
+    (namespace ``stitch::``) or functions (``task::``)."""
+    return "stitch::" not in name and "task::" not in name
+
+
+def align_kernels(library: Sequence[bool], tasks: Sequence[Task]) -> tuple[list[int], int]:
+    """Kernels (in time order, each a library's or not) given to ``tasks`` (in program order), each
+    kernel to one task, in order: the assignment that gives most kernels a task of their family (a
+    library kernel a library call's task, a template kernel a template's) and leaves fewest tasks
+    without a kernel; (each kernel's task index, that score)."""
+    n, m = len(library), len(tasks)
+    runtime = [t.strategy in RUNTIME_STRATEGIES for t in tasks]
+    neg = -(n + m + 1)
+    # best[i][j]: the best score of kernels 0..i with kernel i on task j (tasks skipped before j count -1 each)
+    best = [[neg] * m for _ in range(n)]
+    back = [[-1] * m for _ in range(n)]
+    for j in range(m):
+        best[0][j] = int(library[0] == runtime[j]) - j
+    for i in range(1, n):
+        prev = best[i - 1]
+        top, top_k = neg, -1  # max over k < j of prev[k] + k (from task k to j skips j - k - 1)
+        for j in range(m):
+            if j > 0 and prev[j - 1] + j - 1 > top:
+                top, top_k = prev[j - 1] + j - 1, j - 1
+            v, k = prev[j], j
+            if top_k >= 0 and top - j + 1 > v:
+                v, k = top - j + 1, top_k
+            best[i][j], back[i][j] = v + int(library[i] == runtime[j]), k
+    end = max(range(m), key=lambda j: (best[n - 1][j] - (m - 1 - j), j))
+    score = best[n - 1][end] - (m - 1 - end)
+    out = [end]
+    for i in range(n - 1, 0, -1):
+        out.append(back[i][out[-1]])
+    return out[::-1], score
+
+
+def _score(library: Sequence[bool], tasks: Sequence[Task], at: Sequence[int]) -> int:
+    runtime = [t.strategy in RUNTIME_STRATEGIES for t in tasks]
+    return sum(int(lib == runtime[j]) for lib, j in zip(library, at)) - (len(tasks) - len(set(at)))
+
+
+def place_unnamed(owner: list[str], tasks: Sequence[Task], kernel_names: Sequence[str] | None = None) -> None:
+    """Fill ``owner`` (one task name per kernel in time order, "" when unnamed) by program order.
+
+    A run of unnamed kernels between two named ones goes to the tasks between those that claimed
+    none: one task takes them all; as many kernels a task when they divide evenly; otherwise (or
+    when the even split gives a library kernel to a template's task, or the other way round) by
+    :func:`align_kernels` over the kernels' families (``kernel_names``). A squeeze-expand block's
+    eight unnamed kernels over five tasks went one each to the first five, the last convolution's
+    GEMM and the join's two copies to none."""
     index = {t.name: i for i, t in enumerate(tasks)}
     claimed = {o for o in owner if o}
     free = [i for i, t in enumerate(tasks) if t.name not in claimed and getattr(t, "phase", "run") == "run"]
@@ -236,10 +285,19 @@ def place_unnamed(owner: list[str], tasks: Sequence[Task]) -> None:
             between = [tasks[k].name for k in (hi, lo) if 0 <= k < len(tasks)
                        and tasks[k].strategy in RUNTIME_STRATEGIES][:1]
         span = range(i, j)
+        even = None
         if len(between) == 1 or (between and len(span) % len(between) == 0):
             per = len(span) // len(between)  # each task the same number of kernels (split-K, split rows)
+            even = [n // per for n in range(len(span))]
+        if len(between) > 1 and kernel_names is not None:
+            library = [is_library_kernel(kernel_names[k]) for k in span]
+            sub = [tasks[index[b]] for b in between]
+            at, score = align_kernels(library, sub)
+            if even is None or score > _score(library, sub, even):
+                even = at
+        if even is not None:
             for n, k in enumerate(span):
-                owner[k] = between[n // per]
+                owner[k] = between[even[n]]
         else:
             for name, k in zip(between, span):
                 owner[k] = name
@@ -581,4 +639,4 @@ __all__ = ["RawActivity", "RawApi", "short_name", "demangle", "split_runs", "mat
            "attribute", "task_times",
            "gap_stats", "launch_accounting", "graph_check", "analyse", "cupti_available", "collect_cupti",
            "collect_torch_profiler", "profile_program", "profile_reference", "cache_dir", "device_ceilings",
-           "measure_ceilings", "RUNTIME_STRATEGIES"]
+           "measure_ceilings", "RUNTIME_STRATEGIES", "align_kernels", "is_library_kernel"]

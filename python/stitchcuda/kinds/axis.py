@@ -24,11 +24,9 @@ from .base import FLOAT_DTYPES, Proto, TaskKind, reduction_hooks, view_bytes
 
 
 @dataclass(frozen=True)
-class AxisSpec:
-    """reduce.cuh's middle-axis reduction: x as [outer, red, inner], out as [outer, inner];
-    ``workspace`` (fp32, ``workspace_floats``) lets a long reduced axis split over blocks."""
-
-    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "axis")
+class AxisInput:
+    """What reduce.cuh's middle-axis kernels read: x as [outer, red, inner] with its element
+    strides (the fields :class:`AxisSpec` and :class:`AxisRowSpec` begin with), and where they write."""
 
     kind: str
     op: str
@@ -40,6 +38,15 @@ class AxisSpec:
     in_sr: int
     in_si: int
     out: View
+
+
+@dataclass(frozen=True)
+class AxisSpec(AxisInput):
+    """reduce.cuh's middle-axis reduction: x as [outer, red, inner], out as [outer, inner];
+    ``workspace`` (fp32, ``workspace_floats``) lets a long reduced axis split over blocks."""
+
+    JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "axis")
+
     out_so: int
     out_si: int
     workspace: View | None = None
@@ -64,22 +71,12 @@ class AxisProto(Proto):
 
 
 @dataclass(frozen=True)
-class AxisRowSpec:
+class AxisRowSpec(AxisInput):
     """reduce.cuh's softmax over a middle axis: x and out both as [outer, red, inner], each with its
     own element strides; ``op`` ``softmax`` or ``log_softmax``."""
 
     JSON_TAG: ClassVar[tuple[str, str]] = ("kind", "axis_row")
 
-    kind: str
-    op: str
-    x: View
-    outer: int
-    red: int
-    inner: int
-    in_so: int
-    in_sr: int
-    in_si: int
-    out: View
     out_so: int
     out_sr: int
     out_si: int
@@ -202,15 +199,7 @@ def emit_axis(lw, pr, vx: View, gs, out_groups, pro, epi, touched: list[str],
     a float32 buffer copied (and cast) after."""
     out_t = pr.out
     (outer, so), (red, sr), (inner, si) = gs
-    vo = lw.out_view(pr, out_t, lambda tv: all(g is not None for g in out_groups(tv)) and
-                        tv.dtype in FLOAT_DTYPES, order=order)
-    post = None
-    if vo.dtype not in FLOAT_DTYPES or any(g is None for g in out_groups(vo)):
-        # an integer result (reduced in float32, then cast), or a layout the groups do not fit
-        tmp = lw.alloc.add_tensor(f"{out_t}_f32", vo.shape, "float32")
-        post = (lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase), vo)
-        lw.views[tmp] = post[0]
-        vo = post[0]
+    vo, post = _result_view(lw, pr, lambda v: all(g is not None for g in out_groups(v)), order)
     (o_o, out_so), (o_i, out_si) = out_groups(vo)
     if inner <= 1:
         si, out_si = 1, 1
@@ -225,9 +214,28 @@ def emit_axis(lw, pr, vx: View, gs, out_groups, pro, epi, touched: list[str],
     spec = AxisSpec("axis", pr.op, vx, outer, red, inner, so, sr, si, vo, out_so, out_si, ws, ws_floats,
                     pro, epi)
     lw.add(pr, pr.name, spec, [vx], [vo] + ([ws] if ws else []), touched=touched)
+    _write_back(lw, pr, post)
+
+
+def _result_view(lw, pr, fits, order: tuple[int, ...] | None = None) -> tuple[View, tuple[View, View] | None]:
+    """Where an axis task writes ``pr.out``: where a reader wants it when ``fits`` (the layout's
+    groups collapse) and its dtype is a float, else (fresh) dense in ``order``; failing both, a fresh
+    float32 buffer and (it, the result's view) for :func:`_write_back` (an integer result, reduced
+    in float32 then cast, or a layout the groups do not fit)."""
+    vo = lw.out_view(pr, pr.out, lambda tv: tv.dtype in FLOAT_DTYPES and fits(tv), order=order)
+    if vo.dtype in FLOAT_DTYPES and fits(vo):
+        return vo, None
+    tmp = lw.alloc.add_tensor(f"{pr.out}_f32", vo.shape, "float32")
+    written = lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase)
+    lw.views[tmp] = written
+    return written, (written, vo)
+
+
+def _write_back(lw, pr, post: tuple[View, View] | None) -> None:
+    """The copy of :func:`_result_view`'s float32 buffer into the result, when one was needed."""
     if post is not None:
         lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
-                                     note="writes the float32 result in the reference's dtype and layout"))
+                               note="writes the float32 result in the reference's dtype and layout"))
 
 
 def _axis_workspace_floats(outer: int, red: int, inner: int, si: int, so: int, sr: int, itemsize: int) -> int:
@@ -315,22 +323,14 @@ def emit_axis_row(lw, pr, vx: View, d0: int, d1: int, pro, epi) -> bool:
         return False
     (outer, so), (red, sr), (inner, si) = gs
     out_t = pr.out
-    vo = lw.out_view(pr, out_t, lambda tv: tv.dtype in FLOAT_DTYPES and all(g is not None for g in groups(tv)))
-    post = None
-    if vo.dtype not in FLOAT_DTYPES or any(g is None for g in groups(vo)):
-        tmp = lw.alloc.add_tensor(f"{out_t}_rows", vo.shape, "float32")
-        post = (lw.alloc.fresh(tmp, "float32", vo.shape, pr.phase), vo)
-        lw.views[tmp] = post[0]
-        vo = post[0]
+    vo, post = _result_view(lw, pr, lambda v: all(g is not None for g in groups(v)))
     (_, oso), (_, osr), (_, osi) = groups(vo)
     if outer <= 1:
         so, oso = 0, 0
     spec = AxisRowSpec("axis_row", pr.op, vx, outer, red, inner, so, sr, si, vo, oso, osr, osi, pro, epi)
     lw.add(pr, pr.name, spec, [vx], [vo], touched=list(pr.ins) + [out_t, pr.x] + list(pr.pro + pr.epi) +
            [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
-    if post is not None:
-        lw.append(lw.copy_task(f"{pr.name}_out", list(pr.nodes), post[0], post[1], pr.phase,
-                               note="writes the float32 result in the reference's dtype and layout"))
+    _write_back(lw, pr, post)
     return True
 
 

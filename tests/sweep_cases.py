@@ -629,7 +629,7 @@ def reduction(draw, op: str | None = None):
         y = call(HOOKS[pre](view(x, how)))
         return HOOKS[post](y) if y.is_floating_point() else y
 
-    return Case(op, params, fn, (x,), preserve=preserve, kinds=("Row", "Axis") if math.prod(shape) else (),
+    return Case(op, params, fn, (x,), preserve=preserve, kinds=("Row", "Axis", "AxisRow") if math.prod(shape) else (),
                 policy=draw(policies()), data_seed=draw(seeds()), refusal=refusal)
 
 
@@ -1463,7 +1463,7 @@ for _op in _VIEW_OPS:
 
 #: Every task kind (spec class, without ``Spec``) -> strategies whose plans hold one.
 KINDS: dict[str, tuple[Callable, ...]] = {
-    "Gemm": (gemm,), "Ew": (fused, elementwise), "Row": (reduction,), "Axis": (reduction,),
+    "Gemm": (gemm,), "Ew": (fused, elementwise), "Row": (reduction,), "Axis": (reduction,), "AxisRow": (reduction,),
     "Attention": (attention,), "AttentionMaskBlocks": (attention,), "Copy": (cat, scatter, views),
     "BnStats": (norm,), "GroupStats": (norm,), "Pool": (pool,), "Scan": (scan,), "Arg": (arg,),
     "Gather": (gather, upsample, linear_upsample, pad, interpolate), "Iota": (arange,), "Conv": (conv,),

@@ -37,6 +37,33 @@ def test_sweep(name):
     _test(name)()
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "strided_inner", "reduced_last_in_memory"])
+@pytest.mark.parametrize("what", ["softmax", "log_softmax"])
+def test_softmax_over_a_middle_axis(what, layout):
+    """A softmax over dim 1 of [2, 5, 6, 7] (42 inner elements: the axis softmax) with hooks before
+    and after, on contiguous data, on a view whose inner run has stride 2 (its groups still
+    collapse), and on data whose reduced dim lies innermost in memory (rows, no copy); the
+    sweep's own draws reach it only where 4-d shapes happen to be large enough."""
+    import torch
+
+    from tests.sweep import Case, T
+
+    f = torch.softmax if what == "softmax" else torch.log_softmax
+    shape = {"contiguous": (2, 5, 6, 7), "strided_inner": (2, 5, 6, 14),
+             "reduced_last_in_memory": (2, 6, 7, 5)}[layout]
+
+    def fn(s, x):
+        if layout == "strided_inner":
+            x = x[..., ::2]
+        elif layout == "reduced_last_in_memory":
+            x = x.permute(0, 3, 1, 2)
+        return torch.tanh(f(x * 1.5, 1)) * 2.0
+
+    kinds = ("Row",) if layout == "reduced_last_in_memory" else ("AxisRow",)
+    case = Case(f"aten._{what}.default", {"layout": layout}, fn, (T(shape),), kinds=kinds, names=(what,))
+    assert check(case) == "planned"
+
+
 @pytest.mark.parametrize("nsp", [1, 2, 3])
 def test_pool_average_leaves_the_padding_out_of_its_count(nsp):
     """An average pool with padding and ``count_include_pad=False`` divides a border window by the

@@ -400,6 +400,32 @@ def test_one_input_converted_once_for_every_reader():
     assert _simulated_error(model, x, plan, cap) < 1e-2
 
 
+class _ConvAndPoolOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c, self.p = nn.Conv2d(32, 16, 3, padding=1), nn.MaxPool2d(3, 1, 1)
+
+    def forward(self, x):
+        return self.c(x), self.p(x)
+
+
+def test_a_pool_returned_channels_first_pools_the_input_as_it_lies():
+    """Beside a convolution's channels-last copy of x, a pool whose result is the program's
+    (channels-first) output pools x as it lies: pooling the copy would need a copy back."""
+    torch.manual_seed(7)
+    model = _ConvAndPoolOut()
+    x = torch.randn(2, 32, 6, 6)
+    plan, cap = _plan(model, x, "tf32")
+    (pool,) = [t.params for t in plan.run_tasks if isinstance(t.params, P.PoolSpec)]
+    assert not pool.channels_last
+    copies = [t.name for t in plan.run_tasks if isinstance(t.params, P.CopySpec)]
+    assert copies == ["copy_x", "output_convolution"], copies
+    out = simulate(plan, model_weights(model, cap.graph) or cap.weights, [x])
+    with torch.no_grad():
+        want = [w.double() for w in copy.deepcopy(model).double()(x.double())]
+    assert max(((o.double() - w).abs() / (1 + w.abs())).max().item() for o, w in zip(out, want)) < 1e-2
+
+
 class _StemAndSqueeze(nn.Module):
     """A stem over RGB (sums of 27), a 1x1 convolution of 16 channels over the whole map (sums of 16,
     a large output), a 3x3 one of 8 channels (sums of 72), and a squeeze-excitation pair on the

@@ -141,9 +141,12 @@ def lower(lw, pr: PoolProto, pre: list) -> None:
 
     window = (three(pr.kernel, 1), three(pr.stride, 1), three(pr.padding, 0), three(pr.dilation, 1))
     touched = list(pr.ins) + [pr.out, pr.x] + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi]
-    if lead == 2 and not L.is_channels_last(vx) and vx.dtype in FLOAT_DTYPES:
+    target = lw.target.get(pr.out)
+    if lead == 2 and not L.is_channels_last(vx) and vx.dtype in FLOAT_DTYPES and \
+            (target is None or L.is_channels_last(target)):
         # A channels-last copy of x made for a convolution that reads it too (an inception
-        # block's pool branch beside its convolutions): pool that one, and write channels-last.
+        # block's pool branch beside its convolutions): pool that one, and write channels-last
+        # (unless the result is wanted channels-first: a copy back would cost what was saved).
         vx = lw.shared_copy(pr.x, vx, vx.dtype, L.channels_last_order(vx.ndim), pr.phase) or vx
     if lead == 2 and L.is_channels_last(vx) and vx.dtype in FLOAT_DTYPES:
         order = L.channels_last_order(vx.ndim)  # (another layout's target: a tiled copy converts)

@@ -20,7 +20,7 @@ from ..dtypes import ctype
 from ..layout import View
 from ..ops import EwInstr
 from . import cxx
-from .base import FLOAT_DTYPES, Proto, TaskKind, reduction_hooks, view_bytes
+from .base import FLOAT_DTYPES, Proto, TaskKind, hooked_touched, reduction_hooks, view_bytes
 
 
 @dataclass(frozen=True)
@@ -185,9 +185,7 @@ def emit_in_memory_order(lw, pr, vx: View, d0: int, d1: int, order: tuple[int, .
         dense_order = order  # keepdim
     else:
         dense_order = squeezed
-    emit_axis(lw, pr, xp, groups(xp), out_groups, pro, epi,
-              list(pr.ins) + [pr.out, pr.x] + list(pr.pro + pr.epi) +
-              [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi], order=dense_order)
+    emit_axis(lw, pr, xp, groups(xp), out_groups, pro, epi, hooked_touched(lw, pr), order=dense_order)
 
 
 def emit_axis(lw, pr, vx: View, gs, out_groups, pro, epi, touched: list[str],
@@ -271,13 +269,30 @@ def cost_axis(spec: AxisSpec, ceil) -> tuple[float, float, float]:
     return float(flops), view_bytes(spec.x) + view_bytes(spec.out), ceil.fp32
 
 
+def _read_x(mem, s: AxisSpec | AxisRowSpec, launch: str):
+    """x as [outer, red, inner] through the prologue, for an axis kind's interpreter (None: an empty
+    launch, nothing to write)."""
+    assert s.outer * s.inner <= 0 or s.red >= 1, f"reduce.cuh: {launch} refuses red < 1"
+    if s.outer * s.inner == 0:
+        return None
+    return mem.hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
+
+
+def _render_head(a: AxisSpec | AxisRowSpec, n, fn: str, params: str) -> tuple[list[str], str, str]:
+    """An axis task's hook functors, the launch's trailing hook arguments, and the start of its
+    params: ``stitch::<params><Tin, Tout> ap{x, outer, red, inner, in strides,``."""
+    pre, hk = cxx.hooks(fn, a.prologue, a.epilogue) if a.prologue or a.epilogue else ([], "")
+    head = (f"  const stitch::{params}<{ctype(a.x.dtype)}, {ctype(a.out.dtype)}> ap{{{n('x')}, {a.outer}, {a.red}, "
+            f"{a.inner}, {a.in_so}, {a.in_sr}, {a.in_si},")
+    return pre, hk, head
+
+
 def interpret_axis(mem, s: AxisSpec) -> None:
     import torch
 
-    assert s.outer * s.inner <= 0 or s.red >= 1, "reduce.cuh: launch_reduce_axis refuses red < 1"
-    if s.outer * s.inner == 0:
-        return  # no result to write (the launch is empty)
-    x = mem.hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
+    x = _read_x(mem, s, "launch_reduce_axis")
+    if x is None:
+        return
     r = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}[s.op](x, 1)
     mem.write(s.out, mem.hook(s.epilogue, r), (s.outer, s.inner), (s.out_so, s.out_si))
 
@@ -286,14 +301,9 @@ _AXIS_OP = {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min"}
 
 
 def render_axis(t, a: AxisSpec, n, fn: str) -> tuple[list[str], list[str]]:
-    pre: list[str] = []
-    hk = ""
-    if a.prologue or a.epilogue:
-        pre, hk = cxx.hooks(fn, a.prologue, a.epilogue)
-    tin, tout = ctype(a.x.dtype), ctype(a.out.dtype)
+    pre, hk, head = _render_head(a, n, fn, "AxisParams")
     ws = f"{n('workspace')}, {a.workspace_floats}" if a.workspace is not None else "nullptr, 0"
-    body = [f"  const stitch::AxisParams<{tin}, {tout}> ap{{{n('x')}, {a.outer}, {a.red}, {a.inner}, "
-            f"{a.in_so}, {a.in_sr}, {a.in_si},",
+    body = [head,
             f"                                       {n('out')}, {a.out_so}, {a.out_si}, {ws}}};",
             f"  return cuda_check(stitch::launch_reduce_axis<stitch::AxisOp::{_AXIS_OP[a.op]}>(ap, stream{hk}),",
             f'                    "{t.name}");']
@@ -328,8 +338,7 @@ def emit_axis_row(lw, pr, vx: View, d0: int, d1: int, pro, epi) -> bool:
     if outer <= 1:
         so, oso = 0, 0
     spec = AxisRowSpec("axis_row", pr.op, vx, outer, red, inner, so, sr, si, vo, oso, osr, osi, pro, epi)
-    lw.add(pr, pr.name, spec, [vx], [vo], touched=list(pr.ins) + [out_t, pr.x] + list(pr.pro + pr.epi) +
-           [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
+    lw.add(pr, pr.name, spec, [vx], [vo], touched=hooked_touched(lw, pr))
     _write_back(lw, pr, post)
     return True
 
@@ -342,10 +351,9 @@ def cost_axis_row(spec: AxisRowSpec, ceil) -> tuple[float, float, float]:
 def interpret_axis_row(mem, s: AxisRowSpec) -> None:
     import torch
 
-    assert s.outer * s.inner <= 0 or s.red >= 1, "reduce.cuh: launch_softmax_axis refuses red < 1"
-    if s.outer * s.inner == 0:
+    x = _read_x(mem, s, "launch_softmax_axis")
+    if x is None:
         return
-    x = mem.hook(s.prologue, mem.read(s.x, (s.outer, s.red, s.inner), (s.in_so, s.in_sr, s.in_si)))
     y = torch.softmax(x, 1) if s.op == "softmax" else torch.log_softmax(x, 1)
     mem.write(s.out, mem.hook(s.epilogue, y), (s.outer, s.red, s.inner), (s.out_so, s.out_sr, s.out_si))
 
@@ -354,14 +362,8 @@ _AXIS_ROW_OP = {"softmax": "Softmax", "log_softmax": "LogSoftmax"}
 
 
 def render_axis_row(t, a: AxisRowSpec, n, fn: str) -> tuple[list[str], list[str]]:
-    pre: list[str] = []
-    hk = ""
-    if a.prologue or a.epilogue:
-        pre, hk = cxx.hooks(fn, a.prologue, a.epilogue)
-    tin, tout = ctype(a.x.dtype), ctype(a.out.dtype)
-    body = [f"  const stitch::AxisRowParams<{tin}, {tout}> ap{{{n('x')}, {a.outer}, {a.red}, {a.inner}, "
-            f"{a.in_so}, {a.in_sr}, {a.in_si},",
-            f"                                         {n('out')}, {a.out_so}, {a.out_sr}, {a.out_si}}};"]
+    pre, hk, head = _render_head(a, n, fn, "AxisRowParams")
+    body = [head, f"                                         {n('out')}, {a.out_so}, {a.out_sr}, {a.out_si}}};"]
     body += cxx.call(t.name, f"stitch::launch_softmax_axis<stitch::RowOp::{_AXIS_ROW_OP[a.op]}>(ap, stream{hk})")
     return pre, body
 

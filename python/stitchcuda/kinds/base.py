@@ -109,6 +109,13 @@ def int_list(v, n: int, default: int) -> tuple[int, ...]:
     return v * n if len(v) == 1 else v
 
 
+def hooked_touched(lw, pr) -> list[str]:
+    """The graph tensors a task with hooks touches (``Lowerer.add``'s ``touched``): its inputs, its
+    x and result, and what its prologue and epilogue hook nodes write."""
+    return list(pr.ins) + [pr.out, pr.x] + list(pr.pro + pr.epi) + \
+        [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi]
+
+
 def reduction_hooks(lw, pr) -> tuple[tuple[EwInstr, ...], tuple[EwInstr, ...]]:
     """A reduction's prologue and epilogue: its hook nodes' instructions around the op's own
     transforms (prologue hook, then the op's; the op's, then the epilogue hook)."""

@@ -35,7 +35,8 @@ from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
 from . import cxx
-from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, conv2d_reference, dense_block, int_list, view_bytes
+from .base import (FLOAT_DTYPES, ClaimRule, Proto, TaskKind, conv2d_reference, dense_block, hooked_touched, int_list,
+                   view_bytes)
 
 A = ops.A
 HEADER = "depthwise.cuh"
@@ -153,8 +154,7 @@ def lower(lw, pr: DepthwiseProto, pre: list) -> None:
                      (order is None or L.is_dense_in(tv, order)), order=order)
     spec = DepthwiseSpec("depthwise", vx, vw, vo, tuple(pr.stride), tuple(pr.padding), tuple(pr.dilation), vb,
                          lw.hook(pr.pro), lw.hook(pr.epi))
-    lw.add(pr, pr.name, spec, [vx, vw, vb], [vo], touched=list(pr.ins) + [pr.out, pr.x] +
-           [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
+    lw.add(pr, pr.name, spec, [vx, vw, vb], [vo], touched=hooked_touched(lw, pr))
 
 
 def out_order(pr: DepthwiseProto, order_of) -> tuple[int, ...] | None:

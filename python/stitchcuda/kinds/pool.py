@@ -23,7 +23,7 @@ from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
 from . import cxx
-from .base import (FLOAT_DTYPES, ClaimRule, Proto, TaskKind, copy_back, int_list, readable, view_bytes,
+from .base import (FLOAT_DTYPES, ClaimRule, Proto, TaskKind, copy_back, hooked_touched, int_list, readable, view_bytes,
                    writable)
 
 A = ops.A
@@ -140,7 +140,7 @@ def lower(lw, pr: PoolProto, pre: list) -> None:
         return tuple([fill] * (3 - nsp) + list(xs))
 
     window = (three(pr.kernel, 1), three(pr.stride, 1), three(pr.padding, 0), three(pr.dilation, 1))
-    touched = list(pr.ins) + [pr.out, pr.x] + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi]
+    touched = hooked_touched(lw, pr)
     target = lw.target.get(pr.out)
     if lead == 2 and not L.is_channels_last(vx) and vx.dtype in FLOAT_DTYPES and \
             (target is None or L.is_channels_last(target)):

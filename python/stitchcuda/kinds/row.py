@@ -29,7 +29,7 @@ from ..layout import View
 from ..ops import EwInstr
 from . import cxx
 from .axis import AxisProto, emit_axis_row, emit_in_memory_order, kept_in_memory_order
-from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, reduction_hooks, view_bytes
+from .base import FLOAT_DTYPES, ClaimRule, Proto, TaskKind, hooked_touched, reduction_hooks, view_bytes
 
 A = ops.A
 #: A reduction of a whole tensor at least this large to one value runs on the axis template,
@@ -428,8 +428,7 @@ def lower_row(lw, pr: RowProto, pre: list) -> None:
         lw.views[wt] = ws
     spec = RowSpec("row", op, vx, ldi, wo, ldo, rows, cols, weight, bias, eps, unbiased, pro, epi, ws, ws_floats)
     reads = [vx, weight, bias]
-    lw.add(pr, pr.name, spec, reads, [wo] + ([ws] if ws else []), touched=list(pr.ins) + [out_t, x_t] +
-              list(pr.pro + pr.epi) + [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
+    lw.add(pr, pr.name, spec, reads, [wo] + ([ws] if ws else []), touched=hooked_touched(lw, pr))
     if post is not None:
         src, dst = post
         if perm is not None and writes_row:  # (a per-row result holds none of the dims moved last)

@@ -18,7 +18,7 @@ from ..ir import Node
 from ..layout import View
 from ..ops import EwInstr
 from . import cxx
-from .base import ClaimRule, Proto, TaskKind, copy_back, outer_n_inner, readable, view_bytes, writable
+from .base import ClaimRule, Proto, TaskKind, copy_back, hooked_touched, outer_n_inner, readable, view_bytes, writable
 
 A = ops.A
 
@@ -128,8 +128,7 @@ def lower(lw, pr: ScanProto, pre: list) -> None:
     outer, n, inner, so, sn, si = outer_n_inner(vx, d)
     _, _, _, oso, osn, osi = outer_n_inner(wo, d)
     spec = ScanSpec("scan", pr.op, vx, outer, n, inner, so, sn, si, vo, oso, osn, osi, pr.reverse, pro, epi)
-    lw.add(pr, pr.name, spec, [vx], [vo], touched=list(pr.ins) + [pr.out, pr.x] +
-           [lw.ix.nodes[nm].outputs[0].name for nm in pr.pro + pr.epi])
+    lw.add(pr, pr.name, spec, [vx], [vo], touched=hooked_touched(lw, pr))
     copy_back(lw, pr, post)
 
 
